@@ -1,0 +1,48 @@
+# ablate — everything a user or CI runs goes through these targets.
+PYTHON      ?= python3
+VENV        ?= .venv
+# torch first, pinned: an unpinned torch pulls several GB of CUDA wheels. Override for GPUs,
+# e.g. `make install TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"`.
+TORCH_SPEC  ?= torch==2.13.0
+STUDY       ?= studies/norm_placement.yaml
+PROFILE     ?= cpu
+STORE       ?= runs
+# where registered datasets are found before any download (tiny shakespeare lives here)
+ABLATE_DATA_DIR ?= $(abspath ../shared/data)
+export ABLATE_DATA_DIR
+
+BIN   := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test run report bench bench-quick lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH_SPEC)
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+test: install
+	$(BIN)/python -m pytest -q
+
+run: install
+	$(BIN)/ablate run $(STUDY) --profile $(PROFILE) --store $(STORE)
+
+report: install
+	$(BIN)/ablate report --store $(STORE)
+
+bench: install
+	$(BIN)/ablate bench
+
+bench-quick: install
+	$(BIN)/ablate bench --quick --out $(STORE)/bench-quick.md
+
+lint: install
+	$(BIN)/ruff check ablate tests
+	$(BIN)/ruff format --check ablate tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

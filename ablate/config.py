@@ -1,0 +1,365 @@
+"""Typed run configuration: one pydantic model per concern, combined into ``RunConfig``.
+
+Every ablation axis is one string field chosen from a small registry (a ``Literal``), so a bad
+name is rejected with the list of valid ones. Unknown keys are errors everywhere. Values derived
+from others (head size, FFN hidden size, the LR after batch-size scaling) are properties, never
+stored, so a saved config can't disagree with itself.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Arch = Literal["transformer", "lstm"]
+NormPlacement = Literal["post", "pre"]
+Norm = Literal["layernorm", "rmsnorm"]
+PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
+Activation = Literal["relu", "gelu", "swiglu", "geglu"]
+Tokenizer = Literal["char", "word", "bpe"]
+Decay = Literal["cosine", "linear", "constant"]
+LRScaling = Literal["none", "linear", "sqrt"]
+Precision = Literal["32-true", "bf16-mixed", "16-mixed", "bf16-true"]
+WandbMode = Literal["auto", "online", "offline", "disabled"]
+
+GATED_ACTIVATIONS = ("swiglu", "geglu")
+
+
+class ConfigError(ValueError):
+    """A bad config value. ``str()`` is one line naming the source file (if any) and key path."""
+
+    def __init__(self, message: str, *, key: str = "", source: str | Path | None = None):
+        self.key, self.source, self.message = key, source, message
+        where = ": ".join(p for p in (str(source) if source else "", key) if p)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+class ModelConfig(_Section):
+    """The one model every study varies. Each axis is a single registry-name field."""
+
+    arch: Arch = "transformer"
+    """``transformer`` or the ``lstm`` baseline (shares embedding, head, tying and training)."""
+    d_model: int = Field(128, ge=1)
+    n_layers: int = Field(4, ge=1)
+    n_heads: int = Field(4, ge=1)
+    n_kv_heads: int | None = Field(None, ge=1)
+    """Key/value heads for grouped-query attention (1 = multi-query). Default: ``n_heads``."""
+    d_ff: int | None = Field(None, ge=1)
+    """Feed-forward width of the non-gated FFN. Default: ``4 * d_model``."""
+    glu_param_match: bool = True
+    """Gated FFNs use ``2/3 * d_ff`` hidden units so parameters match the plain FFN (Shazeer 2020)."""
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    tie_embeddings: bool = True
+    max_seq_len: int = Field(256, ge=1)
+    """Size of the learned position table and of precomputed sinusoid/RoPE tables."""
+    bias: bool = True
+    norm_placement: NormPlacement = "pre"
+    norm: Norm = "layernorm"
+    norm_eps: float = Field(1e-5, gt=0.0)
+    pos_encoding: PosEncoding = "learned"
+    activation: Activation = "gelu"
+    rope_theta: float = Field(10000.0, gt=0.0)
+    init_std: float = Field(0.02, gt=0.0)
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> ModelConfig:
+        if self.arch == "transformer":
+            if self.d_model % self.n_heads:
+                raise ValueError(
+                    f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
+                )
+            if self.n_heads % self.kv_heads:
+                raise ValueError(
+                    f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.kv_heads})"
+                )
+            if self.pos_encoding == "rope" and self.head_dim % 2:
+                raise ValueError(f"rope needs an even head size, got {self.head_dim}")
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def ff_dim(self) -> int:
+        return self.d_ff or 4 * self.d_model
+
+    @property
+    def ffn_hidden(self) -> int:
+        """Hidden units of the FFN: ``d_ff``, or ``int(2 * d_ff / 3)`` for parameter-matched GLUs."""
+        if self.activation in GATED_ACTIVATIONS and self.glu_param_match:
+            return max(1, int(2 * self.ff_dim / 3))
+        return self.ff_dim
+
+
+class DataConfig(_Section):
+    dataset: str = "tinyshakespeare"
+    """A registered dataset name or a path to a local UTF-8 text file."""
+    tokenizer: Tokenizer = "char"
+    bpe_vocab_size: int = Field(1024, ge=32)
+    seq_len: int = Field(64, ge=1)
+    batch_size: int = Field(12, ge=1)
+    stride: int | None = Field(None, ge=1)
+    """Offset between consecutive training windows: 1 = sliding window. Default: ``seq_len``."""
+    shuffle: bool = True
+    """Visit training windows in a seeded random order each epoch (False: in order)."""
+    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    test_fraction: float = Field(0.0, ge=0.0, lt=1.0)
+    eval_batch_size: int | None = Field(None, ge=1)
+    """Batch size for validation/test batchify. Default: ``batch_size``."""
+    pin_memory: bool = False
+
+    @model_validator(mode="after")
+    def _check_split(self) -> DataConfig:
+        if self.val_fraction + self.test_fraction >= 1.0:
+            raise ValueError("val_fraction + test_fraction must leave data for training")
+        return self
+
+    @property
+    def window_stride(self) -> int:
+        return self.stride or self.seq_len
+
+    @property
+    def eval_bs(self) -> int:
+        return self.eval_batch_size or self.batch_size
+
+
+class OptimConfig(_Section):
+    lr: float = Field(1e-3, gt=0.0)
+    """Base (peak) learning rate at ``ref_batch_size``; see ``lr_scaling``."""
+    min_lr: float = Field(0.0, ge=0.0)
+    warmup_ratio: float = Field(0.0, ge=0.0, lt=1.0)
+    decay: Decay = "cosine"
+    cycles: float = Field(0.5, gt=0.0)
+    weight_decay: float = Field(0.1, ge=0.0)
+    beta1: float = Field(0.9, ge=0.0, lt=1.0)
+    beta2: float = Field(0.99, ge=0.0, lt=1.0)
+    eps: float = Field(1e-8, gt=0.0)
+    grad_clip: float | None = Field(1.0, gt=0.0)
+    lr_scaling: LRScaling = "none"
+    """Scale ``lr`` with batch size against ``ref_batch_size``: linear (Goyal et al.) or sqrt."""
+    ref_batch_size: int | None = Field(None, ge=1)
+    fused: bool | None = None
+    """Fused AdamW kernel; ``None`` = on when training on CUDA."""
+
+    @model_validator(mode="after")
+    def _check(self) -> OptimConfig:
+        if self.lr_scaling != "none" and self.ref_batch_size is None:
+            raise ValueError("lr_scaling needs ref_batch_size")
+        if self.min_lr > self.lr:
+            raise ValueError(f"min_lr ({self.min_lr}) exceeds lr ({self.lr})")
+        return self
+
+    def scaled_lr(self, batch_size: int) -> float:
+        """lr * k (linear) or lr * sqrt(k) (sqrt), k = batch_size / ref_batch_size."""
+        if self.lr_scaling == "none":
+            return self.lr
+        k = batch_size / self.ref_batch_size
+        return self.lr * (k if self.lr_scaling == "linear" else k**0.5)
+
+
+class TrainConfig(_Section):
+    seed: int = 0
+    max_steps: int = Field(200, ge=1)
+    eval_interval: int = Field(50, ge=1)
+    eval_batches: int | None = Field(20, ge=1)
+    """Validation batches per evaluation during training; ``None`` = the full split."""
+    final_eval_batches: int | None = Field(None, ge=1)
+    """Validation batches for the final evaluation; ``None`` = the full split."""
+    log_interval: int = Field(10, ge=1)
+    grad_norm_interval: int = Field(50, ge=0)
+    """Log global and per-layer gradient norms every N steps (0 = never). Step 0 is always logged."""
+    eval_lengths: list[float] = Field(default_factory=list)
+    """Extra final evaluations at these multiples of ``seq_len`` (length extrapolation)."""
+    early_stopping_patience: int | None = Field(None, ge=1)
+    """Stop after this many evaluations without val-loss improvement (``None`` = never)."""
+    accelerator: Literal["auto", "cpu", "gpu"] = "cpu"
+    devices: int = Field(1, ge=1)
+    precision: Precision = "32-true"
+    compile: bool = False
+    attn_backend: Literal["auto", "flash", "efficient", "math"] = "auto"
+    threads: int | None = Field(None, ge=1)
+    """torch intra-op threads; ``None`` = torch's default."""
+    deterministic: bool = True
+    checkpoint_interval: int = Field(100, ge=1)
+    progress: bool = True
+
+
+class TrackingConfig(_Section):
+    wandb: bool = True
+    project: str | None = None
+    """W&B project; default ``$WANDB_PROJECT`` or ``ablate``."""
+    entity: str | None = None
+    mode: WandbMode = "auto"
+    """``auto``: online when a W&B login is configured, else offline."""
+    tags: list[str] = Field(default_factory=list)
+
+
+class RunConfig(_Section):
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+
+    @model_validator(mode="after")
+    def _check_cross(self) -> RunConfig:
+        m, d = self.model, self.data
+        if m.arch == "transformer" and m.pos_encoding == "learned" and d.seq_len > m.max_seq_len:
+            raise ValueError(
+                f"data.seq_len ({d.seq_len}) exceeds model.max_seq_len ({m.max_seq_len})"
+            )
+        return self
+
+    @property
+    def lr(self) -> float:
+        """Peak LR after batch-size scaling."""
+        return self.optim.scaled_lr(self.data.batch_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def run_id(self) -> str:
+        """Stable id of everything that changes the result (not tracking or display options)."""
+        d = self.to_dict()
+        d.pop("tracking")
+        d["train"].pop("progress")
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+# --- building configs from dicts, files and ``key=value`` overrides -------------------------------
+
+_SECTIONS = {
+    "model": ModelConfig,
+    "data": DataConfig,
+    "optim": OptimConfig,
+    "train": TrainConfig,
+    "tracking": TrackingConfig,
+}
+
+
+def valid_keys() -> list[str]:
+    """Every dotted key a RunConfig accepts, e.g. ``model.d_model``."""
+    return [f"{s}.{f}" for s, cls in _SECTIONS.items() for f in cls.model_fields]
+
+
+def suggest(key: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(key, choices, n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _check_key(key: str, source: str | Path | None) -> None:
+    if key not in valid_keys():
+        section = key.split(".")[0]
+        if section not in _SECTIONS:
+            choices = list(_SECTIONS)
+            raise ConfigError(
+                f"unknown section '{section}'{suggest(section, choices)}; "
+                f"valid: {', '.join(choices)}",
+                key=key,
+                source=source,
+            )
+        raise ConfigError(f"unknown key{suggest(key, valid_keys())}", key=key, source=source)
+
+
+def set_dotted(tree: dict[str, Any], key: str, value: Any, source: str | Path | None = None):
+    """``tree['a']['b'] = value`` for ``key='a.b'``, after checking the key exists."""
+    _check_key(key, source)
+    section, field = key.split(".", 1)
+    sub = tree.setdefault(section, {})
+    if not isinstance(sub, dict):
+        raise ConfigError("must be a mapping", key=section, source=source)
+    sub[field] = value
+
+
+def flatten(tree: dict[str, Any], source: str | Path | None = None) -> dict[str, Any]:
+    """``{'model': {'d_model': 8}}`` -> ``{'model.d_model': 8}``, rejecting unknown keys."""
+    if not isinstance(tree, dict):
+        raise ConfigError("run config must be a mapping", source=source)
+    flat = {}
+    for section, sub in tree.items():
+        if section not in _SECTIONS:
+            _check_key(str(section), source)
+        if not isinstance(sub, dict):
+            raise ConfigError("must be a mapping", key=str(section), source=source)
+        for field, value in sub.items():
+            key = f"{section}.{field}"
+            _check_key(key, source)
+            flat[key] = value
+    return flat
+
+
+def parse_override(text: str, source: str | Path | None = "--set") -> tuple[str, Any]:
+    """``'model.d_model=64'`` -> ``('model.d_model', 64)``; the value is read as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"expected key=value, got '{text}'", source=source)
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    _check_key(key, source)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def _error_from_validation(err: ValidationError, source: str | Path | None) -> ConfigError:
+    e = err.errors()[0]
+    loc = ".".join(str(p) for p in e["loc"])
+    msg = e["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if "input" in e and e["type"] not in ("missing",) and not isinstance(e["input"], dict):
+        msg = f"{msg} (got {e['input']!r})"
+    return ConfigError(msg, key=loc, source=source)
+
+
+def build_config(
+    flat: dict[str, Any] | None = None, source: str | Path | None = None
+) -> RunConfig:
+    """Validate flat dotted overrides on top of the defaults into a RunConfig."""
+    tree: dict[str, Any] = {}
+    for key, value in (flat or {}).items():
+        set_dotted(tree, key, value, source)
+    try:
+        return RunConfig.model_validate(tree)
+    except ValidationError as err:
+        raise _error_from_validation(err, source) from None
+
+
+def load_yaml(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("file not found", source=path)
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark else ""
+        raise ConfigError(f"{where}invalid YAML ({getattr(err, 'problem', err)})", source=path)
+
+
+def load_run_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
+    """A run config from an optional YAML file plus ``key=value`` overrides (later wins)."""
+    flat: dict[str, Any] = {}
+    if path is not None:
+        flat.update(flatten(load_yaml(path) or {}, source=path))
+    for text in overrides:
+        key, value = parse_override(text)
+        flat[key] = value
+    return build_config(flat, source=path)

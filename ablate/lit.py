@@ -1,0 +1,160 @@
+"""The LightningModule: optimizer, LR schedule, metrics and divergence detection.
+
+The model, the schedule and the batching are plain functions/modules elsewhere; this wraps
+them. Host syncs are kept off the per-step path: the loss is logged as a tensor and converted
+only at ``log_interval``, a non-finite loss is recorded on-device and read at the same
+interval, and gradient norms are computed only every ``grad_norm_interval`` steps.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from functools import partial
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+
+from ablate.config import RunConfig
+from ablate.model import build_model
+from ablate.schedules import lr_at
+
+_LAYER = re.compile(r"(?:^|\.)blocks\.(\d+)\.|_l(\d+)(?:_reverse)?$")
+
+
+def layer_of(param_name: str) -> str:
+    """Group a parameter name into ``layer_<i>`` (transformer blocks / LSTM layers) or ``other``."""
+    m = _LAYER.search(param_name)
+    if m:
+        return f"layer_{int(m.group(1) or m.group(2)):02d}"
+    return "other"
+
+
+def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW groups: weight decay on matrices only (no decay on biases, norms: 1-D params)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean token cross-entropy in nats: logits (B, T, V), targets (B, T)."""
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
+
+
+class LitLM(pl.LightningModule):
+    def __init__(self, cfg: RunConfig, vocab_size: int, *, bits_per_token: bool = False):
+        super().__init__()
+        self.cfg = cfg
+        self.vocab_size = vocab_size
+        # bits-per-char is loss / ln 2 when a token is a character
+        self.bits_per_token = bits_per_token
+        self.model = build_model(cfg.model, vocab_size)
+        self.tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
+        self._layer_of = {n: layer_of(n) for n, _ in self.model.named_parameters()}
+        self.register_buffer("nonfinite_step", torch.tensor(-1, dtype=torch.long), persistent=False)
+        self.diverged_step: int | None = None
+        self._t_last: float | None = None
+        self._step_last = 0
+        self.tokens_per_s: float | None = None
+        self._val_losses: list[torch.Tensor] = []
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.model(idx)
+
+    # --- optimisation ---------------------------------------------------------------------
+    def configure_optimizers(self):
+        o = self.cfg.optim
+        fused = o.fused if o.fused is not None else torch.cuda.is_available()
+        opt = torch.optim.AdamW(
+            decay_groups(self.model, o.weight_decay),
+            lr=self.cfg.lr,
+            betas=(o.beta1, o.beta2),
+            eps=o.eps,
+            fused=fused or None,
+        )
+        factor = partial(self._lr_factor, base_lr=self.cfg.lr)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def _lr_factor(self, step: int, base_lr: float) -> float:
+        o = self.cfg.optim
+        lr = lr_at(
+            step,
+            total_steps=self.cfg.train.max_steps,
+            base_lr=base_lr,
+            warmup_ratio=o.warmup_ratio,
+            min_lr=o.min_lr,
+            decay=o.decay,
+            cycles=o.cycles,
+        )
+        return lr / base_lr
+
+    # --- training -------------------------------------------------------------------------
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = lm_loss(self.model(x), y)
+        # remember the first non-finite step on-device; read it only at log intervals
+        bad = (~torch.isfinite(loss)) & (self.nonfinite_step < 0)
+        self.nonfinite_step = torch.where(bad, self.global_step, self.nonfinite_step)
+        self.log("train/loss", loss.detach(), on_step=True, prog_bar=True, logger=True)
+        return loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        step = self.global_step  # already incremented: steps done so far
+        if step % self.cfg.train.log_interval and step != self.cfg.train.max_steps:
+            return
+        now = time.perf_counter()
+        if self._t_last is not None and step > self._step_last:
+            self.tokens_per_s = (step - self._step_last) * self.tokens_per_step / (now - self._t_last)
+            self.log("perf/tokens_per_s", self.tokens_per_s, on_step=True)
+        self._t_last, self._step_last = now, step
+        self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True)
+        bad_step = int(self.nonfinite_step)
+        if bad_step >= 0:
+            self.diverged_step = bad_step
+            self.trainer.should_stop = True
+
+    def on_train_start(self):
+        self._t_last, self._step_last = time.perf_counter(), self.global_step
+
+    def on_before_optimizer_step(self, optimizer):
+        interval = self.cfg.train.grad_norm_interval
+        step = self.global_step
+        if interval == 0 or (step % interval and step != 0):
+            return
+        self.log_dict(self.grad_norms(), on_step=True)
+
+    @torch.no_grad()
+    def grad_norms(self) -> dict[str, torch.Tensor]:
+        """Global and per-layer L2 norms of the gradients (before clipping)."""
+        sq: dict[str, torch.Tensor] = {}
+        for name, p in self.model.named_parameters():
+            if p.grad is None:
+                continue
+            key = self._layer_of[name]
+            sq[key] = sq.get(key, 0.0) + p.grad.detach().float().pow(2).sum()
+        if not sq:
+            return {}
+        out = {f"grad_norm/{k}": v.sqrt() for k, v in sorted(sq.items())}
+        out["grad_norm/global"] = torch.stack(list(sq.values())).sum().sqrt()
+        return out
+
+    # --- validation -----------------------------------------------------------------------
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self._val_losses.append(lm_loss(self.model(x), y).detach())
+
+    def on_validation_epoch_end(self):
+        if not self._val_losses:
+            return
+        loss = torch.stack(self._val_losses).mean()
+        self._val_losses.clear()
+        self.log("val/loss", loss, prog_bar=True)
+        self.log("val/ppl", torch.exp(loss.clamp(max=50)))
+        if self.bits_per_token:
+            self.log("val/bpc", loss / math.log(2))

@@ -1,0 +1,50 @@
+"""Learning-rate schedules as pure functions of the step; Lightning only wraps them."""
+
+from __future__ import annotations
+
+import math
+
+DECAYS = ("cosine", "linear", "constant")
+
+
+def warmup_steps(total_steps: int, warmup_ratio: float) -> int:
+    """W = round(warmup_ratio * total_steps)."""
+    return int(round(warmup_ratio * total_steps))
+
+
+def lr_at(
+    step: int,
+    *,
+    total_steps: int,
+    base_lr: float,
+    warmup_ratio: float,
+    min_lr: float,
+    decay: str,
+    cycles: float = 0.5,
+) -> float:
+    """Learning rate at optimizer step ``t = step`` of ``T = total_steps``.
+
+    With ``W = round(warmup_ratio * T)`` warmup steps:
+
+    - warmup (t < W):  ``lr = base_lr * t / W``
+    - linear:          ``lr = max(min_lr, base_lr * (1 - (t - W) / (T - W)))``
+    - cosine:          ``lr = max(min_lr, base_lr * 0.5 * (1 + cos(2π · cycles · (t - W) / (T - W))))``
+    - constant:        ``lr = base_lr``
+
+    ``cycles = 0.5`` is the usual half-cosine from ``base_lr`` to 0 (floored at ``min_lr``).
+    Steps past ``T`` keep the value at ``T``.
+    """
+    if decay not in DECAYS:
+        raise ValueError(f"unknown decay '{decay}'; choose from: {', '.join(DECAYS)}")
+    if total_steps < 1:
+        raise ValueError(f"total_steps must be >= 1, got {total_steps}")
+    t = min(step, total_steps)
+    w = warmup_steps(total_steps, warmup_ratio)
+    if t < w:
+        return base_lr * t / w
+    if decay == "constant":
+        return base_lr
+    progress = (t - w) / max(1, total_steps - w)
+    if decay == "linear":
+        return max(min_lr, base_lr * (1.0 - progress))
+    return max(min_lr, base_lr * 0.5 * (1.0 + math.cos(2.0 * math.pi * cycles * progress)))

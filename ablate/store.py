@@ -1,0 +1,253 @@
+"""The local run store: the source of truth for runs and reports (W&B is a mirror).
+
+Layout::
+
+    <root>/<study>/<run-id>/
+        run.yaml         resolved RunConfig plus meta (name, variant, axes, seed), written once
+        summary.json     status and headline numbers, replaced atomically
+        metrics.csv      long-form ``step,metric,value`` rows, append-only
+        checkpoints/     Lightning checkpoints (``last.ckpt``) for resume
+        wandb/           the W&B (offline) run directory
+        run.lock         held while a process trains the run
+
+Every file that is replaced is written to a temporary file in the same directory, flushed,
+fsynced and renamed over the old one, so a crash leaves either the old or the new file, never
+half of one. ``metrics.csv`` is only appended to; readers drop a torn last line and keep the
+last value written for a (step, metric), which is what a resumed run re-logs.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from filelock import FileLock, Timeout
+
+STATUSES = ("completed", "diverged", "failed", "running")
+FINISHED = ("completed", "diverged")  # a re-run skips these; it retries failed and resumes running
+
+RUN_FILE = "run.yaml"
+SUMMARY_FILE = "summary.json"
+METRICS_FILE = "metrics.csv"
+LOCK_FILE = "run.lock"
+CHECKPOINT_DIR = "checkpoints"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old or the new file, never a mix."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def _clean(obj: Any) -> Any:
+    # JSON has no NaN/inf: a diverged loss is stored as null rather than as invalid JSON.
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(_clean(obj), indent=2, default=_json_default) + "\n")
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(Path(path).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """One run's directory and its files."""
+
+    path: Path
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def study(self) -> str:
+        return self.path.parent.name
+
+    @property
+    def run_file(self) -> Path:
+        return self.path / RUN_FILE
+
+    @property
+    def summary_file(self) -> Path:
+        return self.path / SUMMARY_FILE
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / METRICS_FILE
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.path / CHECKPOINT_DIR
+
+    @property
+    def wandb_dir(self) -> Path:
+        return self.path / "wandb"
+
+    def exists(self) -> bool:
+        return self.run_file.is_file()
+
+    # --- run.yaml --------------------------------------------------------------------------
+    def write_run(self, config: dict[str, Any], meta: dict[str, Any]) -> None:
+        atomic_write_text(
+            self.run_file, yaml.safe_dump({"meta": meta, "config": config}, sort_keys=False)
+        )
+
+    def read_run(self) -> dict[str, Any]:
+        """``{'meta': {...}, 'config': {...}}``; empty dicts if the run was never started."""
+        try:
+            data = yaml.safe_load(self.run_file.read_text()) or {}
+        except (FileNotFoundError, yaml.YAMLError):
+            data = {}
+        return {"meta": data.get("meta") or {}, "config": data.get("config") or {}}
+
+    # --- summary.json -----------------------------------------------------------------------
+    def read_summary(self) -> dict[str, Any] | None:
+        return read_json(self.summary_file)
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        if summary.get("status") not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {summary.get('status')!r}")
+        atomic_write_json(self.summary_file, summary)
+
+    def update_summary(self, **fields: Any) -> dict[str, Any]:
+        summary = {**(self.read_summary() or {}), **fields}
+        self.write_summary(summary)
+        return summary
+
+    @property
+    def status(self) -> str | None:
+        s = self.read_summary()
+        return s.get("status") if s else None
+
+    # --- metrics.csv --------------------------------------------------------------------------
+    def append_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        """Append ``step,metric,value`` rows and flush them to disk."""
+        if not metrics:
+            return
+        new = not self.metrics_file.exists()
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        if new:
+            w.writerow(["step", "metric", "value"])
+        for k, v in metrics.items():
+            w.writerow([int(step), k, repr(float(v))])
+        self.path.mkdir(parents=True, exist_ok=True)
+        with open(self.metrics_file, "a") as f:
+            f.write(buf.getvalue())
+            f.flush()
+            os.fsync(f.fileno())
+
+    def read_metrics(self) -> list[tuple[int, str, float]]:
+        """All ``(step, metric, value)`` rows, last write winning, torn lines dropped."""
+        try:
+            text = self.metrics_file.read_text()
+        except FileNotFoundError:
+            return []
+        rows: dict[tuple[int, str], float] = {}
+        lines = text.splitlines()
+        if text and not text.endswith("\n"):
+            lines = lines[:-1]  # a crash mid-append leaves a torn last line
+        for rec in csv.reader(lines[1:]):
+            if len(rec) != 3:
+                continue
+            try:
+                rows[(int(rec[0]), rec[1])] = float(rec[2])
+            except ValueError:
+                continue
+        return [(s, m, v) for (s, m), v in sorted(rows.items())]
+
+    def truncate_metrics_after(self, step: int) -> None:
+        """Drop rows logged after ``step`` (a resumed run replays them from its checkpoint)."""
+        rows = [r for r in self.read_metrics() if r[0] <= step]
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(["step", "metric", "value"])
+        for s, m, v in rows:
+            w.writerow([s, m, repr(v)])
+        atomic_write_text(self.metrics_file, buf.getvalue())
+
+    # --- locking ------------------------------------------------------------------------------
+    def lock(self) -> FileLock:
+        self.path.mkdir(parents=True, exist_ok=True)
+        return FileLock(str(self.path / LOCK_FILE))
+
+    def try_lock(self) -> FileLock | None:
+        """The run's lock if no other process holds it, else None."""
+        lock = self.lock()
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            return None
+        return lock
+
+    def is_locked(self) -> bool:
+        lock = self.try_lock()
+        if lock is None:
+            return True
+        lock.release()
+        return False
+
+    def last_checkpoint(self) -> Path | None:
+        """The newest checkpoint to resume from, if any."""
+        ckpts = sorted(
+            self.checkpoint_dir.glob("*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True
+        )
+        return ckpts[0] if ckpts else None
+
+
+class RunStore:
+    """``<root>/<study>/<run-id>/`` directories."""
+
+    def __init__(self, root: str | Path = "runs"):
+        self.root = Path(root)
+
+    def run(self, study: str, run_id: str) -> RunDir:
+        return RunDir(self.root / study / run_id)
+
+    def studies(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and any(self.runs(p.name)))
+
+    def runs(self, study: str) -> Iterator[RunDir]:
+        d = self.root / study
+        if not d.is_dir():
+            return iter(())
+        return (RunDir(p) for p in sorted(d.iterdir()) if (p / RUN_FILE).is_file())

@@ -1,0 +1,122 @@
+"""Loggers: the local store (always) and Weights & Biases (offline unless a login is configured)."""
+
+from __future__ import annotations
+
+import logging
+import netrc
+import os
+from pathlib import Path
+from typing import Any
+
+from pytorch_lightning.loggers import Logger
+from pytorch_lightning.utilities import rank_zero_only
+
+from ablate.config import TrackingConfig
+from ablate.store import RunDir
+
+log = logging.getLogger("ablate")
+
+_WANDB_ID_BAD = set(":;,#?/'")
+
+
+class StoreLogger(Logger):
+    """Appends every logged metric to the run's ``metrics.csv`` (long form, resume-safe).
+
+    Lightning's CSVLogger deletes an existing ``metrics.csv`` when it is pointed at a non-empty
+    directory, which would lose the history of a resumed run; this logger only ever appends.
+    """
+
+    def __init__(self, run_dir: RunDir):
+        super().__init__()
+        self.run_dir = run_dir
+
+    @property
+    def name(self) -> str:
+        return "store"
+
+    @property
+    def version(self) -> str:
+        return self.run_dir.run_id
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pass  # the resolved config is written to run.yaml by the runner
+
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        metrics = {k: v for k, v in metrics.items() if k != "epoch"}
+        self.run_dir.append_metrics(int(step or 0), metrics)
+
+
+def wandb_logged_in() -> bool:
+    """True when an API key is available from the environment or ~/.netrc."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        host = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai").split("//")[-1]
+        return netrc.netrc().authenticators(host.split("/")[0]) is not None
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return False
+
+
+def wandb_mode(cfg: TrackingConfig) -> str:
+    """online / offline / disabled: config first, then ``$WANDB_MODE``, then login state."""
+    if not cfg.wandb or cfg.mode == "disabled":
+        return "disabled"
+    if cfg.mode != "auto":
+        return cfg.mode
+    env = os.environ.get("WANDB_MODE", "").strip().lower()
+    if env in ("online", "offline", "disabled"):
+        return env
+    if env == "dryrun":
+        return "offline"
+    return "online" if wandb_logged_in() else "offline"
+
+
+def make_wandb_logger(
+    cfg: TrackingConfig,
+    run_dir: RunDir,
+    *,
+    run_config: dict[str, Any],
+    group: str,
+    job_type: str,
+    name: str,
+    tags: list[str],
+) -> Logger | None:
+    """A started WandbLogger, or None (disabled, or W&B failed to start: reported once)."""
+    mode = wandb_mode(cfg)
+    if mode == "disabled":
+        return None
+    run_id = run_dir.run_id
+    if set(run_id) & _WANDB_ID_BAD:
+        raise ValueError(f"run id {run_id!r} has characters W&B rejects")
+    try:
+        from pytorch_lightning.loggers import WandbLogger
+
+        run_dir.wandb_dir.mkdir(parents=True, exist_ok=True)
+        logger = WandbLogger(
+            project=cfg.project or os.environ.get("WANDB_PROJECT") or "ablate",
+            entity=cfg.entity,
+            save_dir=str(run_dir.path),
+            id=run_id,
+            name=name,
+            group=group,
+            job_type=job_type,
+            tags=sorted({*tags, *cfg.tags})[:64],
+            offline=(mode == "offline"),
+            config=run_config,
+            settings={"silent": True, "console": "off", "x_disable_stats": True},
+        )
+        experiment = logger.experiment  # start now so a failure is caught here, not mid-training
+        experiment.define_metric("val/loss", summary="min")
+        experiment.define_metric("train/loss", summary="last")
+        return logger
+    except Exception as err:  # noqa: BLE001 - W&B must never stop a run
+        log.warning("W&B could not start (%s: %s); the local store keeps everything",
+                    type(err).__name__, str(err).splitlines()[0] if str(err) else "")
+        return None
+
+
+def wandb_run_dirs(run_dir: RunDir) -> list[Path]:
+    """The W&B run directories of a run (one per start, resumed ones included)."""
+    return sorted((run_dir.wandb_dir).glob("*run-*"))

@@ -1,0 +1,278 @@
+"""Train one run into its store directory: resume, divergence, final evaluation, summary."""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Iterable
+from contextlib import contextmanager
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import (
+    EarlyStopping,
+    ModelCheckpoint,
+    OnExceptionCheckpoint,
+    TQDMProgressBar,
+)
+
+from ablate.config import RunConfig
+from ablate.data import LMDataModule
+from ablate.lit import LitLM, lm_loss
+from ablate.store import RunDir
+from ablate.tracking import StoreLogger, make_wandb_logger
+
+log = logging.getLogger("ablate")
+
+
+def quiet_lightning() -> None:
+    """Drop Lightning's start-up chatter so the progress bars stay readable."""
+    for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    warnings.filterwarnings("ignore", ".*checkpoint.*not found.*")
+    warnings.filterwarnings("ignore", ".*is an invalid version and will not be supported.*")
+    warnings.filterwarnings("ignore", ".*LeafSpec.*")
+
+
+@contextmanager
+def _num_threads(n: int | None):
+    old = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, batches: Iterable, max_batches: int | None = None) -> float:
+    """Mean token cross-entropy (nats) of ``model`` over (x, y) batches."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    total, n = 0.0, 0
+    for i, (x, y) in enumerate(batches):
+        if max_batches is not None and i >= max_batches:
+            break
+        total += lm_loss(model(x.to(device)), y.to(device)).item()
+        n += 1
+    model.train(was_training)
+    return total / n if n else math.nan
+
+
+def _attn_context(backend: str):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    chosen = {
+        "flash": [SDPBackend.FLASH_ATTENTION],
+        "efficient": [SDPBackend.EFFICIENT_ATTENTION],
+        "math": [SDPBackend.MATH],
+    }.get(backend)
+    if chosen is None:
+        from contextlib import nullcontext
+
+        return nullcontext()
+    return sdpa_kernel(chosen)
+
+
+def make_trainer(cfg: RunConfig, run_dir: RunDir, loggers: list, *, progress: bool) -> pl.Trainer:
+    t = cfg.train
+    ckpt = ModelCheckpoint(
+        dirpath=run_dir.checkpoint_dir,
+        save_last=True,
+        save_top_k=0,
+        every_n_train_steps=t.checkpoint_interval,
+        save_on_train_epoch_end=False,
+    )
+    callbacks: list[pl.Callback] = [
+        ckpt,
+        # Ctrl-C or a crash mid-run: keep what was trained so a re-run resumes from here
+        OnExceptionCheckpoint(dirpath=run_dir.checkpoint_dir, filename="interrupted"),
+    ]
+    if t.early_stopping_patience:
+        callbacks.append(
+            EarlyStopping(monitor="val/loss", patience=t.early_stopping_patience, check_finite=True)
+        )
+    if progress:
+        callbacks.append(TQDMProgressBar(refresh_rate=t.log_interval, leave=False))
+    return pl.Trainer(
+        accelerator=t.accelerator,
+        devices=t.devices,
+        precision=t.precision,
+        max_steps=t.max_steps,
+        max_epochs=-1,
+        val_check_interval=t.eval_interval,
+        check_val_every_n_epoch=None,
+        limit_val_batches=t.eval_batches if t.eval_batches is not None else 1.0,
+        num_sanity_val_steps=0,
+        log_every_n_steps=t.log_interval,
+        gradient_clip_val=cfg.optim.grad_clip,
+        logger=loggers,
+        callbacks=callbacks,
+        enable_progress_bar=progress,
+        enable_model_summary=False,
+        deterministic=t.deterministic and t.accelerator == "cpu",
+        default_root_dir=str(run_dir.path),
+    )
+
+
+def train_run(
+    cfg: RunConfig,
+    run_dir: RunDir,
+    meta: dict[str, Any] | None = None,
+    *,
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Train (or resume) one run in ``run_dir`` and return its summary.
+
+    Writes ``run.yaml`` once, ``summary.json`` with status ``running`` while training and then
+    ``completed``/``diverged``/``failed``; metrics stream to ``metrics.csv`` and W&B. A
+    non-finite loss ends the run as ``diverged`` with the step; an exception ends it as
+    ``failed`` with the error (re-raised for KeyboardInterrupt so the caller can stop).
+    """
+    meta = {"run_id": run_dir.run_id, "study": run_dir.study, **(meta or {})}
+    progress = cfg.train.progress if progress is None else progress
+    quiet_lightning()
+    if not run_dir.exists():
+        run_dir.write_run(cfg.to_dict(), meta)
+    t0 = time.time()
+    prior = run_dir.read_summary() or {}
+    base_wall = float(prior.get("wall_time_s") or 0.0) if prior.get("status") == "running" else 0.0
+    summary: dict[str, Any] = {
+        "status": "running",
+        "name": meta.get("name", run_dir.run_id),
+        "variant": meta.get("variant"),
+        "seed": cfg.train.seed,
+        "axes": meta.get("axes") or {},
+        "run_id": run_dir.run_id,
+        "study": meta["study"],
+    }
+    run_dir.write_summary(summary)
+    wandb_logger = None
+    try:
+        with _num_threads(cfg.train.threads):
+            pl.seed_everything(cfg.train.seed, workers=True, verbose=False)
+            dm = LMDataModule(cfg.data, seed=cfg.train.seed)
+            dm.setup("fit")
+            torch.manual_seed(cfg.train.seed)
+            lit = LitLM(cfg, dm.vocab_size, bits_per_token=dm.is_char)
+            counts = lit.model.param_counts()
+            summary.update(
+                params=counts["total"],
+                params_non_embedding=counts["non_embedding"],
+                flops_per_token=lit.model.flops_per_token(cfg.data.seq_len),
+                vocab_size=dm.vocab_size,
+                lr=cfg.lr,
+            )
+            run_dir.update_summary(**summary)
+            ckpt_path = run_dir.last_checkpoint()
+            if ckpt_path is not None:
+                step = torch.load(ckpt_path, map_location="cpu", weights_only=False)["global_step"]
+                run_dir.truncate_metrics_after(step)
+                summary["resumed_from_step"] = step
+            loggers: list = [StoreLogger(run_dir)]
+            wandb_logger = make_wandb_logger(
+                cfg.tracking,
+                run_dir,
+                run_config={**cfg.to_dict(), "meta": meta},
+                group=meta["study"],
+                job_type=meta.get("variant") or summary["name"],
+                name=summary["name"],
+                tags=[f"{k}={v}" for k, v in (meta.get("axes") or {}).items()],
+            )
+            if wandb_logger is not None:
+                loggers.append(wandb_logger)
+                summary["wandb_dir"] = str(wandb_logger.experiment.dir)
+            trainer = make_trainer(cfg, run_dir, loggers, progress=progress)
+            if cfg.train.compile:
+                lit.model = torch.compile(lit.model)
+            try:
+                with _attn_context(cfg.train.attn_backend):
+                    trainer.fit(lit, datamodule=dm, ckpt_path=str(ckpt_path) if ckpt_path else None)
+            finally:
+                # Lightning ignores SIGINT after a Ctrl-C; give the caller its handler back
+                if threading.current_thread() is threading.main_thread():
+                    signal.signal(signal.SIGINT, signal.default_int_handler)
+            summary.update(_finish(cfg, lit, dm, trainer))
+    except (KeyboardInterrupt, SystemExit):
+        # Ctrl-C (Lightning turns it into SystemExit) or SIGTERM: an "interrupted" checkpoint
+        # was saved; the run stays "running" so the next `ablate run` resumes it
+        summary.update(status="running", wall_time_s=base_wall + time.time() - t0)
+        run_dir.write_summary(summary)
+        raise
+    except Exception as err:  # noqa: BLE001 - a failed run must not stop a study
+        log.exception("run %s failed", run_dir.run_id)
+        summary.update(status="failed", error=f"{type(err).__name__}: {err}")
+    finally:
+        if wandb_logger is not None:
+            _close_wandb(wandb_logger, summary)
+    summary["wall_time_s"] = base_wall + time.time() - t0
+    run_dir.write_summary(summary)
+    return summary
+
+
+def _finish(cfg: RunConfig, lit: LitLM, dm: LMDataModule, trainer: pl.Trainer) -> dict[str, Any]:
+    """Summary fields after fit: final full-split evaluation, extrapolation, divergence."""
+    steps = int(trainer.global_step)
+    out: dict[str, Any] = {"steps": steps, "tokens_per_s": lit.tokens_per_s}
+    history = [v for s, m, v in lit_metrics(trainer) if m == "val/loss"]
+    if lit.diverged_step is not None:
+        out.update(status="diverged", diverged_step=lit.diverged_step)
+        out["best_val_loss"] = min((v for v in history if math.isfinite(v)), default=None)
+        out["final_val_loss"] = None
+        return out
+    model = lit.model
+    final = evaluate(model, dm.val_dataloader(), cfg.train.final_eval_batches)
+    if not math.isfinite(final):
+        out.update(status="diverged", diverged_step=steps, final_val_loss=None)
+        return out
+    out.update(
+        status="completed",
+        final_val_loss=final,
+        best_val_loss=min([final, *(v for v in history if math.isfinite(v))]),
+        final_val_ppl=math.exp(min(final, 50)),
+        stopped_early=bool(steps < cfg.train.max_steps),
+    )
+    if dm.is_char:
+        out["final_val_bpc"] = final / math.log(2)
+    lengths: dict[str, float | None] = {}
+    for mult in cfg.train.eval_lengths:
+        seq = int(round(mult * cfg.data.seq_len))
+        limit = getattr(model, "max_len", None)
+        if limit is not None and seq > limit:
+            lengths[f"{mult:g}"] = None  # e.g. learned positions: no table past max_seq_len
+            continue
+        try:
+            batches = dm.eval_windows("val", seq)
+        except Exception:  # noqa: BLE001 - a split too short for this length
+            lengths[f"{mult:g}"] = None
+            continue
+        lengths[f"{mult:g}"] = evaluate(model, batches, cfg.train.final_eval_batches)
+    if lengths:
+        out["val_loss_at_length"] = lengths
+    return out
+
+
+def lit_metrics(trainer: pl.Trainer) -> list[tuple[int, str, float]]:
+    for lg in trainer.loggers:
+        if isinstance(lg, StoreLogger):
+            return lg.run_dir.read_metrics()
+    return []
+
+
+def _close_wandb(logger, summary: dict[str, Any]) -> None:
+    try:
+        run = logger.experiment
+        for k in ("status", "final_val_loss", "best_val_loss", "steps", "params", "diverged_step"):
+            if summary.get(k) is not None:
+                run.summary[k] = summary[k]
+        run.finish(exit_code=0 if summary.get("status") != "failed" else 1, quiet=True)
+    except Exception as err:  # noqa: BLE001
+        log.warning("W&B did not close cleanly: %s", err)
