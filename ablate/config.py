@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -244,6 +245,21 @@ class RunConfig(_Section):
 
 # --- building configs from dicts, files and ``key=value`` overrides -------------------------------
 
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads ``1e-3`` as a float (YAML 1.1 wants ``1.0e-3``)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+    list("-+0123456789."),
+)
+
+
+def yaml_load(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
 _SECTIONS = {
     "model": ModelConfig,
     "data": DataConfig,
@@ -312,7 +328,7 @@ def parse_override(text: str, source: str | Path | None = "--set") -> tuple[str,
     key = key.strip()
     _check_key(key, source)
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = yaml_load(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
     return key, value
@@ -347,7 +363,7 @@ def load_yaml(path: str | Path) -> Any:
     if not path.is_file():
         raise ConfigError("file not found", source=path)
     try:
-        return yaml.safe_load(path.read_text())
+        return yaml_load(path.read_text())
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark else ""

@@ -1,0 +1,80 @@
+"""Data: datasets, tokenizers, batching and the Lightning data module.
+
+Public API (see each module for the formulas):
+
+- batching: ``batchify``, ``get_batch``, ``window_starts``
+- tokenizers: ``BaseTokenizer``, ``CharTokenizer``, ``WordTokenizer``, ``Dictionary``,
+  ``BPETokenizer``, ``build_tokenizer``, ``load_tokenizer``, ``train_bpe``, ``cached_bpe``
+- datasets: ``DatasetSpec``, ``DATASETS``, ``resolve_dataset``, ``read_text``, ``download``,
+  ``split_bounds``, ``split_sequence``, ``sha256_file``, ``data_dir``, ``cache_dir``
+- module: ``LMDataModule``, ``unigram_entropy``, ``window_order``, ``WindowSampler``,
+  ``WindowDataset``
+"""
+
+from ablate.data.batching import batchify, get_batch, window_starts
+from ablate.data.datasets import (
+    DATASETS,
+    DatasetSpec,
+    cache_dir,
+    data_dir,
+    download,
+    read_text,
+    resolve_dataset,
+    sha256_file,
+    split_bounds,
+    split_sequence,
+)
+from ablate.data.module import (
+    LMDataModule,
+    WindowDataset,
+    WindowSampler,
+    unigram_entropy,
+    window_order,
+)
+from ablate.data.tokenizers import (
+    EOS,
+    TOKENIZERS,
+    BaseTokenizer,
+    BPETokenizer,
+    CharTokenizer,
+    Dictionary,
+    WordTokenizer,
+    build_tokenizer,
+    cached_bpe,
+    load_tokenizer,
+    train_bpe,
+    word_tokens,
+)
+
+__all__ = [
+    "DATASETS",
+    "EOS",
+    "TOKENIZERS",
+    "BPETokenizer",
+    "BaseTokenizer",
+    "CharTokenizer",
+    "DatasetSpec",
+    "Dictionary",
+    "LMDataModule",
+    "WindowDataset",
+    "WindowSampler",
+    "WordTokenizer",
+    "batchify",
+    "build_tokenizer",
+    "cache_dir",
+    "cached_bpe",
+    "data_dir",
+    "download",
+    "get_batch",
+    "load_tokenizer",
+    "read_text",
+    "resolve_dataset",
+    "sha256_file",
+    "split_bounds",
+    "split_sequence",
+    "train_bpe",
+    "unigram_entropy",
+    "window_order",
+    "window_starts",
+    "word_tokens",
+]

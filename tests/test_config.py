@@ -1,0 +1,80 @@
+import pytest
+
+from ablate.config import ConfigError, RunConfig, build_config, load_run_config, parse_override
+
+
+def test_defaults_and_derived_properties():
+    cfg = RunConfig()
+    assert cfg.model.ff_dim == 4 * cfg.model.d_model
+    assert cfg.model.head_dim == cfg.model.d_model // cfg.model.n_heads
+    assert cfg.model.kv_heads == cfg.model.n_heads
+    glu = build_config({"model.activation": "swiglu", "model.d_ff": 300})
+    assert glu.model.ffn_hidden == 200
+    unmatched = build_config({"model.activation": "swiglu", "model.d_ff": 300,
+                              "model.glu_param_match": False})
+    assert unmatched.model.ffn_hidden == 300
+
+
+def test_lr_scaling_rules():
+    base = {"optim.lr": 1e-3, "optim.ref_batch_size": 16, "data.batch_size": 64}
+    assert build_config({**base, "optim.lr_scaling": "linear"}).lr == pytest.approx(4e-3)
+    assert build_config({**base, "optim.lr_scaling": "sqrt"}).lr == pytest.approx(2e-3)
+    assert build_config({**base, "optim.lr_scaling": "none"}).lr == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize(
+    "override, key, fragment",
+    [
+        ("model.norm_placment=pre", "model.norm_placment", "did you mean 'model.norm_placement'"),
+        ("modle.d_model=8", "modle.d_model", "did you mean 'model'"),
+        ("model.norm=batchnorm", "model.norm", "'layernorm' or 'rmsnorm'"),
+        ("model.pos_encoding=xpos", "model.pos_encoding", "'rope'"),
+        ("optim.lr=0", "optim.lr", "greater than 0"),
+        ("model.dropout=1.0", "model.dropout", "less than 1"),
+        ("train.max_steps=-5", "train.max_steps", "greater than or equal to 1"),
+        ("model.d_model=130", "model", "divisible by n_heads"),
+        ("model.d_model=abc", "model.d_model", "integer"),
+    ],
+)
+def test_bad_values_name_the_key(override, key, fragment):
+    with pytest.raises(ConfigError) as exc:
+        load_run_config(None, [override])
+    msg = str(exc.value)
+    assert key in msg and fragment in msg
+    assert "\n" not in msg
+
+
+def test_yaml_file_errors_name_the_file(tmp_path):
+    p = tmp_path / "run.yaml"
+    p.write_text("model:\n  d_model: 64\n  n_head: 4\n")
+    with pytest.raises(ConfigError, match=r"run.yaml: model.n_head: unknown key"):
+        load_run_config(p)
+    p.write_text("model: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"run.yaml: line \d+: invalid YAML"):
+        load_run_config(p)
+    with pytest.raises(ConfigError, match="file not found"):
+        load_run_config(tmp_path / "missing.yaml")
+
+
+def test_overrides_parse_as_yaml_and_win_over_file(tmp_path):
+    assert parse_override("optim.lr=3e-4") == ("optim.lr", 3e-4)
+    assert parse_override("train.eval_lengths=[1, 2]") == ("train.eval_lengths", [1, 2])
+    p = tmp_path / "run.yaml"
+    p.write_text("model:\n  d_model: 64\n  n_heads: 4\n")
+    cfg = load_run_config(p, ["model.d_model=32"])
+    assert cfg.model.d_model == 32 and cfg.model.n_heads == 4
+
+
+def test_run_id_is_stable_and_ignores_tracking():
+    a = build_config({"model.d_model": 64})
+    b = build_config({"model.d_model": 64, "tracking.wandb": False, "train.progress": False})
+    c = build_config({"model.d_model": 64, "train.seed": 1})
+    assert a.run_id() == b.run_id()
+    assert a.run_id() != c.run_id()
+    assert len(a.run_id()) == 12
+
+
+def test_learned_positions_must_cover_the_context():
+    with pytest.raises(ConfigError, match="seq_len"):
+        build_config({"data.seq_len": 512, "model.max_seq_len": 256})
+    build_config({"data.seq_len": 512, "model.max_seq_len": 256, "model.pos_encoding": "rope"})

@@ -1,0 +1,548 @@
+"""Data: batching (course definition), tokenizers, datasets/download, splits, LMDataModule.
+
+Every test runs with its own ``ABLATE_CACHE_DIR`` and without ``ABLATE_DATA_DIR`` (autouse
+fixture); tests that need Tiny Shakespeare point ``ABLATE_DATA_DIR`` at the shared data folder
+and skip when it is absent. Downloads go to a loopback HTTP server only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import http.server
+import math
+import os
+import random
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+import ablate.data.module as dm_module
+import ablate.data.tokenizers as tk
+from ablate.config import ConfigError, DataConfig
+from ablate.data import (
+    DATASETS,
+    EOS,
+    CharTokenizer,
+    DatasetSpec,
+    LMDataModule,
+    WindowSampler,
+    WordTokenizer,
+    batchify,
+    build_tokenizer,
+    cached_bpe,
+    get_batch,
+    load_tokenizer,
+    read_text,
+    resolve_dataset,
+    split_bounds,
+    split_sequence,
+    unigram_entropy,
+    window_order,
+    window_starts,
+)
+
+SHAKESPEARE_SHA = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+
+
+def shared_data_dir() -> Path:
+    env = os.environ.get("ABLATE_DATA_DIR")
+    return Path(env) if env else Path(__file__).parents[2] / "shared" / "data"
+
+
+SHARED = shared_data_dir()  # read before the autouse fixture clears the variable
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("ABLATE_DATA_DIR", raising=False)
+    # urllib honours proxy variables; loopback requests must never go through a proxy
+    monkeypatch.setenv("no_proxy", "*")
+    monkeypatch.setenv("NO_PROXY", "*")
+
+
+@pytest.fixture
+def shakespeare(monkeypatch) -> Path:
+    path = SHARED / "tinyshakespeare" / "input.txt"
+    if not path.is_file():
+        pytest.skip(f"shared data not found at {SHARED}")
+    monkeypatch.setenv("ABLATE_DATA_DIR", str(SHARED))
+    return path
+
+
+def random_text(n: int, seed: int = 0, alphabet: str = "abcdefghij \n") -> str:
+    rng = random.Random(seed)
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# --- batching ------------------------------------------------------------------------------------
+
+
+def test_batchify_and_get_batch_course_example():
+    data = torch.arange(1, 27)
+    src = batchify(data, 3)
+    assert src.tolist() == [list(range(1, 9)), list(range(9, 17)), list(range(17, 25))]
+    x, y = get_batch(src, 0, 4)
+    assert x.tolist() == [[1, 2, 3, 4], [9, 10, 11, 12], [17, 18, 19, 20]]
+    assert y.tolist() == [[2, 3, 4, 5], [10, 11, 12, 13], [18, 19, 20, 21]]
+    assert list(window_starts(8, 4, 1))[-1] == 3
+    x, y = get_batch(src, 3, 4)
+    assert x[0].tolist() == [4, 5, 6, 7] and y[0].tolist() == [5, 6, 7, 8]
+    with pytest.raises(ValueError):
+        get_batch(src, 4, 4)
+    with pytest.raises(ValueError):
+        get_batch(src, -1, 4)
+
+
+def test_batchify_needs_two_tokens_per_row():
+    assert batchify(torch.arange(6), 3).shape == (3, 2)
+    with pytest.raises(ValueError, match="rows"):
+        batchify(torch.arange(5), 3)
+
+
+def test_window_starts_strides():
+    assert list(window_starts(8, 4, 1)) == [0, 1, 2, 3]  # sliding window
+    assert list(window_starts(8, 4, 4)) == [0]  # non-overlapping: the next would need 9 tokens
+    assert list(window_starts(9, 4, 4)) == [0, 4]
+    assert list(window_starts(20, 3, 2)) == list(range(0, 17, 2))
+    # non-overlapping windows: (tps - 1) // seq_len of them
+    for tps in range(5, 40):
+        assert len(window_starts(tps, 4, 4)) == (tps - 1) // 4
+
+
+def test_window_starts_error_names_key_and_sizes():
+    with pytest.raises(ConfigError) as err:
+        window_starts(8, 8, 1)
+    assert err.value.key == "data.seq_len"
+    assert "8" in str(err.value) and "9" in str(err.value)
+
+
+# --- tokenizers ----------------------------------------------------------------------------------
+
+
+def test_char_tokenizer_on_tiny_shakespeare(shakespeare):
+    text = read_text(resolve_dataset("tinyshakespeare"))
+    assert len(text) == 1_115_394
+    tok = CharTokenizer.fit(text)
+    assert tok.vocab_size == 65
+    assert tok.chars == sorted(tok.chars)
+    sample = text[:2000]
+    assert tok.decode(tok.encode(sample)) == sample
+
+
+def test_char_tokenizer_roundtrip_and_save(tmp_path):
+    tok = CharTokenizer.fit("hello world\n")
+    assert tok.vocab_size == len(set("hello world\n"))
+    assert tok.encode("dl") == [tok.chars.index("d"), tok.chars.index("l")]
+    assert tok.decode(tok.encode("hello\nworld")) == "hello\nworld"
+    tok.save(tmp_path / "c.json")
+    again = load_tokenizer(tmp_path / "c.json")
+    assert isinstance(again, CharTokenizer) and again.chars == tok.chars
+    with pytest.raises(ValueError, match="'z'"):
+        tok.encode("z")
+
+
+def test_word_tokenizer_eos_per_line(tmp_path):
+    text = "the cat sat\n\n  the dog\tran  \nend"
+    tok = WordTokenizer.fit(text)
+    words = [tok.dictionary.idx2word[i] for i in tok.encode(text)]
+    assert words == ["the", "cat", "sat", EOS, EOS, "the", "dog", "ran", EOS, "end", EOS]
+    # ids in order of first occurrence, no duplicates
+    assert tok.dictionary.idx2word == ["the", "cat", "sat", EOS, "dog", "ran", "end"]
+    assert tok.vocab_size == 7
+    ids = tok.encode(text)
+    assert tok.encode(tok.decode(ids)) == ids
+    assert tok.decode(ids) == "the cat sat\n\nthe dog ran\nend\n"
+    # a trailing newline does not start another line
+    assert tok.encode("the cat\n") == tok.encode("the cat")
+    tok.save(tmp_path / "w.json")
+    again = load_tokenizer(tmp_path / "w.json")
+    assert isinstance(again, WordTokenizer) and again.encode(text) == ids
+
+
+def test_word_tokenizer_unknown_word():
+    tok = WordTokenizer.fit("a b\n")
+    with pytest.raises(ValueError, match="'zebra'"):
+        tok.encode("zebra")
+
+
+def test_bpe_trains_caches_and_roundtrips(tmp_path, monkeypatch):
+    train = random_text(4000, seed=1, alphabet="abcab cd\n") + " héllo wörld 日本\n"
+    cache = tmp_path / "bpecache"
+    tok = cached_bpe(train, 300, cache)
+    assert 256 < tok.vocab_size <= 300
+    files = list((cache / "tokenizers").glob("bpe-*.json"))
+    assert len(files) == 1 and "v300" in files[0].name
+    mtime = files[0].stat().st_mtime_ns
+    for text in (train[:500], "unseen text: ZQX 🎉\r\n\ttabs", ""):
+        assert tok.decode(tok.encode(text)) == text
+    assert len(tok.encode(train)) < len(train.encode())  # merges were learned
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("retrained although cached")
+
+    monkeypatch.setattr(tk, "train_bpe", no_training)
+    again = build_tokenizer("bpe", "ignored", train, bpe_vocab_size=300, cache_dir=cache)
+    assert again.encode(train) == tok.encode(train)
+    assert files[0].stat().st_mtime_ns == mtime
+    assert isinstance(load_tokenizer(files[0]), tk.BPETokenizer)
+    # another vocab size or training text is another cache entry (and here: would retrain)
+    with pytest.raises(AssertionError, match="retrained"):
+        cached_bpe(train, 280, cache)
+    with pytest.raises(AssertionError, match="retrained"):
+        cached_bpe(train + "x", 300, cache)
+
+
+# --- datasets: splits, files, download ----------------------------------------------------------
+
+
+def test_split_is_contiguous_and_deterministic():
+    assert split_bounds(1_115_394, 0.1) == (1_003_854, 1_115_394)  # nanoGPT: int(n * 0.9)
+    assert split_bounds(100, 0.1, 0.1) == (80, 90)
+    assert split_bounds(10, 0.15, 0.0) == (8, 10)
+    text = random_text(1000)
+    tr, va, te = split_sequence(text, 0.1)
+    assert (tr, va, te) == split_sequence(text, 0.1)
+    assert tr + va == text and te == "" and va == text[900:]
+    tr, va, te = split_sequence(text, 0.1, 0.2)
+    assert tr + va + te == text and len(tr) == 700 and len(va) == 100 and len(te) == 200
+    ids = torch.arange(50)
+    assert [t.tolist() for t in split_sequence(ids, 0.2)] == [
+        list(range(40)),
+        list(range(40, 50)),
+        [],
+    ]
+
+
+def test_tinyshakespeare_split_boundary(shakespeare):
+    assert resolve_dataset("tinyshakespeare") == SHARED / "tinyshakespeare" / "input.txt"
+    text = read_text(shakespeare)
+    n = len(text)
+    train, val, _ = split_sequence(text, 0.1)
+    assert len(train) == int(n * 0.9) and val == text[int(n * 0.9) :]
+    dm = LMDataModule(DataConfig())  # the defaults: tinyshakespeare, char, 90/10
+    dm.setup("fit")
+    assert dm.vocab_size == 65 and dm.tokens("train").numel() == len(train)
+    assert dm.tokenizer.decode(dm.tokens("val").tolist()) == val
+    assert unigram_entropy(dm.train_tokens) < math.log(65)
+
+
+class Server:
+    """A loopback HTTP server serving ``files`` (path -> bytes), counting requests."""
+
+    def __init__(self, files: dict[str, bytes]):
+        self.files, self.hits = files, 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.hits += 1
+                body = outer.files.get(self.path)
+                if body is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self.thread.start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}{path}"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    body = b"a small dataset\nwith two lines\n"
+    s = Server({"/data.txt": body})
+    s.body, s.sha = body, hashlib.sha256(body).hexdigest()
+    yield s
+    s.close()
+
+
+def register(monkeypatch, name: str, url: str, sha: str) -> DatasetSpec:
+    spec = DatasetSpec(url=url, sha256=sha, filename="data.txt")
+    monkeypatch.setitem(DATASETS, name, spec)
+    return spec
+
+
+def test_download_verifies_and_caches(server, monkeypatch, tmp_path):
+    register(monkeypatch, "tiny", server.url("/data.txt"), server.sha)
+    path = resolve_dataset("tiny")
+    assert path == tmp_path / "cache" / "tiny" / "data.txt"
+    assert path.read_bytes() == server.body and server.hits == 1
+    assert resolve_dataset("tiny") == path
+    assert server.hits == 1  # served from the cache
+    assert sorted(p.name for p in path.parent.iterdir()) == ["data.txt"]  # no temp files
+
+
+def test_download_checksum_mismatch_leaves_nothing(server, monkeypatch, tmp_path):
+    register(monkeypatch, "tiny", server.url("/data.txt"), "0" * 64)
+    with pytest.raises(ConfigError, match="checksum mismatch") as err:
+        resolve_dataset("tiny")
+    assert err.value.key == "data.dataset"
+    folder = tmp_path / "cache" / "tiny"
+    assert not folder.exists() or list(folder.iterdir()) == []
+
+
+def test_download_failure_is_config_error(server, monkeypatch, tmp_path):
+    register(monkeypatch, "tiny", server.url("/missing.txt"), server.sha)
+    with pytest.raises(ConfigError, match="could not download") as err:
+        resolve_dataset("tiny")
+    assert err.value.key == "data.dataset"
+    assert list((tmp_path / "cache" / "tiny").iterdir()) == []
+
+
+def test_corrupt_cache_entry_is_fetched_again(server, monkeypatch, tmp_path):
+    register(monkeypatch, "tiny", server.url("/data.txt"), server.sha)
+    cached = tmp_path / "cache" / "tiny" / "data.txt"
+    cached.parent.mkdir(parents=True)
+    cached.write_text("garbage")
+    assert resolve_dataset("tiny") == cached and cached.read_bytes() == server.body
+    assert server.hits == 1
+
+
+def test_data_dir_takes_precedence_and_is_verified(server, monkeypatch, tmp_path):
+    spec = register(monkeypatch, "tiny", server.url("/data.txt"), server.sha)
+    shared = tmp_path / "shared"
+    (shared / "tiny").mkdir(parents=True)
+    local = shared / "tiny" / spec.filename
+    local.write_bytes(server.body)
+    monkeypatch.setenv("ABLATE_DATA_DIR", str(shared))
+    assert resolve_dataset("tiny") == local and server.hits == 0
+    local.write_bytes(server.body + b"tampered")
+    with pytest.raises(ConfigError, match="corrupt") as err:
+        resolve_dataset("tiny")
+    assert err.value.key == "data.dataset" and server.hits == 0
+
+
+def test_spec_url_is_overridable():
+    spec = dataclasses.replace(DATASETS["tinyshakespeare"], url="http://127.0.0.1:1/x")
+    assert spec.url == "http://127.0.0.1:1/x" and spec.sha256 == SHAKESPEARE_SHA
+
+
+def _latin1_file(d: Path) -> Path:
+    path = d / "latin1.txt"
+    path.write_bytes("caf\xe9\n".encode("latin-1"))
+    return path
+
+
+@pytest.mark.parametrize(
+    "make, fragment",
+    [
+        (lambda d: d / "nope.txt", "unknown dataset"),
+        (lambda d: d, "not a regular file"),
+        (lambda d: write(d / "empty.txt", ""), "is empty"),
+        (_latin1_file, "not UTF-8"),
+    ],
+    ids=["missing", "directory", "empty", "not-utf8"],
+)
+def test_bad_dataset_files_are_config_errors(tmp_path, make, fragment):
+    path = make(tmp_path)
+    with pytest.raises(ConfigError, match=fragment) as err:
+        LMDataModule(DataConfig(dataset=str(path))).setup("fit")
+    assert err.value.key == "data.dataset"
+
+
+def test_unknown_name_lists_registered():
+    with pytest.raises(ConfigError, match="tinyshakespeare") as err:
+        resolve_dataset("tinyshakespear")
+    assert err.value.key == "data.dataset"
+
+
+# --- LMDataModule --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def text_file(tmp_path) -> Path:
+    return write(tmp_path / "text.txt", random_text(3000, seed=7))
+
+
+def make_dm(path: Path, seed: int = 0, **kw) -> LMDataModule:
+    cfg = DataConfig(dataset=str(path), **{"seq_len": 8, "batch_size": 4, **kw})
+    dm = LMDataModule(cfg, seed=seed)
+    dm.setup("fit")
+    return dm
+
+
+def first_inputs(loader) -> list[list[int]]:
+    return [x[:, 0].tolist() for x, _ in loader]
+
+
+def test_module_shapes_and_properties(text_file):
+    dm = make_dm(text_file, eval_batch_size=2)
+    assert dm.vocab_size == len(set(text_file.read_text()))
+    assert dm.is_char and dm.bits_per_char_factor == pytest.approx(1 / math.log(2))
+    assert dm.tokens_per_batch == 32
+    assert not dm.train_dataloader().pin_memory
+    assert make_dm(text_file, pin_memory=True).val_dataloader().pin_memory
+    assert dm.tokens("train").numel() == 2700 and dm.tokens("val").numel() == 300
+    assert dm.batched("train").shape == (4, 675) and dm.batched("val").shape == (2, 150)
+    x, y = next(iter(dm.train_dataloader()))
+    assert x.shape == y.shape == (4, 8) and x.dtype == torch.long
+    assert len(dm.train_dataloader()) == dm.num_train_windows == len(window_starts(675, 8, 8))
+    with pytest.raises(ConfigError, match="no test split"):
+        dm.test_dataloader()
+
+
+def test_setup_is_idempotent(text_file, monkeypatch):
+    calls = []
+    real = dm_module.read_text
+    monkeypatch.setattr(dm_module, "read_text", lambda p: calls.append(p) or real(p))
+    dm = make_dm(text_file)
+    tok = dm.tokenizer
+    dm.setup("fit")
+    dm.setup("validate")
+    assert len(calls) == 1 and dm.tokenizer is tok
+
+
+def test_train_loader_deterministic_per_seed(text_file):
+    a = first_inputs(make_dm(text_file, seed=1).train_dataloader())
+    b = first_inputs(make_dm(text_file, seed=1).train_dataloader())
+    c = first_inputs(make_dm(text_file, seed=2).train_dataloader())
+    assert a == b and a != c
+    assert sorted(a) == sorted(c)  # same windows, another order
+
+
+def test_train_loader_epochs_and_order(text_file):
+    dm = make_dm(text_file, stride=3)
+    src, starts = dm.batched("train"), window_starts(675, 8, 3)
+    windows = {i: get_batch(src, i, 8)[0][:, 0].tolist() for i in starts}
+    loader = dm.train_dataloader()
+    e0, e1 = first_inputs(loader), first_inputs(loader)
+    assert e0 != e1  # a new permutation per epoch
+    assert sorted(e0) == sorted(e1) == sorted(windows.values())  # each epoch: every window once
+    in_order = make_dm(text_file, stride=3, shuffle=False).train_dataloader()
+    assert first_inputs(in_order) == [windows[i] for i in starts]
+
+
+def test_sampler_resume_continues_the_stream():
+    n = 7
+    stream = [i for e in range(3) for i in window_order(n, 5, e).tolist()]
+    full = WindowSampler(n, 5, True)
+    assert [i for _ in range(3) for i in full] == stream
+    resumed = WindowSampler(n, 5, True, start=10)
+    assert list(resumed) + list(resumed) == stream[10:]
+    assert window_order(n, 5, 0, shuffle=False).tolist() == list(range(n))
+
+
+def test_val_loader_covers_the_split(text_file):
+    dm = make_dm(text_file, eval_batch_size=3)
+    src = dm.batched("val")  # (3, 100)
+    batches = list(dm.val_dataloader())
+    assert len(batches) == (src.size(1) - 1) // 8 == 12
+    xs = torch.cat([x for x, _ in batches], dim=1)
+    ys = torch.cat([y for _, y in batches], dim=1)
+    assert torch.equal(xs, src[:, : 12 * 8]) and torch.equal(ys, src[:, 1 : 1 + 12 * 8])
+
+
+def test_eval_windows_other_lengths(text_file):
+    dm = make_dm(text_file, eval_batch_size=3)
+    x, y = next(iter(dm.eval_windows("val", 16)))
+    assert x.shape == (3, 16) and torch.equal(y[:, :-1], x[:, 1:])
+    assert len(dm.eval_windows("val", 32)) == 99 // 32
+    with pytest.raises(ConfigError, match="val split") as err:
+        dm.eval_windows("val", 100)  # raised at the call, not at the first batch
+    assert err.value.key == "train.eval_lengths"
+
+
+def test_sizes_that_do_not_fit_are_config_errors(text_file):
+    # val: 300 tokens in 4 rows of 75, a window of seq_len 100 needs 101 per row
+    with pytest.raises(ConfigError, match=r"seq_len 100 .*101.* 75 \(the val split") as err:
+        make_dm(text_file, seq_len=100)
+    assert err.value.key == "data.seq_len"
+    with pytest.raises(ConfigError, match="the train split") as err:
+        make_dm(text_file, seq_len=700)
+    assert err.value.key == "data.seq_len"
+    with pytest.raises(ConfigError, match="300 tokens, too few for 200 rows") as err:
+        make_dm(text_file, seq_len=1, eval_batch_size=200)
+    assert err.value.key == "data.eval_batch_size"
+
+
+def test_word_and_bpe_modules(tmp_path):
+    lines = [
+        " ".join(random.Random(i).choice(["to", "be", "or", "not"]) for _ in range(6))
+        for i in range(400)
+    ]
+    path = write(tmp_path / "words.txt", "\n".join(lines) + "\n")
+    word = make_dm(path, tokenizer="word")
+    assert word.vocab_size == 5 and not word.is_char  # 4 words + <eos>
+    total = sum(word.tokens(s).numel() for s in ("train", "val", "test"))
+    assert total == 400 * 7 and word.tokens("val").numel() == total - int(total * 0.9)
+    bpe = make_dm(path, tokenizer="bpe", bpe_vocab_size=270)
+    assert 256 < bpe.vocab_size <= 270
+    assert 0 < bpe.bits_per_char_factor < 1 / math.log(2)  # fewer tokens than characters
+    val_text = split_sequence(path.read_text(), 0.1)[1]
+    assert bpe.tokenizer.decode(bpe.tokens("val").tolist()) == val_text
+
+
+def test_unigram_entropy():
+    assert unigram_entropy(torch.tensor([0, 1, 2, 3] * 5)) == pytest.approx(math.log(4))
+    assert unigram_entropy(torch.zeros(10, dtype=torch.long)) == pytest.approx(0.0)
+    p = torch.tensor([0.5, 0.25, 0.25])
+    assert unigram_entropy(torch.tensor([0, 0, 1, 2])) == pytest.approx(float(-(p * p.log()).sum()))
+
+
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader`")
+@pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated")
+def test_lightning_resume_sees_the_same_batches(text_file, tmp_path):
+    pl = pytest.importorskip("pytorch_lightning")
+
+    class Recorder(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+            self.seen: list[list[int]] = []
+
+        def training_step(self, batch, batch_idx):
+            self.seen.append(batch[0][:, 0].tolist())
+            return self.w.sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def fit(steps: int, ckpt: Path | None = None) -> tuple[list, pl.Trainer]:
+        model = Recorder()
+        trainer = pl.Trainer(
+            max_steps=steps,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+            accelerator="cpu",
+            default_root_dir=tmp_path,
+        )
+        trainer.fit(
+            model,
+            datamodule=make_dm(text_file, seed=3, seq_len=32),
+            ckpt_path=str(ckpt) if ckpt else None,
+        )
+        return model.seen, trainer
+
+    # 675 tokens per row, seq_len 32: 21 windows per epoch; stop mid-epoch 2 and resume
+    full, _ = fit(50)
+    first, trainer = fit(30)
+    trainer.save_checkpoint(tmp_path / "mid.ckpt")
+    rest, _ = fit(50, tmp_path / "mid.ckpt")
+    assert first + rest == full
