@@ -69,11 +69,17 @@ def run(
 
     try:
         results = run_study(
-            study, profile=profile, overrides=set_ or [], store=store, workers=workers,
+            study,
+            profile=profile,
+            overrides=set_ or [],
+            store=store,
+            workers=workers,
             progress=not no_progress,
         )
     except ConfigError as err:
         fail(err)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
     if any(r.get("status") == "failed" for r in results):
         raise typer.Exit(1)
 
@@ -95,11 +101,16 @@ def plan(
 
 
 @app.command()
-def status(store: StoreOpt = Path("runs")) -> None:
+def status(
+    study: Annotated[
+        str | None, typer.Argument(help="Only this study (its name in the store).")
+    ] = None,
+    store: StoreOpt = Path("runs"),
+) -> None:
     """List the studies in the store and the state of their runs."""
     from ablate.runner import store_status
 
-    store_status(store)
+    store_status(store, study)
 
 
 @app.command()

@@ -260,6 +260,7 @@ _Loader.add_implicit_resolver(
 def yaml_load(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
+
 _SECTIONS = {
     "model": ModelConfig,
     "data": DataConfig,
@@ -345,9 +346,7 @@ def _error_from_validation(err: ValidationError, source: str | Path | None) -> C
     return ConfigError(msg, key=loc, source=source)
 
 
-def build_config(
-    flat: dict[str, Any] | None = None, source: str | Path | None = None
-) -> RunConfig:
+def build_config(flat: dict[str, Any] | None = None, source: str | Path | None = None) -> RunConfig:
     """Validate flat dotted overrides on top of the defaults into a RunConfig."""
     tree: dict[str, Any] = {}
     for key, value in (flat or {}).items():

@@ -60,7 +60,11 @@ class LitLM(pl.LightningModule):
         self.diverged_step: int | None = None
         self._t_last: float | None = None
         self._step_last = 0
+        self._eval_t0 = 0.0
+        self._loss_sum: torch.Tensor | None = None
+        self._loss_n = 0
         self.tokens_per_s: float | None = None
+        self.train_loss: float | None = None
         self._val_losses: list[torch.Tensor] = []
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
@@ -98,36 +102,64 @@ class LitLM(pl.LightningModule):
     def training_step(self, batch, batch_idx):
         x, y = batch
         loss = lm_loss(self.model(x), y)
-        # remember the first non-finite step on-device; read it only at log intervals
-        bad = (~torch.isfinite(loss)) & (self.nonfinite_step < 0)
+        detached = loss.detach()
+        # accumulate on-device; read once per log interval (no host sync per step)
+        self._loss_sum = detached if self._loss_sum is None else self._loss_sum + detached
+        self._loss_n += 1
+        bad = (~torch.isfinite(detached)) & (self.nonfinite_step < 0)
         self.nonfinite_step = torch.where(bad, self.global_step, self.nonfinite_step)
-        self.log("train/loss", loss.detach(), on_step=True, prog_bar=True, logger=True)
         return loss
 
+    def log_now(self, metrics: dict[str, float], step: int) -> None:
+        """Send metrics to every logger at ``step`` (Lightning's own cadence would drop them)."""
+        for logger in self.loggers:
+            logger.log_metrics(metrics, step=step)
+
     def on_train_batch_end(self, outputs, batch, batch_idx):
-        step = self.global_step  # already incremented: steps done so far
+        step = self.global_step  # optimizer steps done so far
         if step % self.cfg.train.log_interval and step != self.cfg.train.max_steps:
             return
         now = time.perf_counter()
-        if self._t_last is not None and step > self._step_last:
-            self.tokens_per_s = (step - self._step_last) * self.tokens_per_step / (now - self._t_last)
-            self.log("perf/tokens_per_s", self.tokens_per_s, on_step=True)
-        self._t_last, self._step_last = now, step
-        self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True)
-        bad_step = int(self.nonfinite_step)
+        mean_loss, bad_step = torch.stack(
+            [self._loss_sum / max(self._loss_n, 1), self.nonfinite_step.to(self._loss_sum)]
+        ).tolist()
+        metrics = {
+            "train/loss": mean_loss,
+            "lr": self.trainer.optimizers[0].param_groups[0]["lr"],
+        }
+        if step > self._step_last:
+            dt = now - self._t_last
+            self.tokens_per_s = (step - self._step_last) * self.tokens_per_step / dt
+            metrics["perf/tokens_per_s"] = self.tokens_per_s
+        self.log_now(metrics, step)
+        self.log("train/loss", mean_loss, prog_bar=True, logger=False)  # progress bar only
+        self.train_loss = mean_loss
+        self._loss_sum, self._loss_n = None, 0
+        self._t_last, self._step_last = time.perf_counter(), step
         if bad_step >= 0:
-            self.diverged_step = bad_step
+            self.diverged_step = int(bad_step)
             self.trainer.should_stop = True
 
     def on_train_start(self):
         self._t_last, self._step_last = time.perf_counter(), self.global_step
 
+    def on_validation_start(self):
+        self._eval_t0 = time.perf_counter()
+
+    def on_validation_end(self):
+        # evaluation time is not training throughput
+        if self._t_last is not None:
+            self._t_last += time.perf_counter() - self._eval_t0
+
     def on_before_optimizer_step(self, optimizer):
         interval = self.cfg.train.grad_norm_interval
-        step = self.global_step
+        step = self.global_step  # gradients of this step, before the update: step 0 = at init
         if interval == 0 or (step % interval and step != 0):
             return
-        self.log_dict(self.grad_norms(), on_step=True)
+        norms = self.grad_norms()
+        if norms:
+            values = torch.stack(list(norms.values())).tolist()
+            self.log_now(dict(zip(norms, values, strict=True)), step)
 
     @torch.no_grad()
     def grad_norms(self) -> dict[str, torch.Tensor]:
@@ -154,7 +186,10 @@ class LitLM(pl.LightningModule):
             return
         loss = torch.stack(self._val_losses).mean()
         self._val_losses.clear()
-        self.log("val/loss", loss, prog_bar=True)
-        self.log("val/ppl", torch.exp(loss.clamp(max=50)))
+        value = loss.item()
+        metrics = {"val/loss": value, "val/ppl": math.exp(min(value, 50.0))}
         if self.bits_per_token:
-            self.log("val/bpc", loss / math.log(2))
+            metrics["val/bpc"] = value / math.log(2)
+        self.log_now(metrics, self.global_step)
+        # also through Lightning, for the progress bar and early stopping
+        self.log("val/loss", loss, prog_bar=True, logger=False)

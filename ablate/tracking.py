@@ -112,8 +112,11 @@ def make_wandb_logger(
         experiment.define_metric("train/loss", summary="last")
         return logger
     except Exception as err:  # noqa: BLE001 - W&B must never stop a run
-        log.warning("W&B could not start (%s: %s); the local store keeps everything",
-                    type(err).__name__, str(err).splitlines()[0] if str(err) else "")
+        log.warning(
+            "W&B could not start (%s: %s); the local store keeps everything",
+            type(err).__name__,
+            str(err).splitlines()[0] if str(err) else "",
+        )
         return None
 
 

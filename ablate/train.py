@@ -36,6 +36,9 @@ def quiet_lightning() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     warnings.filterwarnings("ignore", ".*checkpoint.*not found.*")
+    # fit(ckpt_path=None) with OnExceptionCheckpoint: Lightning looks for "last", finds none
+    warnings.filterwarnings("ignore", ".*was called without a model.*")
+    warnings.filterwarnings("ignore", ".*there is no last checkpoint available.*")
     warnings.filterwarnings("ignore", ".*is an invalid version and will not be supported.*")
     warnings.filterwarnings("ignore", ".*LeafSpec.*")
 
@@ -273,6 +276,6 @@ def _close_wandb(logger, summary: dict[str, Any]) -> None:
         for k in ("status", "final_val_loss", "best_val_loss", "steps", "params", "diverged_step"):
             if summary.get(k) is not None:
                 run.summary[k] = summary[k]
-        run.finish(exit_code=0 if summary.get("status") != "failed" else 1, quiet=True)
+        run.finish(exit_code=0 if summary.get("status") != "failed" else 1)
     except Exception as err:  # noqa: BLE001
         log.warning("W&B did not close cleanly: %s", err)

@@ -10,8 +10,9 @@ def test_defaults_and_derived_properties():
     assert cfg.model.kv_heads == cfg.model.n_heads
     glu = build_config({"model.activation": "swiglu", "model.d_ff": 300})
     assert glu.model.ffn_hidden == 200
-    unmatched = build_config({"model.activation": "swiglu", "model.d_ff": 300,
-                              "model.glu_param_match": False})
+    unmatched = build_config(
+        {"model.activation": "swiglu", "model.d_ff": 300, "model.glu_param_match": False}
+    )
     assert unmatched.model.ffn_hidden == 300
 
 

@@ -7,8 +7,13 @@ from ablate.schedules import lr_at
 
 def lr(step, decay, warmup=0.1, min_lr=0.0, cycles=0.5, total=100, base=1.0):
     return lr_at(
-        step, total_steps=total, base_lr=base, warmup_ratio=warmup, min_lr=min_lr,
-        decay=decay, cycles=cycles,
+        step,
+        total_steps=total,
+        base_lr=base,
+        warmup_ratio=warmup,
+        min_lr=min_lr,
+        decay=decay,
+        cycles=cycles,
     )
 
 

@@ -1,0 +1,40 @@
+"""The LSTM baseline: the transformer's embedding, head, tying and init around an ``nn.LSTM``.
+
+Parameter naming (for per-layer gradient norms): LSTM layer ``i`` owns
+``lstm.{weight,bias}_{ih,hh}_l{i}`` (torch's names); ``tok_emb`` and ``head`` belong to no layer.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from ablate.config import ModelConfig
+from ablate.model.transformer import LanguageModel
+
+
+class LSTMLM(LanguageModel):
+    """Embedding -> dropout -> ``n_layers`` LSTM (Hochreiter & Schmidhuber 1997) of width
+    ``d_model`` -> dropout -> head, regularised as in Zaremba et al. 2014 (arXiv 1409.2329):
+    dropout on the non-recurrent connections only. Causal by construction."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int):
+        super().__init__(cfg, vocab_size)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.lstm = nn.LSTM(
+            cfg.d_model,
+            cfg.d_model,
+            cfg.n_layers,
+            bias=cfg.bias,
+            batch_first=True,
+            # between stacked layers; torch warns if asked for it with a single layer
+            dropout=cfg.dropout if cfg.n_layers > 1 else 0.0,
+        )
+        # init_std covers the embedding and head; the LSTM keeps torch's U(-1/sqrt(d), 1/sqrt(d)),
+        # the usual init for LSTM LMs (e.g. Zaremba et al.), not tuned for transformers
+        self.init_weights()
+
+    def hidden(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.drop(self.tok_emb(idx))  # (B, T, d)
+        x, _ = self.lstm(x)  # (B, T, d)
+        return self.drop(x)

@@ -1,0 +1,499 @@
+"""The configurable decoder-only transformer LM, and the base class it shares with the LSTM.
+
+Reads top to bottom: norms -> positional encodings -> attention -> feed-forward -> block -> model.
+Each ablation axis of ``ModelConfig`` is a registry (a small ``dict`` name -> class) looked up
+once at build time, so the forward pass has no branches on config strings.
+
+Parameter naming (for per-layer gradient norms): everything in transformer layer ``i`` lives
+under ``blocks.{i}.`` (``blocks.{i}.attn.{q,k,v,out}_proj``, ``blocks.{i}.ffn.w{1,2,3}``,
+``blocks.{i}.{attn,ffn}_norm``); the rest (``tok_emb``, ``pos``, ``final_norm``, ``head``) belongs
+to no layer. With tied embeddings ``head.weight`` is ``tok_emb.weight`` and ``named_parameters``
+lists it once, as ``tok_emb.weight``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TypeVar
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ablate.config import ModelConfig
+
+T_ = TypeVar("T_")
+
+
+def lookup(registry: dict[str, T_], kind: str, name: str) -> T_:
+    """``registry[name]``, or a ``ValueError`` listing the valid names."""
+    try:
+        return registry[name]
+    except KeyError:
+        choices = ", ".join(registry)
+        raise ValueError(f"unknown {kind} '{name}'; choose from: {choices}") from None
+
+
+# --- norms ----------------------------------------------------------------------------------------
+
+
+class LayerNorm(nn.LayerNorm):
+    """LayerNorm (Ba et al. 2016, arXiv 1607.06450); the shift is dropped when ``bias=False``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x / sqrt(mean(x^2) + eps) * weight`` over the last dimension."""
+    # the mean of squares overflows/underflows in half precision, so normalise in fp32
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).type_as(x) * weight
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm (Zhang & Sennrich 2019, arXiv 1910.07467): LayerNorm without centring or shift."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.eps = cfg.norm_eps
+        self.weight = nn.Parameter(torch.ones(cfg.d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.weight, self.eps)
+
+
+NORMS: dict[str, type[nn.Module]] = {"layernorm": LayerNorm, "rmsnorm": RMSNorm}
+
+
+def build_norm(cfg: ModelConfig) -> nn.Module:
+    return lookup(NORMS, "norm", cfg.norm)(cfg)
+
+
+# --- positional encodings -------------------------------------------------------------------------
+#
+# A positional encoding acts in one of three places: added to the token embeddings (sinusoidal,
+# learned), rotating q and k inside attention (RoPE), or as an additive attention bias (ALiBi).
+# Each class overrides the hook it needs; the model calls all three once per forward and hands the
+# rotary tables and bias to every block. Everything but the learned table is computed for the
+# actual length on the fly, so evaluation beyond the training length works.
+
+
+def sinusoidal_table(seq_len: int, dim: int, device: torch.device | None = None) -> torch.Tensor:
+    """``PE[pos, 2i] = sin(pos / 10000^(2i/dim))``, ``PE[pos, 2i+1] = cos(pos / 10000^(2i/dim))``.
+
+    Returns ``(seq_len, dim)`` float32; an odd ``dim`` drops the last cosine column.
+    """
+    pos = torch.arange(seq_len, dtype=torch.float32, device=device)
+    two_i = torch.arange(0, dim, 2, dtype=torch.float32, device=device)
+    angle = pos[:, None] * torch.exp(-math.log(10000.0) * two_i / dim)  # (T, ceil(dim/2))
+    table = torch.empty(seq_len, dim, device=device)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle[:, : dim // 2])
+    return table
+
+
+def rope_frequencies(
+    seq_len: int, dim: int, theta: float = 10000.0, device: torch.device | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cos(m * theta_i)`` and ``sin(m * theta_i)`` with ``theta_i = theta^(-2i/dim)``.
+
+    For positions ``m = 0..seq_len-1`` and pairs ``i = 0..dim/2-1``; each is ``(seq_len, dim/2)``.
+    """
+    two_i = torch.arange(0, dim, 2, dtype=torch.float32, device=device)
+    inv_freq = theta ** (-two_i / dim)  # (dim/2,)
+    angle = torch.outer(torch.arange(seq_len, dtype=torch.float32, device=device), inv_freq)
+    return torch.cos(angle), torch.sin(angle)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each pair ``(x_2i, x_2i+1)`` at position ``m`` by the angle ``m * theta_i``:
+
+    ``x'_2i = x_2i cos - x_2i+1 sin``, ``x'_2i+1 = x_2i sin + x_2i+1 cos``.
+    ``x`` is ``(..., T, D)``; ``cos``/``sin`` are ``(T, D/2)`` from ``rope_frequencies``.
+    """
+    # rotate in fp32: the angles of far positions lose their low bits in bf16
+    x32 = x.float()
+    x1, x2 = x32[..., 0::2], x32[..., 1::2]  # (..., T, D/2)
+    out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (..., T, D/2, 2)
+    return out.flatten(-2).type_as(x)
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """Head slopes ``2^(-8h/n)`` for ``h = 1..n`` when ``n`` is a power of two.
+
+    Otherwise (the paper's interpolation) the slopes of the closest lower power of two ``p``,
+    followed by every other slope of ``2p`` for the remaining ``n - p`` heads.
+    """
+
+    def power_of_two(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+
+    p = 2 ** math.floor(math.log2(n_heads))
+    slopes = power_of_two(p) + power_of_two(2 * p)[0::2][: n_heads - p]
+    return torch.tensor(slopes)
+
+
+def alibi_bias(slopes: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """``bias[h, i, j] = -slopes[h] * (i - j)``: a penalty linear in the query-key distance.
+
+    Returns ``(H, T, T)``; entries with ``j > i`` are meaningless and must be causally masked.
+    """
+    pos = torch.arange(seq_len, device=slopes.device)
+    distance = (pos[:, None] - pos[None, :]).to(slopes.dtype)  # (T, T)
+    return -slopes[:, None, None] * distance  # (H, T, T)
+
+
+def causal_mask(seq_len: int, device: torch.device | None = None) -> torch.Tensor:
+    """Additive ``(T, T)`` mask: 0 where ``j <= i``, ``-inf`` where ``j > i``."""
+    return torch.full((seq_len, seq_len), float("-inf"), device=device).triu(1)
+
+
+Rotary = tuple[torch.Tensor, torch.Tensor]
+
+
+class NoPositions(nn.Module):
+    """No position signal; the causal mask alone lets a decoder infer position
+    (Haviv et al. 2022, arXiv 2203.16634). Also the base class: every hook is a no-op."""
+
+    max_len: int | None = None
+    """Longest sequence the encoding supports; ``None`` = any."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """Token embeddings ``(B, T, d)`` -> input of the first block."""
+        return x
+
+    def rotary(self, seq_len: int, device: torch.device) -> Rotary | None:
+        """``(cos, sin)`` tables applied to q and k, or ``None``."""
+        return None
+
+    def attn_bias(self, seq_len: int, device: torch.device) -> torch.Tensor | None:
+        """Additive attention mask ``(H, T, T)`` that already includes causality, or ``None``."""
+        return None
+
+
+class SinusoidalPositions(NoPositions):
+    """Fixed sinusoids added to the embeddings (Vaswani et al. 2017, arXiv 1706.03762)."""
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        return x + sinusoidal_table(x.size(1), x.size(2), x.device).to(x.dtype)
+
+
+class LearnedPositions(NoPositions):
+    """A trained absolute position table (GPT, Radford et al. 2018; BERT, arXiv 1810.04805)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.max_len = cfg.max_seq_len
+        self.table = nn.Embedding(cfg.max_seq_len, cfg.d_model)
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        T = x.size(1)
+        if T > self.max_len:
+            raise ValueError(
+                f"sequence length {T} exceeds max_seq_len {self.max_len}: learned positions "
+                "have no embedding past the table (use sinusoidal, rope, alibi or none)"
+            )
+        return x + self.table(torch.arange(T, device=x.device))
+
+
+class RotaryPositions(NoPositions):
+    """RoPE (Su et al. 2021, arXiv 2104.09864): q and k rotated by position, so q.k depends
+    only on the offset."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.head_dim, self.theta = cfg.head_dim, cfg.rope_theta
+
+    def rotary(self, seq_len: int, device: torch.device) -> Rotary:
+        return rope_frequencies(seq_len, self.head_dim, self.theta, device)
+
+
+class ALiBiPositions(NoPositions):
+    """ALiBi (Press et al. 2021, arXiv 2108.12409): a per-head linear distance penalty."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.register_buffer("slopes", alibi_slopes(cfg.n_heads), persistent=False)
+
+    def attn_bias(self, seq_len: int, device: torch.device) -> torch.Tensor:
+        slopes = self.slopes.to(device=device, dtype=torch.float32)
+        return alibi_bias(slopes, seq_len) + causal_mask(seq_len, device)  # (H, T, T)
+
+
+POSITIONS: dict[str, type[NoPositions]] = {
+    "sinusoidal": SinusoidalPositions,
+    "learned": LearnedPositions,
+    "rope": RotaryPositions,
+    "alibi": ALiBiPositions,
+    "none": NoPositions,
+}
+
+
+# --- attention ------------------------------------------------------------------------------------
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention (Vaswani et al. 2017) with ``n_kv_heads`` key/value
+    heads: grouped-query attention (Ainslie et al. 2023, arXiv 2305.13245), multi-query when 1
+    (Shazeer 2019, arXiv 1911.02150). Query head ``h`` reads K/V head ``h // (n_heads/n_kv)``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.head_dim
+        kv_dim = self.n_kv_heads * self.head_dim
+        # separate projections: q and k/v differ in width under GQA
+        self.q_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.k_proj = nn.Linear(cfg.d_model, kv_dim, bias=cfg.bias)
+        self.v_proj = nn.Linear(cfg.d_model, kv_dim, bias=cfg.bias)
+        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.attn_dropout = cfg.dropout
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rotary: Rotary | None = None,
+        attn_bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        B, T, C = x.shape
+        H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
+        q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        k = self.k_proj(x).view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
+        v = self.v_proj(x).view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
+        if rotary is not None:
+            q, k = apply_rope(q, *rotary), apply_rope(k, *rotary)
+        if Hkv != H:
+            k = k.repeat_interleave(H // Hkv, dim=1)  # (B, H, T, D)
+            v = v.repeat_interleave(H // Hkv, dim=1)  # (B, H, T, D)
+        y = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=None if attn_bias is None else attn_bias.to(q.dtype),
+            dropout_p=self.attn_dropout if self.training else 0.0,
+            # a bias mask already carries the causal -inf; is_causal would apply it twice
+            is_causal=attn_bias is None,
+        )  # (B, H, T, D)
+        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, d)
+        return self.resid_dropout(self.out_proj(y))
+
+
+# --- feed-forward ---------------------------------------------------------------------------------
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu, "geglu": F.gelu}
+
+
+class FeedForward(nn.Module):
+    """``W2 act(W1 x)`` with ReLU (Vaswani et al. 2017, arXiv 1706.03762) or GELU
+    (Hendrycks & Gimpel 2016, arXiv 1606.08415)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.act = lookup(ACTIVATIONS, "activation", cfg.activation)
+        self.w1 = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=cfg.bias)
+        self.w2 = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.w2(self.act(self.w1(x))))
+
+
+class GatedFeedForward(nn.Module):
+    """``W2 (act(W1 x) * W3 x)``: SwiGLU (act = SiLU) and GEGLU (act = GELU), Shazeer 2020
+    (arXiv 2002.05202). The hidden width is ``cfg.ffn_hidden`` = 2/3 d_ff when parameter-matched,
+    since three matrices replace two."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.act = lookup(ACTIVATIONS, "activation", cfg.activation)
+        self.w1 = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=cfg.bias)
+        self.w3 = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=cfg.bias)
+        self.w2 = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.w2(self.act(self.w1(x)) * self.w3(x)))
+
+
+FFNS: dict[str, type[nn.Module]] = {
+    "relu": FeedForward,
+    "gelu": FeedForward,
+    "swiglu": GatedFeedForward,
+    "geglu": GatedFeedForward,
+}
+
+
+# --- block ----------------------------------------------------------------------------------------
+
+
+class Block(nn.Module):
+    """Attention and feed-forward sublayers, each with a residual connection and a norm."""
+
+    final_norm: bool
+    """Whether the model needs a norm between the last block and the head."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attn_norm = build_norm(cfg)
+        self.attn = CausalSelfAttention(cfg)
+        self.ffn_norm = build_norm(cfg)
+        self.ffn = lookup(FFNS, "activation", cfg.activation)(cfg)
+
+
+class PostNormBlock(Block):
+    """``x = LN(x + Sublayer(x))`` (Vaswani et al. 2017, arXiv 1706.03762)."""
+
+    # the last block already ends in a norm
+    final_norm = False
+
+    def forward(
+        self, x: torch.Tensor, rotary: Rotary | None = None, attn_bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        x = self.attn_norm(x + self.attn(x, rotary, attn_bias))
+        return self.ffn_norm(x + self.ffn(x))
+
+
+class PreNormBlock(Block):
+    """``x = x + Sublayer(LN(x))`` (GPT-2; Xiong et al. 2020, arXiv 2002.04745)."""
+
+    # the residual stream is never normalised inside the blocks, so normalise it before the head
+    final_norm = True
+
+    def forward(
+        self, x: torch.Tensor, rotary: Rotary | None = None, attn_bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), rotary, attn_bias)
+        return x + self.ffn(self.ffn_norm(x))
+
+
+BLOCKS: dict[str, type[Block]] = {"post": PostNormBlock, "pre": PreNormBlock}
+
+
+# --- model ----------------------------------------------------------------------------------------
+
+
+class LanguageModel(nn.Module):
+    """Token embedding -> ``hidden`` (the architecture) -> linear head, shared by every arch.
+
+    ``forward(idx)``: ``(B, T)`` token ids -> ``(B, T, vocab)`` logits. Subclasses build their
+    body and call ``init_weights()`` last.
+    """
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int):
+        super().__init__()
+        self.cfg = cfg
+        self.vocab_size = vocab_size
+        self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            # weight tying (Press & Wolf 2017, arXiv 1608.05859)
+            self.head.weight = self.tok_emb.weight
+
+    @property
+    def max_len(self) -> int | None:
+        """Longest sequence ``forward`` accepts; ``None`` = any length."""
+        return None
+
+    def hidden(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token ids ``(B, T)`` -> final hidden states ``(B, T, d_model)``."""
+        raise NotImplementedError
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.head(self.hidden(idx))  # (B, T, vocab)
+
+    # --- initialisation -------------------------------------------------------------------
+
+    def residual_projections(self) -> list[nn.Linear]:
+        """Linears whose output is added to the residual stream (they get a scaled init)."""
+        return []
+
+    def init_weights(self) -> None:
+        """``N(0, init_std)`` for linear and embedding weights, zero biases; residual output
+        projections use ``init_std / sqrt(2 n_layers)`` (GPT-2) so the residual stream's variance
+        does not grow with depth. Norms keep ones/zeros; other modules keep torch's defaults."""
+        std = self.cfg.init_std
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+        for linear in self.residual_projections():
+            nn.init.normal_(linear.weight, mean=0.0, std=std / math.sqrt(2 * self.cfg.n_layers))
+
+    # --- size and cost --------------------------------------------------------------------
+
+    def embedding_parameters(self) -> list[nn.Parameter]:
+        """Lookup tables: the token embedding, the head when untied, learned positions."""
+        params = [self.tok_emb.weight]
+        if self.head.weight is not self.tok_emb.weight:
+            params.append(self.head.weight)
+        return params
+
+    def param_counts(self) -> dict[str, int]:
+        """``{'total', 'embedding', 'non_embedding'}``; tied weights are counted once.
+
+        ``embedding`` is ``embedding_parameters()`` (Kaplan et al. 2020, arXiv 2001.08361,
+        exclude these from N); ``non_embedding`` is everything else.
+        """
+        total = sum(p.numel() for p in self.parameters())  # parameters() skips tied duplicates
+        emb = sum(p.numel() for p in self.embedding_parameters())
+        return {"total": total, "embedding": emb, "non_embedding": total - emb}
+
+    def flops_per_token(self, seq_len: int) -> int:
+        """Approximate training FLOPs per token (forward + backward = 3x forward):
+
+        ``6 * N_non_embedding + 6 * d_model * vocab`` (the head matmul; Kaplan et al. 2020,
+        arXiv 2001.08361); transformers add attention's ``12 * n_layers * d_model * seq_len``.
+        """
+        head = 6 * self.cfg.d_model * self.vocab_size
+        return 6 * self.param_counts()["non_embedding"] + head
+
+
+class TransformerLM(LanguageModel):
+    """Decoder-only transformer LM (GPT, Radford et al. 2018): embed (+ positions) -> dropout ->
+    ``n_layers`` blocks -> final norm (pre-norm only) -> head."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int):
+        super().__init__(cfg, vocab_size)
+        self.pos = lookup(POSITIONS, "pos_encoding", cfg.pos_encoding)(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+        block = lookup(BLOCKS, "norm_placement", cfg.norm_placement)
+        self.blocks = nn.ModuleList(block(cfg) for _ in range(cfg.n_layers))
+        self.final_norm = build_norm(cfg) if block.final_norm else nn.Identity()
+        self.init_weights()
+
+    @property
+    def max_len(self) -> int | None:
+        return self.pos.max_len
+
+    def hidden(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.size(1)
+        x = self.drop(self.pos.embed(self.tok_emb(idx)))  # (B, T, d)
+        # once per forward, shared by every block
+        rotary = self.pos.rotary(T, idx.device)
+        attn_bias = self.pos.attn_bias(T, idx.device)
+        for block in self.blocks:
+            x = block(x, rotary, attn_bias)
+        return self.final_norm(x)
+
+    def residual_projections(self) -> list[nn.Linear]:
+        return [m for b in self.blocks for m in (b.attn.out_proj, b.ffn.w2)]
+
+    def embedding_parameters(self) -> list[nn.Parameter]:
+        # the only positional parameters are the learned table's
+        return super().embedding_parameters() + list(self.pos.parameters())
+
+    def flops_per_token(self, seq_len: int) -> int:
+        """``6 N_non_embedding + 6 d_model vocab + 12 n_layers d_model seq_len``.
+
+        The last term is the attention scores and weighted sum, which have no parameters: QK^T and
+        AV are ``2 * d_model * seq_len`` multiply-adds (``4 d T`` FLOPs) per layer and token, times
+        3 for training, as in PaLM (Chowdhery et al. 2022, arXiv 2204.02311, appendix B); like
+        PaLM it ignores the causal mask's halving.
+        """
+        attention = 12 * self.cfg.n_layers * self.cfg.d_model * seq_len
+        return super().flops_per_token(seq_len) + attention

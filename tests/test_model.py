@@ -1,0 +1,424 @@
+"""The model against independent references: torch's own layers, the papers' formulas written
+out by hand here, and properties (causality, relative position) that a wrong model breaks."""
+
+import math
+import re
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.testing import assert_close
+
+from ablate.config import ModelConfig
+from ablate.model import LSTMLM, TransformerLM, build_model
+from ablate.model.transformer import (
+    BLOCKS,
+    FFNS,
+    NORMS,
+    POSITIONS,
+    ALiBiPositions,
+    CausalSelfAttention,
+    GatedFeedForward,
+    RMSNorm,
+    alibi_slopes,
+    apply_rope,
+    lookup,
+    rope_frequencies,
+    sinusoidal_table,
+)
+
+VOCAB = 13
+
+
+def tiny(**overrides) -> ModelConfig:
+    base = dict(d_model=16, n_layers=2, n_heads=4, d_ff=32, max_seq_len=8, dropout=0.0)
+    return ModelConfig(**{**base, **overrides})
+
+
+def randomize_(module: nn.Module, std: float = 0.5) -> nn.Module:
+    """Large random weights everywhere (norms and biases too), so mismatches can't hide."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.normal_(0.0, std)
+    return module
+
+
+# --- 1. blocks vs torch.nn.TransformerEncoderLayer -----------------------------------------------
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("placement", ["post", "pre"])
+def test_block_matches_torch_encoder_layer(placement, activation):
+    torch.manual_seed(0)
+    cfg = tiny(norm_placement=placement, activation=activation, pos_encoding="none", bias=True)
+    block = randomize_(BLOCKS[placement](cfg)).eval()
+    ref = nn.TransformerEncoderLayer(
+        cfg.d_model,
+        cfg.n_heads,
+        cfg.ff_dim,
+        dropout=0.0,
+        activation=activation,
+        layer_norm_eps=cfg.norm_eps,
+        batch_first=True,
+        norm_first=placement == "pre",
+    ).eval()
+    a = block.attn
+    with torch.no_grad():
+        sa = ref.self_attn
+        sa.in_proj_weight.copy_(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))
+        sa.in_proj_bias.copy_(torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]))
+        sa.out_proj.weight.copy_(a.out_proj.weight)
+        sa.out_proj.bias.copy_(a.out_proj.bias)
+        for ours, theirs in [
+            (block.ffn.w1, ref.linear1),
+            (block.ffn.w2, ref.linear2),
+            (block.attn_norm, ref.norm1),
+            (block.ffn_norm, ref.norm2),
+        ]:
+            theirs.weight.copy_(ours.weight)
+            theirs.bias.copy_(ours.bias)
+    x = torch.randn(2, 7, cfg.d_model)
+    mask = nn.Transformer.generate_square_subsequent_mask(7)
+    with torch.no_grad():
+        assert_close(block(x), ref(x, src_mask=mask, is_causal=True))
+
+
+def test_final_norm_only_for_pre_norm():
+    assert isinstance(TransformerLM(tiny(norm_placement="post"), VOCAB).final_norm, nn.Identity)
+    assert isinstance(TransformerLM(tiny(norm_placement="pre"), VOCAB).final_norm, nn.LayerNorm)
+
+
+# --- 2. norms ------------------------------------------------------------------------------------
+
+
+def test_rmsnorm_matches_torch():
+    torch.manual_seed(0)
+    ours = RMSNorm(tiny(norm="rmsnorm", norm_eps=1e-3))
+    ref = nn.RMSNorm(16, eps=1e-3)
+    with torch.no_grad():
+        ours.weight.normal_()
+        ref.weight.copy_(ours.weight)
+    # rows of very different scale: eps only matters for the small ones
+    x = torch.randn(3, 5, 16) * torch.tensor([3.0, 1.0, 0.01])[:, None, None]
+    assert_close(ours(x), ref(x))
+
+
+def test_unknown_registry_name_lists_choices():
+    with pytest.raises(
+        ValueError, match="unknown norm 'batchnorm'; choose from: layernorm, rmsnorm"
+    ):
+        lookup(NORMS, "norm", "batchnorm")
+
+
+# --- 3.-5. positional encodings ------------------------------------------------------------------
+
+
+def test_sinusoidal_table_matches_formula():
+    d = 10
+    table = sinusoidal_table(60, d)
+    for pos, i in [(0, 0), (1, 0), (7, 2), (13, 3), (59, 4), (42, 1)]:
+        angle = pos / 10000 ** (2 * i / d)
+        assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-5)
+        assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-5)
+    # odd widths keep the interleaving and drop the last cosine
+    odd = sinusoidal_table(5, 9)
+    assert odd[3, 8].item() == pytest.approx(math.sin(3 / 10000 ** (8 / 9)), abs=1e-6)
+
+
+def test_sinusoidal_positions_are_added_to_embeddings():
+    pos = POSITIONS["sinusoidal"](tiny())
+    x = torch.randn(2, 5, 16)
+    assert_close(pos.embed(x) - x, sinusoidal_table(5, 16).expand(2, 5, 16))
+
+
+def rope_at(x: torch.Tensor, m: int) -> torch.Tensor:
+    cos, sin = rope_frequencies(m + 1, x.size(-1))
+    return apply_rope(x[None], cos[m : m + 1], sin[m : m + 1])[0]
+
+
+def test_rope_scores_depend_only_on_relative_position():
+    torch.manual_seed(0)
+    q, k = torch.randn(16), torch.randn(16)
+
+    def score(m: int, n: int) -> float:
+        return (rope_at(q, m) @ rope_at(k, n)).item()
+
+    assert score(3, 1) == pytest.approx(score(10, 8), rel=1e-5, abs=1e-5)
+    assert score(0, 5) == pytest.approx(score(20, 25), rel=1e-5, abs=1e-5)
+    assert score(3, 1) != pytest.approx(score(3, 2), rel=1e-3)
+    assert_close(rope_at(q, 0), q)
+
+
+def rope_reference(x: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
+    """RoPE as complex rotation (Su et al. eq. 12; Meta's llama): pair i of position m times
+    exp(i m theta^(-2i/d)). x is (..., T, D)."""
+    T, D = x.shape[-2:]
+    freqs = theta ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    angles = torch.arange(T, dtype=torch.float64)[:, None] * freqs  # (T, D/2)
+    xc = torch.view_as_complex(x.double().reshape(*x.shape[:-1], D // 2, 2))
+    rotated = xc * torch.polar(torch.ones_like(angles), angles)
+    return torch.view_as_real(rotated).flatten(-2).to(x.dtype)
+
+
+def test_rope_matches_complex_rotation():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 12, 8)
+    assert_close(apply_rope(x, *rope_frequencies(12, 8)), rope_reference(x), rtol=1e-5, atol=1e-5)
+
+
+def test_alibi_slopes_match_paper():
+    assert alibi_slopes(8).tolist() == [2.0**-k for k in range(1, 9)]
+    # 6 heads: the 4-head slopes, then every other 8-head slope
+    assert alibi_slopes(6).tolist() == [2.0**-k for k in (2, 4, 6, 8, 1, 3)]
+
+
+def test_alibi_bias_by_hand():
+    bias = ALiBiPositions(tiny(n_heads=2)).attn_bias(3, torch.device("cpu"))
+    inf = float("inf")
+    s0, s1 = 2.0**-4, 2.0**-8  # 2 heads: 2^(-8/2 * h)
+    expected = torch.tensor(
+        [
+            [[0, -inf, -inf], [-s0, 0, -inf], [-2 * s0, -s0, 0]],
+            [[0, -inf, -inf], [-s1, 0, -inf], [-2 * s1, -s1, 0]],
+        ]
+    )
+    assert_close(bias, expected)
+
+
+# --- 6. attention vs plain matmuls ---------------------------------------------------------------
+
+
+def reference_attention(
+    attn: CausalSelfAttention, x: torch.Tensor, pos: str, slopes: list[float]
+) -> torch.Tensor:
+    """softmax(Q K^T / sqrt(d) + bias + causal) V, one head at a time."""
+    B, T, _ = x.shape
+    H, Hkv, D = attn.n_heads, attn.n_kv_heads, attn.head_dim
+
+    def project(lin: nn.Linear, heads: int) -> torch.Tensor:
+        return (x @ lin.weight.T + lin.bias).reshape(B, T, heads, D).permute(0, 2, 1, 3)
+
+    q, k, v = project(attn.q_proj, H), project(attn.k_proj, Hkv), project(attn.v_proj, Hkv)
+    if pos == "rope":
+        q, k = rope_reference(q), rope_reference(k)
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    heads = []
+    for h in range(H):
+        g = h // (H // Hkv)
+        s = q[:, h] @ k[:, g].transpose(-1, -2) / math.sqrt(D)  # (B, T, T)
+        if pos == "alibi":
+            s = s + torch.tensor([[-slopes[h] * (i - j) for j in range(T)] for i in range(T)])
+        s = s.masked_fill(future, float("-inf"))
+        heads.append(torch.softmax(s, dim=-1) @ v[:, g])  # (B, T, D)
+    y = torch.cat(heads, dim=-1)  # (B, T, H*D)
+    return y @ attn.out_proj.weight.T + attn.out_proj.bias
+
+
+@pytest.mark.parametrize("pos", ["none", "rope", "alibi"])
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_attention_matches_reference(kv_heads, pos):
+    torch.manual_seed(0)
+    cfg = tiny(n_heads=4, n_kv_heads=kv_heads, pos_encoding=pos)
+    attn = randomize_(CausalSelfAttention(cfg), std=0.3).eval()
+    positions = POSITIONS[pos](cfg)
+    x = torch.randn(2, 6, cfg.d_model)
+    with torch.no_grad():
+        ours = attn(x, positions.rotary(6, x.device), positions.attn_bias(6, x.device))
+        ref = reference_attention(attn, x, pos, [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8])
+    assert_close(ours, ref, rtol=1e-4, atol=1e-5)
+
+
+# --- 7. causality --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [dict(pos_encoding=p) for p in POSITIONS]
+    + [dict(pos_encoding="rope", norm_placement="post", norm="rmsnorm", activation="swiglu")]
+    + [dict(arch="lstm")],
+    ids=lambda o: "-".join(o.values()),
+)
+def test_future_tokens_never_change_past_logits(overrides):
+    torch.manual_seed(0)
+    model = build_model(tiny(init_std=0.2, **overrides), VOCAB).eval()
+    idx = torch.randint(0, VOCAB, (2, 8))
+    with torch.no_grad():
+        before = model(idx)
+        for t in (0, 3, 7):
+            changed = idx.clone()
+            changed[:, t] = (idx[:, t] + 1) % VOCAB
+            after = model(changed)
+            assert_close(after[:, :t], before[:, :t], rtol=0, atol=1e-6)
+            assert (after[:, t] - before[:, t]).abs().max() > 1e-4
+
+
+# --- 8. GLU parameter matching -------------------------------------------------------------------
+
+
+def count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+@pytest.mark.parametrize("glu", ["swiglu", "geglu"])
+def test_glu_matches_plain_ffn_parameters(glu):
+    plain = count(FFNS["relu"](tiny(d_model=64, d_ff=256, activation="relu")))
+    gated = GatedFeedForward(tiny(d_model=64, d_ff=256, activation=glu))
+    assert gated.w1.out_features == gated.w3.out_features == int(2 * 256 / 3)
+    assert abs(count(gated) / plain - 1) < 0.02
+    unmatched = GatedFeedForward(tiny(d_model=64, d_ff=256, activation=glu, glu_param_match=False))
+    assert unmatched.w1.out_features == 256
+    assert count(unmatched) / plain > 1.4
+
+
+def test_gated_ffn_formula():
+    torch.manual_seed(0)
+    ffn = randomize_(GatedFeedForward(tiny(activation="swiglu")))
+    x = torch.randn(3, 16)
+    w1, w3, w2 = ffn.w1, ffn.w3, ffn.w2
+    h1 = x @ w1.weight.T + w1.bias
+    expected = (h1 * torch.sigmoid(h1) * (x @ w3.weight.T + w3.bias)) @ w2.weight.T + w2.bias
+    assert_close(ffn(x), expected)
+
+
+# --- 9. grouped-query and multi-query attention --------------------------------------------------
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_gqa_shrinks_kv_projections(kv_heads):
+    attn = CausalSelfAttention(tiny(n_heads=4, n_kv_heads=kv_heads))
+    head_dim = 16 // 4
+    assert attn.q_proj.weight.shape == (16, 16)
+    assert attn.k_proj.weight.shape == attn.v_proj.weight.shape == (kv_heads * head_dim, 16)
+    assert attn(torch.randn(2, 5, 16)).shape == (2, 5, 16)
+
+
+def test_mqa_equals_mha_with_copied_kv_heads():
+    torch.manual_seed(0)
+    mqa = randomize_(CausalSelfAttention(tiny(n_heads=4, n_kv_heads=1)), std=0.3).eval()
+    mha = CausalSelfAttention(tiny(n_heads=4)).eval()
+    with torch.no_grad():
+        for name in ("q_proj", "out_proj"):
+            getattr(mha, name).load_state_dict(getattr(mqa, name).state_dict())
+        for name in ("k_proj", "v_proj"):
+            src, dst = getattr(mqa, name), getattr(mha, name)
+            dst.weight.copy_(src.weight.repeat(4, 1))
+            dst.bias.copy_(src.bias.repeat(4))
+        x = torch.randn(2, 6, 16)
+        assert_close(mqa(x), mha(x))
+
+
+# --- 10. parameter counts and FLOPs --------------------------------------------------------------
+
+
+def test_param_counts_by_hand():
+    d, L, ff, V, T = 8, 2, 16, 10, 12
+    cfg = tiny(d_model=d, n_layers=L, n_heads=2, d_ff=ff, max_seq_len=T, activation="relu")
+    per_block = 4 * (d * d + d) + (d * ff + ff) + (ff * d + d) + 2 * (2 * d)
+    non_embedding = L * per_block + 2 * d  # + final LayerNorm
+    tied = build_model(cfg, V).param_counts()
+    assert tied == {
+        "total": non_embedding + V * d + T * d,
+        "embedding": V * d + T * d,
+        "non_embedding": non_embedding,
+    }
+    untied = build_model(cfg.model_copy(update={"tie_embeddings": False}), V).param_counts()
+    assert untied["total"] == tied["total"] + V * d
+    assert untied["non_embedding"] == non_embedding
+    model = build_model(cfg, V)
+    assert model.flops_per_token(T) == 6 * non_embedding + 6 * d * V + 12 * L * d * T
+
+
+def test_lstm_param_counts_and_flops():
+    d, L, V = 8, 2, 10
+    lstm = build_model(tiny(arch="lstm", d_model=d, n_layers=L), V)
+    assert isinstance(lstm, LSTMLM)
+    non_embedding = L * 4 * (2 * d * d + 2 * d)  # 4 gates: W_ih, W_hh, b_ih, b_hh
+    assert lstm.param_counts() == {
+        "total": non_embedding + V * d,
+        "embedding": V * d,
+        "non_embedding": non_embedding,
+    }
+    assert lstm.flops_per_token(100) == 6 * non_embedding + 6 * d * V
+
+
+def test_parameter_names_give_the_layer():
+    layer = re.compile(r"(?:^|\.)blocks\.(\d+)\.|_l(\d+)$")
+    for arch in ("transformer", "lstm"):
+        model = build_model(tiny(arch=arch, n_layers=3), VOCAB)
+        layers = set()
+        for name, _ in model.named_parameters():
+            m = layer.search(name)
+            if m:
+                layers.add(int(m.group(1) or m.group(2)))
+            else:
+                assert name.split(".")[0] in {"tok_emb", "pos", "final_norm", "head"}, name
+        assert layers == {0, 1, 2}
+
+
+# --- 11. sequence length -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pos", ["sinusoidal", "rope", "alibi", "none"])
+def test_unbounded_positions_run_at_four_times_max_seq_len(pos):
+    model = build_model(tiny(pos_encoding=pos, max_seq_len=8), VOCAB).eval()
+    assert model.max_len is None
+    with torch.no_grad():
+        assert model(torch.randint(0, VOCAB, (1, 32))).shape == (1, 32, VOCAB)
+
+
+def test_learned_positions_refuse_longer_sequences():
+    model = build_model(tiny(pos_encoding="learned", max_seq_len=8), VOCAB)
+    assert model.max_len == 8
+    assert model(torch.randint(0, VOCAB, (1, 8))).shape == (1, 8, VOCAB)
+    with pytest.raises(ValueError, match="sequence length 9 exceeds max_seq_len 8"):
+        model(torch.randint(0, VOCAB, (1, 9)))
+
+
+# --- 12. initialisation, determinism, dropout ----------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["transformer", "lstm"])
+def test_same_seed_same_weights(arch):
+    def weights(seed: int) -> dict[str, torch.Tensor]:
+        torch.manual_seed(seed)
+        return build_model(tiny(arch=arch), VOCAB).state_dict()
+
+    a, b, c = weights(0), weights(0), weights(1)
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["tok_emb.weight"], c["tok_emb.weight"])
+
+
+def test_init_std_and_scaled_residual_projections():
+    torch.manual_seed(0)
+    cfg = tiny(d_model=64, n_heads=4, n_layers=8, d_ff=256, init_std=0.02)
+    model = build_model(cfg, 100)
+    std = cfg.init_std
+    assert model.head.weight is model.tok_emb.weight
+    assert model.tok_emb.weight.std().item() == pytest.approx(std, rel=0.1)
+    assert model.blocks[0].attn.q_proj.weight.std().item() == pytest.approx(std, rel=0.1)
+    scaled = std / math.sqrt(2 * cfg.n_layers)
+    assert model.blocks[3].attn.out_proj.weight.std().item() == pytest.approx(scaled, rel=0.1)
+    assert model.blocks[3].ffn.w2.weight.std().item() == pytest.approx(scaled, rel=0.1)
+    for name, p in model.named_parameters():
+        if name.endswith("bias"):
+            assert not p.any(), name
+
+
+@pytest.mark.parametrize("arch", ["transformer", "lstm"])
+def test_dropout_only_in_training(arch):
+    torch.manual_seed(0)
+    model = build_model(tiny(arch=arch, dropout=0.5), VOCAB)
+    idx = torch.randint(0, VOCAB, (2, 8))
+    with torch.no_grad():
+        assert not torch.equal(model.train()(idx), model(idx))
+        model.eval()
+        assert torch.equal(model(idx), model(idx))
+
+
+def test_forward_of_every_axis():
+    for norm in NORMS:
+        for act in FFNS:
+            model = build_model(tiny(norm=norm, activation=act, bias=False), VOCAB)
+            assert model(torch.randint(0, VOCAB, (2, 5))).shape == (2, 5, VOCAB)
+            assert not any(n.endswith("bias") for n, _ in model.named_parameters())

@@ -1,0 +1,145 @@
+"""End-to-end training of one run on real data (CPU), through the store."""
+
+import math
+
+import pytest
+
+import ablate.lit
+from ablate.config import build_config
+from ablate.data import LMDataModule, unigram_entropy
+from ablate.store import RunStore
+from ablate.train import train_run
+
+TINY = {
+    "model.d_model": 32,
+    "model.n_layers": 1,
+    "model.n_heads": 2,
+    "model.max_seq_len": 32,
+    "data.seq_len": 32,
+    "data.batch_size": 8,
+    "train.max_steps": 20,
+    "train.eval_interval": 10,
+    "train.eval_batches": 2,
+    "train.final_eval_batches": 4,
+    "train.log_interval": 5,
+    "train.grad_norm_interval": 10,
+    "train.checkpoint_interval": 10,
+    "train.threads": 1,
+    "train.progress": False,
+    "tracking.wandb": False,
+}
+
+
+def test_200_steps_on_tiny_shakespeare_beat_the_unigram_entropy(tmp_path):
+    cfg = build_config(
+        {
+            **TINY,
+            "model.d_model": 64,
+            "model.n_layers": 2,
+            "model.n_heads": 4,
+            "model.max_seq_len": 64,
+            "data.seq_len": 64,
+            "data.batch_size": 16,
+            "optim.lr": 3e-3,
+            "optim.warmup_ratio": 0.05,
+            "train.max_steps": 200,
+            "train.eval_interval": 100,
+            "train.final_eval_batches": 20,
+            "train.threads": 2,
+        }
+    )
+    summary = train_run(cfg, RunStore(tmp_path).run("t", cfg.run_id()))
+    dm = LMDataModule(cfg.data)
+    dm.setup("fit")
+    entropy = unigram_entropy(dm.tokens("train"), dm.vocab_size)
+    assert 3.2 < entropy < 3.4  # chars of tiny shakespeare
+    assert summary["status"] == "completed" and summary["steps"] == 200
+    assert summary["final_val_loss"] < entropy - 0.6, (summary["final_val_loss"], entropy)
+    assert summary["final_val_bpc"] == pytest.approx(summary["final_val_loss"] / math.log(2))
+
+
+def test_store_gets_config_summary_and_metrics(tmp_path):
+    cfg = build_config(TINY)
+    run = RunStore(tmp_path).run("t", cfg.run_id())
+    summary = train_run(cfg, run, {"name": "tiny", "variant": "tiny", "axes": {"model.norm": "x"}})
+    assert run.read_run()["config"]["model"]["d_model"] == 32
+    on_disk = run.read_summary()
+    assert on_disk["status"] == "completed" == summary["status"]
+    for key in (
+        "best_val_loss",
+        "final_val_loss",
+        "steps",
+        "params",
+        "wall_time_s",
+        "tokens_per_s",
+    ):
+        assert on_disk[key] is not None, key
+    assert on_disk["axes"] == {"model.norm": "x"} and on_disk["seed"] == 0
+    metrics = {m for _, m, _ in run.read_metrics()}
+    assert {
+        "train/loss",
+        "val/loss",
+        "val/ppl",
+        "val/bpc",
+        "lr",
+        "perf/tokens_per_s",
+        "grad_norm/global",
+        "grad_norm/layer_00",
+    } <= metrics
+    steps_with_grad = {s for s, m, _ in run.read_metrics() if m == "grad_norm/global"}
+    assert 0 in steps_with_grad and 10 in steps_with_grad  # at init and every interval
+    assert (run.checkpoint_dir / "last.ckpt").is_file()
+
+
+def test_same_seed_same_run_other_seed_differs(tmp_path):
+    store = RunStore(tmp_path)
+    a = train_run(build_config(TINY), store.run("a", "x"))
+    b = train_run(build_config(TINY), store.run("b", "x"))
+    c = train_run(build_config({**TINY, "train.seed": 1}), store.run("c", "x"))
+    assert a["final_val_loss"] == b["final_val_loss"]
+    assert a["final_val_loss"] != c["final_val_loss"]
+
+
+def test_non_finite_loss_marks_the_run_diverged(tmp_path, monkeypatch):
+    real = ablate.lit.lm_loss
+    calls = {"n": 0}
+
+    def poisoned(logits, targets):
+        calls["n"] += 1
+        loss = real(logits, targets)
+        return loss * float("nan") if calls["n"] > 7 else loss
+
+    monkeypatch.setattr(ablate.lit, "lm_loss", poisoned)
+    cfg = build_config({**TINY, "train.eval_interval": 100})
+    run = RunStore(tmp_path).run("t", cfg.run_id())
+    summary = train_run(cfg, run)
+    assert summary["status"] == "diverged"
+    assert summary["diverged_step"] == 7  # the 8th training step (0-based)
+    assert summary["steps"] <= 10  # stopped at the next log interval, not at max_steps
+    assert run.read_summary()["status"] == "diverged"
+
+
+def test_resume_continues_to_the_same_result(tmp_path, monkeypatch):
+    store = RunStore(tmp_path)
+    cfg = build_config(TINY)
+    straight = train_run(cfg, store.run("a", "x"))
+
+    class Stop(ablate.lit.LitLM):
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            super().on_train_batch_end(outputs, batch, batch_idx)
+            if self.global_step == 13:
+                raise KeyboardInterrupt
+
+    run = store.run("b", "x")
+    monkeypatch.setattr("ablate.train.LitLM", Stop)
+    with pytest.raises((KeyboardInterrupt, SystemExit)):
+        train_run(cfg, run)
+    assert run.read_summary()["status"] == "running"
+    assert run.last_checkpoint() is not None
+    monkeypatch.undo()
+    resumed = train_run(cfg, run)
+    assert resumed["status"] == "completed" and resumed["steps"] == 20
+    assert resumed["resumed_from_step"] == 13
+    assert resumed["final_val_loss"] == pytest.approx(straight["final_val_loss"], rel=1e-5)
+    steps = [s for s, m, _ in run.read_metrics() if m == "train/loss"]
+    assert steps == sorted(set(steps))  # each logged step once
