@@ -58,11 +58,11 @@ class ModelConfig(_Section):
     d_ff: int | None = Field(None, ge=1)
     """Feed-forward width of the non-gated FFN. Default: ``4 * d_model``."""
     glu_param_match: bool = True
-    """Gated FFNs use ``2/3 * d_ff`` hidden units so parameters match the plain FFN (Shazeer 2020)."""
+    """Gated FFNs get ``2/3 * d_ff`` hidden units: parameters match the plain FFN (Shazeer 2020)."""
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     tie_embeddings: bool = True
     max_seq_len: int = Field(256, ge=1)
-    """Size of the learned position table and of precomputed sinusoid/RoPE tables."""
+    """Size of the learned position table (the other encodings work at any length)."""
     bias: bool = True
     norm_placement: NormPlacement = "pre"
     norm: Norm = "layernorm"
@@ -101,7 +101,7 @@ class ModelConfig(_Section):
 
     @property
     def ffn_hidden(self) -> int:
-        """Hidden units of the FFN: ``d_ff``, or ``int(2 * d_ff / 3)`` for parameter-matched GLUs."""
+        """FFN hidden units: ``d_ff``, or ``int(2 * d_ff / 3)`` for parameter-matched GLUs."""
         if self.activation in GATED_ACTIVATIONS and self.glu_param_match:
             return max(1, int(2 * self.ff_dim / 3))
         return self.ff_dim
@@ -183,7 +183,7 @@ class TrainConfig(_Section):
     """Validation batches for the final evaluation; ``None`` = the full split."""
     log_interval: int = Field(10, ge=1)
     grad_norm_interval: int = Field(50, ge=0)
-    """Log global and per-layer gradient norms every N steps (0 = never). Step 0 is always logged."""
+    """Log global and per-layer gradient norms every N steps (0 = never); step 0 always."""
     eval_lengths: list[float] = Field(default_factory=list)
     """Extra final evaluations at these multiples of ``seq_len`` (length extrapolation)."""
     early_stopping_patience: int | None = Field(None, ge=1)
@@ -366,7 +366,8 @@ def load_yaml(path: str | Path) -> Any:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark else ""
-        raise ConfigError(f"{where}invalid YAML ({getattr(err, 'problem', err)})", source=path)
+        problem = getattr(err, "problem", err)
+        raise ConfigError(f"{where}invalid YAML ({problem})", source=path) from None
 
 
 def load_run_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:

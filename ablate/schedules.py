@@ -26,10 +26,10 @@ def lr_at(
 
     With ``W = round(warmup_ratio * T)`` warmup steps:
 
-    - warmup (t < W):  ``lr = base_lr * t / W``
-    - linear:          ``lr = max(min_lr, base_lr * (1 - (t - W) / (T - W)))``
-    - cosine:          ``lr = max(min_lr, base_lr * 0.5 * (1 + cos(2π · cycles · (t - W) / (T - W))))``
-    - constant:        ``lr = base_lr``
+    - warmup (t < W): ``lr = base_lr * t / W``
+    - linear:   ``lr = max(min_lr, base_lr * (1 - (t - W) / (T - W)))``
+    - cosine:   ``lr = max(min_lr, base_lr * 0.5 * (1 + cos(2π · cycles · (t - W) / (T - W))))``
+    - constant: ``lr = base_lr``
 
     ``cycles = 0.5`` is the usual half-cosine from ``base_lr`` to 0 (floored at ``min_lr``).
     Steps past ``T`` keep the value at ``T``.
