@@ -1,0 +1,76 @@
+"""Reports: from the run store to answers with seeds, CIs, significance tests and figures.
+
+``build_reports(["norm_placement"], store=Path("runs"), out=Path("reports"))`` writes, per study,
+``reports/<study>/``: ``results.csv`` (one row per run), ``report.md``, a self-contained
+``report.html`` (figures embedded as base64 PNG) and the PNG figures. The folder is built in a
+temporary directory next to it and swapped in by rename, so a half-built report never replaces
+a good one. Reports read only the store and can be rebuilt at any time, also mid-study.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ablate.report.collect import StudyData, load_study, resolve_studies, results_frame
+from ablate.report.plots import make_figures
+from ablate.report.render import build_blocks, progress_line, to_html, to_markdown
+from ablate.report.stats import axis_comparisons
+
+__all__ = ["build_report", "build_reports", "load_study"]
+
+REPORT_FILES = ("results.csv", "report.md", "report.html")
+
+
+def build_report(study: StudyData, out: Path) -> Path:
+    """Write ``out/<study>/`` for one loaded study; returns the path of its ``report.md``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{study.name}.", suffix=".tmp", dir=out))
+    try:
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private
+        results_frame(study).to_csv(tmp / "results.csv", index=False)
+        comps = axis_comparisons(study.runs, study.varying_axes)
+        figures = make_figures(study, tmp)
+        blocks = build_blocks(study, comps, figures)
+        (tmp / "report.md").write_text(to_markdown(blocks))
+        (tmp / "report.html").write_text(to_html(blocks, f"{study.name}: ablation report"))
+        _swap_in(tmp, out / study.name)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out / study.name / "report.md"
+
+
+def _swap_in(new: Path, dest: Path) -> None:
+    """Replace directory ``dest`` by ``new`` with renames (the old one is removed after)."""
+    old = None
+    if dest.exists():
+        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(dest, old)
+    os.replace(new, dest)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def build_reports(studies: list[str], *, store: Path, out: Path, quiet: bool = False) -> list[Path]:
+    """Build the reports of ``studies`` (names in the store or study YAMLs; empty = all).
+
+    Returns the ``report.md`` paths. Raises ``ConfigError`` (one line) for an empty or missing
+    store or an unknown study (listing the studies present).
+    """
+    store, out = Path(store), Path(out)
+    paths = []
+    for name, yaml_path in resolve_studies(list(studies or []), store):
+        study = load_study(store, name, yaml_path)
+        path = build_report(study, out)
+        paths.append(path)
+        if not quiet:
+            partial = progress_line(study)
+            note = f"  ({partial.split('.')[0]})" if partial else ""
+            print(f"{name}: {path.parent}/ (report.md, report.html, results.csv){note}")
+    return paths

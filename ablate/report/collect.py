@@ -1,0 +1,352 @@
+"""Read a study out of the run store into pandas tables.
+
+Two tables come out of a study directory ``<store>/<study>/``:
+
+* ``runs``: one row per run: ``run_id, name, variant, seed, status``, one column per axis
+  (dotted key, e.g. ``model.norm_placement``) and the summary fields (``final_val_loss``,
+  ``steps``, ``params`` ...; ``val_loss_at_length`` flattened to ``val_loss_at_2x`` ...).
+* ``metrics``: long form (tidy): one row per run × step × metric with the same identifying
+  columns (variant, seed, status, every axis) plus ``step, metric, value``.
+
+A run directory with ``run.yaml`` but no ``summary.json`` yet is ``pending``. Only the store is
+read; nothing here writes to it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from ablate.config import ConfigError
+from ablate.store import RunDir, RunStore
+
+PENDING = "pending"
+ORDERED_STATUSES = ("completed", "diverged", "running", "failed", PENDING)
+
+ID_COLUMNS = ["run_id", "name", "variant", "seed", "status"]
+# column names an axis may not take (it gets an ``axis.`` prefix instead)
+RESERVED = {*ID_COLUMNS, "study", "step", "metric", "value", "held fixed"}
+# summary fields in display order; any other scalar field a run writes is kept after these
+SUMMARY_FIELDS = [
+    "final_val_loss",
+    "best_val_loss",
+    "final_val_ppl",
+    "final_val_bpc",
+    "steps",
+    "diverged_step",
+    "stopped_early",
+    "wall_time_s",
+    "tokens_per_s",
+    "params",
+    "params_non_embedding",
+    "flops_per_token",
+    "vocab_size",
+    "lr",
+    "resumed_from_step",
+    "error",
+]
+_SKIP_FIELDS = {"status", "name", "variant", "seed", "axes", "run_id", "study", "wandb_dir"}
+LENGTH_PREFIX = "val_loss_at_"
+# config values the report needs even when they are not axes
+CONFIG_COLUMNS = {
+    "model.pos_encoding": "cfg.pos_encoding",
+    "model.max_seq_len": "cfg.max_seq_len",
+    "data.seq_len": "cfg.seq_len",
+    "data.tokenizer": "cfg.tokenizer",
+}
+
+
+@dataclass
+class StudyData:
+    """Everything the report needs about one study, read from the store."""
+
+    name: str
+    path: Path
+    runs: pd.DataFrame
+    metrics: pd.DataFrame
+    axes: list[str]
+    """Every axis key any run has, in first-seen order (dotted, e.g. ``model.norm_placement``)."""
+    description: str = ""
+    expected_runs: int | None = None
+    """Run count from expanding the study YAML, when that was possible; else None."""
+    yaml_path: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def varying_axes(self) -> list[str]:
+        """Axes with more than one value among the runs."""
+        return [a for a in self.axes if self.runs[a].nunique(dropna=False) > 1]
+
+    def status_counts(self) -> dict[str, int]:
+        counts = self.runs["status"].value_counts().to_dict() if len(self.runs) else {}
+        return {s: int(counts.get(s, 0)) for s in ORDERED_STATUSES}
+
+    @property
+    def length_columns(self) -> list[str]:
+        """``val_loss_at_<m>x`` columns, ordered by the length multiple."""
+        cols = [c for c in self.runs.columns if c.startswith(LENGTH_PREFIX)]
+        return sorted(cols, key=length_multiple)
+
+
+def axis_column(key: str) -> str:
+    """The runs-table column of an axis: its key, or ``axis.<key>`` if that is taken (e.g. the
+    study's ``variant`` axis, which would clash with the variant label column)."""
+    return f"axis.{key}" if key in RESERVED else key
+
+
+def length_multiple(column: str) -> float:
+    """``'val_loss_at_2x'`` -> 2.0."""
+    return float(column[len(LENGTH_PREFIX) : -1])
+
+
+def read_study_yaml(path: Path) -> dict[str, Any]:
+    """The study YAML as a dict (only ``name`` and ``description`` are used here)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("file not found", source=path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"invalid YAML ({getattr(err, 'problem', err)})", source=path) from None
+    if not isinstance(data, dict):
+        raise ConfigError("a study YAML must be a mapping", source=path)
+    return data
+
+
+def _is_yaml_arg(arg: str) -> bool:
+    return arg.endswith((".yaml", ".yml")) or Path(arg).is_file()
+
+
+def no_runs_error(store: Path) -> ConfigError:
+    return ConfigError("no runs in the store (run `ablate run STUDY.yaml` first)", source=store)
+
+
+def resolve_studies(args: list[str], store: Path) -> list[tuple[str, Path | None]]:
+    """``(study name, study YAML or None)`` for each argument; every study when ``args`` is empty.
+
+    An argument is a study YAML when it ends in ``.yaml``/``.yml`` or is an existing file (its
+    ``name:``, default the file stem, names the study), else a study name in the store.
+    """
+    present = RunStore(store).studies()
+    if not present:
+        raise no_runs_error(store)
+    if not args:
+        return [(s, None) for s in present]
+    out: list[tuple[str, Path | None]] = []
+    for arg in args:
+        yaml_path = Path(arg) if _is_yaml_arg(arg) else None
+        name = arg
+        if yaml_path is not None:
+            name = str(read_study_yaml(yaml_path).get("name") or yaml_path.stem)
+        if name not in present:
+            raise ConfigError(
+                f"no runs for study '{name}' in the store; studies present: {', '.join(present)}",
+                source=store,
+            )
+        out.append((name, yaml_path))
+    return out
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{key}."))
+        else:
+            out[key] = v
+    return out
+
+
+def _scalar(v: Any) -> bool:
+    return v is None or isinstance(v, str | int | float | bool)
+
+
+def _hashable(v: Any) -> str:
+    """A list/dict axis value (e.g. ``train.eval_lengths``) as one label: ``[1,2]``."""
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k}:{_hashable(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list | tuple):
+        return "[" + ",".join(_hashable(x) for x in v) + "]"
+    return format_value(v)
+
+
+def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(row, axes, meta) for one run directory."""
+    data = run.read_run()
+    meta, config = data["meta"], data["config"]
+    summary = run.read_summary() or {}
+    axes = {
+        k: (_hashable(v) if isinstance(v, list | tuple | dict) else v)
+        for k, v in (meta.get("axes") or summary.get("axes") or {}).items()
+    }
+    seed = meta.get("seed", summary.get("seed", (config.get("train") or {}).get("seed")))
+    variant = meta.get("variant") or summary.get("variant")
+    if not variant:
+        variant = ",".join(f"{k.split('.')[-1]}={format_value(v)}" for k, v in axes.items())
+    row: dict[str, Any] = {
+        "run_id": run.run_id,
+        "name": meta.get("name") or summary.get("name") or run.run_id,
+        "variant": variant or "base",
+        "seed": seed,
+        "status": summary.get("status") or PENDING,
+    }
+    for k in SUMMARY_FIELDS:
+        row[k] = summary.get(k)
+    for k, v in summary.items():
+        if k not in row and k not in _SKIP_FIELDS and _scalar(v):
+            row[k] = v
+    for mult, loss in (summary.get("val_loss_at_length") or {}).items():
+        row[f"{LENGTH_PREFIX}{float(mult):g}x"] = loss
+    flat = _flat(config)
+    for key, col in CONFIG_COLUMNS.items():
+        row[col] = flat.get(key)
+    return row, axes, meta
+
+
+def format_value(v: Any) -> str:
+    """An axis value as a short label: ``0.001`` -> ``'0.001'``, True -> ``'true'``."""
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "-"
+        return f"{v:g}"
+    if v is None:
+        return "-"
+    return str(v)
+
+
+def _study_description(store_dir: Path, yaml_data: dict[str, Any], metas: list[dict]) -> str:
+    if yaml_data.get("description"):
+        return str(yaml_data["description"]).strip()
+    for m in metas:
+        if m.get("description"):
+            return str(m["description"]).strip()
+    # a copy of the study YAML the runner may keep next to the runs
+    for p in sorted(store_dir.glob("*.y*ml")):
+        try:
+            d = yaml.safe_load(p.read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(d, dict) and d.get("description"):
+            return str(d["description"]).strip()
+    return ""
+
+
+def _expected_runs(yaml_path: Path | None, profile: str | None) -> int | None:
+    """How many runs the study YAML expands to, if ``ablate.study`` can tell (else None)."""
+    if yaml_path is None:
+        return None
+    try:
+        from ablate.study import load_study as expand
+
+        return len(expand(yaml_path, profile, check_data=False).runs)
+    except Exception:  # noqa: BLE001 - optional: the report must not depend on the study module
+        return None
+
+
+def load_study(store: Path, name: str, yaml_path: Path | None = None) -> StudyData:
+    """Read every run of ``name`` from the store into a :class:`StudyData`."""
+    rs = RunStore(store)
+    run_dirs = list(rs.runs(name))
+    if not run_dirs:
+        present = rs.studies()
+        raise ConfigError(
+            f"no runs for study '{name}' in the store; studies present: "
+            f"{', '.join(present) or '(none)'}",
+            source=store,
+        )
+    rows, metas, axes_of = [], [], []
+    axis_keys: list[str] = []
+    for run in run_dirs:
+        row, axes, meta = _run_row(run)
+        rows.append(row)
+        metas.append(meta)
+        axes_of.append(axes)
+        for k in axes:
+            if axis_column(k) not in axis_keys and k != "train.seed":
+                axis_keys.append(axis_column(k))
+    for row, axes in zip(rows, axes_of, strict=True):
+        by_col = {axis_column(k): v for k, v in axes.items()}
+        for k in axis_keys:
+            row[k] = by_col.get(k)
+    runs = pd.DataFrame(rows)
+    ordered = ID_COLUMNS + axis_keys
+    runs = runs[ordered + [c for c in runs.columns if c not in ordered]]
+    for col in runs.columns:
+        if col in ordered or col == "error" or col.startswith("cfg."):
+            continue
+        if runs[col].map(lambda v: v is None or isinstance(v, int | float)).all():
+            runs[col] = pd.to_numeric(runs[col], errors="coerce").astype(float)
+    runs = sort_runs(runs, axis_keys)
+
+    frames = []
+    id_cols = ["run_id", "variant", "seed", "status", *axis_keys]
+    by_id = runs.set_index("run_id")
+    for run in run_dirs:
+        recs = run.read_metrics()
+        if not recs:
+            continue
+        df = pd.DataFrame(recs, columns=["step", "metric", "value"])
+        info = by_id.loc[run.run_id]
+        for c in id_cols[1:]:
+            df[c] = info[c]
+        df["run_id"] = run.run_id
+        frames.append(df)
+    if frames:
+        metrics = pd.concat(frames, ignore_index=True)[id_cols + ["step", "metric", "value"]]
+    else:
+        metrics = pd.DataFrame(columns=id_cols + ["step", "metric", "value"])
+
+    yaml_data = read_study_yaml(yaml_path) if yaml_path is not None else {}
+    return StudyData(
+        name=name,
+        path=rs.root / name,
+        runs=runs,
+        metrics=metrics,
+        axes=axis_keys,
+        description=_study_description(rs.root / name, yaml_data, metas),
+        expected_runs=_expected_runs(yaml_path, next((m.get("profile") for m in metas), None)),
+        yaml_path=yaml_path,
+    )
+
+
+def value_order(values: pd.Series) -> list[Any]:
+    """Distinct values of an axis in display order: numbers ascending, else sorted labels."""
+    vals = list(dict.fromkeys(v for v in values.tolist()))
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in vals if v is not None):
+        return sorted(vals, key=lambda v: (v is None, v if v is not None else 0))
+    return sorted(vals, key=lambda v: (v is None, format_value(v)))
+
+
+def sort_runs(runs: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
+    """Runs ordered by axis values (in :func:`value_order`), then seed, then run id."""
+    if runs.empty:
+        return runs
+    keys = []
+    for a in axes:
+        order = {v: i for i, v in enumerate(value_order(runs[a]))}
+        keys.append(runs[a].map(lambda v, o=order: o.get(v, len(o))))
+    frame = pd.DataFrame({f"k{i}": k for i, k in enumerate(keys)}, index=runs.index)
+    frame["seed"] = pd.to_numeric(runs["seed"], errors="coerce")
+    frame["run_id"] = runs["run_id"]
+    idx = frame.sort_values(list(frame.columns), kind="stable").index
+    return runs.loc[idx].reset_index(drop=True)
+
+
+def variant_order(runs: pd.DataFrame) -> list[str]:
+    """Variants in the order their runs appear in :func:`sort_runs`."""
+    return list(dict.fromkeys(runs["variant"].tolist()))
+
+
+def results_frame(study: StudyData) -> pd.DataFrame:
+    """The ``results.csv`` table: one row per run (summary fields + axes + seed)."""
+    df = study.runs.copy()
+    df.insert(0, "study", study.name)
+    return df

@@ -1,0 +1,362 @@
+"""Reports: statistics against hand-computed values, and whole reports from synthetic stores."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ablate.config import ConfigError, build_config
+from ablate.report import build_reports
+from ablate.report.collect import load_study
+from ablate.report.stats import (
+    bootstrap_diff_ci,
+    compare,
+    mean_ci,
+    summarize,
+    verdict,
+    welch,
+)
+from ablate.store import RunStore
+
+# --- statistics, by hand ----------------------------------------------------------------------
+
+
+def test_mean_ci_matches_the_hand_computed_t_interval():
+    # [1, 2, 3]: mean 2, s = sqrt(((1-2)^2 + 0 + (3-2)^2) / 2) = 1, t_{2,0.975} = 4.302653
+    half = 4.302653 * 1 / math.sqrt(3)  # 2.484138
+    mean, lo, hi = mean_ci([1.0, 2.0, 3.0])
+    assert mean == 2.0
+    assert lo == pytest.approx(2 - half, abs=1e-5)
+    assert hi == pytest.approx(2 + half, abs=1e-5)
+    assert half == pytest.approx(2.4841, abs=1e-4)
+
+
+def test_mean_ci_edge_cases():
+    m, lo, hi = mean_ci([5.0])
+    assert m == 5.0 and math.isnan(lo) and math.isnan(hi)  # one seed: no interval
+    assert all(math.isnan(v) for v in mean_ci([]))
+    # non-finite values (diverged runs) are dropped, not averaged
+    assert mean_ci([1.0, 2.0, 3.0, float("nan"), float("inf"), None]) == mean_ci([1.0, 2.0, 3.0])
+    # 90%: t_{3,0.95} = 2.353363; [2, 4, 6, 8]: mean 5, s = sqrt(20/3) = 2.581989
+    m, lo, hi = mean_ci([2, 4, 6, 8], confidence=0.90)
+    assert (m, hi - m) == pytest.approx((5.0, 2.353363 * 2.581989 / 2), abs=1e-5)
+
+
+def test_welch_matches_the_hand_computed_statistic_and_df():
+    a, b = [1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 8.0, 10.0]
+    # mean_a = 2.5, s_a^2 = 5/3, s_a^2/n_a = 5/12; mean_b = 6, s_b^2 = 10, s_b^2/n_b = 2
+    se2 = 5 / 12 + 2
+    t = (2.5 - 6) / math.sqrt(se2)  # -2.251436
+    df = se2**2 / ((5 / 12) ** 2 / 3 + 2**2 / 4)  # Welch-Satterthwaite: 5.520788
+    res = welch(a, b)
+    assert res.t == pytest.approx(t, rel=1e-9) and res.t == pytest.approx(-2.251436, abs=1e-6)
+    assert res.df == pytest.approx(df, rel=1e-9) and res.df == pytest.approx(5.520788, abs=1e-6)
+    assert 0.05 < res.p < 0.1  # two-sided p from t with 5.52 df
+    assert math.isnan(welch([1.0], [1.0, 2.0]).p)
+
+
+def test_bootstrap_ci_is_seeded_and_brackets_the_difference():
+    a, b = [1.0, 1.1, 0.9], [2.0, 2.1, 1.9]
+    d, lo, hi = bootstrap_diff_ci(a, b, seed=0)
+    assert d == pytest.approx(-1.0)
+    assert lo < d < hi < 0  # clearly separated: CI excludes 0
+    # resample means of 3 values lie within [min, max]: the CI can't leave [-1.2, -0.8]
+    assert -1.2 - 1e-12 <= lo and hi <= -0.8 + 1e-12
+    assert bootstrap_diff_ci(a, b, seed=0) == (d, lo, hi)
+    assert math.isnan(bootstrap_diff_ci([1.0], b)[1])
+
+
+def test_verdict_refuses_a_winner_when_the_ci_includes_zero():
+    c = compare([1.50, 1.52, 1.48], [1.51, 1.47, 1.53], label_a="pre", label_b="post")
+    v = verdict(c)
+    assert v.kind == "no_difference" and v.winner is None
+    assert "no detectable difference at n=3 seeds" in v.text and "includes 0" in v.text
+    assert "beats" not in v.text
+
+
+def test_verdict_names_a_clear_winner():
+    c = compare([1.50, 1.52, 1.48], [1.81, 1.80, 1.83], label_a="pre", label_b="post")
+    v = verdict(c, where="at warmup=0")
+    assert v.kind == "winner" and v.winner == "pre"
+    assert v.text.startswith("pre beats post by 0.313 nats (95% CI [")
+    assert "Welch p" in v.text and "n=3 vs 3" in v.text and v.text.endswith("at warmup=0")
+    # the CI in the text is of the advantage (loser - winner): positive
+    lo, hi = (float(x) for x in v.text.split("CI [")[1].split("]")[0].split(", "))
+    assert 0 < lo < 0.313 < hi
+    # higher-is-better flips the winner
+    assert verdict(c, lower_is_better=False).winner == "post"
+
+
+def test_verdict_is_inconclusive_when_bootstrap_and_welch_disagree():
+    # 2 seeds each: the percentile bootstrap CI excludes 0, but Welch's t (df ~1.3) is not
+    # significant; with so few seeds the report asks for more instead of naming a winner
+    c = compare([3.4997, 3.5061], [3.4546, 3.4366], label_a="post", label_b="pre")
+    assert c.ci_lo > 0 and c.p > 0.05
+    v = verdict(c)
+    assert v.kind == "inconclusive" and v.winner is None and "add seeds" in v.text
+
+
+def test_verdict_on_diverged_runs():
+    c = compare([1.5, 1.6, 1.55], [], label_a="pre", label_b="post", diverged_b=3)
+    v = verdict(c, where="at warmup_ratio=0")
+    assert v.kind == "diverged" and v.winner == "pre"
+    assert v.text == "post diverged in 3/3 seeds (pre: 0/3) at warmup_ratio=0"
+    partial = verdict(compare([1.5, 1.6], [1.5, 1.6, 1.55], label_a="a", label_b="b", diverged_a=1))
+    assert "a diverged in 1/3 seeds" in partial.text
+    assert verdict(compare([1.5], [1.6, 1.7])).kind == "too_few"
+
+
+def test_summarize_counts_diverged_runs_and_never_averages_them():
+    runs = pd.DataFrame(
+        {
+            "variant": ["post"] * 3 + ["pre"] * 3,
+            "status": ["completed", "diverged", "diverged", "completed", "completed", "running"],
+            "final_val_loss": [2.0, np.nan, 1e9, 1.0, 3.0, 0.5],
+            "diverged_step": [np.nan, 40, 55, np.nan, np.nan, np.nan],
+        }
+    )
+    s = summarize(runs, ["variant"], ["final_val_loss"]).set_index("variant")
+    assert s.loc["post", "diverged"] == 2 and s.loc["post", "diverged_steps"] == [40, 55]
+    assert s.loc["post", "final_val_loss_mean"] == 2.0  # only the completed run
+    assert s.loc["post", "final_val_loss_n"] == 1
+    assert s.loc["pre", "final_val_loss_mean"] == 2.0 and s.loc["pre", "running"] == 1
+
+
+# --- synthetic stores through the store API --------------------------------------------------
+
+BASE = {
+    "model.d_model": 32,
+    "model.n_layers": 4,
+    "model.n_heads": 2,
+    "model.max_seq_len": 32,
+    "data.seq_len": 32,
+    "train.max_steps": 100,
+    "tracking.wandb": False,
+}
+
+
+def write_run(store, study, axes, seed, status, final, *, layers=4, lengths=None, div_step=None):
+    """One run as the runner would leave it: run.yaml, summary.json, metrics.csv."""
+    cfg = build_config({**BASE, **{k: v for k, v in axes.items() if "." in k}, "train.seed": seed})
+    variant = "-".join(str(v) for v in axes.values())
+    run = RunStore(store).run(study, cfg.run_id())
+    meta = {"name": f"{variant}-s{seed}", "variant": variant, "axes": axes, "seed": seed}
+    run.write_run(cfg.to_dict(), {**meta, "study": study, "run_id": run.run_id})
+    rng = np.random.default_rng(seed)
+    last = {"running": 50, "diverged": div_step}.get(status, 100)
+    for step in range(0, last + 1, 10):
+        loss = final + 2.5 * math.exp(-step / 30) + 0.01 * rng.standard_normal()
+        row = {"train/loss": loss + 0.05, "lr": 1e-3}
+        if step and step % 25 == 0 or step == 100:
+            row.update({"val/loss": loss, "val/ppl": math.exp(loss)})
+        if step == 0:
+            post = axes.get("model.norm_placement") == "post"
+            for i in range(layers):
+                g = (0.5 + 0.4 * i) if post else (1.2 - 0.2 * i)
+                row[f"grad_norm/layer_{i:02d}"] = g + 0.02 * rng.standard_normal()
+            row["grad_norm/global"] = 2.0
+        run.append_metrics(step, row)
+    if status == "diverged":
+        run.append_metrics(div_step + 1, {"train/loss": float("nan")})
+    summary = {
+        "status": status,
+        "seed": seed,
+        "axes": axes,
+        "params": 51_000,
+        "params_non_embedding": 49_000,
+        "lr": 1e-3,
+        "tokens_per_s": 9000.0 + 100 * seed,
+        "wall_time_s": 12.0 + seed,
+    }
+    if status == "completed":
+        summary.update(
+            steps=100, best_val_loss=final, final_val_loss=final, final_val_ppl=math.exp(final)
+        )
+        if lengths is not None:
+            summary["val_loss_at_length"] = lengths
+    elif status == "diverged":
+        summary.update(steps=div_step, diverged_step=div_step, final_val_loss=None)
+    run.write_summary(summary)
+
+
+def norm_pos_store(root: Path) -> Path:
+    """2 axes (norm placement × pos encoding) × 3 seeds; one diverged, one still running."""
+    for norm, base in (("post", 1.9), ("pre", 1.6)):
+        for pos in ("learned", "rope"):
+            for seed in range(3):
+                final = base + 0.02 * (seed - 1) + (0.004 if pos == "rope" else 0.0)
+                status = "completed"
+                if (norm, pos, seed) == ("post", "learned", 2):
+                    status = "diverged"
+                if (norm, pos, seed) == ("pre", "rope", 2):
+                    status = "running"
+                if pos == "learned":
+                    lengths = {"1": final, "2": None, "4": None}
+                else:
+                    lengths = {"1": final, "2": final + 0.3, "4": final + 0.9}
+                axes = {"model.norm_placement": norm, "model.pos_encoding": pos}
+                write_run(root, "norm_pos", axes, seed, status, final, lengths=lengths, div_step=40)
+    return root
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    store = norm_pos_store(root / "runs")
+    paths = build_reports([], store=store, out=root / "reports", quiet=True)
+    return root, paths
+
+
+def test_report_from_a_synthetic_store(built):
+    root, paths = built
+    out = root / "reports" / "norm_pos"
+    assert paths == [out / "report.md"]
+    results = pd.read_csv(out / "results.csv")
+    assert len(results) == 12 and results["run_id"].is_unique
+    for col in ("variant", "seed", "status", "model.norm_placement", "model.pos_encoding"):
+        assert col in results
+    assert (results["status"] == "diverged").sum() == 1
+    md = (out / "report.md").read_text()
+    assert "PARTIAL: 11 of 12 runs finished; 1 running" in md
+    assert md.index("How to read this report") < md.index("## Verdicts")
+    assert md.index("## Verdicts") < md.index("## Results per variant") < md.index("## Figures")
+    # pre clearly beats post with everything else fixed
+    assert "pre beats post by" in md and "at pos_encoding=rope" in md
+    # same loss up to noise: no winner between position encodings
+    assert "learned vs rope at norm_placement=pre: no detectable difference at n=3 vs 2" in md
+    # the diverged run is counted, and the mean over the finite ones is labelled as such
+    assert "1/3 (step 40)" in md and "(mean of 2 finite)" in md
+    assert "post diverged in 1/3 seeds" in md
+    for png in ("val_loss_curves.png", "final_val_loss.png", "grad_norm_layers.png"):
+        assert (out / png).stat().st_size > 1000
+        assert f"]({png})" in md
+    assert (out / "length_extrapolation.png").is_file()
+    assert not (out / "heatmap_batch_lr.png").exists()  # no batch-size axis here
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 4 and "<table>" in html
+    assert 'src="' not in html.replace('src="data:image/png;base64,', "")  # self-contained
+    assert not list((root / "reports").glob(".*"))  # no temp dirs left behind
+
+
+def test_length_extrapolation_table(built):
+    root, _ = built
+    md = (root / "reports" / "norm_pos" / "report.md").read_text()
+    section = md.split("## Length extrapolation")[1].split("\n## ")[0]
+    header = next(line for line in section.splitlines() if line.startswith("| variant"))
+    assert header == "| variant | n | 1× | 2× | 4× |"
+    learned = next(line for line in section.splitlines() if line.startswith("| pre-learned"))
+    assert learned.count("n/a (learned: no positions past max_seq_len)") == 2
+    rope = next(line for line in section.splitlines() if line.startswith("| pre-rope"))
+    assert "n/a" not in rope and "| 1.8940 ± 0.0141 [" in rope  # 2 seeds: 1.584+.3, 1.604+.3
+
+
+def test_grad_norm_data_reach_the_figure(built):
+    root, _ = built
+    study = load_study(root / "runs", "norm_pos")
+    g = study.metrics[study.metrics["metric"].str.startswith("grad_norm/layer_")]
+    assert set(g["step"]) == {0} and g["run_id"].nunique() == 12
+    assert set(g["metric"]) == {f"grad_norm/layer_{i:02d}" for i in range(4)}
+    md = (root / "reports" / "norm_pos" / "report.md").read_text()
+    assert "Per-layer gradient norm at initialisation (step 0)" in md
+
+
+def test_long_form_metrics_table(built):
+    root, _ = built
+    study = load_study(root / "runs", "norm_pos")
+    m = study.metrics
+    for col in ("run_id", "variant", "seed", "status", "model.norm_placement", "step", "metric"):
+        assert col in m
+    assert not m.duplicated(["run_id", "step", "metric"]).any()  # one row per run×step×metric
+    assert set(m["metric"]) >= {"train/loss", "val/loss", "lr", "grad_norm/global"}
+
+
+def test_rebuilding_gives_the_same_files(built, tmp_path):
+    root, _ = built
+    build_reports(["norm_pos"], store=root / "runs", out=tmp_path, quiet=True)
+    first, second = root / "reports" / "norm_pos", tmp_path / "norm_pos"
+    names = sorted(p.name for p in first.iterdir())
+    assert names == sorted(p.name for p in second.iterdir())
+    for name in names:
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+def test_batch_lr_heatmap(tmp_path):
+    for bs in (8, 32):
+        for lr in (1e-3, 3e-3):
+            for seed in range(2):
+                final = 1.5 + (0.1 if bs == 32 else 0) - (0.05 if lr == 3e-3 else 0)
+                status = "diverged" if (bs, lr, seed) == (32, 3e-3, 1) else "completed"
+                axes = {"data.batch_size": bs, "optim.lr": lr}
+                write_run(tmp_path / "runs", "batch_lr", axes, seed, status, final, div_step=30)
+    build_reports(["batch_lr"], store=tmp_path / "runs", out=tmp_path / "reports", quiet=True)
+    out = tmp_path / "reports" / "batch_lr"
+    assert (out / "heatmap_batch_lr.png").stat().st_size > 1000
+    assert not (out / "grad_norm_layers.png").exists()  # no norm-placement axis
+    md = (out / "report.md").read_text()
+    assert "PARTIAL" not in md and "over batch size × learning rate" in md
+
+
+def test_study_yaml_argument_and_errors(built, tmp_path):
+    root, _ = built
+    spec = tmp_path / "whatever.yaml"
+    spec.write_text("name: norm_pos\ndescription: |\n  Does Pre-LN train better?\n  Line two.\n")
+    paths = build_reports([str(spec)], store=root / "runs", out=tmp_path / "r", quiet=True)
+    assert paths[0].read_text().split("\n\n")[2].startswith("Does Pre-LN train better?")
+    with pytest.raises(ConfigError, match="studies present: norm_pos"):
+        build_reports(["nope"], store=root / "runs", out=tmp_path / "r", quiet=True)
+    with pytest.raises(ConfigError, match=r"no runs in the store \(run `ablate run"):
+        build_reports([], store=tmp_path / "missing", out=tmp_path / "r", quiet=True)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="no runs in the store"):
+        build_reports([], store=tmp_path / "empty", out=tmp_path / "r", quiet=True)
+
+
+def test_cli_report_on_an_empty_store_exits_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+
+    res = CliRunner().invoke(app, ["report", "--store", str(tmp_path / "none")])
+    assert res.exit_code == 2
+    assert "no runs in the store" in res.output and len(res.output.strip().splitlines()) == 1
+
+
+# --- a real tiny study, trained by the runner ----------------------------------------------
+
+
+def test_report_from_a_real_tiny_study(tmp_path):
+    runner = pytest.importorskip("ablate.runner", reason="ablate.runner not available yet")
+    text = tmp_path / "tiny.txt"
+    text.write_text(
+        "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(400))
+    )
+    spec = tmp_path / "tiny_study.yaml"
+    spec.write_text(
+        f"""name: tiny_study
+description: Two norm placements on a tiny model (test).
+base:
+  model: {{d_model: 16, n_layers: 1, n_heads: 2, max_seq_len: 16}}
+  data: {{dataset: {text}, seq_len: 16, batch_size: 4}}
+  train: {{max_steps: 20, eval_interval: 10, eval_batches: 2, final_eval_batches: 2,
+          log_interval: 5, grad_norm_interval: 10, checkpoint_interval: 10, threads: 1,
+          progress: false}}
+  tracking: {{wandb: false}}
+grid:
+  model.norm_placement: [post, pre]
+seeds: [0, 1]
+"""
+    )
+    runner.run_study(spec, store=tmp_path / "runs", progress=False)
+    paths = build_reports(
+        [str(spec)], store=tmp_path / "runs", out=tmp_path / "reports", quiet=True
+    )
+    out = paths[0].parent
+    assert len(pd.read_csv(out / "results.csv")) == 4
+    assert load_study(tmp_path / "runs", "tiny_study", spec).expected_runs == 4
+    md = paths[0].read_text()
+    assert "Two norm placements" in md and "## Verdicts" in md
+    assert (out / "val_loss_curves.png").is_file() and (out / "grad_norm_layers.png").is_file()
