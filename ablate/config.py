@@ -23,6 +23,7 @@ NormPlacement = Literal["post", "pre"]
 Norm = Literal["layernorm", "rmsnorm"]
 PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
 Activation = Literal["relu", "gelu", "swiglu", "geglu"]
+Init = Literal["gpt2", "vaswani"]
 Tokenizer = Literal["char", "word", "bpe"]
 Decay = Literal["cosine", "linear", "constant"]
 LRScaling = Literal["none", "linear", "sqrt"]
@@ -70,6 +71,10 @@ class ModelConfig(_Section):
     pos_encoding: PosEncoding = "learned"
     activation: Activation = "gelu"
     rope_theta: float = Field(10000.0, gt=0.0)
+    init: Init = "gpt2"
+    """``gpt2``: N(0, init_std) weights, residual projections scaled by 1/sqrt(2 n_layers).
+    ``vaswani``: Xavier-uniform linears, N(0, 1/d_model) embeddings multiplied by sqrt(d_model) in
+    the forward pass: the setting Xiong et al. (2020) analyse for Post-LN vs Pre-LN."""
     init_std: float = Field(0.02, gt=0.0)
 
     @model_validator(mode="after")

@@ -405,6 +405,24 @@ def test_init_std_and_scaled_residual_projections():
             assert not p.any(), name
 
 
+def test_vaswani_init_xavier_linears_and_unit_scale_embeddings():
+    torch.manual_seed(0)
+    cfg = tiny(d_model=64, n_heads=4, n_layers=2, d_ff=256, init="vaswani", pos_encoding="none")
+    model = build_model(cfg, 100)
+    w = model.blocks[1].ffn.w2.weight  # (64, 256): Xavier-uniform bound sqrt(6 / (256 + 64))
+    bound = math.sqrt(6 / (256 + 64))
+    assert w.abs().max().item() <= bound
+    assert w.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05)  # uniform std
+    assert model.tok_emb.weight.std().item() == pytest.approx(64**-0.5, rel=0.05)
+    # tokens enter the residual stream multiplied by sqrt(d_model): unit scale per coordinate
+    idx = torch.randint(0, 100, (4, 8))
+    captured = {}
+    model.blocks[0].register_forward_pre_hook(lambda m, args: captured.update(x=args[0]))
+    model(idx)
+    assert_close(captured["x"], model.tok_emb(idx) * 8.0)
+    assert captured["x"].std().item() == pytest.approx(1.0, rel=0.15)
+
+
 @pytest.mark.parametrize("arch", ["transformer", "lstm"])
 def test_dropout_only_in_training(arch):
     torch.manual_seed(0)

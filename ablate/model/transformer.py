@@ -411,10 +411,32 @@ class LanguageModel(nn.Module):
         """Linears whose output is added to the residual stream (they get a scaled init)."""
         return []
 
+    @property
+    def emb_scale(self) -> float:
+        """Token embeddings are multiplied by sqrt(d_model) under the ``vaswani`` init."""
+        return math.sqrt(self.cfg.d_model) if self.cfg.init == "vaswani" else 1.0
+
     def init_weights(self) -> None:
-        """``N(0, init_std)`` for linear and embedding weights, zero biases; residual output
-        projections use ``init_std / sqrt(2 n_layers)`` (GPT-2) so the residual stream's variance
-        does not grow with depth. Norms keep ones/zeros; other modules keep torch's defaults."""
+        """``gpt2``: ``N(0, init_std)`` for linear and embedding weights, zero biases; residual
+        output projections use ``init_std / sqrt(2 n_layers)`` (GPT-2, Radford et al. 2019) so
+        the residual stream's variance does not grow with depth.
+
+        ``vaswani`` (Vaswani et al. 2017, arXiv 1706.03762; the setting of Xiong et al. 2020):
+        Xavier-uniform linears, zero biases, embeddings ``N(0, 1/d_model)`` scaled by
+        ``sqrt(d_model)`` in the forward pass so tokens enter the residual stream at unit scale.
+
+        Norms keep ones/zeros; other modules keep torch's defaults."""
+        if self.cfg.init == "vaswani":
+            for module in self.modules():
+                if isinstance(module, nn.Linear):
+                    nn.init.xavier_uniform_(module.weight)
+                    if module.bias is not None:
+                        nn.init.zeros_(module.bias)
+            # after the linears: a tied head shares the embedding's init
+            for module in self.modules():
+                if isinstance(module, nn.Embedding):
+                    nn.init.normal_(module.weight, mean=0.0, std=self.cfg.d_model**-0.5)
+            return
         std = self.cfg.init_std
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -472,7 +494,7 @@ class TransformerLM(LanguageModel):
 
     def hidden(self, idx: torch.Tensor) -> torch.Tensor:
         T = idx.size(1)
-        x = self.drop(self.pos.embed(self.tok_emb(idx)))  # (B, T, d)
+        x = self.drop(self.pos.embed(self.tok_emb(idx) * self.emb_scale))  # (B, T, d)
         # once per forward, shared by every block
         rotary = self.pos.rotary(T, idx.device)
         attn_bias = self.pos.attn_bias(T, idx.device)
