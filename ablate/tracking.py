@@ -17,6 +17,7 @@ from ablate.store import RunDir
 log = logging.getLogger("ablate")
 
 _WANDB_ID_BAD = set(":;,#?/'")
+_wandb_warned = False
 
 
 class StoreLogger(Logger):
@@ -112,11 +113,14 @@ def make_wandb_logger(
         experiment.define_metric("train/loss", summary="last")
         return logger
     except Exception as err:  # noqa: BLE001 - W&B must never stop a run
-        log.warning(
+        global _wandb_warned
+        # once per process: a study of many runs should not repeat the same warning each run
+        (log.debug if _wandb_warned else log.warning)(
             "W&B could not start (%s: %s); the local store keeps everything",
             type(err).__name__,
             str(err).splitlines()[0] if str(err) else "",
         )
+        _wandb_warned = True
         return None
 
 

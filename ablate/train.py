@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
+import socket
 import threading
 import time
 import warnings
@@ -156,6 +158,11 @@ def train_run(
         "axes": meta.get("axes") or {},
         "run_id": run_dir.run_id,
         "study": meta["study"],
+        # one entry per start (fresh, resumed, retried): which process trained the run when
+        "attempts": [
+            *(prior.get("attempts") or []),
+            {"pid": os.getpid(), "host": socket.gethostname(), "started": round(t0, 3)},
+        ],
     }
     run_dir.write_summary(summary)
     wandb_logger = None

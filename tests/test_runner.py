@@ -1,0 +1,339 @@
+"""The study runner end to end on tiny runs: skip, retry, resume, locking, workers, W&B offline."""
+
+import collections
+import csv
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import ablate.lit
+from ablate.cli import app
+from ablate.runner import run_study
+from ablate.store import RunStore
+
+TINY_BASE = {
+    "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_seq_len": 16},
+    "data": {"seq_len": 16, "batch_size": 4},
+    "optim": {"lr": 3e-3},
+    "train": {
+        "max_steps": 20,
+        "eval_interval": 10,
+        "eval_batches": 2,
+        "final_eval_batches": 2,
+        "log_interval": 5,
+        "grad_norm_interval": 10,
+        "checkpoint_interval": 5,
+        "threads": 1,
+    },
+    "tracking": {"wandb": False},
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_wandb_by_default(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    rng = random.Random(0)
+    words = ["the", "king", "queen", "shall", "not", "love", "my", "lord", "thee", "good"]
+    text = "\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(400))
+    path = tmp_path / "corpus.txt"
+    path.write_text(text + "\n")
+    return path
+
+
+@pytest.fixture
+def make_study(tmp_path, corpus):
+    def _make(name="tiny", base=None, **top):
+        b = json.loads(json.dumps(TINY_BASE))
+        b["data"]["dataset"] = str(corpus)
+        for key, value in (base or {}).items():
+            section, field = key.split(".", 1)
+            b.setdefault(section, {})[field] = value
+        study = {"name": name, "description": "a tiny test study", "base": b}
+        study.update(top or {"grid": {"model.activation": ["relu", "gelu"]}})
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(study, sort_keys=False))
+        return path
+
+    return _make
+
+
+def summaries(store: Path, study: str) -> dict[str, dict]:
+    return {d.read_run()["meta"]["name"]: d.read_summary() for d in RunStore(store).runs(study)}
+
+
+def metric_rows(path: Path) -> list[tuple[int, str]]:
+    with open(path) as f:
+        return [(int(r[0]), r[1]) for r in list(csv.reader(f))[1:]]
+
+
+def test_study_runs_end_to_end_and_a_rerun_skips_finished_runs(make_study, tmp_path, capsys):
+    path = make_study()
+    store = tmp_path / "runs"
+    results = run_study(path, store=store, progress=False)
+    out = capsys.readouterr().out
+    assert [r["status"] for r in results] == ["completed", "completed"]
+    assert [r["name"] for r in results] == ["activation=relu,seed=0", "activation=gelu,seed=0"]
+    for name in ("activation=relu,seed=0", "activation=gelu,seed=0", "completed"):
+        assert name in out  # the summary table
+    runs = list(RunStore(store).runs("tiny"))
+    assert len(runs) == 2
+    for d in runs:
+        meta = d.read_run()["meta"]
+        assert meta["study"] == "tiny" and meta["profile"] is None and meta["seed"] == 0
+        assert set(meta["axes"]) == {"model.activation"}
+        assert meta["variant"] == meta["name"].rsplit(",seed=", 1)[0]
+        s = d.read_summary()
+        assert s["steps"] == 20 and s["final_val_loss"] > 0 and len(s["attempts"]) == 1
+    before = {
+        d.run_id: (d.summary_file.stat().st_mtime_ns, d.metrics_file.read_bytes()) for d in runs
+    }
+    results = run_study(path, store=store, progress=False)
+    assert [r["status"] for r in results] == ["completed", "completed"]
+    assert "2 finished, 0 to train" in capsys.readouterr().out
+    after = {
+        d.run_id: (d.summary_file.stat().st_mtime_ns, d.metrics_file.read_bytes()) for d in runs
+    }
+    assert after == before  # nothing retrained, nothing rewritten
+
+
+def test_failed_run_does_not_stop_the_study_and_is_retried(make_study, tmp_path, corpus):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")  # exists, so the plan is valid, but fails when the run reads it
+    path = make_study(
+        variants=[
+            {"name": "good"},
+            {"name": "bad", "set": {"data.dataset": str(empty)}},
+            {"name": "good2", "set": {"model.activation": "relu"}},
+        ]
+    )
+    store = tmp_path / "runs"
+    results = {r["name"]: r for r in run_study(path, store=store, progress=False)}
+    assert results["bad,seed=0"]["status"] == "failed"
+    assert "empty" in results["bad,seed=0"]["error"]
+    assert results["good,seed=0"]["status"] == results["good2,seed=0"]["status"] == "completed"
+    result = CliRunner().invoke(app, ["run", str(path), "--store", str(store), "--no-progress"])
+    assert result.exit_code == 1  # still failing: the CLI says so
+    empty.write_text(corpus.read_text())  # fix the cause; the next run retries only that run
+    results = {r["name"]: r for r in run_study(path, store=store, progress=False)}
+    assert {r["status"] for r in results.values()} == {"completed"}
+    s = summaries(store, "tiny")
+    assert len(s["bad,seed=0"]["attempts"]) == 3 and "error" not in s["bad,seed=0"]
+    assert len(s["good,seed=0"]["attempts"]) == 1
+
+
+def test_interrupted_run_resumes_with_every_step_once(make_study, tmp_path, monkeypatch, capsys):
+    path = make_study(grid={"model.activation": ["relu"]})
+    store = tmp_path / "runs"
+    original = ablate.lit.LitLM.on_train_batch_end
+
+    def interrupt_at_12(self, outputs, batch, batch_idx):
+        original(self, outputs, batch, batch_idx)
+        if self.global_step == 12:
+            raise KeyboardInterrupt  # what Ctrl-C raises
+
+    monkeypatch.setattr(ablate.lit.LitLM, "on_train_batch_end", interrupt_at_12)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(path, store=store, progress=False)
+    out = capsys.readouterr().out
+    assert "Interrupted" in out and f"ablate run {path} --store {store}" in out
+    (d,) = RunStore(store).runs("tiny")
+    assert d.read_summary()["status"] == "running"
+    assert not d.is_locked()  # the lock went with the interrupted attempt
+    assert CliRunner().invoke(app, ["status", "--store", str(store)]).output.count("interrupted")
+
+    monkeypatch.setattr(ablate.lit.LitLM, "on_train_batch_end", original)
+    (result,) = run_study(path, store=store, progress=False)
+    assert result["status"] == "completed" and result["steps"] == 20
+    assert result["resumed_from_step"] == 12 and len(result["attempts"]) == 2
+    rows = metric_rows(d.metrics_file)
+    assert len(rows) == len(set(rows))  # every (step, metric) once
+    assert [s for s, m in rows if m == "train/loss"] == [5, 10, 15, 20]
+    assert sorted(s for s, m in rows if m == "val/loss") == [10, 20]
+    # and the resumed run ends exactly where an uninterrupted one does
+    (fresh,) = run_study(path, store=tmp_path / "fresh", progress=False)
+    assert result["final_val_loss"] == pytest.approx(fresh["final_val_loss"], abs=1e-6)
+
+
+def test_a_run_locked_by_another_process_is_skipped_not_waited_on(make_study, tmp_path):
+    path = make_study()
+    store = tmp_path / "runs"
+    from ablate.study import load_study
+
+    first = load_study(path).runs[0]
+    held = RunStore(store).run("tiny", first.run_id).try_lock()  # "another process" trains it
+    try:
+        results = {r["name"]: r for r in run_study(path, store=store, progress=False)}
+    finally:
+        held.release()
+    assert results[first.name]["status"] == "pending"
+    assert results["activation=gelu,seed=0"]["status"] == "completed"
+    results = run_study(path, store=store, progress=False)  # lock gone: now it trains
+    assert [r["status"] for r in results] == ["completed", "completed"]
+
+
+def test_status_is_checked_again_once_the_lock_is_held(make_study, tmp_path, monkeypatch):
+    """Another process may finish a run between our status read and our lock: don't retrain."""
+    from ablate.store import RunDir
+
+    path = make_study()
+    store = tmp_path / "runs"
+    real_try_lock = RunDir.try_lock
+
+    def finished_meanwhile(self):
+        self.write_summary({"status": "completed", "name": "by another process"})
+        return real_try_lock(self)
+
+    monkeypatch.setattr(RunDir, "try_lock", finished_meanwhile)
+    results = run_study(path, store=store, progress=False)
+    assert [r["status"] for r in results] == ["completed", "completed"]
+    assert not list(RunStore(store).runs("tiny"))  # no run.yaml: nothing was trained
+    assert all("attempts" not in r for r in results)
+
+
+def _ablate(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "ablate", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+
+
+def test_two_processes_never_train_the_same_run(make_study, tmp_path):
+    path = make_study(
+        base={"train.max_steps": 40},
+        grid={"model.activation": ["relu", "gelu", "swiglu"]},
+        seeds=[0, 1],
+    )
+    store = tmp_path / "runs"
+    procs = [_ablate("run", str(path), "--store", str(store), "--no-progress") for _ in range(2)]
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    s = summaries(store, "tiny")
+    assert len(s) == 6 and {v["status"] for v in s.values()} == {"completed"}
+    pids = {p.pid for p in procs}
+    print("trained by", collections.Counter(v["attempts"][0]["pid"] for v in s.values()))
+    for name, summary in s.items():
+        (attempt,) = summary["attempts"]  # trained exactly once, by one of the two processes
+        assert attempt["pid"] in pids, name
+        rows = metric_rows(RunStore(store).run("tiny", summary["run_id"]).metrics_file)
+        assert len(rows) == len(set(rows))
+
+
+def test_workers_train_runs_in_separate_processes(make_study, tmp_path, capsys):
+    path = make_study(grid={"model.activation": ["relu", "gelu", "swiglu", "geglu"]})
+    store = tmp_path / "runs"
+    results = run_study(path, store=store, workers=2, progress=False)
+    assert [r["status"] for r in results] == ["completed"] * 4
+    assert "2 workers" in capsys.readouterr().out
+    pids = {r["attempts"][0]["pid"] for r in results}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2
+    assert all(len(r["attempts"]) == 1 for r in results)
+
+
+def test_plan_lists_runs_without_writing_and_status_counts(make_study, tmp_path):
+    path = make_study(seeds=[0, 1], grid={"model.activation": ["relu", "gelu"]})
+    store = tmp_path / "runs"
+    result = CliRunner().invoke(app, ["plan", str(path), "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    for name in ("activation=relu,seed=0", "activation=gelu,seed=1"):
+        assert name in result.output
+    assert result.output.count("new") == 4 and "4 runs" in result.output
+    assert not store.exists()
+    run_study(path, store=store, progress=False, overrides=["train.max_steps=5"])
+    result = CliRunner().invoke(app, ["status", "--store", str(store)])
+    assert result.exit_code == 0 and "4 completed" in result.output
+    assert "activation=gelu,seed=1" in result.output
+    result = CliRunner().invoke(
+        app, ["plan", str(path), "--store", str(store), "--set", "train.max_steps=5"]
+    )
+    assert result.output.count("completed") == 4
+
+
+# --- W&B offline ----------------------------------------------------------------------------
+
+
+def read_wandb_records(path: Path) -> list:
+    """Every protobuf ``Record`` in a ``.wandb`` file.
+
+    The file is a LevelDB-style log (github.com/google/leveldb/blob/main/doc/log_format.md)
+    behind a 7-byte header (``:W&B``, magic, version): 32 KiB blocks of chunks
+    ``crc32 (4) | length (2) | type (1) | data``, type FULL=1 or FIRST/MIDDLE/LAST=2/3/4 for a
+    record split across blocks. wandb 0.31 ships no Python reader (its core is Go), so this is it.
+    """
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    ident, _magic, _version = struct.unpack("<4sHB", data[:7])
+    assert ident == b":W&B"
+    block, pos, buf, records = 32768, 7, b"", []
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # block trailer: too short for a chunk header
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if kind == 0:  # zero padding
+            pos += left
+            continue
+        chunk = data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        buf = chunk if kind in (1, 2) else buf + chunk
+        if kind in (1, 4):
+            record = pb.Record()
+            record.ParseFromString(buf)
+            records.append(record)
+            buf = b""
+    return records
+
+
+def test_wandb_offline_run_per_run_holds_config_and_metrics(make_study, tmp_path, monkeypatch):
+    for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc login: auto means offline
+    path = make_study(base={"tracking.wandb": True, "tracking.mode": "auto"})
+    store = tmp_path / "runs"
+    results = run_study(path, store=store, progress=False)
+    assert [r["status"] for r in results] == ["completed", "completed"]
+    for r in results:
+        d = RunStore(store).run("tiny", r["run_id"])
+        files = list(d.wandb_dir.glob(f"offline-run-*-{r['run_id']}/run-{r['run_id']}.wandb"))
+        assert len(files) == 1, list(d.wandb_dir.rglob("*"))
+        records = read_wandb_records(files[0])
+        kinds = collections.Counter(rec.WhichOneof("record_type") for rec in records)
+        (run,) = [rec.run for rec in records if rec.WhichOneof("record_type") == "run"]
+        assert run.run_id == r["run_id"] and run.run_group == "tiny"
+        assert run.job_type == r["variant"]
+        assert f"model.activation={r['axes']['model.activation']}" in run.tags
+        config = {u.key: json.loads(u.value_json) for u in run.config.update}
+        for rec in records:  # later config updates, if any
+            if rec.WhichOneof("record_type") == "config":
+                config.update({u.key: json.loads(u.value_json) for u in rec.config.update})
+        assert config["model"]["d_model"] == 16
+        assert config["model"]["activation"] == r["axes"]["model.activation"]
+        assert config["meta"]["name"] == r["name"] and config["meta"]["study"] == "tiny"
+        history = collections.defaultdict(list)
+        for rec in records:
+            if rec.WhichOneof("record_type") == "history":
+                items = {i.key or "/".join(i.nested_key): i.value_json for i in rec.history.item}
+                for key, value in items.items():
+                    history[key].append(json.loads(value))
+        assert len(history["train/loss"]) == 4 and len(history["val/loss"]) == 2
+        stored = [v for _, m, v in d.read_metrics() if m == "val/loss"]
+        assert history["val/loss"] == pytest.approx(stored)  # the same numbers as the store
+        assert "grad_norm/global" in history
+        assert kinds["exit"] == 1  # finished cleanly
