@@ -5,6 +5,8 @@ A study file::
     name: norm_placement            # default: the file's stem; names the store folder
     description: |                  # the question and the paper it follows
       ...
+    findings: |                     # optional: what the runs showed against the paper (reports)
+      ...
     base:                           # partial run config (nested sections or dotted keys)
       model: {n_layers: 6}
       optim.lr: 2e-3
@@ -69,6 +71,7 @@ from ablate.config import (
 TOP_LEVEL = (
     "name",
     "description",
+    "findings",
     "base",
     "grid",
     "variants",
@@ -544,6 +547,8 @@ def load_study(
     description = raw.get("description") or ""
     if not isinstance(description, str):
         raise ConfigError("must be a string", key="description", source=source)
+    if not isinstance(raw.get("findings") or "", str):
+        raise ConfigError("must be a string", key="findings", source=source)
 
     base_flat, _ = _flat(raw.get("base"), "base", source)
     base = _layer(base_flat, "base", source)

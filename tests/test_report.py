@@ -315,6 +315,19 @@ def test_study_yaml_argument_and_errors(built, tmp_path):
         build_reports([], store=tmp_path / "empty", out=tmp_path / "r", quiet=True)
 
 
+def test_shipped_study_yaml_gives_description_and_findings(built, tmp_path, monkeypatch):
+    root, _ = built
+    (tmp_path / "studies").mkdir()
+    (tmp_path / "studies" / "norm_pos.yaml").write_text(
+        "name: norm_pos\ndescription: The question.\nfindings: |\n  Reproduces: pre wins.\n"
+    )
+    monkeypatch.chdir(tmp_path)  # `make report` runs from the repository root
+    (path,) = build_reports([], store=root / "runs", out=tmp_path / "r", quiet=True)
+    md = path.read_text()
+    assert "The question." in md
+    assert "## Against the paper\n\nReproduces: pre wins." in md
+
+
 def test_cli_report_on_an_empty_store_exits_2(tmp_path):
     from typer.testing import CliRunner
 

@@ -72,6 +72,8 @@ class StudyData:
     axes: list[str]
     """Every axis key any run has, in first-seen order (dotted, e.g. ``model.norm_placement``)."""
     description: str = ""
+    findings: str = ""
+    """The study YAML's ``findings``: what the runs showed against the paper, written by hand."""
     expected_runs: int | None = None
     """Run count from expanding the study YAML, when that was possible; else None."""
     yaml_path: Path | None = None
@@ -126,6 +128,18 @@ def no_runs_error(store: Path) -> ConfigError:
     return ConfigError("no runs in the store (run `ablate run STUDY.yaml` first)", source=store)
 
 
+def shipped_yaml(name: str, folder: Path = Path("studies")) -> Path | None:
+    """``studies/<name>.yaml`` when it exists and names this study (description, run count)."""
+    path = folder / f"{name}.yaml"
+    if not path.is_file():
+        return None
+    try:
+        data = read_study_yaml(path)
+    except ConfigError:
+        return None
+    return path if str(data.get("name") or path.stem) == name else None
+
+
 def resolve_studies(args: list[str], store: Path) -> list[tuple[str, Path | None]]:
     """``(study name, study YAML or None)`` for each argument; every study when ``args`` is empty.
 
@@ -136,13 +150,15 @@ def resolve_studies(args: list[str], store: Path) -> list[tuple[str, Path | None
     if not present:
         raise no_runs_error(store)
     if not args:
-        return [(s, None) for s in present]
+        return [(s, shipped_yaml(s)) for s in present]
     out: list[tuple[str, Path | None]] = []
     for arg in args:
         yaml_path = Path(arg) if _is_yaml_arg(arg) else None
         name = arg
         if yaml_path is not None:
             name = str(read_study_yaml(yaml_path).get("name") or yaml_path.stem)
+        else:
+            yaml_path = shipped_yaml(name)
         if name not in present:
             raise ConfigError(
                 f"no runs for study '{name}' in the store; studies present: {', '.join(present)}",
@@ -312,6 +328,7 @@ def load_study(store: Path, name: str, yaml_path: Path | None = None) -> StudyDa
         metrics=metrics,
         axes=axis_keys,
         description=_study_description(rs.root / name, yaml_data, metas),
+        findings=str(yaml_data.get("findings") or "").strip(),
         expected_runs=_expected_runs(yaml_path, next((m.get("profile") for m in metas), None)),
         yaml_path=yaml_path,
     )

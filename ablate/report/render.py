@@ -312,6 +312,9 @@ def build_blocks(
         blocks.append(Block("note", f"**{partial}**"))
     if study.description:
         blocks.append(Block("p", study.description))
+    if study.findings:
+        blocks.append(Block("h2", "Against the paper"))
+        blocks.append(Block("p", study.findings))
     blocks.append(Block("p", HOW_TO_READ))
     blocks.append(Block("p", _axes_line(study)))
 
