@@ -1,0 +1,420 @@
+"""``bench.md``: the measurements of one ``ablate bench`` run as markdown (plus ``bench.json``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+SECTIONS = (
+    "## Machine",
+    "## 1. Framework overhead",
+    "## 2. Model speed",
+    "## 3. Time to quality",
+    "## 4. Efficiency",
+    "## 5. Study throughput",
+    "## GPU paths",
+)
+
+OVERHEAD_GOAL = 1.05
+
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def x(ratio: float | None, digits: int = 3) -> str:
+    """A ratio: ``1.023``; n/a when missing."""
+    if ratio is None or (isinstance(ratio, float) and not math.isfinite(ratio)):
+        return "n/a"
+    return f"{ratio:.{digits}f}"
+
+
+def si(value: float | None, unit: str = "") -> str:
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {prefix}{unit}"
+    return f"{value:.2f} {unit}".rstrip()
+
+
+def mib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**20:.1f}"
+
+
+def seconds(s: float | None) -> str:
+    if s is None or not math.isfinite(s):
+        return "n/a"
+    return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+def _machine(r: dict[str, Any]) -> str:
+    m, mm = r["machine"], r.get("matmul") or {}
+    rows = [
+        ["CPU", m["cpu"]],
+        ["usable cores / torch threads", f"{m['cores']} / {m['threads']}"],
+        ["GPU", m.get("gpu") or "none"],
+        ["platform", m["platform"]],
+        ["python / torch / lightning", f"{m['python']} / {m['torch']} / {m['lightning']}"],
+        ["x-transformers", m.get("x_transformers") or "not installed"],
+    ]
+    if mm:
+        rows.append(
+            [
+                f"dense matmul ({mm['dtype']}, {mm['n']}x{mm['n']})",
+                f"best {si(mm['best'], 'FLOP/s')}, median {si(mm['median'], 'FLOP/s')}",
+            ]
+        )
+    rows.append(
+        [
+            "load average (1 min) at start / end",
+            f"{x(m.get('load_avg_start'), 2)} / {x(m.get('load_avg_end'), 2)}",
+        ]
+    )
+    return table(["", ""], rows)
+
+
+def _overhead(o: dict[str, Any]) -> str:
+    p = o["parity"]
+    verdict = "meets" if o["ratio_best"] <= OVERHEAD_GOAL else "misses"
+    parts = [
+        f"Step time of the full `ablate` training loop ÷ a minimal hand-written PyTorch loop, "
+        f"same model init, batches, optimizer and schedule; {o['reps']} A/B pairs in "
+        f"alternating order, {o['steps']} steps each, steady-state window = steps "
+        f"{o['warmup']}..{o['steps'] - 2} ({o['window']} steps; evaluation switched off, "
+        f"checkpoints, logging, grad norms, progress bar and W&B on).",
+        "",
+        f"- ablate ÷ raw, best of {o['reps']} per step: **{x(o['ratio_best'])}** "
+        f"(goal ≤ {OVERHEAD_GOAL}: {verdict})",
+        f"- ablate ÷ raw, median over pairs of the window means: **{x(o['ratio_median'])}** "
+        f"(range {x(o['ratio_min'])}–{x(o['ratio_max'])})",
+        f"- ablate ÷ raw, median over pairs of the median step: {x(o['median_step_ratio'])}",
+        f"- steps stalled by other processes (> 3x the best run of that step): "
+        f"ablate {o['stalls']['ablate']}, raw {o['stalls']['raw']}",
+        "",
+        table(
+            ["pair", "order", "ablate ms/step", "raw ms/step", "ablate ÷ raw"],
+            [
+                [i + 1, q["order"], f"{q['ablate_ms']:.2f}", f"{q['raw_ms']:.2f}", x(q["ratio"])]
+                for i, q in enumerate(o["pairs"])
+            ]
+            + [
+                [
+                    "best per step",
+                    "",
+                    f"{o['best_ms']['ablate']:.2f}",
+                    f"{o['best_ms']['raw']:.2f}",
+                    x(o["ratio_best"]),
+                ]
+            ],
+        ),
+        "",
+        "Where the extra time goes (ablate − raw per step, best of the repetitions, grouped by "
+        "what the ablate loop does at that step):",
+        "",
+        table(
+            ["step kind", "steps in window", "extra ms per such step", "share of the extra"],
+            [
+                [
+                    a["kind"],
+                    a["steps"],
+                    f"{a['extra_ms_per_step']:.2f}",
+                    f"{a['share']:.0%}" if math.isfinite(a["share"]) else "n/a",
+                ]
+                for a in o["attribution"]
+            ],
+        ),
+        "",
+        f"Fairness check (first pair): the two loops' training losses over all {p['steps']} "
+        f"steps are {'identical' if p['identical'] else 'not identical'} "
+        f"(max |Δ| = {p['max_abs_diff']:.3g}; loss {p['first_loss']:.4f} -> "
+        f"{p['last_loss']:.4f}).",
+    ]
+    if o.get("note"):
+        parts += ["", o["note"]]
+    return "\n".join(parts)
+
+
+def _speed(rows: list[dict[str, Any]], gpu: bool) -> str:
+    parts = [
+        "Forward + backward (no optimizer) on one fixed batch; tokens/s is the best single "
+        "step (CPU) or block (GPU) over rotating repetitions; step memory is "
+        + (
+            "the rise of `torch.cuda.max_memory_allocated` during a step."
+            if gpu
+            else "the peak of tensor bytes allocated during a step and alive together "
+            "(activations, gradients, temporaries; parameters excluded), from a dispatch-mode "
+            "tracker."
+        ),
+        "",
+    ]
+    all_ok = True
+    for r in rows:
+        s = r["size"]
+        models = r["models"]
+        ours = models["ours"]
+        parts.append(f"**{s['name']}** ({s['label']}, {s['tokens']:,} tokens/step)")
+        parts.append("")
+        body = []
+        for name, m in models.items():
+            speed = r["speed_ratio"].get(name)
+            mem = r["memory_ratio"].get(name)
+            body.append(
+                [
+                    name,
+                    f"{m['params']:,}",
+                    f"{m['tokens_per_s']:,.0f}",
+                    f"{m['tokens_per_s_median']:,.0f}",
+                    "—" if name == "ours" else f"**{x(speed)}**",
+                    mib(m["peak_bytes"]),
+                    "—" if name == "ours" else f"**{x(mem)}**",
+                    m["timed_steps"],
+                ]
+            )
+            if speed is not None and speed < 1.0:
+                all_ok = False
+        parts.append(
+            table(
+                [
+                    "model",
+                    "params",
+                    "tokens/s (best)",
+                    "tokens/s (median)",
+                    "ours ÷ this (speed)",
+                    "step memory MiB",
+                    "ours ÷ this (memory)",
+                    "timed steps",
+                ],
+                body,
+            )
+        )
+        parts.append("")
+        same = len({m["params"] for m in models.values()}) == 1
+        parts.append(
+            f"Parameter counts {'match exactly' if same else 'differ'} (ours {ours['params']:,})."
+        )
+        parts.append("")
+    parts.append(
+        f"Goal (ours at least as fast as both at every size): "
+        f"{'met' if all_ok else 'not met'} (speed ratios > 1 mean ours is faster; memory "
+        f"ratios < 1 mean ours uses less)."
+    )
+    return "\n".join(parts)
+
+
+def _quality(q: dict[str, Any]) -> str:
+    target = q["target"]
+    final = q.get("final_val_loss")
+    rows = [
+        ["target val loss (nanoGPT's published CPU result)", f"{target}"],
+        [
+            "reached on the val subset at step",
+            q.get("reached_step", "not reached") if q["reached"] else "not reached",
+        ],
+        ["steps to reach ÷ nanoGPT's 2000", x(q["reached_step"] / 2000) if q["reached"] else "n/a"],
+        ["wall time to reach (training + evaluations)", seconds(q.get("reached_wall_s"))],
+        ["training time to reach (evaluations excluded)", seconds(q.get("reached_train_s"))],
+        [
+            "whole fit: wall / training / evaluation",
+            f"{seconds(q['fit_wall_s'])} / {seconds(q['train_s'])} / {seconds(q['eval_s'])}",
+        ],
+        ["whole run incl. start-up and final full-split eval", seconds(q.get("run_wall_s"))],
+        ["training throughput", f"{q['tokens_per_s']:,.0f} tokens/s"],
+        [
+            f"final val loss, full split, after {q['steps']} steps",
+            f"{final:.4f}" if final is not None else "n/a",
+        ],
+        ["final val loss ÷ target", f"**{x(final / target if final else None)}**"],
+        ["best subset val loss", f"{q['best_subset_val_loss']:.4f}"],
+    ]
+    if q.get("out_of_time"):
+        rows.insert(
+            0,
+            [
+                "**stopped by the bench's time budget**",
+                f"after {seconds(q['budget_s'])}, at step {q['steps']} (the machine was busy)",
+            ],
+        )
+    traj = ", ".join(f"{e['step']}: {e['val_loss']:.3f}" for e in q["evals"])
+    return "\n".join(
+        [
+            f"`train_run` on {q.get('config_name', 'the config')} ({q['config']}), evaluating "
+            f"every {q['eval_interval']} steps on the first {q['eval_batches']} validation "
+            "windows, then on the whole validation split.",
+            "",
+            table(["", ""], rows),
+            "",
+            f"Validation loss on the subset (step: loss): {traj}",
+        ]
+    )
+
+
+def _efficiency(e: dict[str, Any]) -> str:
+    rows = [
+        [
+            w["workload"],
+            si(w["flops_per_token"], "FLOP"),
+            f"{w['tokens_per_s']:,.0f}",
+            si(w["achieved"], "FLOP/s"),
+            f"**{x(w['fraction'], 3)}**",
+        ]
+        for w in e["rows"]
+    ]
+    return "\n".join(
+        [
+            f"Achieved FLOP/s = `model.flops_per_token(seq_len)` (6 x non-embedding params + "
+            f"head + attention, forward + backward) x tokens/s, as a fraction of "
+            f"{e['peak_source']} ({si(e['peak'], 'FLOP/s')}). The same FLOP count is used for "
+            "the other implementations (same architecture).",
+            "",
+            table(["workload", "FLOP/token", "tokens/s", "achieved", "fraction of peak"], rows),
+        ]
+    )
+
+
+def _study(s: dict[str, Any]) -> str:
+    if not s.get("available"):
+        return f"n/a ({s.get('reason', 'runner not available')})"
+    rows = [
+        [
+            n,
+            w.get("threads", "?"),
+            f"{w['wall_s']:.1f} s",
+            f"{w['completed']}/{s['runs']}",
+            f"{w['runs_per_hour']:.0f}",
+            f"**{x(s['ratio'][n])}**",
+            f"{w['run_tokens_per_s']:,.0f}",
+            f"{w['steady_tokens_per_s']:,.0f}",
+            f"**{x(s['steady_ratio'][n])}**",
+        ]
+        for n, w in s["workers"].items()
+    ]
+    rates = {n: w["runs_per_hour"] for n, w in s["workers"].items()}
+    ranked = sorted(rates, key=rates.get, reverse=True)
+    best, runner_up = ranked[0], ranked[-1]
+    margin = rates[best] / rates[runner_up]
+    long_best = s["best_workers_long_runs"]
+    if margin < 1.05:
+        verdict = (
+            f"For this short study the settings tie (x{margin:.2f}, inside the noise of one "
+            f"measurement): spawning workers costs about what they gain."
+        )
+    else:
+        verdict = (
+            f"For this short study `--workers {best}` is better "
+            f"(x{margin:.2f} runs/hour over `--workers {runner_up}`)."
+        )
+    verdict += (
+        f" For longer runs the steady-state rate decides: `--workers {long_best}` "
+        f"(x{s['steady_ratio'][long_best]:.2f} tokens/s over 1 worker)."
+    )
+    return "\n".join(
+        [
+            f"A study of {s['runs']} runs ({s['config']}, {s['steps']} steps each) trained by "
+            "`run_study` into a fresh store per setting; the runner gives each worker "
+            "`cores // workers` torch threads. Wall time covers everything the user waits for; "
+            "the steady-state rate is workers x the median training tokens/s of one run.",
+            "",
+            table(
+                [
+                    "workers",
+                    "threads each",
+                    "wall",
+                    "completed",
+                    "runs/hour",
+                    "÷ 1 worker",
+                    "tokens/s per run",
+                    "steady-state tokens/s",
+                    "÷ 1 worker",
+                ],
+                rows,
+            ),
+            "",
+            verdict,
+        ]
+    )
+
+
+def _gpu(r: dict[str, Any]) -> str:
+    g = r["gpu_paths"]
+    if not g["present"]:
+        return (
+            "No GPU present: everything above ran on the CPU in fp32. On a GPU the bench runs "
+            f"every section with {', '.join(f'`{k}={v}`' for k, v in g['overrides'].items())} "
+            "(bf16 autocast, flash attention, fused AdamW, torch.compile, pinned memory), "
+            "compiles all three models of section 2 under bf16 autocast, and reports "
+            "efficiency against the GPU's dense bf16 peak."
+        )
+    return (
+        f"GPU present ({r['machine']['gpu']}): ran with "
+        f"{', '.join(f'`{k}={v}`' for k, v in g['overrides'].items())}; section 2 compiled all "
+        "three models under bf16 autocast; efficiency is against the dense bf16 peak."
+    )
+
+
+def render(r: dict[str, Any]) -> str:
+    mode = "quick (smoke-test sizes: not meaningful as measurements)" if r["quick"] else "full"
+    head = [
+        "# ablate benchmark",
+        "",
+        f"`ablate bench` run of {r['started']} ({mode}); {seconds(r['wall_s'])} in all. Every "
+        "figure is a ratio of measurements taken side by side in this one process (or a "
+        "fraction of a peak measured in it), so that the load of a shared machine cancels as "
+        "far as it can; absolute times are shown for context only.",
+    ]
+    loads = [v for pair in r.get("load", {}).values() for v in pair if v is not None]
+    cores = r["machine"]["cores"]
+    if loads and max(loads) > cores + 0.5:
+        head += [
+            "",
+            f"**Busy machine:** the 1-minute load average reached {max(loads):.1f} on "
+            f"{cores} cores during this run (per section, start/end: "
+            + ", ".join(f"{k} {x(a, 1)}/{x(b, 1)}" for k, (a, b) in r["load"].items())
+            + "). Other processes competed for the CPU; the ratios cancel much of it, "
+            "absolute times do not.",
+        ]
+    body = {
+        "## Machine": lambda: _machine(r),
+        "## 1. Framework overhead": lambda: _overhead(r["overhead"]),
+        "## 2. Model speed": lambda: _speed(r["speed"], bool(r["machine"].get("gpu"))),
+        "## 3. Time to quality": lambda: _quality(r["quality"]),
+        "## 4. Efficiency": lambda: _efficiency(r["efficiency"]),
+        "## 5. Study throughput": lambda: _study(r["study"]),
+        "## GPU paths": lambda: _gpu(r),
+    }
+    key = {
+        "## 1. Framework overhead": "overhead",
+        "## 2. Model speed": "speed",
+        "## 3. Time to quality": "quality",
+        "## 4. Efficiency": "efficiency",
+        "## 5. Study throughput": "study",
+    }
+    out = head
+    for heading in SECTIONS:
+        out += ["", heading, ""]
+        err = r.get("errors", {}).get(key.get(heading, ""))
+        if err:
+            out.append(f"FAILED: `{err}`")
+        else:
+            out.append(body[heading]())
+    return "\n".join(out) + "\n"
+
+
+def _jsonable(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        return dataclasses.asdict(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def write(results: dict[str, Any], out: Path) -> None:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(results))
+    out.with_suffix(".json").write_text(json.dumps(results, indent=1, default=_jsonable))

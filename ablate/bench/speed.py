@@ -1,0 +1,322 @@
+"""Model speed: forward + backward throughput and step memory of our transformer against two
+independent implementations of the same architecture.
+
+- ``ours``: ``build_model`` with Pre-LN, LayerNorm, GELU, learned absolute positions, tied
+  embeddings, no biases, dropout 0 (nanoGPT's shape).
+- ``x-transformers``: ``TransformerWrapper(Decoder(...))`` configured to the same shape: its
+  LayerNorm has no bias, its attention projections none, ``ff_no_bias=True`` drops the FFN's;
+  ``attn_flash=True`` (its fused SDPA path: x-transformers' fastest) and nothing else on.
+- ``torch``: ``nn.TransformerEncoder`` of ``nn.TransformerEncoderLayer(norm_first=True,
+  activation="gelu", batch_first=True, bias=False)`` with a causal mask (``is_causal=True``),
+  plus token and learned position embeddings and a tied head.
+
+Parameter counts are printed next to the timings (they match exactly).
+
+Throughput is tokens per second of ``zero_grad; loss = CE(model(x), y); loss.backward()`` on
+one fixed batch (no optimizer: that is the same for all three). Each model is timed in blocks
+of ``k`` steps, the models in a rotating order per repetition; the figure is the best block
+(``timeit``'s rule: noise on a shared machine only ever adds time).
+
+Step memory, CPU: the peak of the bytes of tensor storages created during one forward +
+backward and alive at the same time (activations kept for backward, gradients, temporaries),
+tracked by a ``TorchDispatchMode`` that sees every tensor an operator returns and a weak
+reference that sees it freed; parameters, which exist before the step, are not counted. It
+counts what torch allocates, not allocator caching or oneDNN scratch space. GPU: the rise of
+``torch.cuda.max_memory_allocated`` over the allocation before the step.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn as nn
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from ablate.bench.machine import device, has_gpu, sync
+from ablate.config import ModelConfig
+from ablate.lit import lm_loss
+from ablate.model import build_model
+
+VOCAB = 65  # tiny shakespeare's characters
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    seq_len: int
+    batch_size: int
+
+    @property
+    def label(self) -> str:
+        return (
+            f"{self.n_layers}L/{self.d_model}d/{self.n_heads}h, "
+            f"ctx {self.seq_len}, batch {self.batch_size}"
+        )
+
+    @property
+    def tokens(self) -> int:
+        return self.seq_len * self.batch_size
+
+
+# --- the three models -------------------------------------------------------------------------
+
+
+def model_config(size: Size) -> ModelConfig:
+    return ModelConfig(
+        n_layers=size.n_layers,
+        d_model=size.d_model,
+        n_heads=size.n_heads,
+        max_seq_len=size.seq_len,
+        dropout=0.0,
+        bias=False,
+        norm_placement="pre",
+        norm="layernorm",
+        activation="gelu",
+        pos_encoding="learned",
+        tie_embeddings=True,
+    )
+
+
+def build_ours(size: Size) -> nn.Module:
+    return build_model(model_config(size), VOCAB)
+
+
+def build_x_transformers(size: Size) -> nn.Module:
+    from x_transformers import Decoder, TransformerWrapper
+
+    return TransformerWrapper(
+        num_tokens=VOCAB,
+        max_seq_len=size.seq_len,
+        tie_embedding=True,
+        emb_dropout=0.0,
+        attn_layers=Decoder(
+            dim=size.d_model,
+            depth=size.n_layers,
+            heads=size.n_heads,
+            attn_dim_head=size.d_model // size.n_heads,
+            attn_flash=True,
+            ff_mult=4,
+            ff_no_bias=True,
+        ),
+    )
+
+
+class TorchEncoderLM(nn.Module):
+    """Token + learned position embeddings -> ``nn.TransformerEncoder`` (causal) -> tied head."""
+
+    def __init__(self, size: Size):
+        super().__init__()
+        d = size.d_model
+        self.tok = nn.Embedding(VOCAB, d)
+        self.pos = nn.Embedding(size.seq_len, d)
+        layer = nn.TransformerEncoderLayer(
+            d,
+            size.n_heads,
+            dim_feedforward=4 * d,
+            dropout=0.0,
+            activation="gelu",
+            batch_first=True,
+            norm_first=True,
+            bias=False,
+        )
+        self.encoder = nn.TransformerEncoder(
+            layer, size.n_layers, norm=nn.LayerNorm(d, bias=False), enable_nested_tensor=False
+        )
+        self.head = nn.Linear(d, VOCAB, bias=False)
+        self.head.weight = self.tok.weight
+        mask = nn.Transformer.generate_square_subsequent_mask(size.seq_len)
+        self.register_buffer("mask", mask, persistent=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        T = idx.size(1)
+        x = self.tok(idx) + self.pos(torch.arange(T, device=idx.device))
+        x = self.encoder(x, mask=self.mask[:T, :T], is_causal=True)
+        return self.head(x)
+
+
+MODELS: dict[str, Callable[[Size], nn.Module]] = {
+    "ours": build_ours,
+    "x-transformers": build_x_transformers,
+    "torch": TorchEncoderLM,
+}
+
+
+def param_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())  # tied weights once
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+
+class PeakTensorBytes(TorchDispatchMode):
+    """Peak bytes of tensor storages created inside the mode and alive at the same time."""
+
+    def __init__(self):
+        super().__init__()
+        self.live: dict[int, tuple[StorageWeakRef, int]] = {}
+        self.current = 0
+        self.peak = 0
+
+    def _drop_freed(self) -> None:
+        for key in [k for k, (ref, _) in self.live.items() if ref.expired()]:
+            self.current -= self.live.pop(key)[1]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self._drop_freed()
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                storage = t.untyped_storage()
+                ref = StorageWeakRef(storage)
+                if ref.cdata not in self.live:
+                    self.live[ref.cdata] = (ref, storage.nbytes())
+                    self.current += storage.nbytes()
+        self.peak = max(self.peak, self.current)
+        return out
+
+
+def step_memory(step: Callable[[], None]) -> int:
+    """Peak bytes allocated by ``step`` beyond what existed before it."""
+    if has_gpu():
+        sync()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        step()
+        sync()
+        return torch.cuda.max_memory_allocated() - base
+    tracker = PeakTensorBytes()
+    with tracker:
+        step()
+    return tracker.peak
+
+
+# --- timing -----------------------------------------------------------------------------------
+
+
+def _make_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if has_gpu() else nullcontext()
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        with amp:
+            logits = model(x)
+        lm_loss(logits, y).backward()
+
+    return step
+
+
+def _timed(step: Callable[[], None], k: int) -> list[float]:
+    """Seconds per step for ``k`` steps: each step on its own on a CPU (so a stall from another
+    process spoils one sample, not a block); on a GPU the block's mean (no sync per step)."""
+    if has_gpu():
+        sync()
+        t = time.perf_counter()
+        for _ in range(k):
+            step()
+        sync()
+        return [(time.perf_counter() - t) / k] * k
+    times = []
+    for _ in range(k):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def measure_speed(
+    sizes: list[Size],
+    *,
+    reps: int,
+    block_s: float,
+    compile_models: bool = False,
+    log: Callable[[str], None] = print,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Tokens/s (best block), step memory and parameters of every model at every size."""
+    dev = device()
+    out = []
+    for size in sizes:
+        torch.manual_seed(0)
+        x = torch.randint(0, VOCAB, (size.batch_size, size.seq_len), device=dev)
+        y = torch.randint(0, VOCAB, (size.batch_size, size.seq_len), device=dev)
+        rows: dict[str, dict[str, Any]] = {}
+        steps: dict[str, Callable[[], None]] = {}
+        for name, build in MODELS.items():
+            torch.manual_seed(0)
+            try:
+                model = build(size).to(dev).train()
+            except ImportError as err:  # x-transformers is a dev dependency
+                log(f"  {size.name} {name:>14}: skipped ({err})")
+                continue
+            row: dict[str, Any] = {"params": param_count(model), "compiled": False}
+            if compile_models:
+                try:
+                    model = torch.compile(model)
+                    row["compiled"] = True
+                except Exception as err:  # noqa: BLE001 - report, fall back to eager
+                    row["compile_error"] = f"{type(err).__name__}: {err}"
+            step = _make_step(model, x, y)
+            if compile_models:
+                step()  # compile outside the memory measurement
+            t = time.perf_counter()
+            row["peak_bytes"] = step_memory(step)  # also the warm-up step
+            est = time.perf_counter() - t
+            # plain warm-up steps (the tracked one is slower, and the first ever is slower
+            # still); a step that already takes 10 s is its own warm-up
+            for _ in range(0 if est >= 10.0 else 3):
+                sync()
+                t = time.perf_counter()
+                step()
+                sync()
+                est = min(est, time.perf_counter() - t)
+            row["steps_per_block"] = max(1, round(block_s / max(est, 1e-6)))
+            row["blocks"] = []
+            rows[name], steps[name] = row, step
+            log(
+                f"  {size.name} {name:>14}: {row['params']:,} params, "
+                f"step memory {row['peak_bytes'] / 2**20:.1f} MiB"
+            )
+        names = list(rows)
+        for rep in range(reps):
+            for name in names[rep % len(names) :] + names[: rep % len(names)]:
+                row, step = rows[name], steps[name]
+                row["blocks"].extend(_timed(step, row["steps_per_block"]))
+                if progress:
+                    progress(f"{size.name} {name} rep {rep + 1}/{reps}")
+        for name, row in rows.items():
+            times = row.pop("blocks")
+            row["timed_steps"] = len(times)
+            row["step_s"] = min(times)
+            row["tokens_per_s"] = size.tokens / min(times)
+            row["tokens_per_s_median"] = size.tokens / statistics.median(times)
+            log(
+                f"  {size.name} {name:>14}: {row['tokens_per_s']:,.0f} tokens/s (best of "
+                f"{len(times)} steps; median {row['tokens_per_s_median']:,.0f})"
+            )
+        ours = rows["ours"]
+        out.append(
+            {
+                "size": {**asdict(size), "label": size.label, "tokens": size.tokens},
+                "models": rows,
+                "speed_ratio": {
+                    n: ours["tokens_per_s"] / r["tokens_per_s"]
+                    for n, r in rows.items()
+                    if n != "ours"
+                },
+                "memory_ratio": {
+                    n: ours["peak_bytes"] / r["peak_bytes"] for n, r in rows.items() if n != "ours"
+                },
+            }
+        )
+    return out

@@ -1,0 +1,122 @@
+"""The bench: the quick run writes every section with numeric ratios, and the comparison it
+rests on is fair (the raw loop and the ablate loop train identically). No timing assertions."""
+
+import json
+import re
+import sys
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from ablate.bench import TINY, run_bench
+from ablate.bench.loops import NANOGPT_CPU, ablate_loop, bench_config, loss_parity, raw_loop
+from ablate.bench.machine import gpu_peak_bf16
+from ablate.bench.report import SECTIONS
+from ablate.bench.speed import MODELS, PeakTensorBytes, Size, param_count
+from ablate.bench.throughput import study_throughput
+
+RATIO = re.compile(r"\*\*\d+\.\d+\*\*")
+
+
+def _config(**overrides):
+    return bench_config(
+        {**NANOGPT_CPU, **TINY},
+        **{
+            "train.max_steps": 12,
+            "train.eval_interval": 13,
+            "train.final_eval_batches": 1,
+            "train.log_interval": 5,
+            "train.grad_norm_interval": 5,
+            "train.checkpoint_interval": 5,
+            "train.progress": False,
+            "train.threads": 1,
+            **overrides,
+        },
+    )
+
+
+def test_raw_and_ablate_loops_train_identically():
+    """Same init, same batches, same optimizer and schedule: the same loss at every step."""
+    cfg = _config()
+    ablate, _ = ablate_loop(cfg)
+    raw = raw_loop(cfg)
+    assert len(ablate.losses) == len(raw.losses) == cfg.train.max_steps
+    assert_close(torch.tensor(ablate.losses), torch.tensor(raw.losses), rtol=1e-6, atol=1e-6)
+    assert raw.losses[-1] < raw.losses[0]  # it trained: warmup, clipping and decay were active
+    assert loss_parity(ablate.losses, raw.losses)["max_abs_diff"] < 1e-6
+
+
+def test_the_parity_check_can_fail():
+    """Another seed (init and batch order) gives another trajectory: the check has power."""
+    a = raw_loop(_config())
+    b = raw_loop(_config(**{"train.seed": 1}))
+    assert not loss_parity(a.losses, b.losses)["identical"]
+
+
+def test_quick_bench_writes_every_section_with_ratios(tmp_path):
+    out = tmp_path / "bench.md"
+    run_bench(quick=True, out=out)
+    text = out.read_text()
+    for heading in SECTIONS:
+        assert heading in text, heading
+    sections = re.split(r"\n(?=## )", text)
+    numbered = [s for s in sections if re.match(r"## \d\.", s)]
+    assert len(numbered) == 5
+    for body in numbered:
+        if body.startswith("## 5.") and "n/a (runner not available" in body:
+            continue
+        assert RATIO.search(body), body[:200]
+        assert "FAILED" not in body
+    results = json.loads(out.with_suffix(".json").read_text())
+    assert results["overhead"]["parity"]["identical"]
+    assert results["overhead"]["ratio_best"] > 0
+    for row in results["speed"]:
+        assert len({m["params"] for m in row["models"].values()}) == 1  # same architecture
+        assert all(m["peak_bytes"] > 0 for m in row["models"].values())
+    assert 0 < results["efficiency"]["rows"][0]["fraction"]
+
+
+def test_three_implementations_have_the_same_parameter_count():
+    size = Size("t", 2, 48, 4, 16, 2)
+    counts = {name: param_count(build(size)) for name, build in MODELS.items()}
+    assert len(set(counts.values())) == 1, counts
+    x = torch.randint(0, 65, (2, 16))
+    for name, build in MODELS.items():
+        assert build(size)(x).shape == (2, 16, 65), name
+
+
+def test_peak_tensor_bytes_counts_live_storages():
+    with PeakTensorBytes() as tracker:
+        a = torch.ones(1000)  # 4000 bytes
+        b = a * 2  # +4000
+        del a, b
+        c = torch.ones(500)  # 2000, after both were freed
+        v = c.view(10, 50)  # a view: no new storage
+    assert tracker.peak == 8000
+    assert tracker.current == 2000
+    del c, v
+
+
+def test_gpu_peak_table():
+    assert gpu_peak_bf16("NVIDIA H100 80GB HBM3") == 989e12
+    assert gpu_peak_bf16("NVIDIA H100 PCIe") == 756e12
+    assert gpu_peak_bf16("NVIDIA H200") == 989e12
+    assert gpu_peak_bf16("NVIDIA A100-SXM4-40GB") == 312e12
+    assert gpu_peak_bf16("Some Future GPU") is None
+
+
+def test_study_throughput_without_runner(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ablate.runner", None)  # import raises ImportError
+    res = study_throughput(_config(), n_runs=2)
+    assert res["available"] is False and "runner not available" in res["reason"]
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_plans_are_consistent(quick):
+    from ablate.bench import Plan
+
+    plan = Plan.make(quick, gpu=False, threads=2)
+    assert plan.overhead_steps > plan.overhead_warmup + 1
+    for size, reps in plan.speed:
+        assert reps >= 1 and size.d_model % size.n_heads == 0
