@@ -46,7 +46,8 @@ def quiet_lightning() -> None:
 
 
 @contextmanager
-def _num_threads(n: int | None):
+def torch_threads(n: int | None):
+    """Run with ``n`` torch intra-op threads (``None``: leave as is), then restore the count."""
     old = torch.get_num_threads()
     if n:
         torch.set_num_threads(n)
@@ -167,7 +168,7 @@ def train_run(
     run_dir.write_summary(summary)
     wandb_logger = None
     try:
-        with _num_threads(cfg.train.threads):
+        with torch_threads(cfg.train.threads):
             pl.seed_everything(cfg.train.seed, workers=True, verbose=False)
             dm = LMDataModule(cfg.data, seed=cfg.train.seed)
             dm.setup("fit")

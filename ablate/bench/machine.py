@@ -12,11 +12,13 @@ import os
 import platform
 import statistics
 import time
-from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import torch
+
+from ablate.runner import cpu_count
+from ablate.train import torch_threads  # noqa: F401 - re-exported for the bench sections
 
 # dense (no sparsity) bf16 tensor-core peaks, FLOP/s, from the vendors' data sheets
 GPU_BF16_PEAK: dict[str, float] = {
@@ -45,24 +47,8 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def usable_cores() -> int:
-    """CPU cores this process may run on (its affinity mask), not the host's total."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
-@contextmanager
-def torch_threads(n: int | None):
-    """Run with ``n`` intra-op threads, then restore the previous count."""
-    old = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
+# the same helpers the runner and the training loop use, so the bench measures what they do
+usable_cores = cpu_count
 
 
 def cpu_model() -> str:
