@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-DECAYS = ("cosine", "linear", "constant")
+DECAYS = ("cosine", "linear", "constant", "cosine_min")
 
 
 def warmup_steps(total_steps: int, warmup_ratio: float) -> int:
@@ -30,6 +30,8 @@ def lr_at(
     - linear:   ``lr = max(min_lr, base_lr * (1 - (t - W) / (T - W)))``
     - cosine:   ``lr = max(min_lr, base_lr * 0.5 * (1 + cos(2π · cycles · (t - W) / (T - W))))``
     - constant: ``lr = base_lr``
+    - cosine_min: ``lr = min_lr + (base_lr - min_lr) * c`` with ``c`` the cosine factor above
+      (nanoGPT's form: the cosine runs between base_lr and min_lr instead of being floored)
 
     ``cycles = 0.5`` is the usual half-cosine from ``base_lr`` to 0 (floored at ``min_lr``).
     Steps past ``T`` keep the value at ``T``.
@@ -47,4 +49,7 @@ def lr_at(
     progress = (t - w) / max(1, total_steps - w)
     if decay == "linear":
         return max(min_lr, base_lr * (1.0 - progress))
-    return max(min_lr, base_lr * 0.5 * (1.0 + math.cos(2.0 * math.pi * cycles * progress)))
+    coeff = 0.5 * (1.0 + math.cos(2.0 * math.pi * cycles * progress))
+    if decay == "cosine_min":
+        return min_lr + (base_lr - min_lr) * coeff
+    return max(min_lr, base_lr * coeff)

@@ -49,6 +49,15 @@ def test_min_lr_floor_and_cycles():
     assert lr(250, "cosine", min_lr=0.1) == pytest.approx(0.1)  # past T: held at T
 
 
+def test_cosine_min_runs_between_base_and_min_lr():
+    # nanoGPT's form: min_lr + (base - min_lr) * 0.5 * (1 + cos(pi * p)), W=10 of T=100
+    assert lr(10, "cosine_min", min_lr=0.1) == pytest.approx(1.0)
+    assert lr(55, "cosine_min", min_lr=0.1) == pytest.approx(0.1 + 0.9 * 0.5)  # p = .5
+    assert lr(100, "cosine_min", min_lr=0.1) == pytest.approx(0.1)
+    assert lr(82, "cosine_min", min_lr=0.1) > lr(82, "cosine", min_lr=0.1)  # never floored early
+    assert lr(5, "cosine_min", min_lr=0.1) == pytest.approx(0.5)  # same warmup
+
+
 def test_bad_decay_names_the_choices():
-    with pytest.raises(ValueError, match="cosine, linear, constant"):
+    with pytest.raises(ValueError, match="cosine, linear, constant, cosine_min"):
         lr(1, "exp")
