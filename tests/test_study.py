@@ -498,7 +498,7 @@ def test_reference_study_is_nanogpt_cpu():
         "learned",
         0.0,
     )
-    assert (t.max_steps, o.lr, o.min_lr, o.beta2, o.decay) == (2000, 1e-3, 1e-4, 0.99, "cosine")
+    assert (t.max_steps, o.lr, o.min_lr, o.beta2, o.decay) == (2000, 1e-3, 1e-4, 0.99, "cosine_min")
     assert o.warmup_ratio * t.max_steps == pytest.approx(100)
     assert (d.val_fraction, d.test_fraction, t.final_eval_batches) == (0.1, 0.0, None)
 
