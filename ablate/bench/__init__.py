@@ -223,8 +223,8 @@ def _overhead(plan: Plan, say) -> dict[str, Any]:
     cfg = overhead_config({**plan.base, **plan.overhead}, plan.overhead_steps)
     res = compare_loops(cfg, reps=plan.overhead_reps, warmup=plan.overhead_warmup, log=say)
     say(
-        f"ablate ÷ raw: best per step {res['ratio_best']:.3f}, "
-        f"median of pairs {res['ratio_median']:.3f}; losses identical: "
+        f"ablate ÷ raw: median of pairs {res['ratio_median']:.3f}, "
+        f"best per step {res['ratio_best']:.3f}; losses identical: "
         f"{res['parity']['identical']}"
     )
     return res

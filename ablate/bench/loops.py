@@ -48,7 +48,8 @@ from ablate.model import build_model
 from ablate.schedules import lr_at
 
 # nanoGPT's shakespeare-char CPU settings (its README: val loss 1.88 after 2000 iterations).
-# nanoGPT trains with bias=False and weight decay 0.1; its cosine ends at min_lr.
+# nanoGPT trains with bias=False and weight decay 0.1; its cosine runs from lr down to min_lr
+# (``cosine_min``), as in studies/reference_nanogpt_cpu.yaml.
 NANOGPT_CPU: dict[str, Any] = {
     "model.arch": "transformer",
     "model.n_layers": 4,
@@ -70,7 +71,7 @@ NANOGPT_CPU: dict[str, Any] = {
     "optim.lr": 1e-3,
     "optim.min_lr": 1e-4,
     "optim.warmup_ratio": 0.05,
-    "optim.decay": "cosine",
+    "optim.decay": "cosine_min",
     "optim.beta2": 0.99,
     "optim.weight_decay": 0.1,
     "optim.grad_clip": 1.0,

@@ -1,14 +1,14 @@
 """Time to quality: how long ``train_run`` takes to reach nanoGPT's published validation loss.
 
 The run is nanoGPT's shakespeare-char CPU configuration (``loops.NANOGPT_CPU``: 4 layers,
-4 heads, d_model 128, context 64, batch 12, 2000 steps, lr 1e-3 with 5 % warmup and a cosine
-floored at 1e-4, AdamW beta2 0.99, dropout 0, no biases), trained by ``train_run`` exactly as a
-user runs it (progress bar, metrics.csv, W&B offline). It evaluates every ``eval_interval``
-steps on a fixed subset of the validation split (its first ``eval_batches`` windows), and on the
-whole split at the end. The clock starts when training starts (``on_train_start``: data,
-model and loggers are ready) and the target counts as reached at the end of the first
-evaluation at or below it; the wall time includes the evaluations before it, the training time
-excludes them.
+4 heads, d_model 128, context 64, batch 12, 2000 steps, lr 1e-3 with 5 % warmup and nanoGPT's
+cosine from 1e-3 down to 1e-4, AdamW beta2 0.99, dropout 0, no biases), trained by ``train_run``
+exactly as a user runs it (progress bar, metrics.csv, W&B offline). It evaluates every
+``eval_interval`` steps on a fixed subset of the validation split (its first ``eval_batches``
+windows), and on the whole split at the end. The clock starts when training starts
+(``on_train_start``: data, model and loggers are ready) and the target counts as reached at
+the end of the first evaluation at or below it; the wall time includes the evaluations before
+it, the training time excludes them.
 """
 
 from __future__ import annotations

@@ -81,7 +81,8 @@ def _machine(r: dict[str, Any]) -> str:
 
 def _overhead(o: dict[str, Any]) -> str:
     p = o["parity"]
-    verdict = "meets" if o["ratio_best"] <= OVERHEAD_GOAL else "misses"
+    verdict = "meets" if o["ratio_median"] <= OVERHEAD_GOAL else "misses"
+    best = o["best_ms"]
     parts = [
         f"Step time of the full `ablate` training loop ÷ a minimal hand-written PyTorch loop, "
         f"same model init, batches, optimizer and schedule; {o['reps']} A/B pairs in "
@@ -89,26 +90,40 @@ def _overhead(o: dict[str, Any]) -> str:
         f"{o['warmup']}..{o['steps'] - 2} ({o['window']} steps; evaluation switched off, "
         f"checkpoints, logging, grad norms, progress bar and W&B on).",
         "",
-        f"- ablate ÷ raw, best of {o['reps']} per step: **{x(o['ratio_best'])}** "
-        f"(goal ≤ {OVERHEAD_GOAL}: {verdict})",
         f"- ablate ÷ raw, median over pairs of the window means: **{x(o['ratio_median'])}** "
-        f"(range {x(o['ratio_min'])}–{x(o['ratio_max'])})",
+        f"(range {x(o['ratio_min'])}–{x(o['ratio_max'])}; goal ≤ {OVERHEAD_GOAL}: {verdict})",
+        f"- ablate ÷ raw, best of {o['reps']} runs at every step: **{x(o['ratio_best'])}** "
+        "(blind to stalls from other processes, but on a busy machine it favours the arm that "
+        "happened to get more undisturbed runs)",
         f"- ablate ÷ raw, median over pairs of the median step: {x(o['median_step_ratio'])}",
         f"- steps stalled by other processes (> 3x the best run of that step): "
         f"ablate {o['stalls']['ablate']}, raw {o['stalls']['raw']}",
         "",
+        "A run slower than its arm's best-per-step mean by more than a few percent was "
+        "disturbed by other processes (column 'x best').",
+        "",
         table(
-            ["pair", "order", "ablate ms/step", "raw ms/step", "ablate ÷ raw"],
+            ["pair", "order", "ablate ms/step", "x best", "raw ms/step", "x best", "ablate ÷ raw"],
             [
-                [i + 1, q["order"], f"{q['ablate_ms']:.2f}", f"{q['raw_ms']:.2f}", x(q["ratio"])]
+                [
+                    i + 1,
+                    q["order"],
+                    f"{q['ablate_ms']:.2f}",
+                    x(q["ablate_ms"] / best["ablate"], 2),
+                    f"{q['raw_ms']:.2f}",
+                    x(q["raw_ms"] / best["raw"], 2),
+                    x(q["ratio"]),
+                ]
                 for i, q in enumerate(o["pairs"])
             ]
             + [
                 [
                     "best per step",
                     "",
-                    f"{o['best_ms']['ablate']:.2f}",
-                    f"{o['best_ms']['raw']:.2f}",
+                    f"{best['ablate']:.2f}",
+                    "",
+                    f"{best['raw']:.2f}",
+                    "",
                     x(o["ratio_best"]),
                 ]
             ],

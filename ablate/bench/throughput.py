@@ -63,7 +63,7 @@ def study_throughput(
             ok = sum(1 for s in summaries if s.get("status") == "completed")
             speeds = [s["tokens_per_s"] for s in summaries if s.get("tokens_per_s")]
             per_run = statistics.median(speeds) if speeds else math.nan
-            results[n] = {
+            results[str(n)] = {  # str keys: the same after a JSON round trip
                 "wall_s": wall,
                 "completed": ok,
                 "runs_per_hour": len(summaries) * 3600 / wall,
@@ -73,10 +73,10 @@ def study_throughput(
             }
             log(
                 f"  workers={n}: {len(summaries)} runs in {wall:.1f} s "
-                f"({results[n]['runs_per_hour']:.0f} runs/h, {ok} completed)"
+                f"({results[str(n)]['runs_per_hour']:.0f} runs/h, {ok} completed)"
             )
     out["workers"] = results
-    first = results[workers[0]]
+    first = results[str(workers[0])]
     out["ratio"] = {n: r["runs_per_hour"] / first["runs_per_hour"] for n, r in results.items()}
     out["steady_ratio"] = {
         n: r["steady_tokens_per_s"] / first["steady_tokens_per_s"] for n, r in results.items()
