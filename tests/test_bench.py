@@ -120,3 +120,39 @@ def test_plans_are_consistent(quick):
     assert plan.overhead_steps > plan.overhead_warmup + 1
     for size, reps in plan.speed:
         assert reps >= 1 and size.d_model % size.n_heads == 0
+
+
+# --- nanoGPT's procedure in a plain loop (reports/reference_nanogpt_cpu) ----------------------
+
+
+def test_nanogpt_lr_matches_hand_computed_values():
+    from ablate.bench.nanogpt_loop import nanogpt_lr
+
+    kw = {"lr": 1e-3, "min_lr": 1e-4, "warmup": 100, "total": 2000}
+    assert nanogpt_lr(0, **kw) == pytest.approx(1e-3 / 101)  # never 0, unlike lr_at's warmup
+    assert nanogpt_lr(99, **kw) == pytest.approx(1e-3 * 100 / 101)
+    assert nanogpt_lr(100, **kw) == pytest.approx(1e-3)
+    assert nanogpt_lr(1050, **kw) == pytest.approx(5.5e-4)  # halfway: (lr + min_lr) / 2
+    assert nanogpt_lr(2000, **kw) == pytest.approx(1e-4)
+    assert nanogpt_lr(2500, **kw) == pytest.approx(1e-4)
+
+
+def test_nanogpt_random_windows_shift_targets_by_one():
+    from ablate.bench.nanogpt_loop import random_windows
+
+    tokens = torch.arange(100)
+    x, y = random_windows(tokens, 8, 10, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (8, 10)
+    assert torch.equal(y, x + 1)  # consecutive ids: target = next token
+    assert int(x[:, 0].max()) <= 100 - 10 - 1  # every window and its target fit
+    assert len(set(x[:, 0].tolist())) > 1  # independent offsets, not one column
+
+
+def test_nanogpt_loop_trains_and_reports_both_estimates(capsys):
+    from ablate.bench.nanogpt_loop import nanogpt_run
+
+    r = nanogpt_run(_config(**{"train.max_steps": 30}), estimate_batches=3)
+    assert len(r["train_losses"]) == 30
+    assert r["train_losses"][-1] < r["train_losses"][0] - 0.3
+    assert r["full_val_loss"] < r["train_losses"][0]
+    assert r["nanogpt_estimate"] == pytest.approx(r["full_val_loss"], abs=0.5)
