@@ -108,6 +108,9 @@ def make_wandb_logger(
             config=run_config,
             settings={"silent": True, "console": "off", "x_disable_stats": True},
         )
+        # Lightning always passes anonymous=None, which recent wandb answers with a deprecation
+        # warning on every run; dropping the key changes nothing else.
+        logger._wandb_init.pop("anonymous", None)
         experiment = logger.experiment  # start now so a failure is caught here, not mid-training
         experiment.define_metric("val/loss", summary="min")
         experiment.define_metric("train/loss", summary="last")

@@ -337,3 +337,28 @@ def test_wandb_offline_run_per_run_holds_config_and_metrics(make_study, tmp_path
         assert history["val/loss"] == pytest.approx(stored)  # the same numbers as the store
         assert "grad_norm/global" in history
         assert kinds["exit"] == 1  # finished cleanly
+
+
+def test_wandb_logger_starts_without_deprecation_warnings(tmp_path, monkeypatch):
+    """Lightning passes ``anonymous=None``, which wandb warns about on every run."""
+    import wandb
+
+    from ablate.config import TrackingConfig
+    from ablate.tracking import make_wandb_logger
+
+    warned: list[str] = []
+    monkeypatch.setattr(wandb, "termwarn", lambda msg, *a, **k: warned.append(str(msg)))
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    run_dir = RunStore(tmp_path / "runs").run("s", "abc123")
+    logger = make_wandb_logger(
+        TrackingConfig(wandb=True, mode="offline"),
+        run_dir,
+        run_config={"x": 1},
+        group="s",
+        job_type="base",
+        name="seed=0",
+        tags=[],
+    )
+    assert logger is not None
+    logger.experiment.finish()
+    assert not [w for w in warned if "anonymous" in w], warned
