@@ -7,6 +7,9 @@ A study file::
       ...
     findings: |                     # optional: what the runs showed against the paper (reports)
       ...
+    reference:                      # optional: a published final validation loss to test against
+      value: 1.88
+      label: nanoGPT README
     base:                           # partial run config (nested sections or dotted keys)
       model: {n_layers: 6}
       optim.lr: 2e-3
@@ -72,6 +75,7 @@ TOP_LEVEL = (
     "name",
     "description",
     "findings",
+    "reference",
     "base",
     "grid",
     "variants",
@@ -110,6 +114,45 @@ class PlannedRun:
 
 
 @dataclass(frozen=True)
+class Reference:
+    """A published final validation loss the report tests every variant against."""
+
+    value: float
+    label: str = "reference"
+
+
+def parse_reference(raw: Any, source: Path) -> Reference | None:
+    """The study's optional ``reference: {value: <loss>, label: <text>}``; ``ConfigError``
+    naming ``reference.<key>`` for anything else."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            "must be a mapping {value: <final val loss>, label: <text>}",
+            key="reference",
+            source=source,
+        )
+    for key in raw:
+        if key not in ("value", "label"):
+            raise ConfigError(
+                f"unknown key{suggest(str(key), ['value', 'label'])}; valid: value, label",
+                key=f"reference.{key}",
+                source=source,
+            )
+    value = raw.get("value")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(
+            f"must be a finite number (a final validation loss), got {value!r}",
+            key="reference.value",
+            source=source,
+        )
+    label = raw.get("label", "reference")
+    if not isinstance(label, str) or not label.strip():
+        raise ConfigError("must be a non-empty string", key="reference.label", source=source)
+    return Reference(float(value), label.strip())
+
+
+@dataclass(frozen=True)
 class Study:
     name: str
     description: str
@@ -117,6 +160,7 @@ class Study:
     profile: str | None
     profiles: tuple[str, ...]
     runs: list[PlannedRun] = field(default_factory=list)
+    reference: Reference | None = None
 
     def meta(self, run: PlannedRun) -> dict[str, Any]:
         return run.meta(self.name, self.profile)
@@ -549,6 +593,7 @@ def load_study(
         raise ConfigError("must be a string", key="description", source=source)
     if not isinstance(raw.get("findings") or "", str):
         raise ConfigError("must be a string", key="findings", source=source)
+    reference = parse_reference(raw.get("reference"), source)
 
     base_flat, _ = _flat(raw.get("base"), "base", source)
     base = _layer(base_flat, "base", source)
@@ -658,6 +703,7 @@ def load_study(
         profile=profile,
         profiles=tuple(profiles),
         runs=runs,
+        reference=reference,
     )
 
 

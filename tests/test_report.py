@@ -16,6 +16,7 @@ from ablate.report.stats import (
     bootstrap_diff_ci,
     compare,
     mean_ci,
+    one_sample,
     summarize,
     verdict,
     welch,
@@ -57,6 +58,19 @@ def test_welch_matches_the_hand_computed_statistic_and_df():
     assert res.df == pytest.approx(df, rel=1e-9) and res.df == pytest.approx(5.520788, abs=1e-6)
     assert 0.05 < res.p < 0.1  # two-sided p from t with 5.52 df
     assert math.isnan(welch([1.0], [1.0, 2.0]).p)
+
+
+def test_one_sample_against_a_reference_matches_the_hand_computed_t():
+    # [1, 2, 3] against 0.5: diff 1.5, s = 1, se = 1/sqrt(3), t = 1.5 * sqrt(3) = 2.598076 on
+    # 2 df: two-sided p = 0.121690 (t distribution, 2 df: p = 1 - t / sqrt(t^2 + 2))
+    t = 1.5 * math.sqrt(3)
+    r = one_sample([1.0, 2.0, 3.0], 0.5)
+    assert (r.n, r.mean, r.diff) == (3, 2.0, 1.5)
+    assert r.p == pytest.approx(1 - t / math.sqrt(t**2 + 2), rel=1e-9)
+    assert r.p == pytest.approx(0.121690, abs=1e-6)
+    half = 4.302653 / math.sqrt(3)
+    assert (r.lo, r.hi) == pytest.approx((1.5 - half, 1.5 + half), abs=1e-5)
+    assert math.isnan(one_sample([2.0], 0.5).p)  # one seed: no test
 
 
 def test_bootstrap_ci_is_seeded_and_brackets_the_difference():
@@ -326,6 +340,30 @@ def test_shipped_study_yaml_gives_description_and_findings(built, tmp_path, monk
     md = path.read_text()
     assert "The question." in md
     assert "## Against the paper\n\nReproduces: pre wins." in md
+
+
+def test_reference_value_gets_a_table_and_a_line(built, tmp_path, monkeypatch):
+    root, _ = built
+    (tmp_path / "studies").mkdir()
+    (tmp_path / "studies" / "norm_pos.yaml").write_text(
+        "name: norm_pos\nreference: {value: 0.5, label: The Paper}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    (path,) = build_reports([], store=root / "runs", out=tmp_path / "r", quiet=True)
+    md = path.read_text()
+    assert "## Against the reference value (The Paper: 0.5)" in md
+    section = md.split("## Against the reference value")[1].split("\n## ")[0]
+    rows = [
+        line
+        for line in section.splitlines()
+        if line.startswith("| ") and "variant" not in line and "---" not in line
+    ]
+    assert rows and all("above the reference" in row and "| 0/" in row for row in rows)
+    assert "Dashed line: The Paper (0.5)." in md  # the figures draw it and say so
+    # a bad reference is a one-line error naming the key
+    (tmp_path / "studies" / "norm_pos.yaml").write_text("name: norm_pos\nreference: {value: x}\n")
+    with pytest.raises(ConfigError, match=r"norm_pos.yaml: reference.value: must be a finite"):
+        build_reports([], store=root / "runs", out=tmp_path / "r", quiet=True)
 
 
 def test_cli_report_on_an_empty_store_exits_2(tmp_path):

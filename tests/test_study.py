@@ -352,6 +352,11 @@ BAD = [
         "base.data.seq_len",
         "exceeds model.max_seq_len",
     ),
+    ({"reference": 1.88}, "reference", "must be a mapping"),
+    ({"reference": {"value": "low"}}, "reference.value", "must be a finite number"),
+    ({"reference": {"label": "x"}}, "reference.value", "must be a finite number"),
+    ({"reference": {"value": 1.88, "lable": "x"}}, "reference.lable", "did you mean 'label'"),
+    ({"reference": {"value": 1.88, "label": ""}}, "reference.label", "non-empty string"),
 ]
 
 
@@ -489,7 +494,10 @@ def test_batch_lr_study_keeps_the_token_budget():
 
 
 def test_reference_study_is_nanogpt_cpu():
-    (run,) = load_study(STUDIES[0].parent / "reference_nanogpt_cpu.yaml", profile="cpu").runs
+    study = load_study(STUDIES[0].parent / "reference_nanogpt_cpu.yaml", profile="cpu")
+    assert study.reference is not None and study.reference.value == 1.88
+    assert [r.seed for r in study.runs] == list(range(8))  # seeds, not one lucky run
+    run = study.runs[0]
     m, d, o, t = run.config.model, run.config.data, run.config.optim, run.config.train
     assert (m.n_layers, m.n_heads, m.d_model, d.seq_len, d.batch_size) == (4, 4, 128, 64, 12)
     assert (m.norm_placement, m.activation, m.pos_encoding, m.dropout) == (

@@ -24,6 +24,7 @@ import yaml
 
 from ablate.config import ConfigError
 from ablate.store import RunDir, RunStore
+from ablate.study import Reference, parse_reference
 
 PENDING = "pending"
 ORDERED_STATUSES = ("completed", "diverged", "running", "failed", PENDING)
@@ -74,6 +75,8 @@ class StudyData:
     description: str = ""
     findings: str = ""
     """The study YAML's ``findings``: what the runs showed against the paper, written by hand."""
+    reference: Reference | None = None
+    """The study YAML's ``reference``: a published final validation loss to test against."""
     expected_runs: int | None = None
     """Run count from expanding the study YAML, when that was possible; else None."""
     yaml_path: Path | None = None
@@ -329,6 +332,7 @@ def load_study(store: Path, name: str, yaml_path: Path | None = None) -> StudyDa
         axes=axis_keys,
         description=_study_description(rs.root / name, yaml_data, metas),
         findings=str(yaml_data.get("findings") or "").strip(),
+        reference=parse_reference(yaml_data.get("reference"), yaml_path) if yaml_path else None,
         expected_runs=_expected_runs(yaml_path, next((m.get("profile") for m in metas), None)),
         yaml_path=yaml_path,
     )

@@ -129,6 +129,28 @@ def _counts(study: StudyData, by: str) -> str:
     return f"n={lo} seeds per {by}" if lo == hi else f"n={lo}–{hi} seeds per {by}"
 
 
+def _reference_line(study: StudyData, axes: list) -> str:
+    """Draw the study's published reference value (if any) as a dashed line on ``axes``;
+    returns the caption sentence for it ("" when there is none)."""
+    ref = study.reference
+    if ref is None:
+        return ""
+    for ax in axes:
+        ax.axhline(ref.value, color="crimson", linestyle="--", linewidth=1.2, zorder=1)
+        ax.annotate(
+            f"{ref.label}: {ref.value:g}",
+            xy=(0.0, ref.value),  # left: loss curves start high, so the label stays clear
+            xycoords=("axes fraction", "data"),
+            xytext=(4, 3),
+            textcoords="offset points",
+            ha="left",
+            va="bottom",
+            fontsize=8,
+            color="crimson",
+        )
+    return f" Dashed line: {ref.label} ({ref.value:g})."
+
+
 def val_loss_curves(study: StudyData, out: Path) -> FigureFile | None:
     """Validation loss vs step: line = mean over seeds, band = 95% bootstrap CI over seeds."""
     m = study.metrics
@@ -167,6 +189,7 @@ def val_loss_curves(study: StudyData, out: Path) -> FigureFile | None:
         g.set_titles(col_template=f"{col} = {{col_name}}")
     for ax in g.axes.flat:
         ax.grid(alpha=0.3)
+    ref = _reference_line(study, list(g.axes.flat))
     n_div = int((study.runs["status"] == "diverged").sum())
     div = f"; {n_div} diverged run(s) left out" if n_div else ""
     title = "Validation loss during training"
@@ -182,7 +205,7 @@ def val_loss_curves(study: StudyData, out: Path) -> FigureFile | None:
     caption = (
         f"{title} per variant. Line: mean over seeds; {CI_BANDS} "
         f"(seaborn errorbar=('ci', 95), seed={SEED}). Runs still running are included up to "
-        f"their last evaluation{div}."
+        f"their last evaluation{div}.{ref}"
     )
     return FigureFile(path, title, caption)
 
@@ -260,6 +283,7 @@ def final_val_loss(
     ax.set_ylabel(f"{label} ({unit})")
     ax.set_xlabel(x)
     ax.grid(axis="y", alpha=0.3)
+    ref = _reference_line(study, [ax])
     title = "Final validation loss per variant"
     g.figure.suptitle(
         f"{title} — {study.name}\ndiamond: mean over seeds; {CI_BARS}; dots: individual seeds",
@@ -272,7 +296,7 @@ def final_val_loss(
     caption = (
         f"{title} (completed runs). Diamond: mean over seeds; {CI_BARS} "
         f"(seaborn errorbar=('ci', 95), seed={SEED}); dots: individual seeds. Diverged runs are "
-        "not plotted; their count is under the tick label."
+        f"not plotted; their count is under the tick label.{ref}"
     )
     return FigureFile(path, title, caption)
 

@@ -25,7 +25,15 @@ from ablate.report.collect import (
     variant_order,
 )
 from ablate.report.plots import FigureFile, loss_unit, short_names
-from ablate.report.stats import ALPHA, SEED, Comparison, Verdict, summarize, verdict
+from ablate.report.stats import (
+    ALPHA,
+    SEED,
+    Comparison,
+    Verdict,
+    one_sample,
+    summarize,
+    verdict,
+)
 
 PRIMARY = "final_val_loss"
 QUALITY = [  # (column, header, decimals)
@@ -159,6 +167,43 @@ def variant_tables(study: StudyData) -> tuple[pd.DataFrame, pd.DataFrame]:
                 cr[h] = fmt_count(r[f"{c}_mean"]) if r[f"{c}_n"] else "—"
         c_rows.append(cr)
     return pd.DataFrame(q_rows), pd.DataFrame(c_rows)
+
+
+def reference_table(study: StudyData) -> pd.DataFrame:
+    """One row per variant: its completed seeds' final val loss against ``study.reference``."""
+    ref = study.reference
+    if ref is None:
+        raise ValueError(f"study {study.name!r} has no reference value")
+    runs = study.runs
+    done = runs[runs["status"] == "completed"]
+    rows = []
+    for variant in variant_order(runs):
+        vals = done.loc[done["variant"] == variant, "final_val_loss"].tolist()
+        r = one_sample(vals, ref.value)
+        below = sum(1 for v in vals if v <= ref.value)
+        if r.n < 2:
+            says = "too few seeds"
+        elif r.hi < 0:
+            says = "below the reference"
+        elif r.lo > 0:
+            says = "above the reference"
+        else:
+            says = "not distinguishable"
+        rows.append(
+            {
+                "variant": variant,
+                "n": r.n,
+                "final val loss": f"{r.mean:.4f}" if r.n else "—",
+                "reference": f"{ref.value:g}",
+                "difference [95% CI]": (
+                    f"{r.diff:+.4f} [{r.lo:+.4f}, {r.hi:+.4f}]" if r.n >= 2 else "—"
+                ),
+                "p": f"{r.p:.3g}" if _isnum(r.p) else "—",
+                "seeds at or below": f"{below}/{r.n}",
+                "verdict": says,
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def length_table(study: StudyData) -> pd.DataFrame | None:
@@ -363,6 +408,19 @@ def build_blocks(
             "params: per run (the same for every seed).",
         )
     )
+    if study.reference is not None:
+        ref = study.reference
+        blocks.append(Block("h2", f"Against the reference value ({ref.label}: {ref.value:g})"))
+        blocks.append(
+            Block(
+                "table",
+                reference_table(study),
+                f"Final validation loss per variant minus the reference {ref.value:g} "
+                f"({ref.label}): difference with its 95% t-interval over seeds and the "
+                "two-sided one-sample t-test (scipy.stats.ttest_1samp); negative = below the "
+                "reference. 'not distinguishable' when the interval includes 0.",
+            )
+        )
     lengths = length_table(study)
     if lengths is not None:
         blocks.append(Block("h2", "Length extrapolation"))

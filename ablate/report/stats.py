@@ -89,6 +89,33 @@ def welch(a: Iterable[float], b: Iterable[float]) -> WelchResult:
     return WelchResult(float(res.statistic), float(df), float(res.pvalue))
 
 
+@dataclass(frozen=True)
+class OneSample:
+    """Mean of the seeds minus a fixed reference value, its t-interval and p-value."""
+
+    n: int
+    mean: float
+    diff: float
+    lo: float
+    hi: float
+    p: float
+
+
+def one_sample(values: Iterable[float], reference: float, confidence: float = 0.95) -> OneSample:
+    """The seeds' mean against a published value: ``diff = mean - reference`` with the t-interval
+    ``diff ± t_{n-1, (1+c)/2} · s / sqrt(n)`` and the two-sided one-sample t-test
+    ``t = diff / (s / sqrt(n))`` on n - 1 degrees of freedom (``scipy.stats.ttest_1samp``).
+    Non-finite values are dropped; n < 2 gives nan for the interval and p."""
+    x = finite(values)
+    m, lo, hi = mean_ci(x, confidence)
+    if len(x) < 2:
+        return OneSample(len(x), m, m - reference, math.nan, math.nan, math.nan)
+    with warnings.catch_warnings():  # identical seeds: scipy warns, p is nan
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p = float(stats.ttest_1samp(x, reference).pvalue)
+    return OneSample(len(x), m, m - reference, lo - reference, hi - reference, p)
+
+
 def bootstrap_diff_ci(
     a: Iterable[float],
     b: Iterable[float],
