@@ -423,6 +423,29 @@ def test_vaswani_init_xavier_linears_and_unit_scale_embeddings():
     assert captured["x"].std().item() == pytest.approx(1.0, rel=0.15)
 
 
+def test_sinusoidal_positions_do_not_swamp_gpt2_initialised_tokens():
+    """Vaswani et al. scale embeddings by sqrt(d_model) with sinusoids; without it a unit-amplitude
+    sinusoid next to std-0.02 tokens left training stuck at the unigram loss."""
+    torch.manual_seed(0)
+    d = 128
+    cfg = tiny(d_model=d, n_heads=4, n_layers=1, pos_encoding="sinusoidal", init="gpt2")
+    model = build_model(cfg, VOCAB)
+    idx = torch.randint(0, VOCAB, (4, 16))
+    captured = {}
+    model.blocks[0].register_forward_pre_hook(lambda m, args: captured.update(x=args[0]))
+    model(idx)
+    tokens = model.tok_emb(idx) * math.sqrt(d)  # (B, T, d): 0.02 * sqrt(128) = 0.23 per coordinate
+    assert_close(captured["x"], tokens + sinusoidal_table(16, d))
+    assert tokens.std().item() == pytest.approx(0.02 * math.sqrt(d), rel=0.1)
+    # learned positions keep gpt2's unscaled embeddings (nanoGPT's setting)
+    cfg = tiny(d_model=d, n_heads=4, max_seq_len=16, pos_encoding="learned", init="gpt2")
+    model = build_model(cfg, VOCAB)
+    model.blocks[0].register_forward_pre_hook(lambda m, args: captured.update(x=args[0]))
+    model(idx)
+    pos = model.pos.table(torch.arange(16))
+    assert_close(captured["x"], model.tok_emb(idx) + pos)
+
+
 @pytest.mark.parametrize("arch", ["transformer", "lstm"])
 def test_dropout_only_in_training(arch):
     torch.manual_seed(0)

@@ -413,8 +413,12 @@ class LanguageModel(nn.Module):
 
     @property
     def emb_scale(self) -> float:
-        """Token embeddings are multiplied by sqrt(d_model) under the ``vaswani`` init."""
-        return math.sqrt(self.cfg.d_model) if self.cfg.init == "vaswani" else 1.0
+        """Token embeddings are multiplied by sqrt(d_model) under the ``vaswani`` init and with
+        sinusoidal positions (Vaswani et al. 2017, sec. 3.4, part of the sinusoidal recipe):
+        the fixed sinusoid has unit amplitude, and next to ``gpt2``-initialised embeddings
+        (std 0.02) it would swamp the tokens and stall training at the unigram loss."""
+        scaled = self.cfg.init == "vaswani" or self.cfg.pos_encoding == "sinusoidal"
+        return math.sqrt(self.cfg.d_model) if scaled else 1.0
 
     def init_weights(self) -> None:
         """``gpt2``: ``N(0, init_std)`` for linear and embedding weights, zero biases; residual
