@@ -92,9 +92,12 @@ _stop_event = None  # set by the parent after a Ctrl-C: queued runs are not star
 
 
 def _stop_handler(signum, frame):  # noqa: ARG001 - signal handler signature
-    """SIGUSR1 from the parent after a Ctrl-C: interrupt the run in progress like a Ctrl-C."""
+    """SIGUSR1 from the parent after a Ctrl-C: stop the run in progress like a Ctrl-C (at the
+    next step boundary while it trains)."""
     if _in_run:
-        raise KeyboardInterrupt
+        from ablate.train import request_stop
+
+        request_stop()
 
 
 def _init_worker(threads: int, stop_event) -> None:

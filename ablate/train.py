@@ -88,7 +88,68 @@ def _attn_context(backend: str):
     return sdpa_kernel(chosen)
 
 
-def make_trainer(cfg: RunConfig, run_dir: RunDir, loggers: list, *, progress: bool) -> pl.Trainer:
+class StepBoundaryStop(pl.Callback):
+    """A stop request during ``fit`` (Ctrl-C, or the runner's SIGUSR1 in a worker) takes effect
+    at the start of the next training step, after the last one finished (its optimizer update,
+    logging and any evaluation). A KeyboardInterrupt raised wherever the signal lands could
+    leave an optimizer update half-applied in the ``interrupted`` checkpoint, and the resumed
+    run would then differ from an uninterrupted one. A second request interrupts at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def request(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self.requested:
+            raise KeyboardInterrupt
+
+
+_active_stop: StepBoundaryStop | None = None  # the run in ``fit`` in this process, if any
+
+
+def request_stop() -> None:
+    """Stop the run in progress: at the next step boundary while it trains, else at once."""
+    if _active_stop is None:
+        raise KeyboardInterrupt
+    _active_stop.request()
+
+
+def _sigint(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
+    request_stop()
+
+
+@contextmanager
+def _stoppable(stop: StepBoundaryStop):
+    """While training, route Ctrl-C to ``stop``, then put the caller's handler back (Lightning
+    ignores SIGINT after an interrupt). A process that ignores SIGINT (a runner worker, stopped
+    by SIGUSR1 instead) keeps ignoring it."""
+    global _active_stop
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if main else None
+    route = main and previous is not signal.SIG_IGN
+    _active_stop = stop
+    if route:
+        signal.signal(signal.SIGINT, _sigint)
+    try:
+        yield
+    finally:
+        _active_stop = None
+        if route:
+            signal.signal(signal.SIGINT, previous or signal.default_int_handler)
+
+
+def make_trainer(
+    cfg: RunConfig,
+    run_dir: RunDir,
+    loggers: list,
+    *,
+    progress: bool,
+    stop: StepBoundaryStop | None = None,
+) -> pl.Trainer:
     t = cfg.train
     ckpt = ModelCheckpoint(
         dirpath=run_dir.checkpoint_dir,
@@ -108,6 +169,8 @@ def make_trainer(cfg: RunConfig, run_dir: RunDir, loggers: list, *, progress: bo
         )
     if progress:
         callbacks.append(TQDMProgressBar(refresh_rate=t.log_interval, leave=False))
+    if stop is not None:
+        callbacks.append(stop)
     return pl.Trainer(
         accelerator=t.accelerator,
         devices=t.devices,
@@ -167,6 +230,7 @@ def train_run(
     }
     run_dir.write_summary(summary)
     wandb_logger = None
+    stop = StepBoundaryStop()
     try:
         with torch_threads(cfg.train.threads):
             pl.seed_everything(cfg.train.seed, workers=True, verbose=False)
@@ -201,16 +265,11 @@ def train_run(
             if wandb_logger is not None:
                 loggers.append(wandb_logger)
                 summary["wandb_dir"] = str(wandb_logger.experiment.dir)
-            trainer = make_trainer(cfg, run_dir, loggers, progress=progress)
+            trainer = make_trainer(cfg, run_dir, loggers, progress=progress, stop=stop)
             if cfg.train.compile:
                 lit.model = torch.compile(lit.model)
-            try:
-                with _attn_context(cfg.train.attn_backend):
-                    trainer.fit(lit, datamodule=dm, ckpt_path=str(ckpt_path) if ckpt_path else None)
-            finally:
-                # Lightning ignores SIGINT after a Ctrl-C; give the caller its handler back
-                if threading.current_thread() is threading.main_thread():
-                    signal.signal(signal.SIGINT, signal.default_int_handler)
+            with _stoppable(stop), _attn_context(cfg.train.attn_backend):
+                trainer.fit(lit, datamodule=dm, ckpt_path=str(ckpt_path) if ckpt_path else None)
             summary.update(_finish(cfg, lit, dm, trainer))
     except (KeyboardInterrupt, SystemExit):
         # Ctrl-C (Lightning turns it into SystemExit) or SIGTERM: an "interrupted" checkpoint
@@ -226,6 +285,8 @@ def train_run(
             _close_wandb(wandb_logger, summary)
     summary["wall_time_s"] = base_wall + time.time() - t0
     run_dir.write_summary(summary)
+    if stop.requested:  # asked to stop during the last step: the run finished, the study stops
+        raise KeyboardInterrupt
     return summary
 
 

@@ -166,6 +166,39 @@ def test_interrupted_run_resumes_with_every_step_once(make_study, tmp_path, monk
     assert result["final_val_loss"] == pytest.approx(fresh["final_val_loss"], abs=1e-6)
 
 
+def test_ctrl_c_inside_an_optimizer_step_resumes_bit_exactly(make_study, tmp_path, monkeypatch):
+    """A real SIGINT delivered between the optimizer's parameter update and Lightning counting
+    the step: the run stops at the next step boundary, so the resumed run matches a fresh one."""
+    import signal
+
+    path = make_study(grid={"model.activation": ["relu"]})
+    store = tmp_path / "runs"
+    original = ablate.lit.LitLM.on_train_start
+
+    def arm(self):
+        original(self)
+
+        def after_update(optimizer, args, kwargs):
+            if self.global_step == 12:  # params updated, step not yet counted
+                signal.raise_signal(signal.SIGINT)
+
+        self.trainer.optimizers[0].register_step_post_hook(after_update)
+
+    monkeypatch.setattr(ablate.lit.LitLM, "on_train_start", arm)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(path, store=store, progress=False)
+    (d,) = RunStore(store).runs("tiny")
+    assert d.read_summary()["status"] == "running"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler given back
+
+    monkeypatch.setattr(ablate.lit.LitLM, "on_train_start", original)
+    (result,) = run_study(path, store=store, progress=False)
+    (fresh,) = run_study(path, store=tmp_path / "fresh", progress=False)
+    assert result["final_val_loss"] == pytest.approx(fresh["final_val_loss"], abs=1e-6)
+    # the interrupted step completed and the next one did not start
+    assert result["resumed_from_step"] == 13
+
+
 def test_a_run_locked_by_another_process_is_skipped_not_waited_on(make_study, tmp_path):
     path = make_study()
     store = tmp_path / "runs"
