@@ -63,14 +63,15 @@ def evaluate(model: torch.nn.Module, batches: Iterable, max_batches: int | None 
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    total, n = 0.0, 0
+    # summed on the device in float64: one host sync at the end, not one per batch
+    total, n = torch.zeros((), dtype=torch.float64, device=device), 0
     for i, (x, y) in enumerate(batches):
         if max_batches is not None and i >= max_batches:
             break
-        total += lm_loss(model(x.to(device)), y.to(device)).item()
+        total += lm_loss(model(x.to(device)), y.to(device)).double()
         n += 1
     model.train(was_training)
-    return total / n if n else math.nan
+    return total.item() / n if n else math.nan
 
 
 def _attn_context(backend: str):

@@ -84,7 +84,7 @@ def nanogpt_run(cfg: RunConfig, *, estimate_batches: int = 20) -> dict[str, Any]
             if o.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip)
             opt.step()
-            losses.append(loss.item())
+            losses.append(loss.detach())  # read once after training: no sync per step
         train_s = time.perf_counter() - t0
         model.eval()
         with torch.no_grad():
@@ -97,7 +97,7 @@ def nanogpt_run(cfg: RunConfig, *, estimate_batches: int = 20) -> dict[str, Any]
         "seed": t.seed,
         "full_val_loss": full,
         "nanogpt_estimate": estimate,
-        "train_losses": losses,
+        "train_losses": torch.stack(losses).tolist(),
         "train_s": train_s,
     }
 
