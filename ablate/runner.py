@@ -35,7 +35,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ablate.config import RunConfig
-from ablate.store import FINISHED, RunDir, RunStore
+from ablate.store import FINISHED, RunDir, RunStore, run_state
 from ablate.study import PlannedRun, Study, load_study
 
 # outcomes of one attempt at a run
@@ -333,16 +333,19 @@ def _stop_pool(pool: ProcessPoolExecutor, futures: dict[Future, PlannedRun]) -> 
 
 
 def _collect(study: Study, dirs: dict[str, RunDir]) -> list[dict[str, Any]]:
-    """The current summary of every planned run, in plan order."""
+    """The current summary of every planned run, in plan order, its state from run_state."""
     out = []
     for run in study.runs:
         d = dirs[run.run_id]
         s = d.read_summary() or {}
-        status = s.get("status") or "pending"
-        if status == "running" and d.path.is_dir() and not d.is_locked():
-            status = "interrupted"
         out.append(
-            {**s, "name": run.name, "run_id": run.run_id, "variant": run.variant, "status": status}
+            {
+                **s,
+                "name": run.name,
+                "run_id": run.run_id,
+                "variant": run.variant,
+                "status": run_state(d),
+            }
         )
     return out
 
@@ -356,7 +359,6 @@ _STYLE = {
     "running": "cyan",
     "interrupted": "yellow",
     "pending": "dim",
-    "new": "dim",
 }
 
 
@@ -405,6 +407,8 @@ def print_summary(
             note = str(r["error"])[:120]
         elif r["status"] == "running":
             note = "another process is training it"
+        elif r["status"] == "interrupted":
+            note = "resumes from its last checkpoint"
         table.add_row(
             escape(r["name"]),
             _status_cell(r["status"]),
@@ -454,7 +458,7 @@ def plan_study(
             str(i),
             escape(run.name),
             run.run_id,
-            _status_cell(_store_status(runs_store.run(study.name, run.run_id))),
+            _status_cell(run_state(runs_store.run(study.name, run.run_id))),
             f"{counts[run.run_id]:,}" if counts.get(run.run_id) is not None else "?",
             str(c.train.max_steps),
             f"{c.data.batch_size} x {c.data.seq_len}",
@@ -462,17 +466,6 @@ def plan_study(
         )
     console.print(table)
     return study
-
-
-def _store_status(d: RunDir) -> str:
-    """The status of a run in the store, without creating anything."""
-    if not d.path.is_dir():
-        return "new"
-    s = d.read_summary() or {}
-    status = s.get("status") or "new"
-    if status == "running" and not d.is_locked():
-        return "interrupted"
-    return status
 
 
 def _non_embedding_params(study: Study) -> dict[str, int | None]:
@@ -523,7 +516,7 @@ def store_status(store: str | Path = "runs", study: str | None = None) -> dict[s
         )
         for meta, d in runs:
             s = d.read_summary() or {}
-            status = _store_status(d)
+            status = run_state(d)
             counts[status] += 1
             table.add_row(
                 escape(str(meta.get("name", d.run_id))),

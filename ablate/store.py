@@ -32,8 +32,14 @@ from typing import Any
 import yaml
 from filelock import FileLock, Timeout
 
-STATUSES = ("completed", "diverged", "failed", "running")
+STATUSES = ("completed", "diverged", "failed", "running")  # what summary.json may say
 FINISHED = ("completed", "diverged")  # a re-run skips these; it retries failed and resumes running
+
+# The one vocabulary of run states shown to users (``ablate plan``/``status``/``run``, reports),
+# decided by :func:`run_state` alone. ``interrupted`` is a summary that says ``running`` with no
+# process holding the run (Ctrl-C, a killed worker): the next ``ablate run`` resumes it.
+RUN_STATES = ("completed", "diverged", "running", "interrupted", "failed", "pending")
+UNFINISHED_STATES = ("running", "interrupted", "failed", "pending")
 
 RUN_FILE = "run.yaml"
 SUMMARY_FILE = "summary.json"
@@ -230,6 +236,24 @@ class RunDir:
             self.checkpoint_dir.glob("*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True
         )
         return ckpts[0] if ckpts else None
+
+
+def run_state(run_dir: RunDir) -> str:
+    """The state of a run, one of :data:`RUN_STATES`, read from the store without writing.
+
+    ``pending``: never started (no directory or no summary); ``running``: the summary says
+    running and a process holds the run's lock; ``interrupted``: it says running and no process
+    holds it; ``completed``/``diverged``/``failed``: as the summary says.
+    """
+    if not run_dir.path.is_dir():
+        return "pending"
+    status = (run_dir.read_summary() or {}).get("status")
+    if status not in STATUSES:
+        return "pending"
+    if status == "running":
+        # the lock file exists once a run started, so checking it creates nothing new
+        return "running" if run_dir.is_locked() else "interrupted"
+    return status
 
 
 class RunStore:

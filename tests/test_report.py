@@ -235,7 +235,7 @@ def test_report_from_a_synthetic_store(built):
         assert col in results
     assert (results["status"] == "diverged").sum() == 1
     md = (out / "report.md").read_text()
-    assert "PARTIAL: 11 of 12 runs finished; 1 running" in md
+    assert "PARTIAL: 11 of 12 runs finished; 1 interrupted" in md
     assert md.index("How to read this report") < md.index("## Verdicts")
     assert md.index("## Verdicts") < md.index("## Results per variant") < md.index("## Figures")
     # pre clearly beats post with everything else fixed

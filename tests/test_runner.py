@@ -285,7 +285,7 @@ def test_plan_lists_runs_without_writing_and_status_counts(make_study, tmp_path)
     assert result.exit_code == 0, result.output
     for name in ("activation=relu,seed=0", "activation=gelu,seed=1"):
         assert name in result.output
-    assert result.output.count("new") == 4 and "4 runs" in result.output
+    assert result.output.count("pending") == 4 and "4 runs" in result.output
     assert not store.exists()
     run_study(path, store=store, progress=False, overrides=["train.max_steps=5"])
     result = CliRunner().invoke(app, ["status", "--store", str(store)])

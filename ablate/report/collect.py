@@ -8,8 +8,9 @@ Two tables come out of a study directory ``<store>/<study>/``:
 * ``metrics``: long form (tidy): one row per run × step × metric with the same identifying
   columns (variant, seed, status, every axis) plus ``step, metric, value``.
 
-A run directory with ``run.yaml`` but no ``summary.json`` yet is ``pending``. Only the store is
-read; nothing here writes to it.
+A run's ``status`` is :func:`ablate.store.run_state` (``pending`` without ``summary.json``,
+``interrupted`` when it says running but no process holds it), as in ``ablate status``. Only the
+store is read; nothing here writes to it.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ import pandas as pd
 import yaml
 
 from ablate.config import ConfigError
-from ablate.store import RunDir, RunStore
+from ablate.store import RUN_STATES, RunDir, RunStore, run_state
 from ablate.study import Reference, parse_reference
 
 PENDING = "pending"
-ORDERED_STATUSES = ("completed", "diverged", "running", "failed", PENDING)
+ORDERED_STATUSES = RUN_STATES  # the store's one vocabulary, decided by store.run_state
 
 ID_COLUMNS = ["run_id", "name", "variant", "seed", "status"]
 # column names an axis may not take (it gets an ``axis.`` prefix instead)
@@ -213,7 +214,7 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
         "name": meta.get("name") or summary.get("name") or run.run_id,
         "variant": variant or "base",
         "seed": seed,
-        "status": summary.get("status") or PENDING,
+        "status": run_state(run),
     }
     for k in SUMMARY_FIELDS:
         row[k] = summary.get(k)

@@ -34,6 +34,7 @@ from ablate.report.stats import (
     summarize,
     verdict,
 )
+from ablate.store import UNFINISHED_STATES
 
 PRIMARY = "final_val_loss"
 QUALITY = [  # (column, header, decimals)
@@ -121,9 +122,7 @@ def _status_cells(row: pd.Series) -> tuple[str, str]:
     steps = row.get("diverged_steps") or []
     if steps:
         div += f" (step {', '.join(str(s) for s in steps)})"
-    other = ", ".join(
-        f"{int(row[s])} {s}" for s in ("running", "failed", "pending") if row.get(s, 0)
-    )
+    other = ", ".join(f"{int(row[s])} {s}" for s in UNFINISHED_STATES if row.get(s, 0))
     return div, other or "—"
 
 
@@ -299,10 +298,8 @@ def progress_line(study: StudyData) -> str | None:
     finished = c["completed"] + c["diverged"]
     if finished >= total:
         return None
-    missing = total - present
-    rest = [f"{c[s]} {s}" for s in ("running", "failed", "pending") if c[s]]
-    if missing:
-        rest.append(f"{missing} not started")
+    c["pending"] += total - present  # planned runs not in the store yet
+    rest = [f"{c[s]} {s}" for s in UNFINISHED_STATES if c[s]]
     line = f"PARTIAL: {finished} of {total} runs finished; {', '.join(rest)}"
     if c["failed"]:
         line += " (re-run `ablate run` to retry failed runs)"

@@ -23,6 +23,7 @@ import pandas as pd
 from scipy import stats
 
 from ablate.report.collect import format_value, value_order
+from ablate.store import RUN_STATES
 
 FINISHED = ("completed", "diverged")
 SEED = 0
@@ -345,7 +346,7 @@ def verdict(
 def summarize(runs: pd.DataFrame, by: list[str], metrics: list[str]) -> pd.DataFrame:
     """One row per group of runs: status counts and, per metric, mean/std/CI/n.
 
-    Columns: ``by``, ``total, completed, diverged, failed, running, pending``,
+    Columns: ``by``, ``total``, one count per state of ``store.RUN_STATES``,
     ``diverged_steps`` (list), and for each metric ``m``: ``m_mean, m_std, m_lo, m_hi, m_n``.
     Metrics are computed over the ``completed`` runs only (finite values): diverged runs are
     counted in ``diverged``, never averaged in.
@@ -356,7 +357,7 @@ def summarize(runs: pd.DataFrame, by: list[str], metrics: list[str]) -> pd.DataF
         row: dict[str, Any] = dict(zip(by, key, strict=True))
         status = g["status"]
         row["total"] = len(g)
-        for s in ("completed", "diverged", "failed", "running", "pending"):
+        for s in RUN_STATES:
             row[s] = int((status == s).sum())
         if "diverged_step" in g:
             row["diverged_steps"] = [

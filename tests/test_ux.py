@@ -1,0 +1,71 @@
+"""Newcomer-facing behaviour: run states, CLI help, progress lines, train naming (issue 15)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.config import build_config
+from ablate.store import RUN_STATES, RunStore, run_state
+
+
+def _run(store: Path, study: str, seed: int, status: str | None):
+    """A run directory as the runner leaves it: run.yaml and (unless None) summary.json."""
+    cfg = build_config({"train.seed": seed, "train.max_steps": 10, "tracking.wandb": False})
+    d = RunStore(store).run(study, cfg.run_id())
+    d.write_run(cfg.to_dict(), {"name": f"s{seed}", "variant": "base", "seed": seed})
+    if status is not None:
+        summary = {"status": status, "seed": seed, "steps": 10}
+        if status == "completed":
+            summary.update(final_val_loss=2.0, best_val_loss=2.0)
+        d.write_summary(summary)
+    return d
+
+
+@pytest.fixture
+def mixed_store(tmp_path):
+    store = tmp_path / "runs"
+    dirs = {
+        "completed": _run(store, "mix", 0, "completed"),
+        "interrupted": _run(store, "mix", 1, "running"),  # says running, nobody holds it
+        "running": _run(store, "mix", 2, "running"),
+        "pending": _run(store, "mix", 3, None),
+    }
+    return store, dirs
+
+
+def test_run_state_decides_every_state(mixed_store, tmp_path):
+    store, dirs = mixed_store
+    held = dirs["running"].try_lock()  # as a training process holds it
+    try:
+        for want, d in dirs.items():
+            assert run_state(d) == want
+    finally:
+        held.release()
+    assert run_state(dirs["running"]) == "interrupted"  # its process is gone
+    never = RunStore(store).run("mix", "no-such-run")
+    assert run_state(never) == "pending" and not never.path.exists()  # nothing created
+    assert set(RUN_STATES) >= {"completed", "diverged", "failed", "running", "interrupted"}
+
+
+def test_status_and_report_agree_on_an_interrupted_run(mixed_store, tmp_path):
+    from ablate.report import build_reports
+    from ablate.report.collect import load_study
+
+    store, dirs = mixed_store
+    result = CliRunner().invoke(app, ["status", "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    assert "2 interrupted" in result.output and "1 completed" in result.output
+    assert "1 pending" in result.output and "running" not in result.output
+    counts = load_study(store, "mix").status_counts()
+    assert counts["interrupted"] == 2 and counts["running"] == 0 and counts["pending"] == 1
+    build_reports(["mix"], store=store, out=tmp_path / "reports", quiet=True)
+    md = (tmp_path / "reports" / "mix" / "report.md").read_text()
+    assert "1 of 4 runs finished; 2 interrupted, 1 pending" in md
+    assert "running" not in md.split("finished;")[1].split(".")[0]
+    summary = json.loads(dirs["interrupted"].summary_file.read_text())
+    assert summary["status"] == "running"  # reading states wrote nothing
