@@ -69,3 +69,27 @@ def test_status_and_report_agree_on_an_interrupted_run(mixed_store, tmp_path):
     assert "running" not in md.split("finished;")[1].split(".")[0]
     summary = json.loads(dirs["interrupted"].summary_file.read_text())
     assert summary["status"] == "running"  # reading states wrote nothing
+
+
+def test_ruff_ignores_a_wandb_folder_left_by_wandb_sync(tmp_path):
+    """``./wandb/`` (from ``wandb sync``) must not turn ``import wandb`` into first-party."""
+    import shutil
+    import subprocess
+    import sys
+
+    ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
+    if not Path(ruff).exists():
+        pytest.skip("ruff not installed")
+    root = Path(__file__).resolve().parents[1]
+    shutil.copy(root / "pyproject.toml", tmp_path)
+    (tmp_path / "wandb" / "run-1").mkdir(parents=True)
+    (tmp_path / "wandb" / "run-1" / "junk.py").write_text("import os,sys\n")  # would fail lint
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "junk.py").write_text("import os,sys\n")
+    (tmp_path / "mod.py").write_text(
+        "import wandb\n\nfrom ablate.config import RunConfig\n\nprint(wandb, RunConfig)\n"
+    )
+    out = subprocess.run([ruff, "check", "."], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    gitignore = (root / ".gitignore").read_text().split()
+    assert "/wandb/" in gitignore and "/runs/" in gitignore
