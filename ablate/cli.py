@@ -21,6 +21,12 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", "-s", help="Override a config value: key=value (repeatable)."),
 ]
+NoProgressOpt = Annotated[
+    bool, typer.Option("--no-progress", help="No progress bars (a log file never gets them).")
+]
+ProfileOpt = Annotated[
+    str | None, typer.Option("--profile", "-p", help="Profile from the study (cpu, gpu).")
+]
 StoreOpt = Annotated[
     Path, typer.Option("--store", envvar="ABLATE_STORE", help="Run store directory.")
 ]
@@ -40,7 +46,7 @@ def train(
     set_: SetOpt = None,
     store: StoreOpt = Path("runs"),
     name: Annotated[str, typer.Option(help="Study folder to store the run under.")] = "train",
-    no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
+    no_progress: NoProgressOpt = False,
 ) -> None:
     """Train one run and print its validation loss."""
     from ablate.commands import train_one
@@ -56,13 +62,11 @@ def train(
 @app.command()
 def run(
     study: Annotated[Path, typer.Argument(help="Study YAML, e.g. studies/norm_placement.yaml.")],
-    profile: Annotated[
-        str | None, typer.Option("--profile", "-p", help="Profile from the study (cpu, gpu).")
-    ] = None,
+    profile: ProfileOpt = None,
     set_: SetOpt = None,
     store: StoreOpt = Path("runs"),
     workers: Annotated[int, typer.Option(min=1, help="Runs trained in parallel.")] = 1,
-    no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
+    no_progress: NoProgressOpt = False,
 ) -> None:
     """Expand a study into runs and train every run not yet finished (resumable)."""
     from ablate.runner import run_study
@@ -86,31 +90,37 @@ def run(
 
 @app.command()
 def plan(
-    study: Annotated[Path, typer.Argument(help="Study YAML.")],
-    profile: Annotated[str | None, typer.Option("--profile", "-p")] = None,
+    studies: Annotated[
+        list[Path], typer.Argument(help="Study YAMLs, e.g. studies/*.yaml.", show_default=False)
+    ],
+    profile: ProfileOpt = None,
     set_: SetOpt = None,
     store: StoreOpt = Path("runs"),
 ) -> None:
-    """Print the expanded runs of a study (name, id, status, key params) without training."""
-    from ablate.runner import plan_study
+    """Print the expanded runs of studies (name, id, status, key params) without training."""
+    from ablate.runner import plan_studies
 
     try:
-        plan_study(study, profile=profile, overrides=set_ or [], store=store)
+        plan_studies(studies, profile=profile, overrides=set_ or [], store=store)
     except ConfigError as err:
         fail(err)
 
 
 @app.command()
 def status(
-    study: Annotated[
-        str | None, typer.Argument(help="Only this study (its name in the store).")
+    studies: Annotated[
+        list[str] | None,
+        typer.Argument(help="Only these studies: names in the store or study YAMLs."),
     ] = None,
     store: StoreOpt = Path("runs"),
 ) -> None:
     """List the studies in the store and the state of their runs."""
     from ablate.runner import store_status
 
-    store_status(store, study)
+    try:
+        store_status(store, studies or [])
+    except ConfigError as err:
+        fail(err)
 
 
 @app.command()

@@ -434,9 +434,24 @@ def plan_study(
     store: str | Path = "runs",
 ) -> Study:
     """Print the expanded runs of a study without training (or writing) anything."""
-    study = load_study(study_path, profile, overrides)
-    runs_store = RunStore(store)
-    console = _console()
+    return plan_studies([study_path], profile=profile, overrides=overrides, store=store)[0]
+
+
+def plan_studies(
+    study_paths: Sequence[str | Path],
+    *,
+    profile: str | None = None,
+    overrides: Sequence[str] = (),
+    store: str | Path = "runs",
+) -> list[Study]:
+    """Print the expanded runs of each study; every study is validated before anything prints."""
+    studies = [load_study(p, profile, overrides) for p in study_paths]
+    for study in studies:
+        _print_plan(study, RunStore(store), _console())
+    return studies
+
+
+def _print_plan(study: Study, runs_store: RunStore, console: Console) -> None:
     header = f"[bold]{study.name}[/]"
     if study.profile:
         header += f" (profile {study.profile}; profiles: {', '.join(study.profiles)})"
@@ -465,7 +480,6 @@ def plan_study(
             f"{c.lr:.3g}",
         )
     console.print(table)
-    return study
 
 
 def _non_embedding_params(study: Study) -> dict[str, int | None]:
@@ -491,17 +505,21 @@ def _non_embedding_params(study: Study) -> dict[str, int | None]:
     return out
 
 
-def store_status(store: str | Path = "runs", study: str | None = None) -> dict[str, Counter]:
-    """Print each study in the store with per-status counts and one line per run."""
+def store_status(
+    store: str | Path = "runs", studies: str | Sequence[str] | None = None
+) -> dict[str, Counter]:
+    """Print each study in the store (or only ``studies``: names or study YAMLs) with per-state
+    counts and one line per run."""
     runs_store = RunStore(store)
     console = _console()
-    names = runs_store.studies()
-    if study is not None:
-        names = [n for n in names if n == study]
-    if not names:
-        where = f"no runs in {runs_store.root}" + (f" for study {study!r}" if study else "")
-        console.print(escape(where))
-        return {}
+    present = runs_store.studies()
+    wanted = [studies] if isinstance(studies, str) else list(studies or [])
+    names = [_study_name(s) for s in wanted] or present
+    for missing in [n for n in names if n not in present]:
+        console.print(escape(f"no runs in {runs_store.root} for study {missing!r}"))
+    names = [n for n in names if n in present]
+    if not present and not wanted:
+        console.print(escape(f"no runs in {runs_store.root}"))
     totals: dict[str, Counter] = {}
     for name in names:
         table = Table(title=f"{name}", title_justify="left")
@@ -531,3 +549,12 @@ def store_status(store: str | Path = "runs", study: str | None = None) -> dict[s
         console.print(", ".join(f"{n} {s}" for s, n in counts.most_common()))
         totals[name] = counts
     return totals
+
+
+def _study_name(arg: str) -> str:
+    """A study name, or the name a study YAML stores its runs under (``name:``, else the stem)."""
+    if not arg.endswith((".yaml", ".yml")):
+        return arg
+    from ablate.report.collect import read_study_yaml
+
+    return str(read_study_yaml(Path(arg)).get("name") or Path(arg).stem)

@@ -93,3 +93,48 @@ def test_ruff_ignores_a_wandb_folder_left_by_wandb_sync(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     gitignore = (root / ".gitignore").read_text().split()
     assert "/wandb/" in gitignore and "/runs/" in gitignore
+
+
+# --- CLI: help on every option, several studies for plan/status ---------------------------------
+
+
+def test_every_option_of_every_command_has_one_line_of_help():
+    import click
+    import typer.main
+
+    group = typer.main.get_command(app)
+    assert group.commands
+    for name, command in group.commands.items():
+        for param in command.params:
+            if isinstance(param, click.Option) and param.name == "help":
+                continue
+            text = (getattr(param, "help", None) or "").strip()
+            assert text, f"ablate {name}: {param.name} has no help"
+            assert "\n" not in text, f"ablate {name}: {param.name} help is not one line"
+
+
+def _study_yaml(tmp_path: Path, name: str, seeds: list[int]) -> Path:
+    import yaml
+
+    path = tmp_path / f"{name}.yaml"
+    base = {"model": {"d_model": 16, "n_layers": 1, "n_heads": 2}, "tracking": {"wandb": False}}
+    path.write_text(yaml.safe_dump({"name": name, "base": base, "seeds": seeds}))
+    return path
+
+
+def test_plan_and_status_take_several_studies(tmp_path):
+    a, b = _study_yaml(tmp_path, "alpha", [0, 1]), _study_yaml(tmp_path, "beta", [0, 1, 2])
+    store = tmp_path / "runs"
+    result = CliRunner().invoke(app, ["plan", str(a), str(b), "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    assert "alpha" in result.output and "beta" in result.output
+    assert "2 runs" in result.output and "3 runs" in result.output and not store.exists()
+    bad = CliRunner().invoke(app, ["plan", str(a), str(tmp_path / "nope.yaml")])
+    assert bad.exit_code == 2 and "alpha" not in bad.output  # validated before printing
+    _run(store, "alpha", 0, "completed")
+    _run(store, "beta", 1, "running")
+    _run(store, "gamma", 2, "completed")
+    result = CliRunner().invoke(app, ["status", "alpha", str(b), "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    assert "1 completed" in result.output and "1 interrupted" in result.output
+    assert "gamma" not in result.output
