@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ablate.config import load_run_config
-from ablate.store import RunStore
+from ablate.config import RunConfig, load_run_config, parse_override
+from ablate.store import FINISHED, RunStore
+
+
+def train_run_name(config: Path | None, overrides: Sequence[str], cfg: RunConfig) -> str:
+    """The run's name from what was asked for, like a study run's from its axes:
+    ``ablate train --set model.d_model=64 --set optim.lr=0.003`` -> ``d_model=64,lr=0.003,seed=0``
+    (a config YAML adds its stem first; nothing at all gives ``transformer,seed=0``)."""
+    from ablate.study import _short_names, fmt_value
+
+    asked = dict(parse_override(o) for o in overrides)  # later wins, as in load_run_config
+    asked.pop("train.seed", None)  # the seed always comes last
+    short = _short_names(asked)
+    parts = [config.stem] if config is not None else []
+    parts += [f"{short[k]}={fmt_value(v)}" for k, v in asked.items()]
+    return f"{','.join(parts) or cfg.model.arch},seed={cfg.train.seed}"
 
 
 def train_one(
@@ -17,17 +32,33 @@ def train_one(
     study: str = "train",
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Train one run from a config YAML and ``key=value`` overrides; print where it went."""
+    """Train one run from a config YAML and ``key=value`` overrides; print where it went.
+
+    A run already finished in the store (same config, so same run id) is reported as it is and
+    nothing else happens: no re-evaluation, no new W&B run.
+    """
     from ablate.data import resolve_dataset
-    from ablate.train import train_run
 
     cfg = load_run_config(config, overrides)
     resolve_dataset(cfg.data.dataset)  # a missing or corrupt dataset is bad input: exit 2 now
     run_dir = RunStore(store).run(study, cfg.run_id())
-    name = f"{cfg.model.arch}-seed{cfg.train.seed}"
-    summary = train_run(cfg, run_dir, {"name": name, "variant": cfg.model.arch}, progress=progress)
+    summary = run_dir.read_summary() or {}
+    if summary.get("status") in FINISHED:
+        print(_result_line(summary, run_dir.path, already=True))
+        return summary
+    from ablate.train import train_run
+
+    name = train_run_name(config, overrides, cfg)
+    label = name.rsplit(",seed=", 1)[0]
+    summary = train_run(cfg, run_dir, {"name": name, "variant": label}, progress=progress)
+    print(_result_line(summary, run_dir.path))
+    return summary
+
+
+def _result_line(summary: dict[str, Any], path: Path, *, already: bool = False) -> str:
+    status = f"already {summary['status']}" if already else summary["status"]
+    line = f"{status}: {path}  steps={summary.get('steps')}"
     loss = summary.get("final_val_loss")
-    line = f"{summary['status']}: {run_dir.path}  steps={summary.get('steps')}"
     if loss is not None:
         line += f"  val_loss={loss:.4f}"
         if summary.get("final_val_bpc") is not None:
@@ -36,5 +67,4 @@ def train_one(
         line += f"  diverged at step {summary['diverged_step']}"
     if summary.get("error"):
         line += f"  error: {summary['error']}"
-    print(line)
-    return summary
+    return line

@@ -138,3 +138,50 @@ def test_plan_and_status_take_several_studies(tmp_path):
     assert result.exit_code == 0, result.output
     assert "1 completed" in result.output and "1 interrupted" in result.output
     assert "gamma" not in result.output
+
+
+# --- ablate train: names from --set, a finished run is only reported ----------------------------
+
+
+def test_train_run_name_comes_from_the_overrides():
+    from ablate.commands import train_run_name
+    from ablate.config import load_run_config
+
+    sets = ["model.d_model=64", "optim.lr=0.003", "train.seed=2", "model.d_model=48"]
+    cfg = load_run_config(None, sets)
+    assert train_run_name(None, sets, cfg) == "d_model=48,lr=0.003,seed=2"
+    assert train_run_name(None, [], load_run_config(None, [])) == "transformer,seed=0"
+    assert train_run_name(Path("cfg/small.yaml"), ["model.arch=lstm"], cfg).startswith(
+        "small,arch=lstm,"
+    )
+
+
+def test_an_identical_train_on_a_finished_run_only_reports_it(tmp_path, monkeypatch):
+    import ablate.train
+
+    sets = [
+        "model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=16",
+        "data.seq_len=16", "data.batch_size=4", "train.max_steps=4", "train.eval_interval=4",
+        "train.eval_batches=1", "train.final_eval_batches=1", "train.log_interval=2",
+        "train.threads=1", "tracking.wandb=false", "optim.lr=0.003",
+    ]  # fmt: skip
+    args = ["train", "--store", str(tmp_path / "runs"), "--no-progress"]
+    for s in sets:
+        args += ["--set", s]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    (run,) = RunStore(tmp_path / "runs").runs("train")
+    name = run.read_run()["meta"]["name"]
+    assert name.startswith("d_model=16,n_layers=1,") and name.endswith("lr=0.003,seed=0")
+    assert run.read_summary()["name"] == name
+    before = run.summary_file.read_bytes()
+
+    def no_training(*a, **k):
+        raise AssertionError("a finished run must not be trained or evaluated again")
+
+    monkeypatch.setattr(ablate.train, "train_run", no_training)
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0, again.output
+    loss = json.loads(before)["final_val_loss"]
+    assert f"already completed: {run.path}" in again.output and f"{loss:.4f}" in again.output
+    assert run.summary_file.read_bytes() == before and not run.wandb_dir.exists()
