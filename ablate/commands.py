@@ -46,11 +46,22 @@ def train_one(
     if summary.get("status") in FINISHED:
         print(_result_line(summary, run_dir.path, already=True))
         return summary
+    from ablate.progress import LiveProgress
     from ablate.train import train_run
 
     name = train_run_name(config, overrides, cfg)
     label = name.rsplit(",seed=", 1)[0]
-    summary = train_run(cfg, run_dir, {"name": name, "variant": label}, progress=progress)
+    # the run's live line comes from its progress.json, as in `ablate run`
+    bar = LiveProgress(
+        name,
+        {run_dir.run_id: (name, run_dir.path, cfg.train.max_steps)},
+        enabled=progress and cfg.train.progress,
+        background=True,
+    )
+    try:
+        summary = train_run(cfg, run_dir, {"name": name, "variant": label}, progress=False)
+    finally:
+        bar.close()  # a clean screen before the result line or the Ctrl-C traceback
     print(_result_line(summary, run_dir.path))
     return summary
 

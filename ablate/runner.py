@@ -35,6 +35,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ablate.config import RunConfig
+from ablate.progress import LiveProgress
 from ablate.store import FINISHED, RunDir, RunStore, run_state
 from ablate.study import PlannedRun, Study, load_study
 
@@ -133,51 +134,6 @@ def _worker_run(
 # --- the study ---------------------------------------------------------------------------------
 
 
-class StudyProgress:
-    """The study-level bar (runs done / total, ETA) and one line per finished run."""
-
-    def __init__(self, study: Study, done: int, *, enabled: bool, below: bool):
-        self.total = len(study.runs)
-        self.done = done
-        self.bar = None
-        if enabled and sys.stdout.isatty():  # in a log file, the per-run lines say it all
-            from tqdm.auto import tqdm
-
-            # ``below``: Lightning's per-run bars use lines 0-1 (train, validation) of the
-            # terminal, so the study bar sits under them on line 2
-            self.bar = tqdm(
-                total=self.total,
-                initial=done,
-                desc=study.name,
-                unit="run",
-                position=2 if below else 0,
-                leave=False,  # closed before the summary table, which says it all
-                dynamic_ncols=True,
-                file=sys.stdout,
-                smoothing=0,
-            )
-
-    def write(self, line: str) -> None:
-        if self.bar is not None:
-            self.bar.write(line, file=sys.stdout)
-        else:
-            print(line, flush=True)
-
-    def finished(self, run: PlannedRun, outcome: str, summary: dict[str, Any]) -> None:
-        if outcome in (TRAINED, SKIPPED):
-            self.done += 1
-            if self.bar is not None:
-                self.bar.update(1)
-        self.write(f"[{self.done}/{self.total}] {run.name}: {_describe(outcome, summary)}")
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-            sys.stdout.write("\r\x1b[2K")  # a closed bar leaves the cursor mid-line
-            sys.stdout.flush()
-
-
 def _describe(outcome: str, s: dict[str, Any]) -> str:
     if outcome == LOCKED:
         return "skipped, another process is training it"
@@ -244,15 +200,18 @@ def run_study(
         f"{len(todo)} to train -> {escape(str(runs_store.root / study.name))}"
         + (f", {workers} workers" if workers > 1 else "")
     )
-    # bars only on a terminal: in a log file they are thousands of carriage-return lines
-    progress = progress and sys.stdout.isatty()
-    bar = StudyProgress(study, done, enabled=progress, below=progress and workers == 1)
+    # live lines only on a terminal: in a log file the per-run lines say it all. Every run's
+    # line comes from its progress.json (ablate.progress), so Lightning's own bar stays off and
+    # the serial path polls from a thread while it trains.
+    bar = LiveProgress.for_study(
+        study, dirs, enabled=progress, background=workers == 1, describe=_describe
+    )
     t0 = time.time()
     try:
         if workers == 1:
             for run in todo:
                 outcome, summary = execute_run(
-                    run.config, dirs[run.run_id], study.meta(run), progress=progress
+                    run.config, dirs[run.run_id], study.meta(run), progress=False
                 )
                 bar.finished(run, outcome, summary)
         else:
@@ -280,7 +239,7 @@ def _run_pool(
     todo: list[PlannedRun],
     dirs: dict[str, RunDir],
     workers: int,
-    bar: StudyProgress,
+    bar: LiveProgress,
 ) -> None:
     import multiprocessing as mp
 
@@ -302,7 +261,9 @@ def _run_pool(
             futures[f] = run
         pending = set(futures)
         while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            # wake twice a second to refresh the live lines from the runs' progress files
+            finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            bar.poll()
             for f in finished:
                 outcome, summary = f.result()
                 bar.finished(futures[f], outcome, summary)
@@ -310,6 +271,7 @@ def _run_pool(
                     raise KeyboardInterrupt
     except BaseException:
         stop.set()
+        bar.close()  # a clean screen before "stopping workers"
         _stop_pool(pool, futures)
         raise
     pool.shutdown(wait=True)

@@ -26,6 +26,7 @@ from pytorch_lightning.callbacks import (
 from ablate.config import RunConfig
 from ablate.data import LMDataModule
 from ablate.lit import LitLM, lm_loss
+from ablate.progress import ProgressFile
 from ablate.store import RunDir
 from ablate.tracking import StoreLogger, make_wandb_logger
 
@@ -163,6 +164,7 @@ def make_trainer(
         ckpt,
         # Ctrl-C or a crash mid-run: keep what was trained so a re-run resumes from here
         OnExceptionCheckpoint(dirpath=run_dir.checkpoint_dir, filename="interrupted"),
+        ProgressFile(run_dir.path, t.log_interval),  # progress.json: the driver's live line
     ]
     if t.early_stopping_patience:
         callbacks.append(

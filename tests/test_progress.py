@@ -1,0 +1,132 @@
+"""Live progress through the store (ablate.progress): the file the training process writes, the
+lines the driver draws from it, the study ETA from steps."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from ablate.progress import (
+    PROGRESS_FILE,
+    LiveProgress,
+    ProgressFile,
+    RunLine,
+    read_progress,
+    study_eta,
+)
+
+
+def _record(run: Path, **rec) -> None:
+    run.mkdir(parents=True, exist_ok=True)
+    (run / PROGRESS_FILE).write_text(json.dumps(rec))
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+
+
+def test_the_callback_writes_step_total_and_loss_at_the_log_interval(tmp_path):
+    cb = ProgressFile(tmp_path, every=5)
+    trainer = SimpleNamespace(global_step=140, max_steps=400)  # resumed at step 140
+    cb.on_train_start(trainer, None)
+    first = read_progress(tmp_path / PROGRESS_FILE)
+    assert [first[k] for k in ("step", "total", "start_step", "loss")] == [140, 400, 140, None]
+    for step in range(141, 151):
+        trainer.global_step = step
+        cb.on_train_batch_end(trainer, None, {"loss": torch.tensor(2.0 + step / 1000)}, None, 0)
+        rec = read_progress(tmp_path / PROGRESS_FILE)
+        want = step if step % 5 == 0 else 5 * (step // 5) if step > 145 else 140
+        assert rec["step"] == want, step
+    assert rec["loss"] == pytest.approx(2.150) and rec["start_step"] == 140
+    assert rec["started"] <= rec["updated"] and rec["pid"] == os.getpid()
+    trainer.global_step = 400  # the last step is always written
+    cb.on_train_batch_end(trainer, None, {"loss": torch.tensor(1.5)}, None, 0)
+    cb.on_train_end(trainer, None)
+    rec = read_progress(tmp_path / PROGRESS_FILE)
+    assert (rec["step"], rec["phase"], rec["loss"]) == (400, "final eval", 1.5)
+    assert [p.name for p in tmp_path.iterdir()] == [PROGRESS_FILE]  # no temp files left
+
+
+def test_read_progress_tolerates_missing_and_garbled_files(tmp_path):
+    assert read_progress(tmp_path / "nope.json") is None
+    (tmp_path / "a.json").write_text('{"step": 3, "tot')
+    assert read_progress(tmp_path / "a.json") is None
+    (tmp_path / "b.json").write_text('{"step": "x"}')
+    assert read_progress(tmp_path / "b.json") is None
+
+
+def test_a_resumed_run_counts_its_rate_from_the_resumed_step():
+    now = 1000.0
+    rec = {"step": 200, "total": 400, "start_step": 140, "started": now - 60, "updated": now}
+    line = RunLine.from_record("r", {**rec, "loss": 2.3456})
+    assert line.trained == 60 and line.rate() == pytest.approx(1.0)  # not 200/60
+    assert line.eta(now) == pytest.approx(200.0) and line.eta(now + 50) == pytest.approx(150.0)
+    assert line.info(now) == "loss 2.3456  ETA 3m20s"
+    fresh = RunLine.from_record("r", {**rec, "step": 140})
+    assert fresh.rate() is None and fresh.info(now) == "ETA ?"
+
+
+def test_study_eta_comes_from_steps_not_runs():
+    # 6 runs x 1000 steps; 1 run finished before this session; 1500 steps trained in 300 s
+    assert study_eta(6000, 2500, 1500, 300.0) == pytest.approx(3500 / 5.0)
+    assert study_eta(6000, 1000, 0, 300.0) is None
+    assert study_eta(6000, 6000, 0, 0.0) == 0.0
+
+
+def _live(tmp_path, console=None, **kw):
+    runs = {f"id{i}": (f"run{i}", tmp_path / f"id{i}", 400) for i in range(3)}
+    return LiveProgress(
+        "study", runs, finished_steps=400, finished_runs=1, total_runs=4, console=console, **kw
+    )
+
+
+def test_poll_reads_the_runs_in_flight_and_draws_one_line_each(tmp_path):
+    out = io.StringIO()
+    from rich.console import Console
+
+    console = Console(file=out, force_terminal=True, width=120, color_system=None)
+    bar = _live(tmp_path, console=console)
+    now = time.time()
+    _record(tmp_path / "id0", step=140, total=400, start_step=100, loss=2.31, started=now - 40,
+            updated=now, phase="train")  # fmt: skip
+    _record(tmp_path / "id1", step=50, total=400, start_step=0, loss=3.0, started=now - 50,
+            updated=now, phase="train")  # fmt: skip
+    stale = tmp_path / "id2" / PROGRESS_FILE  # left by an earlier session: not in flight
+    _record(tmp_path / "id2", step=10, total=400, start_step=0, started=0, updated=0)
+    os.utime(stale, (now - 3600, now - 3600))
+    bar.poll()
+    assert [t.line is not None for t in bar.tracked.values()] == [True, True, False]
+    done, count, info = bar.study_line(now)
+    assert done == 400 + 140 + 50 and count == "1/4 runs"
+    bar._progress.refresh()
+    text = _plain(out.getvalue())
+    # run0: 40 steps in 40 s since its resumed step 140, 260 to go
+    assert re.search(r"run0 .*140/400 +loss 2\.3100 +ETA 4m20s", text), text
+    assert re.search(r"run1 .*50/400 +loss 3\.0000 +ETA 5m50s", text), text
+    # study: 90 steps trained in the 50 s since the first run started; 1010 to go
+    assert "run2" not in text and "1/4 runs 590/1,600 steps  ETA 9m2" in text
+
+    bar.finished(SimpleNamespace(run_id="id0", name="run0"), "trained", {"status": "completed"})
+    assert bar.done == 2 and bar.done_steps == 800 and bar.trained_done == 40
+    assert bar.tracked["id0"].task is None and len(bar._progress.tasks) == 2  # study + run1
+    bar.close()
+    assert "[2/4] run0: trained" in _plain(out.getvalue())
+    assert bar._progress is None
+
+
+def test_without_a_terminal_only_the_finished_lines_print(tmp_path, capsys):
+    bar = _live(tmp_path)  # pytest's stdout is not a terminal
+    _record(tmp_path / "id1", step=50, total=400, start_step=0, started=time.time(),
+            updated=time.time())  # fmt: skip
+    bar.poll()
+    bar.finished(SimpleNamespace(run_id="id1", name="run1"), "locked", {})
+    bar.close()
+    assert capsys.readouterr().out == "[1/4] run1: locked\n"
