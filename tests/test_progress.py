@@ -130,3 +130,80 @@ def test_without_a_terminal_only_the_finished_lines_print(tmp_path, capsys):
     bar.finished(SimpleNamespace(run_id="id1", name="run1"), "locked", {})
     bar.close()
     assert capsys.readouterr().out == "[1/4] run1: locked\n"
+
+
+# --- the real thing in a terminal: 2 workers, live lines, Ctrl-C, a clean screen ------------------
+
+
+def test_two_workers_show_live_run_lines_and_ctrl_c_leaves_a_clean_screen(tmp_path):
+    """``ablate run --workers 2`` in a pseudo-terminal, rendered by a terminal emulator (pyte):
+    both runs get a live line with their step/total and loss while they train; after Ctrl-C no
+    bar is left on the screen and the resume hint is the last thing printed."""
+    pty = pytest.importorskip("pty")
+    pyte = pytest.importorskip("pyte")
+    import select
+    import signal
+    import subprocess
+    import sys
+
+    import yaml
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"the king {i % 7} shall love thee good lord" for i in range(800)))
+    train = {"max_steps": 100000, "eval_interval": 100000, "eval_batches": 1, "log_interval": 5,
+             "checkpoint_interval": 100000, "threads": 1}  # fmt: skip
+    base = {
+        "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_seq_len": 16},
+        "data": {"seq_len": 16, "batch_size": 4, "dataset": str(corpus)},
+        "train": train,
+        "tracking": {"wandb": False},
+    }
+    study = tmp_path / "live.yaml"
+    grid = {"model.activation": ["relu", "gelu"]}
+    study.write_text(yaml.safe_dump({"name": "live", "base": base, "grid": grid}))
+    screen = pyte.Screen(120, 30)
+    stream = pyte.ByteStream(screen)
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": "120", "LINES": "30", "TERM": "xterm"}
+    cmd = [sys.executable, "-m", "ablate", "run", str(study), "--workers", "2",
+           "--store", str(tmp_path / "runs")]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, stdin=follower, stdout=follower, stderr=follower, env=env, start_new_session=True
+    )
+    os.close(follower)
+    raw, seen, deadline, sent = b"", set(), time.time() + 240, False
+    try:
+        while time.time() < deadline:
+            ready, _, _ = select.select([leader], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(leader, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                raw += chunk
+                stream.feed(chunk)
+            shown = "\n".join(screen.display)
+            for name in ("activation=relu,seed=0", "activation=gelu,seed=0"):
+                if re.search(re.escape(name) + r" .*\d+/100000 +loss \d\.\d{4} +ETA", shown):
+                    seen.add(name)
+            if len(seen) == 2 and not sent:
+                os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C: the whole group
+                sent = True
+            if proc.poll() is not None and not ready:
+                break
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        os.close(leader)
+    shown = "\n".join(line.rstrip() for line in screen.display).rstrip()
+    assert len(seen) == 2, _plain(raw.decode(errors="replace"))[-3000:]
+    assert proc.returncode == 130, shown
+    # no bar left behind (the summary table's own rules are drawn with box characters)
+    assert "ETA" not in shown and not re.search(r"\d+/100000|runs \d", shown), shown
+    assert shown.index("stopping workers") < shown.index("live: 2 runs"), shown
+    assert "Interrupted" in shown and "2 interrupted" in shown
+    resume = shown.split("Resume with:")[1]  # the last thing on screen: the resume command
+    assert resume.strip().startswith("ablate run") and resume.endswith("--workers 2"), shown
