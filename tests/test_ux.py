@@ -185,3 +185,34 @@ def test_an_identical_train_on_a_finished_run_only_reports_it(tmp_path, monkeypa
     loss = json.loads(before)["final_val_loss"]
     assert f"already completed: {run.path}" in again.output and f"{loss:.4f}" in again.output
     assert run.summary_file.read_bytes() == before and not run.wandb_dir.exists()
+
+
+# --- HTML tables, README -----------------------------------------------------------------------
+
+
+def test_html_tables_fit_short_headers_unwrapped_numbers_own_scroll():
+    import pandas as pd
+
+    from ablate.report.render import _CSS, _html_table
+
+    df = pd.DataFrame(
+        {
+            "variant": ["post", "pre"],
+            "final val loss": ["1.9012 ± 0.0123 [1.8706, 1.9318]", "1.6 (1 seed)"],
+            "verdict": ["pre is lower by 0.30 nats; significant after Holm correction " * 2, "—"],
+        }
+    )
+    out = _html_table(df)
+    assert out.startswith('<div class="table-wrap"><table>')
+    assert '<th title="final val loss">final loss</th>' in out and "<th>variant</th>" in out
+    assert '<td class="num">1.9012 ± 0.0123 [1.8706, 1.9318]</td>' in out
+    assert '<td class="text">pre is lower' in out  # prose may wrap
+    assert '<p class="legend">final loss = final val loss</p>' in out
+    css = _CSS.replace("\n", "")
+    assert ".table-wrap{overflow-x:auto" in css and "td.num{white-space:nowrap}" in css
+
+
+def test_readme_shows_the_data_dir_export_next_to_the_train_examples():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    train = readme.split("## Train one run", 1)[1].split("\n## ", 1)[0]
+    assert "export ABLATE_DATA_DIR=" in train and "make" in train

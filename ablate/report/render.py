@@ -494,13 +494,18 @@ def to_markdown(blocks: list[Block]) -> str:
 # --- html --------------------------------------------------------------------------------------
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1100px;
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1400px;
 margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
+p,ul,figure{max-width:1000px}
 h1{font-size:1.6em}
 h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
-table{border-collapse:collapse;font-size:.85em;margin:.6em 0;display:block;overflow-x:auto}
+.table-wrap{overflow-x:auto;margin:.6em 0;max-width:100%}
+table{border-collapse:collapse;font-size:.8em}
 th,td{border:1px solid #ddd;padding:.3em .55em;text-align:left;vertical-align:top}
-th{background:#f4f4f4}tr:nth-child(even) td{background:#fafafa}
+th{background:#f4f4f4;white-space:nowrap}tr:nth-child(even) td{background:#fafafa}
+th[title]{text-decoration:underline dotted;cursor:help}
+td.num{white-space:nowrap}td.text{min-width:12em;max-width:32em}
+.legend{font-size:.8em;color:#555;margin:.2em 0 1em}
 .caption,figcaption{font-size:.85em;color:#555;font-style:italic;margin-bottom:1em}
 .note{background:#fff4d6;border-left:4px solid #e0a800;padding:.5em .8em}
 figure{margin:1.2em 0}img{max-width:100%;height:auto}code{background:#f2f2f2;padding:0 .2em}
@@ -514,15 +519,52 @@ def _inline(text: str) -> str:
     return s
 
 
+# long column names -> what the HTML header shows; the full name is its tooltip and legend
+_HTML_ABBREV = {
+    "final val loss": "final loss",
+    "best val loss": "best loss",
+    "final val bpc": "bpc",
+    "final val ppl": "ppl",
+    "non-embedding params": "non-emb params",
+    "95% bootstrap CI": "boot. CI",
+    "Welch t (df)": "Welch t",
+    "not finished": "unfinished",
+    "n (diverged)": "n (div.)",
+    "wall time": "wall",
+    "warmup_ratio": "warmup",
+    "norm_placement": "norm",
+    "pos_encoding": "pos enc",
+    "activation": "act",
+}
+# a cell that starts like a number (mean ± std [lo, hi], 1.23e-3, −0.05) never wraps
+_NUMERIC_CELL = re.compile(r"^[-+−]?(\d|\.\d|nan|inf|—$|-$)")
+
+
+def _html_cell(v: Any) -> str:
+    text = str(v)
+    cls = "num" if _NUMERIC_CELL.match(text) or len(text) <= 24 else "text"
+    return f'<td class="{cls}">{html.escape(text)}</td>'
+
+
 def _html_table(df: pd.DataFrame) -> str:
+    """A table that fits: short headers (full names in a tooltip and a legend), numbers on one
+    line, and a horizontal scroll inside its own box when the page is narrower than the table."""
     if not len(df):
         return "<p>(no rows)</p>"
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    heads, legend = [], []
+    for c in map(str, df.columns):
+        short = _HTML_ABBREV.get(c)
+        if short is None:
+            heads.append(f"<th>{html.escape(c)}</th>")
+        else:
+            heads.append(f'<th title="{html.escape(c)}">{html.escape(short)}</th>')
+            legend.append(f"{html.escape(short)} = {html.escape(c)}")
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
-        for row in df.itertuples(index=False)
+        "<tr>" + "".join(_html_cell(v) for v in row) + "</tr>" for row in df.itertuples(index=False)
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    table = f"<table><thead><tr>{''.join(heads)}</tr></thead><tbody>{body}</tbody></table>"
+    note = f'<p class="legend">{"; ".join(legend)}</p>' if legend else ""
+    return f'<div class="table-wrap">{table}</div>{note}'
 
 
 def to_html(blocks: list[Block], title: str) -> str:
