@@ -6,6 +6,7 @@ Layout::
         run.yaml         resolved RunConfig plus meta (name, variant, axes, seed), written once
         summary.json     status and headline numbers, replaced atomically
         metrics.csv      long-form ``step,metric,value`` rows, append-only
+        progress.json    step/total/loss while training, for live progress lines (display only)
         checkpoints/     Lightning checkpoints (``last.ckpt``) for resume
         wandb/           the W&B (offline) run directory
         run.lock         held while a process trains the run
