@@ -55,6 +55,9 @@ def train(
         summary = train_one(config, set_ or [], store=store, study=name, progress=not no_progress)
     except ConfigError as err:
         fail(err)
+    except KeyboardInterrupt:  # the run saved a checkpoint; the same command resumes it
+        typer.echo("Interrupted: run the same command again to resume from the last checkpoint.")
+        raise typer.Exit(130) from None
     if summary["status"] == "failed":
         raise typer.Exit(1)
 
