@@ -55,7 +55,7 @@ def train(
         summary = train_one(config, set_ or [], store=store, study=name, progress=not no_progress)
     except ConfigError as err:
         fail(err)
-    except KeyboardInterrupt:  # the run saved a checkpoint; the same command resumes it
+    except (KeyboardInterrupt, SystemExit):  # Lightning turns Ctrl-C into SystemExit(1)
         typer.echo("Interrupted: run the same command again to resume from the last checkpoint.")
         raise typer.Exit(130) from None
     if summary["status"] == "failed":
