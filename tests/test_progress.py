@@ -168,7 +168,14 @@ def test_two_workers_show_live_run_lines_and_ctrl_c_leaves_a_clean_screen(tmp_pa
     cmd = [sys.executable, "-m", "ablate", "run", str(study), "--workers", "2",
            "--store", str(tmp_path / "runs")]  # fmt: skip
     proc = subprocess.Popen(
-        cmd, stdin=follower, stdout=follower, stderr=follower, env=env, start_new_session=True
+        cmd,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=env,
+        start_new_session=True,
+        # a shell's background job ignores SIGINT, and a child would inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     os.close(follower)
     t0 = time.time()
