@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,6 +185,29 @@ def study_eta(total_steps: int, done_steps: int, trained: int, elapsed: float) -
     return (total_steps - done_steps) / (trained / elapsed)
 
 
+@contextmanager
+def _sigint_deferred(reraise: bool = True) -> Iterator[None]:
+    """Hold a Ctrl-C until the block is done drawing, then deliver it (``reraise``) or drop it.
+
+    rich redraws from the calling thread on ``add_task`` and ``print``; a KeyboardInterrupt in
+    the middle of a redraw leaves rich's idea of the screen out of step with the screen, and the
+    bars it then clears are not the ones drawn (a stale line above the summary table)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received and reraise:
+            if callable(previous):
+                previous(signal.SIGINT, received[0])
+            elif previous == signal.SIG_DFL:
+                raise KeyboardInterrupt
+
+
 @dataclass
 class _Tracked:
     name: str
@@ -237,7 +262,8 @@ class LiveProgress:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         if enabled and (console is not None or sys.stdout.isatty()):
-            self._start(background, console)
+            with _sigint_deferred():
+                self._start(background, console)
 
     @classmethod
     def for_study(
@@ -316,7 +342,7 @@ class LiveProgress:
     # --- polling --------------------------------------------------------------------------
     def poll(self) -> None:
         """Read the progress files of the runs not yet finished and refresh their lines."""
-        with self._lock:
+        with _sigint_deferred(), self._lock:
             for t in self.tracked.values():
                 if not t.done:
                     self._poll_one(t)
@@ -351,7 +377,7 @@ class LiveProgress:
     # --- the runner's interface ------------------------------------------------------------
     def finished(self, run, outcome: str, summary: dict[str, Any]) -> None:
         """A run ended (trained, skipped, locked by another process, interrupted)."""
-        with self._lock:
+        with _sigint_deferred(), self._lock:
             t = self.tracked.get(run.run_id)
             if t is not None and not t.done:
                 self._poll_one(t)  # its last record: the steps it trained count for the rate
@@ -370,7 +396,8 @@ class LiveProgress:
 
     def write(self, line: str) -> None:
         if self._progress is not None:
-            self._progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
+            with _sigint_deferred():
+                self._progress.console.print(line, markup=False, highlight=False, soft_wrap=True)
         else:
             print(line, flush=True)
 
@@ -380,7 +407,8 @@ class LiveProgress:
         if self._thread is not None:
             self._thread.join(timeout=2)
             self._thread = None
-        with self._lock:
+        # a second Ctrl-C while the bars are cleared is dropped: the caller is already stopping
+        with _sigint_deferred(reraise=False), self._lock:
             if self._progress is not None:
                 self._progress.stop()
                 self._progress = None

@@ -216,3 +216,21 @@ def test_two_workers_show_live_run_lines_and_ctrl_c_leaves_a_clean_screen(tmp_pa
     assert "Interrupted" in shown and "2 interrupted" in shown
     resume = shown.split("Resume with:")[1]  # the last thing on screen: the resume command
     assert resume.strip().startswith("ablate run") and resume.endswith("--workers 2"), shown
+
+
+def test_a_ctrl_c_while_drawing_is_delivered_after_the_drawing(tmp_path):
+    import signal
+
+    from ablate.progress import _sigint_deferred
+
+    drawn = []
+    with pytest.raises(KeyboardInterrupt):
+        with _sigint_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler runs here; a plain KeyboardInterrupt would stop us
+            drawn.append("whole frame")
+    assert drawn == ["whole frame"]
+    with _sigint_deferred(reraise=False):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
