@@ -20,7 +20,14 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ablate.config import ConfigError, RunConfig
 
@@ -58,6 +65,35 @@ class ExecutorOptions(BaseModel):
     """Seconds without a heartbeat after which a run's lease is stale and may be taken over
     (None: ``$ABLATE_LEASE_GRACE_S`` or 120)."""
 
+    @field_validator("slurm_time", mode="before")
+    @classmethod
+    def _minutes(cls, v: Any) -> Any:
+        """``90``, ``"90"``, ``"1:30:00"`` or ``"2-00:00:00"`` (days-hours:min:s) -> minutes."""
+        if not isinstance(v, str) or v.strip().isdigit():
+            return v
+        days, _, hms = v.strip().rpartition("-")
+        try:
+            parts = [int(p) for p in hms.split(":")]
+            if len(parts) != 3 or (days and not days.isdigit()):
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{v!r} is not minutes, H:MM:SS or D-HH:MM:SS") from None
+        h, m, s = parts
+        return max(1, (int(days or 0) * 24 + h) * 60 + m + (1 if s else 0))
+
+    @field_validator("slurm_opts", mode="before")
+    @classmethod
+    def _key_values(cls, v: Any) -> Any:
+        if not isinstance(v, list | tuple):
+            return v
+        out = {}
+        for item in v:
+            key, eq, value = str(item).partition("=")
+            if not eq or not key.strip():
+                raise ValueError(f"{item!r} is not key=value")
+            out[key.strip().lstrip("-").replace("-", "_")] = value.strip()
+        return out
+
     @model_validator(mode="after")
     def _packing(self) -> ExecutorOptions:
         if self.runs_per_gpu > 1 and self.gpus_per_run > 1:
@@ -72,7 +108,9 @@ class ExecutorOptions(BaseModel):
             return cls(**values)
         except ValidationError as err:
             e = err.errors()[0]
-            key = "--" + "-".join(str(p) for p in e["loc"]).replace("_", "-") if e["loc"] else ""
+            name = str(e["loc"][0]) if e["loc"] else ""
+            flag = {"lease_grace_s": "lease-grace", "slurm_opts": "slurm-opt"}.get(name, name)
+            key = "--" + flag.replace("_", "-") if name else ""
             msg = e["msg"]
             if e["type"] == "literal_error" and e["loc"] == ("executor",):
                 msg = f"unknown executor {values.get('executor')!r}; valid: {', '.join(EXECUTORS)}"
