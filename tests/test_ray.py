@@ -3,11 +3,15 @@
 import time
 
 import pytest
-from test_runner import _no_wandb_by_default, corpus, make_study, summaries  # noqa: F401
+import test_runner
 
 from ablate.config import ConfigError, RunConfig
 from ablate.executors import ExecutorOptions
 from ablate.runner import run_study
+
+# the tiny study fixtures of test_runner.py (fixtures are found by name in this module)
+corpus, make_study = test_runner.corpus, test_runner.make_study
+_no_wandb_by_default = test_runner._no_wandb_by_default
 
 ray = pytest.importorskip("ray", reason='pip install "ablate[ray]"')
 
