@@ -86,3 +86,15 @@ def test_a_ray_address_that_does_not_answer_fails_within_seconds(make_study, tmp
         )
     assert time.time() - t0 < 10
     assert not (tmp_path / "runs").exists()
+
+
+def test_auto_without_a_running_cluster_says_how_to_start_one(tmp_path, monkeypatch):
+    import ablate.executors.ray as ray_executor
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray_executor, "_address_file", lambda: tmp_path / "none")
+    with pytest.raises(ConfigError, match="no running Ray cluster.*ray start --head"):
+        ray_executor.check_address("auto")
+    (tmp_path / "none").write_text("127.0.0.1:9\n")  # a cluster that has gone away
+    with pytest.raises(ConfigError, match="no Ray cluster answers at 127.0.0.1:9"):
+        ray_executor.check_address("auto")

@@ -30,13 +30,22 @@ CONNECT_TIMEOUT_S = 3.0
 STOP_WAIT_S = 120.0  # how long a Ctrl-C waits for cancelled runs to save their checkpoints
 
 
+def _address_file() -> Path:
+    try:  # Ray's own notion of its temp dir (RAY_TMPDIR, ...); private, so guarded
+        from ray._common.utils import get_ray_address_file
+
+        return Path(get_ray_address_file(None))
+    except Exception:  # noqa: BLE001
+        return Path("/tmp/ray/ray_current_cluster")
+
+
 def _resolve(address: str) -> tuple[str, int] | None:
     """``(host, port)`` of the GCS (or Ray client server) an address names; None if unknown."""
     if address == "auto":
         address = os.environ.get("RAY_ADDRESS", "")
         if not address:  # `ray start --head` records its address here
             try:
-                address = Path("/tmp/ray/ray_current_cluster").read_text().strip()
+                address = _address_file().read_text().strip()
             except OSError:
                 return None
     default_port = 10001 if address.startswith("ray://") else 6379
