@@ -98,3 +98,29 @@ def test_missing_extra_names_the_pip_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "submitit", None)  # import raises ImportError
     with pytest.raises(ConfigError, match=r'pip install "ablate\[slurm\]"'):
         check(ExecutorOptions(executor="slurm"))
+
+
+def _device_of_this_worker():
+    import os
+    import time
+
+    time.sleep(0.5)  # keep this worker busy so that each worker takes one task
+    return os.getpid(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_each_pool_worker_takes_its_own_slot():
+    """The pool initializer gives every worker process one slot's CUDA_VISIBLE_DEVICES."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    from ablate.executors.local import _init_worker
+
+    ctx = mp.get_context("spawn")
+    slots = assign_devices(["4", "7"], 2, 1)
+    queue = ctx.Queue()
+    for s in slots:
+        queue.put(s)
+    pool = ProcessPoolExecutor(2, ctx, initializer=_init_worker, initargs=(1, ctx.Event(), queue))
+    with pool:
+        seen = dict(f.result() for f in [pool.submit(_device_of_this_worker) for _ in range(4)])
+    assert sorted(seen.values()) == ["4", "7"]  # two workers, one per GPU
