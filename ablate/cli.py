@@ -62,26 +62,77 @@ def train(
         raise typer.Exit(1)
 
 
+ExecOpt = Annotated[
+    str, typer.Option("--executor", "-e", help="Where runs train: local, ray or slurm.")
+]
+
+
 @app.command()
 def run(
     study: Annotated[Path, typer.Argument(help="Study YAML, e.g. studies/norm_placement.yaml.")],
     profile: ProfileOpt = None,
     set_: SetOpt = None,
     store: StoreOpt = Path("runs"),
-    workers: Annotated[int, typer.Option(min=1, help="Runs trained in parallel.")] = 1,
+    workers: Annotated[
+        int | None,
+        typer.Option(min=1, help="local: runs trained at once (default 1; GPUs x runs-per-gpu)."),
+    ] = None,
     no_progress: NoProgressOpt = False,
+    executor: ExecOpt = "local",
+    runs_per_gpu: Annotated[
+        int, typer.Option(help="Runs packed on one GPU, each with 1/k of its memory.")
+    ] = 1,
+    gpus_per_run: Annotated[int, typer.Option(help="ray/slurm: GPUs one run uses.")] = 1,
+    ray_address: Annotated[
+        str | None, typer.Option(help="ray: auto or HOST:PORT of a cluster (default: start one).")
+    ] = None,
+    max_retries: Annotated[
+        int, typer.Option(help="ray: re-queue a run whose worker or node died this often.")
+    ] = 3,
+    slurm_partition: Annotated[str | None, typer.Option(help="slurm: partition.")] = None,
+    slurm_time: Annotated[
+        str, typer.Option(help="slurm: time per job (minutes or H:MM:SS), then requeued.")
+    ] = "60",
+    slurm_array_parallelism: Annotated[
+        int, typer.Option(help="slurm: array tasks running at once.")
+    ] = 64,
+    slurm_opt: Annotated[
+        list[str] | None,
+        typer.Option(help="slurm: extra #SBATCH option key=value (repeatable)."),
+    ] = None,
+    slurm_cluster: Annotated[
+        str | None, typer.Option(help="slurm: submitit cluster (local: test without SLURM).")
+    ] = None,
+    lease_grace: Annotated[
+        float | None, typer.Option(help="Seconds without heartbeat before a run is taken over.")
+    ] = None,
 ) -> None:
     """Expand a study into runs and train every run not yet finished (resumable)."""
+    from ablate.executors import ExecutorOptions
     from ablate.runner import run_study
 
     try:
+        opts = ExecutorOptions.parse(
+            executor=executor,
+            workers=workers,
+            runs_per_gpu=runs_per_gpu,
+            gpus_per_run=gpus_per_run,
+            ray_address=ray_address,
+            max_retries=max_retries,
+            slurm_partition=slurm_partition,
+            slurm_time=slurm_time,
+            slurm_array_parallelism=slurm_array_parallelism,
+            slurm_opts=slurm_opt or [],
+            slurm_cluster=slurm_cluster,
+            lease_grace_s=lease_grace,
+        )
         results = run_study(
             study,
             profile=profile,
             overrides=set_ or [],
             store=store,
-            workers=workers,
             progress=not no_progress,
+            executor=opts,
         )
     except ConfigError as err:
         fail(err)

@@ -1,17 +1,18 @@
-"""Execute a study: train every planned run that is not finished, safely, resumably, in parallel.
+"""Execute a study: train every planned run that is not finished, safely, resumably, anywhere.
 
 The run store is the only coordination between processes. For each run::
 
     status completed/diverged  -> skip
-    try_lock() fails           -> skip: another process is training it (never wait on it)
-    re-read status after lock  -> skip if another process finished it meanwhile
+    try_lock() fails           -> skip: another live process holds the run's lease (never wait)
+    re-read status after lease -> skip if another process finished it meanwhile
     else train_run()           -> fresh, resumed from the last checkpoint (status running)
-                                  or retried (status failed); release the lock at the end
+                                  or retried (status failed); release the lease at the end
 
-So two ``ablate run`` processes (or the ``--workers`` pool) on one study never train a run
-twice, a killed process leaves its run resumable (a lock dies with its process), and a failed or
-diverged run never stops the study. ``--workers N`` trains N runs at once in separate processes
-(spawned), each with ``max(1, cores // N)`` torch threads unless ``train.threads`` is set.
+So two ``ablate run`` processes (or workers, Ray tasks, SLURM jobs) on one study never train a
+run twice, and a killed process leaves its run resumable: its lease stops being renewed and is
+taken over (at once on the same host, after the grace period elsewhere; ablate/lease.py).
+*Where* runs train is the executor's business (ablate/executors: local, ray, slurm); this module
+plans, skips finished runs, hands the rest to the executor and prints the summary table.
 Ctrl-C stops cleanly: the run in progress saves an ``interrupted`` checkpoint and stays
 ``running``, so the same command resumes it.
 """
@@ -21,12 +22,10 @@ from __future__ import annotations
 import math
 import os
 import shlex
-import signal
 import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ablate.config import RunConfig
+from ablate.executors import ExecutorOptions, RunTask, check, execute
 from ablate.progress import LiveProgress
 from ablate.store import FINISHED, RunDir, RunStore, run_state
 from ablate.study import PlannedRun, Study, load_study
@@ -61,19 +61,35 @@ def cpu_count() -> int:
 # --- one run -----------------------------------------------------------------------------------
 
 
-def execute_run(
-    cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], *, progress: bool = False
-) -> tuple[str, dict[str, Any]]:
-    """Train one run under the lock protocol; returns ``(outcome, summary)``.
+def job_id() -> str | None:
+    """The executor's id for this attempt's job, if any (a requeued or retried job keeps it)."""
+    if os.environ.get("SLURM_ARRAY_JOB_ID"):
+        return f"slurm:{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
+    if os.environ.get("SLURM_JOB_ID"):
+        return f"slurm:{os.environ['SLURM_JOB_ID']}"
+    return os.environ.get("ABLATE_JOB_ID") or None
 
-    Re-raises KeyboardInterrupt/SystemExit (after train_run saved a checkpoint and the lock is
-    released) so the caller can stop the study.
+
+def execute_run(
+    cfg: RunConfig,
+    run_dir: RunDir,
+    meta: dict[str, Any],
+    *,
+    progress: bool = False,
+    lease_grace_s: float | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """Train one run under the lease protocol; returns ``(outcome, summary)``.
+
+    Every executor calls this in the process that trains. The lease is renewed by a heartbeat
+    thread while the run trains. Re-raises KeyboardInterrupt/SystemExit (after train_run saved
+    a checkpoint and the lease is released) so the caller can stop the study.
     """
     summary = run_dir.read_summary() or {}
     if summary.get("status") in FINISHED:
         return SKIPPED, summary
-    lock = run_dir.try_lock()
-    if lock is None:
+    lease_opts = {"grace": lease_grace_s, "job_id": job_id()}
+    lease = run_dir.try_lock(**{k: v for k, v in lease_opts.items() if v is not None})
+    if lease is None:
         return LOCKED, summary
     try:
         summary = run_dir.read_summary() or {}  # another process may have finished it meanwhile
@@ -81,54 +97,10 @@ def execute_run(
             return SKIPPED, summary
         from ablate.train import train_run
 
+        lease.start_heartbeat()
         return TRAINED, train_run(cfg, run_dir, meta, progress=progress and cfg.train.progress)
     finally:
-        lock.release()
-
-
-# --- worker processes --------------------------------------------------------------------------
-
-_in_run = False
-_stop_event = None  # set by the parent after a Ctrl-C: queued runs are not started
-
-
-def _stop_handler(signum, frame):  # noqa: ARG001 - signal handler signature
-    """SIGUSR1 from the parent after a Ctrl-C: stop the run in progress like a Ctrl-C (at the
-    next step boundary while it trains)."""
-    if _in_run:
-        from ablate.train import request_stop
-
-        request_stop()
-
-
-def _init_worker(threads: int, stop_event) -> None:
-    global _stop_event
-    _stop_event = stop_event
-    # The terminal's Ctrl-C reaches the whole process group; workers ignore it and are stopped
-    # by the parent (SIGUSR1) so each one is interrupted exactly once, while training only.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(signal, "SIGUSR1"):
-        signal.signal(signal.SIGUSR1, _stop_handler)
-    import torch
-
-    torch.set_num_threads(threads)
-
-
-def _worker_run(
-    cfg: RunConfig, path: str, meta: dict[str, Any], progress: bool
-) -> tuple[str, dict[str, Any]]:
-    global _in_run
-    run_dir = RunDir(Path(path))
-    if _stop_event is not None and _stop_event.is_set():
-        return INTERRUPTED, run_dir.read_summary() or {}  # queued before the Ctrl-C
-    _in_run = True
-    try:
-        return execute_run(cfg, run_dir, meta, progress=progress)
-    except (KeyboardInterrupt, SystemExit):
-        return INTERRUPTED, run_dir.read_summary() or {}
-    finally:
-        _in_run = False
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # train_run restores the default handler
+        lease.release()
 
 
 # --- the study ---------------------------------------------------------------------------------
@@ -159,7 +131,7 @@ def resume_command(
     profile: str | None,
     overrides: Sequence[str],
     store: str | Path,
-    workers: int,
+    executor: ExecutorOptions | None = None,
 ) -> str:
     args = ["ablate", "run", str(study_path)]
     if profile:
@@ -168,8 +140,8 @@ def resume_command(
         args += ["--set", o]
     if Path(store) != Path("runs"):
         args += ["--store", str(store)]
-    if workers > 1:
-        args += ["--workers", str(workers)]
+    if executor is not None:
+        args += executor.cli_args()
     return shlex.join(args)
 
 
@@ -179,43 +151,44 @@ def run_study(
     profile: str | None = None,
     overrides: Sequence[str] = (),
     store: str | Path = "runs",
-    workers: int = 1,
+    workers: int | None = None,
     progress: bool = True,
+    executor: ExecutorOptions | None = None,
 ) -> list[dict[str, Any]]:
     """Train every unfinished run of a study; returns the summaries of all its runs.
 
-    The study is fully validated first (``ConfigError``; nothing is written). Ctrl-C stops the
+    The study and the executor options are fully validated first (``ConfigError``; nothing is
+    written). ``workers`` is shorthand for ``ExecutorOptions(workers=...)``. Ctrl-C stops the
     study, prints how to resume and re-raises ``KeyboardInterrupt``.
     """
+    opts = executor or ExecutorOptions()
+    if workers is not None:
+        opts = opts.model_copy(update={"workers": workers})
     study = load_study(study_path, profile, overrides)
+    check(opts)
     runs_store = RunStore(store)
     console = _console()
     dirs = {r.run_id: runs_store.run(study.name, r.run_id) for r in study.runs}
     done = sum(1 for r in study.runs if dirs[r.run_id].status in FINISHED)
     todo = [r for r in study.runs if dirs[r.run_id].status not in FINISHED]
-    workers = max(1, min(workers, len(todo) or 1))
+    tasks = [RunTask(r, r.config, str(dirs[r.run_id].path), study.meta(r)) for r in todo]
+    where = _where(opts, tasks)
     profile_txt = f" (profile {study.profile})" if study.profile else ""
     console.print(
         f"[bold]{study.name}[/]{profile_txt}: {len(study.runs)} runs, {done} finished, "
         f"{len(todo)} to train -> {escape(str(runs_store.root / study.name))}"
-        + (f", {workers} workers" if workers > 1 else "")
+        + (f", {where}" if where else "")
     )
     # live lines only on a terminal: in a log file the per-run lines say it all. Every run's
-    # line comes from its progress.json (ablate.progress), so Lightning's own bar stays off and
-    # the serial path polls from a thread while it trains.
+    # line comes from its progress.json (ablate.progress), whatever the executor, so Lightning's
+    # own bar stays off; the serial path polls from a thread while this process trains.
+    serial = opts.executor == "local" and not where
     bar = LiveProgress.for_study(
-        study, dirs, enabled=progress, background=workers == 1, describe=_describe
+        study, dirs, enabled=progress, background=serial, describe=_describe
     )
     t0 = time.time()
     try:
-        if workers == 1:
-            for run in todo:
-                outcome, summary = execute_run(
-                    run.config, dirs[run.run_id], study.meta(run), progress=False
-                )
-                bar.finished(run, outcome, summary)
-        else:
-            _run_pool(study, todo, dirs, workers, bar)
+        execute(tasks, opts=opts, progress=bar)
     except (KeyboardInterrupt, SystemExit):
         bar.close()
         results = _collect(study, dirs)
@@ -224,7 +197,7 @@ def run_study(
         console.print(
             f"[yellow]Interrupted[/]: {finished} of {len(results)} runs finished; an interrupted "
             "run resumes from its last checkpoint. Resume with:\n  "
-            + escape(resume_command(study_path, study.profile, overrides, store, workers)),
+            + escape(resume_command(study_path, study.profile, overrides, store, opts)),
             soft_wrap=True,
         )
         raise KeyboardInterrupt from None
@@ -234,64 +207,24 @@ def run_study(
     return results
 
 
-def _run_pool(
-    study: Study,
-    todo: list[PlannedRun],
-    dirs: dict[str, RunDir],
-    workers: int,
-    bar: LiveProgress,
-) -> None:
-    import multiprocessing as mp
+def _where(opts: ExecutorOptions, tasks: list[RunTask]) -> str:
+    """How the runs are spread, for the header line ('' for one run at a time, here)."""
+    if opts.executor == "ray":
+        return f"on Ray ({opts.ray_address or 'local'})"
+    if opts.executor == "slurm":
+        cluster = opts.slurm_cluster or "slurm"
+        return "on SLURM" if cluster == "slurm" else f"on submitit's {cluster} executor"
+    if not tasks:
+        return ""
+    from ablate.executors.local import plan_workers, visible_gpus
 
-    threads = max(1, cpu_count() // workers)
-    ctx = mp.get_context("spawn")
-    stop = ctx.Event()
-    pool = ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=ctx,
-        initializer=_init_worker,
-        initargs=(threads, stop),
-    )
-    futures: dict[Future, PlannedRun] = {}
-    try:
-        for run in todo:
-            f = pool.submit(
-                _worker_run, run.config, str(dirs[run.run_id].path), study.meta(run), False
-            )
-            futures[f] = run
-        pending = set(futures)
-        while pending:
-            # wake twice a second to refresh the live lines from the runs' progress files
-            finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-            bar.poll()
-            for f in finished:
-                outcome, summary = f.result()
-                bar.finished(futures[f], outcome, summary)
-                if outcome == INTERRUPTED:  # a worker was stopped from outside
-                    raise KeyboardInterrupt
-    except BaseException:
-        stop.set()
-        bar.close()  # a clean screen before "stopping workers"
-        _stop_pool(pool, futures)
-        raise
-    pool.shutdown(wait=True)
-
-
-def _stop_pool(pool: ProcessPoolExecutor, futures: dict[Future, PlannedRun]) -> None:
-    """Cancel queued runs, interrupt running ones (they checkpoint), wait for the workers."""
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not orphan them
-    try:
-        for f in futures:
-            f.cancel()
-        for pid in list(getattr(pool, "_processes", {}) or {}):
-            try:
-                os.kill(pid, getattr(signal, "SIGUSR1", signal.SIGTERM))
-            except (ProcessLookupError, OSError):
-                pass
-        print("stopping workers (saving checkpoints) ...", flush=True)
-        pool.shutdown(wait=True, cancel_futures=True)
-    finally:
-        signal.signal(signal.SIGINT, old)
+    slots = plan_workers(tasks, opts, visible_gpus())
+    if len(slots) == 1 and slots[0].memory_fraction is None:
+        return ""  # one run at a time, in this process
+    gpus = sorted({s.cuda_visible_devices for s in slots if s.cuda_visible_devices is not None})
+    if gpus:
+        return f"{len(slots)} workers on GPU(s) {','.join(gpus)}"
+    return f"{len(slots)} workers" if len(slots) > 1 else ""
 
 
 def _collect(study: Study, dirs: dict[str, RunDir]) -> list[dict[str, Any]]:

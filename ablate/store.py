@@ -9,7 +9,7 @@ Layout::
         progress.json    step/total/loss while training, for live progress lines (display only)
         checkpoints/     Lightning checkpoints (``last.ckpt``) for resume
         wandb/           the W&B (offline) run directory
-        run.lock         held while a process trains the run
+        run.lease.<n>    who trains the run, renewed by a heartbeat (ablate/lease.py)
 
 Every file that is replaced is written to a temporary file in the same directory, flushed,
 fsynced and renamed over the old one, so a crash leaves either the old or the new file, never
@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from filelock import FileLock, Timeout
+
+from ablate.lease import Lease, acquire, holder
 
 STATUSES = ("completed", "diverged", "failed", "running")  # what summary.json may say
 FINISHED = ("completed", "diverged")  # a re-run skips these; it retries failed and resumes running
@@ -45,7 +46,6 @@ UNFINISHED_STATES = ("running", "interrupted", "failed", "pending")
 RUN_FILE = "run.yaml"
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.csv"
-LOCK_FILE = "run.lock"
 CHECKPOINT_DIR = "checkpoints"
 
 
@@ -210,26 +210,19 @@ class RunDir:
             w.writerow([s, m, repr(v)])
         atomic_write_text(self.metrics_file, buf.getvalue())
 
-    # --- locking ------------------------------------------------------------------------------
-    def lock(self) -> FileLock:
-        self.path.mkdir(parents=True, exist_ok=True)
-        return FileLock(str(self.path / LOCK_FILE))
+    # --- the lease ----------------------------------------------------------------------------
+    def try_lock(self, *, grace: float | None = None, job_id: str | None = None) -> Lease | None:
+        """The run's lease if no live process holds it, else None (never waits).
 
-    def try_lock(self) -> FileLock | None:
-        """The run's lock if no other process holds it, else None."""
-        lock = self.lock()
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            return None
-        return lock
+        ``grace``: seconds without a heartbeat after which a lease is stale (default
+        ``$ABLATE_LEASE_GRACE_S`` or 120); ``job_id``: the executor's job (a requeued job may
+        take over from its own dead attempt). Call ``.release()`` when done.
+        """
+        return acquire(self.path, grace=grace, job_id=job_id)
 
-    def is_locked(self) -> bool:
-        lock = self.try_lock()
-        if lock is None:
-            return True
-        lock.release()
-        return False
+    def is_locked(self, *, grace: float | None = None) -> bool:
+        """Whether a live process holds the run's lease."""
+        return holder(self.path, grace=grace) is not None
 
     def last_checkpoint(self) -> Path | None:
         """The newest checkpoint to resume from, if any."""

@@ -1,0 +1,185 @@
+"""Executors decide only *where* a planned run trains: this machine, a Ray cluster, SLURM.
+
+Every executor has one signature::
+
+    execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) -> None
+
+and runs ``ablate.runner.execute_run`` once per task wherever it places it (the lease protocol,
+resume and the store are the same everywhere). Each finished task is reported through
+``progress.finished(task.run, outcome, summary)``; while waiting an executor calls
+``progress.poll()`` at least once a second. A stop (Ctrl-C) raises ``KeyboardInterrupt`` after
+the runs in progress were asked to checkpoint, so the same command resumes them.
+
+``check(opts)`` validates the options before anything is written: a bad value, a missing extra
+(``pip install "ablate[ray]"``) or a Ray address that does not answer is a ``ConfigError``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from ablate.config import ConfigError, RunConfig
+
+EXECUTORS = ("local", "ray", "slurm")
+EXTRAS = {"ray": "ray", "slurm": "submitit"}  # extra name -> module it installs
+
+
+class ExecutorOptions(BaseModel):
+    """Where and how the runs of a study train (``ablate run --executor ...``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    executor: Literal["local", "ray", "slurm"] = "local"
+    workers: int | None = Field(None, ge=1)
+    """local: runs trained at once (default 1 on CPU, GPUs x runs_per_gpu on a GPU box)."""
+    runs_per_gpu: int = Field(1, ge=1)
+    """Runs packed on one GPU, each capped at 1/k of its memory (local, ray)."""
+    gpus_per_run: int = Field(1, ge=0)
+    """GPUs one run uses (ray, slurm); 0 trains on CPU."""
+    ray_address: str | None = None
+    """``auto``, ``HOST:PORT`` of a running cluster, or None to start a local Ray."""
+    max_retries: int = Field(3, ge=0)
+    """ray: re-queue a run whose worker or node died this many times."""
+    slurm_partition: str | None = None
+    slurm_time: int = Field(60, ge=1)
+    """slurm: minutes per job before it is requeued (resumes from its checkpoint)."""
+    slurm_array_parallelism: int = Field(64, ge=1)
+    slurm_opts: dict[str, str] = Field(default_factory=dict)
+    """slurm: extra ``#SBATCH`` options, e.g. ``account=abc``, ``qos=high``."""
+    slurm_cluster: Literal["slurm", "local", "debug"] | None = None
+    """submitit cluster (None: SLURM if available); ``local`` runs jobs as local processes."""
+    slurm_folder: str | None = None
+    """Where submitit keeps job scripts and logs (default: ``<store>/.submitit/<study>``)."""
+    lease_grace_s: float | None = Field(None, gt=0)
+    """Seconds without a heartbeat after which a run's lease is stale and may be taken over
+    (None: ``$ABLATE_LEASE_GRACE_S`` or 120)."""
+
+    @field_validator("slurm_time", mode="before")
+    @classmethod
+    def _minutes(cls, v: Any) -> Any:
+        """``90``, ``"90"``, ``"1:30:00"`` or ``"2-00:00:00"`` (days-hours:min:s) -> minutes."""
+        if not isinstance(v, str) or v.strip().isdigit():
+            return v
+        days, _, hms = v.strip().rpartition("-")
+        try:
+            parts = [int(p) for p in hms.split(":")]
+            if len(parts) != 3 or (days and not days.isdigit()):
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{v!r} is not minutes, H:MM:SS or D-HH:MM:SS") from None
+        h, m, s = parts
+        return max(1, (int(days or 0) * 24 + h) * 60 + m + (1 if s else 0))
+
+    @field_validator("slurm_opts", mode="before")
+    @classmethod
+    def _key_values(cls, v: Any) -> Any:
+        if not isinstance(v, list | tuple):
+            return v
+        out = {}
+        for item in v:
+            key, eq, value = str(item).partition("=")
+            if not eq or not key.strip():
+                raise ValueError(f"{item!r} is not key=value")
+            out[key.strip().lstrip("-").replace("-", "_")] = value.strip()
+        return out
+
+    @model_validator(mode="after")
+    def _packing(self) -> ExecutorOptions:
+        if self.runs_per_gpu > 1 and self.gpus_per_run > 1:
+            raise ValueError("runs_per_gpu > 1 packs runs of one GPU each: use gpus_per_run 1")
+        return self
+
+    @classmethod
+    def parse(cls, **values: Any) -> ExecutorOptions:
+        """Options from CLI values; a bad value is a one-line ``ConfigError`` naming the option."""
+        values = {k: v for k, v in values.items() if v is not None}
+        try:
+            return cls(**values)
+        except ValidationError as err:
+            e = err.errors()[0]
+            name = str(e["loc"][0]) if e["loc"] else ""
+            flag = {"lease_grace_s": "lease-grace", "slurm_opts": "slurm-opt"}.get(name, name)
+            key = "--" + flag.replace("_", "-") if name else ""
+            msg = e["msg"]
+            if e["type"] == "literal_error" and e["loc"] == ("executor",):
+                msg = f"unknown executor {values.get('executor')!r}; valid: {', '.join(EXECUTORS)}"
+            raise ConfigError(msg.removeprefix("Value error, "), key=key) from None
+
+    def cli_args(self) -> list[str]:
+        """The ``ablate run`` options that reproduce these settings (for the resume hint)."""
+        out: list[str] = []
+        for name, value in self:
+            if value == type(self).model_fields[name].default or name == "slurm_folder":
+                continue
+            if name == "slurm_opts":
+                for k, v in value.items():
+                    out += ["--slurm-opt", f"{k}={v}"]
+                continue
+            flag = "--" + {"lease_grace_s": "lease-grace"}.get(name, name.replace("_", "-"))
+            out += [flag, str(value)]
+        return out
+
+
+@dataclass
+class RunTask:
+    """One planned run to train: what the executor ships to wherever it trains."""
+
+    run: Any  # the PlannedRun, given back to progress.finished
+    config: RunConfig
+    path: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return str(self.meta.get("name", self.path))
+
+
+class Progress(Protocol):
+    def finished(self, run: Any, outcome: str, summary: dict[str, Any]) -> None: ...
+    def write(self, line: str) -> None: ...
+    def poll(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def require_extra(extra: str) -> Any:
+    """Import the module an optional extra installs, or a one-line ``ConfigError``."""
+    try:
+        return importlib.import_module(EXTRAS[extra])
+    except ImportError:
+        raise ConfigError(
+            f'the {extra} executor needs {EXTRAS[extra]}: pip install "ablate[{extra}]"',
+            key="--executor",
+        ) from None
+
+
+def check(opts: ExecutorOptions) -> None:
+    """Validate the options against this machine before anything is written."""
+    if opts.executor == "local":
+        if opts.gpus_per_run > 1:
+            raise ConfigError(
+                "the local executor gives each run one GPU; use ray or slurm for more",
+                key="--gpus-per-run",
+            )
+        return
+    require_extra(opts.executor)
+    if opts.executor == "ray" and opts.ray_address:
+        from ablate.executors.ray import check_address
+
+        check_address(opts.ray_address)
+
+
+def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) -> None:
+    """Train ``tasks`` with the executor ``opts`` names."""
+    module = importlib.import_module(f"ablate.executors.{opts.executor}")
+    module.execute(tasks, opts=opts, progress=progress)

@@ -1,0 +1,213 @@
+"""This machine: one run at a time in-process, or a pool of worker processes, GPU-aware.
+
+On a box with G visible GPUs each worker gets its own device through ``CUDA_VISIBLE_DEVICES``
+(round-robin), and ``runs_per_gpu = k`` packs k workers on one GPU, each capped at 1/k of its
+memory with ``torch.cuda.set_per_process_memory_fraction``. CPU threads are split between the
+workers (``max(1, cores // workers)`` unless ``train.threads`` is set).
+
+Ctrl-C: workers ignore the terminal's SIGINT; the parent sends each one SIGUSR1, which stops its
+run at the next step boundary (an ``interrupted`` checkpoint, status ``running``), cancels the
+queued runs and waits for the workers, so the same command resumes every run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ablate.config import ConfigError
+from ablate.executors import ExecutorOptions, Progress, RunTask
+from ablate.store import RunDir
+
+POLL_S = 0.5  # how often the wait loop wakes to call progress.poll()
+
+
+@dataclass(frozen=True)
+class Slot:
+    """What one worker process trains on."""
+
+    cuda_visible_devices: str | None  # None: leave the environment alone (CPU)
+    memory_fraction: float | None  # per-process cap on the GPU's memory; None: no cap
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` entries."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip() and d.strip() != "-1"]
+    try:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())]
+    except Exception:  # noqa: BLE001 - no CUDA: CPU only
+        return []
+
+
+def assign_devices(gpus: Sequence[str], workers: int, runs_per_gpu: int = 1) -> list[Slot]:
+    """One ``Slot`` per worker: worker i gets GPU ``gpus[i mod G]``; k runs share one GPU.
+
+    With G GPUs and k runs per GPU at most ``G * k`` workers fit (more would overcommit a GPU
+    past the 1/k memory caps); each worker's memory fraction is ``1 / k`` (None for k = 1: the
+    whole GPU). No GPUs: every slot is CPU.
+    """
+    if workers < 1 or runs_per_gpu < 1:
+        raise ValueError("workers and runs_per_gpu must be >= 1")
+    if not gpus:
+        return [Slot(None, None)] * workers
+    if workers > len(gpus) * runs_per_gpu:
+        raise ConfigError(
+            f"{workers} workers do not fit on {len(gpus)} GPU(s) x {runs_per_gpu} runs per GPU; "
+            "raise --runs-per-gpu or lower --workers",
+            key="--workers",
+        )
+    fraction = None if runs_per_gpu == 1 else 1.0 / runs_per_gpu
+    return [Slot(gpus[i % len(gpus)], fraction) for i in range(workers)]
+
+
+def uses_gpu(tasks: Sequence[RunTask]) -> bool:
+    return any(t.config.train.accelerator != "cpu" for t in tasks)
+
+
+def plan_workers(
+    tasks: Sequence[RunTask], opts: ExecutorOptions, gpus: Sequence[str]
+) -> list[Slot]:
+    """The worker slots for this study: GPUs only if its runs train on them."""
+    gpus = list(gpus) if uses_gpu(tasks) else []
+    workers = opts.workers or (len(gpus) * opts.runs_per_gpu if gpus else 1)
+    workers = max(1, min(workers, len(tasks) or 1))
+    return assign_devices(gpus, workers, opts.runs_per_gpu)
+
+
+def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) -> None:
+    if not tasks:
+        return
+    slots = plan_workers(tasks, opts, visible_gpus())
+    if len(slots) == 1 and slots[0].memory_fraction is None:
+        from ablate.runner import execute_run
+
+        for t in tasks:  # in this process: per-run bars, Ctrl-C straight to the run
+            outcome, summary = execute_run(
+                t.config,
+                RunDir(Path(t.path)),
+                t.meta,
+                progress=getattr(progress, "run_bars", False),
+                lease_grace_s=opts.lease_grace_s,
+            )
+            progress.finished(t.run, outcome, summary)
+        return
+    _run_pool(tasks, slots, opts, progress)
+
+
+# --- worker processes --------------------------------------------------------------------------
+
+_in_run = False
+_stop_event = None  # set by the parent after a Ctrl-C: queued runs are not started
+
+
+def _stop_handler(signum, frame):  # noqa: ARG001 - signal handler signature
+    """SIGUSR1 from the parent after a Ctrl-C: stop the run in progress like a Ctrl-C (at the
+    next step boundary while it trains)."""
+    if _in_run:
+        from ablate.train import request_stop
+
+        request_stop()
+
+
+def _init_worker(threads: int, stop_event, slots) -> None:
+    global _stop_event
+    _stop_event = stop_event
+    # The terminal's Ctrl-C reaches the whole process group; workers ignore it and are stopped
+    # by the parent (SIGUSR1) so each one is interrupted exactly once, while training only.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "SIGUSR1"):
+        signal.signal(signal.SIGUSR1, _stop_handler)
+    slot: Slot = slots.get()  # each worker takes one slot, once, before CUDA starts
+    if slot.cuda_visible_devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = slot.cuda_visible_devices
+    import torch
+
+    torch.set_num_threads(threads)
+    if slot.memory_fraction is not None and torch.cuda.is_available():
+        torch.cuda.set_per_process_memory_fraction(slot.memory_fraction, 0)
+
+
+def _worker_run(
+    cfg, path: str, meta: dict[str, Any], progress: bool, grace: float
+) -> tuple[str, dict[str, Any]]:
+    global _in_run
+    from ablate.runner import INTERRUPTED, execute_run
+
+    run_dir = RunDir(Path(path))
+    if _stop_event is not None and _stop_event.is_set():
+        return INTERRUPTED, run_dir.read_summary() or {}  # queued before the Ctrl-C
+    _in_run = True
+    try:
+        return execute_run(cfg, run_dir, meta, progress=progress, lease_grace_s=grace)
+    except (KeyboardInterrupt, SystemExit):
+        return INTERRUPTED, run_dir.read_summary() or {}
+    finally:
+        _in_run = False
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # train_run restores the default handler
+
+
+def _run_pool(
+    tasks: list[RunTask], slots: list[Slot], opts: ExecutorOptions, progress: Progress
+) -> None:
+    import multiprocessing as mp
+
+    from ablate.runner import INTERRUPTED, cpu_count
+
+    threads = max(1, cpu_count() // len(slots))
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    slot_queue = ctx.Queue()
+    for slot in slots:
+        slot_queue.put(slot)
+    pool = ProcessPoolExecutor(
+        max_workers=len(slots),
+        mp_context=ctx,
+        initializer=_init_worker,
+        initargs=(threads, stop, slot_queue),
+    )
+    futures: dict[Future, RunTask] = {}
+    try:
+        for t in tasks:
+            f = pool.submit(_worker_run, t.config, t.path, t.meta, False, opts.lease_grace_s)
+            futures[f] = t
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
+            progress.poll()
+            for f in finished:
+                outcome, summary = f.result()
+                progress.finished(futures[f].run, outcome, summary)
+                if outcome == INTERRUPTED:  # a worker was stopped from outside
+                    raise KeyboardInterrupt
+    except BaseException:
+        stop.set()
+        progress.close()  # a clean screen before "stopping workers"
+        _stop_pool(pool, futures)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _stop_pool(pool: ProcessPoolExecutor, futures: dict[Future, RunTask]) -> None:
+    """Cancel queued runs, interrupt running ones (they checkpoint), wait for the workers."""
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not orphan them
+    try:
+        for f in futures:
+            f.cancel()
+        for pid in list(getattr(pool, "_processes", {}) or {}):
+            try:
+                os.kill(pid, getattr(signal, "SIGUSR1", signal.SIGTERM))
+            except (ProcessLookupError, OSError):
+                pass
+        print("stopping workers (saving checkpoints) ...", flush=True)
+        pool.shutdown(wait=True, cancel_futures=True)
+    finally:
+        signal.signal(signal.SIGINT, old)

@@ -1,0 +1,126 @@
+"""Executor options and the local executor's device assignment (pure, no GPU needed)."""
+
+from collections import Counter
+
+import pytest
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.config import ConfigError, RunConfig
+from ablate.executors import ExecutorOptions, RunTask, check
+from ablate.executors.local import Slot, assign_devices, plan_workers
+
+
+@pytest.mark.parametrize("n_gpus", [1, 2, 8])
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_devices_round_robin_with_k_runs_per_gpu(n_gpus, k):
+    gpus = [str(i) for i in range(n_gpus)]
+    slots = assign_devices(gpus, n_gpus * k, k)
+    assert len(slots) == n_gpus * k
+    # worker i on GPU i mod G: neighbours spread over GPUs before any GPU gets a second run
+    assert [s.cuda_visible_devices for s in slots] == [gpus[i % n_gpus] for i in range(n_gpus * k)]
+    assert Counter(s.cuda_visible_devices for s in slots) == {g: k for g in gpus}
+    assert {s.memory_fraction for s in slots} == ({None} if k == 1 else {1 / k})
+    # fewer workers than slots: still one GPU each, round robin
+    few = assign_devices(gpus, max(1, n_gpus // 2), k)
+    assert [s.cuda_visible_devices for s in few] == gpus[: max(1, n_gpus // 2)]
+    with pytest.raises(ConfigError, match="runs-per-gpu"):
+        assign_devices(gpus, n_gpus * k + 1, k)
+
+
+def test_devices_follow_the_visible_ids_not_their_positions():
+    slots = assign_devices(["3", "5"], 4, 2)
+    assert [s.cuda_visible_devices for s in slots] == ["3", "5", "3", "5"]
+    assert all(s.memory_fraction == 0.5 for s in slots)
+
+
+def test_cpu_only_every_slot_is_cpu():
+    assert assign_devices([], 3, 4) == [Slot(None, None)] * 3
+
+
+def _tasks(n, accelerator):
+    cfg = RunConfig.model_validate({"train": {"accelerator": accelerator}})
+    return [RunTask(None, cfg, f"/x/{i}") for i in range(n)]
+
+
+def test_worker_count_defaults_to_gpus_times_k_and_cpu_runs_ignore_gpus():
+    opts = ExecutorOptions(runs_per_gpu=2)
+    assert len(plan_workers(_tasks(10, "gpu"), opts, ["0", "1"])) == 4
+    assert len(plan_workers(_tasks(3, "gpu"), opts, ["0", "1"])) == 3  # no idle workers
+    cpu = plan_workers(_tasks(10, "cpu"), ExecutorOptions(workers=2), ["0", "1"])
+    assert cpu == [Slot(None, None)] * 2  # a CPU study on a GPU box does not touch the GPUs
+    assert plan_workers(_tasks(10, "gpu"), ExecutorOptions(), []) == [Slot(None, None)]
+
+
+def test_bad_executor_options_are_one_line_config_errors():
+    with pytest.raises(ConfigError, match=r"--executor.*unknown executor 'dask'.*local, ray"):
+        ExecutorOptions.parse(executor="dask")
+    with pytest.raises(ConfigError, match="--runs-per-gpu"):
+        ExecutorOptions.parse(runs_per_gpu=0)
+    with pytest.raises(ConfigError, match="--gpus-per-run"):
+        check(ExecutorOptions(gpus_per_run=2))
+
+
+def test_resume_hint_repeats_the_executor_options():
+    opts = ExecutorOptions(executor="slurm", slurm_partition="gpu", slurm_opts={"qos": "high"})
+    assert opts.cli_args() == [
+        "--executor",
+        "slurm",
+        "--slurm-partition",
+        "gpu",
+        "--slurm-opt",
+        "qos=high",
+    ]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--executor", "dask"], "unknown executor"),
+        (["--runs-per-gpu", "0"], "--runs-per-gpu"),
+        (["--slurm-opt", "noequals"], "--slurm-opt"),
+    ],
+)
+def test_cli_rejects_bad_executor_settings_before_writing(tmp_path, args, message):
+    study = tmp_path / "s.yaml"
+    study.write_text("name: s\nbase: {train: {max_steps: 1}}\n")
+    store = tmp_path / "runs"
+    result = CliRunner().invoke(app, ["run", str(study), "--store", str(store), *args])
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and message in lines[0], result.output
+    assert not store.exists()
+
+
+def test_missing_extra_names_the_pip_command(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "submitit", None)  # import raises ImportError
+    with pytest.raises(ConfigError, match=r'pip install "ablate\[slurm\]"'):
+        check(ExecutorOptions(executor="slurm"))
+
+
+def _device_of_this_worker():
+    import os
+    import time
+
+    time.sleep(0.5)  # keep this worker busy so that each worker takes one task
+    return os.getpid(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_each_pool_worker_takes_its_own_slot():
+    """The pool initializer gives every worker process one slot's CUDA_VISIBLE_DEVICES."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    from ablate.executors.local import _init_worker
+
+    ctx = mp.get_context("spawn")
+    slots = assign_devices(["4", "7"], 2, 1)
+    queue = ctx.Queue()
+    for s in slots:
+        queue.put(s)
+    pool = ProcessPoolExecutor(2, ctx, initializer=_init_worker, initargs=(1, ctx.Event(), queue))
+    with pool:
+        seen = dict(f.result() for f in [pool.submit(_device_of_this_worker) for _ in range(4)])
+    assert sorted(seen.values()) == ["4", "7"]  # two workers, one per GPU

@@ -1,0 +1,100 @@
+"""The Ray executor on a real local Ray (started once for this module: it costs seconds)."""
+
+import os
+import time
+
+import pytest
+import test_runner
+from executor_checks import assert_same_as_local, interrupt_first_run_at_step_12
+
+from ablate.config import ConfigError, RunConfig
+from ablate.executors import ExecutorOptions
+from ablate.runner import run_study
+
+# the tiny study fixtures of test_runner.py (fixtures are found by name in this module)
+corpus, make_study = test_runner.corpus, test_runner.make_study
+_no_wandb_by_default = test_runner._no_wandb_by_default
+
+ray = pytest.importorskip("ray", reason='pip install "ablate[ray]"')
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """One logical GPU on a CPU machine: Ray schedules by declared resources, not hardware."""
+    if not ray.is_initialized():
+        ray.init(
+            num_cpus=2,
+            num_gpus=1,
+            include_dashboard=False,
+            log_to_driver=False,
+            object_store_memory=80 * 1024**2,
+        )
+    yield ray
+    ray.shutdown()
+
+
+def test_four_runs_at_a_quarter_gpu_share_one_gpu_at_once(local_ray):
+    from ablate.executors.ray import task_options
+
+    gpu_run = RunConfig.model_validate({"train": {"accelerator": "gpu"}})
+    opts = task_options(gpu_run, ExecutorOptions(runs_per_gpu=4), local_ray.cluster_resources())
+    assert opts["num_gpus"] == 0.25 and opts["num_cpus"] == 0.5
+
+    @local_ray.remote
+    def hold(seconds):
+        start = time.time()
+        time.sleep(seconds)
+        return start, time.time(), local_ray.get_gpu_ids()
+
+    spans = local_ray.get([hold.options(**opts).remote(3.0) for _ in range(4)])
+    latest_start = max(s for s, _, _ in spans)
+    earliest_end = min(e for _, e, _ in spans)
+    assert latest_start < earliest_end, spans  # all four were running at one moment
+    assert all(len(ids) == 1 for _, _, ids in spans)  # each sees the one (shared) GPU
+
+    cpu_run = RunConfig.model_validate({"train": {"accelerator": "cpu", "threads": 2}})
+    cpu = task_options(cpu_run, ExecutorOptions(runs_per_gpu=4), local_ray.cluster_resources())
+    assert cpu["num_gpus"] == 0 and cpu["num_cpus"] == 2
+
+
+def test_a_study_trains_through_ray_like_it_does_locally(
+    local_ray, make_study, tmp_path, capsys, monkeypatch
+):
+    path = make_study()
+    store = tmp_path / "ray"
+    interrupt_first_run_at_step_12(path, store, monkeypatch)
+    capsys.readouterr()
+    opts = ExecutorOptions(executor="ray", max_retries=1)
+    results = run_study(path, store=store, progress=False, executor=opts)
+    out = capsys.readouterr().out
+    assert "on Ray" in out and "activation=gelu,seed=0: completed" in out  # streamed back
+    assert_same_as_local(results, run_study(path, store=tmp_path / "local", progress=False))
+    assert os.getpid() not in {r["attempts"][-1]["pid"] for r in results}  # Ray workers
+    again = run_study(path, store=store, progress=False, executor=opts)
+    assert "2 finished, 0 to train" in capsys.readouterr().out
+    assert [len(r["attempts"]) for r in again] == [2, 1]
+
+
+def test_a_ray_address_that_does_not_answer_fails_within_seconds(make_study, tmp_path):
+    t0 = time.time()
+    with pytest.raises(ConfigError, match="--ray-address.*no Ray cluster answers"):
+        run_study(
+            make_study(),
+            store=tmp_path / "runs",
+            progress=False,
+            executor=ExecutorOptions(executor="ray", ray_address="127.0.0.1:9"),
+        )
+    assert time.time() - t0 < 10
+    assert not (tmp_path / "runs").exists()
+
+
+def test_auto_without_a_running_cluster_says_how_to_start_one(tmp_path, monkeypatch):
+    import ablate.executors.ray as ray_executor
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray_executor, "_address_file", lambda: tmp_path / "none")
+    with pytest.raises(ConfigError, match="no running Ray cluster.*ray start --head"):
+        ray_executor.check_address("auto")
+    (tmp_path / "none").write_text("127.0.0.1:9\n")  # a cluster that has gone away
+    with pytest.raises(ConfigError, match="no Ray cluster answers at 127.0.0.1:9"):
+        ray_executor.check_address("auto")
