@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from ablate.config import ConfigError
+from ablate.store import StoreWriteError
 
 app = typer.Typer(
     add_completion=False,
@@ -26,10 +27,10 @@ StoreOpt = Annotated[
 ]
 
 
-def fail(err: Exception) -> None:
-    """Bad input: one line on stderr, exit code 2."""
+def fail(err: Exception, code: int = 2) -> None:
+    """Bad input: one line on stderr, exit code 2 (1 for a store that cannot be written)."""
     typer.echo(f"error: {err}", err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -49,6 +50,8 @@ def train(
         summary = train_one(config, set_ or [], store=store, study=name, progress=not no_progress)
     except ConfigError as err:
         fail(err)
+    except StoreWriteError as err:  # e.g. a full disk: one line, not a chained traceback
+        fail(err, 1)
     if summary["status"] == "failed":
         raise typer.Exit(1)
 
@@ -78,6 +81,8 @@ def run(
         )
     except ConfigError as err:
         fail(err)
+    except StoreWriteError as err:  # e.g. a full disk: one line, not a chained traceback
+        fail(err, 1)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     if any(r.get("status") == "failed" for r in results):

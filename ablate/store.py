@@ -19,6 +19,7 @@ last value written for a (step, metric), which is what a resumed run re-logs.
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import math
@@ -42,13 +43,36 @@ LOCK_FILE = "run.lock"
 CHECKPOINT_DIR = "checkpoints"
 
 
+class StoreWriteError(OSError):
+    """The store itself cannot be written (e.g. a full disk): the study cannot go on."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def file_mode() -> int:
+    """``0o666`` minus the process umask: the mode ``open()`` gives a new file."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def describe_os_error(err: OSError) -> str:
+    """``'disk full (No space left on device)'`` for ENOSPC/EDQUOT, else the OS message."""
+    text = err.strerror or str(err)
+    if err.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+        return f"disk full ({text})"
+    return text
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so that readers see the old or the new file, never a mix."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
+        os.fchmod(fd, file_mode())  # mkstemp makes 0600; a shared store must stay readable
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -56,6 +80,19 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_final_summary(run_dir: RunDir, summary: dict[str, Any]) -> None:
+    """``run_dir.write_summary`` for a run's outcome; an OS error (a full disk) becomes a
+    :class:`StoreWriteError` with one line naming the file, without the chained traceback."""
+    try:
+        run_dir.write_summary(summary)
+    except OSError as err:
+        raise StoreWriteError(
+            err.errno,
+            f"cannot write {run_dir.summary_file}: {describe_os_error(err)}; stopping "
+            "(free space, then run the same command again to resume)",
+        ) from None
 
 
 def _json_default(obj: Any) -> Any:

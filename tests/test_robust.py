@@ -1,0 +1,212 @@
+"""Faults: full disks, corrupt checkpoints, damaged stores, bad input caught at plan time."""
+
+import errno
+import json
+import logging
+import os
+import random
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+import ablate.checkpoints
+from ablate.checkpoints import atomic_save, select_checkpoint
+from ablate.cli import app
+from ablate.runner import run_study
+from ablate.store import RunStore
+from ablate.study import load_study
+
+TINY_BASE = {
+    "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_seq_len": 16},
+    "data": {"seq_len": 16, "batch_size": 4},
+    "optim": {"lr": 3e-3},
+    "train": {
+        "max_steps": 12,
+        "eval_interval": 10,
+        "eval_batches": 2,
+        "final_eval_batches": 2,
+        "log_interval": 5,
+        "grad_norm_interval": 0,
+        "checkpoint_interval": 5,
+        "threads": 1,
+    },
+    "tracking": {"wandb": False},
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_wandb_by_default(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    rng = random.Random(0)
+    words = ["the", "king", "queen", "shall", "not", "love", "my", "lord", "thee", "good"]
+    text = "\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(200))
+    path = tmp_path / "corpus.txt"
+    path.write_text(text + "\n")
+    return path
+
+
+@pytest.fixture
+def make_study(tmp_path, corpus):
+    def _make(name="tiny", base=None, **top):
+        b = json.loads(json.dumps(TINY_BASE))
+        b["data"]["dataset"] = str(corpus)
+        for key, value in (base or {}).items():
+            section, field = key.split(".", 1)
+            b.setdefault(section, {})[field] = value
+        study = {"name": name, "base": b}
+        study.update(top or {"grid": {"model.activation": ["relu", "gelu"]}})
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(study, sort_keys=False))
+        return path
+
+    return _make
+
+
+def by_name(results):
+    return {r["name"]: r for r in results}
+
+
+# --- 1. a full disk ---------------------------------------------------------------------------
+
+
+def _enospc_after(monkeypatch, step: int, only: str):
+    """Checkpoint writes of run dirs containing ``only`` fail with ENOSPC from ``step`` on,
+    after writing half a file (what a full disk does)."""
+    real = ablate.checkpoints._write_checkpoint
+
+    def write(checkpoint, f):
+        if only in f.name and checkpoint["global_step"] >= step:
+            f.write(b"\x80\x02half a checkpoint")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(checkpoint, f)
+
+    monkeypatch.setattr(ablate.checkpoints, "_write_checkpoint", write)
+
+
+def test_a_full_disk_fails_the_run_keeps_the_last_good_checkpoint_and_resumes(
+    make_study, tmp_path, monkeypatch
+):
+    path = make_study()
+    store = tmp_path / "runs"
+    relu = load_study(path).runs[0]  # the first run: the study's second run must still train
+    relu_dir = RunStore(store).run("tiny", relu.run_id)
+    _enospc_after(monkeypatch, 10, relu_dir.run_id)
+    results = by_name(run_study(path, store=store, progress=False))
+    bad = results["activation=relu,seed=0"]
+    assert bad["status"] == "failed"
+    assert "disk full" in bad["error"] and "last.ckpt" in bad["error"]
+    assert results["activation=gelu,seed=0"]["status"] == "completed"
+    ckpts = sorted(p.name for p in relu_dir.checkpoint_dir.iterdir())
+    assert ckpts == ["last.ckpt"]  # no temp file, no truncated interrupted.ckpt
+    assert torch.load(relu_dir.checkpoint_dir / "last.ckpt", weights_only=False)["global_step"] == 5
+
+    monkeypatch.undo()  # space freed
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    results = by_name(run_study(path, store=store, progress=False))
+    again = results["activation=relu,seed=0"]
+    assert again["status"] == "completed" and again["resumed_from_step"] == 5
+    assert again["steps"] == 12
+
+
+def test_a_summary_that_cannot_be_written_stops_the_study_with_one_line(
+    make_study, tmp_path, monkeypatch
+):
+    from ablate.store import RunDir
+
+    path = make_study()
+    store = tmp_path / "runs"
+    real = RunDir.write_summary
+
+    def write_summary(self, summary):
+        if summary.get("status") != "running":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(self, summary)
+
+    monkeypatch.setattr(RunDir, "write_summary", write_summary)
+    result = CliRunner().invoke(app, ["run", str(path), "--store", str(store), "--no-progress"])
+    assert result.exit_code == 1
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1 and "disk full" in lines[0] and "summary.json" in lines[0]
+    assert "Traceback" not in result.output
+    runs = list(RunStore(store).runs("tiny"))
+    assert len(runs) == 1  # the study stopped: the second run was never started
+
+
+def test_atomic_save_leaves_the_old_checkpoint_whole_and_respects_the_umask(tmp_path, monkeypatch):
+    path = tmp_path / "last.ckpt"
+    atomic_save({"global_step": 1, "state_dict": {}}, path)
+    old = os.umask(0o027)
+    try:
+        atomic_save({"global_step": 2, "state_dict": {}}, path)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+    def boom(checkpoint, f):
+        f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ablate.checkpoints, "_write_checkpoint", boom)
+    with pytest.raises(OSError, match=r"disk full.*") as info:
+        atomic_save({"global_step": 3, "state_dict": {}}, path)
+    assert str(path) in str(info.value)
+    assert torch.load(path, weights_only=False)["global_step"] == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+# --- 2. corrupt checkpoints -------------------------------------------------------------------
+
+
+def test_select_checkpoint_skips_corrupt_ones_newest_first(tmp_path, caplog):
+    d = tmp_path / "checkpoints"
+    d.mkdir()
+    torch.save({"global_step": 5, "state_dict": {}}, d / "old.ckpt")
+    torch.save({"global_step": 10, "state_dict": {}}, d / "last.ckpt")
+    os.utime(d / "old.ckpt", (1, 1))
+    data = (d / "last.ckpt").read_bytes()
+    (d / "last.ckpt").write_bytes(data[: len(data) // 2])  # truncated by a crash
+    with caplog.at_level(logging.WARNING, logger="ablate"):
+        path, step, aside = select_checkpoint(d)
+    assert path == d / "old.ckpt" and step == 5
+    assert [a["file"] for a in aside] == [str(d / "last.ckpt")]
+    assert (d / "last.ckpt.corrupt").is_file() and not (d / "last.ckpt").exists()
+    assert str(d / "last.ckpt") in caplog.text
+    (d / "old.ckpt").write_bytes(b"")
+    assert select_checkpoint(d)[0] is None  # nothing loads: a fresh start
+    assert (d / "old.ckpt.corrupt").is_file()
+
+
+def test_a_truncated_checkpoint_falls_back_to_a_fresh_start_recorded_in_the_summary(
+    make_study, tmp_path
+):
+    path = make_study(grid={"model.activation": ["relu"]})
+    store = tmp_path / "runs"
+    (first,) = run_study(path, store=store, progress=False)
+    d = RunStore(store).run("tiny", first["run_id"])
+    ckpt = d.checkpoint_dir / "last.ckpt"
+    ckpt.write_bytes(ckpt.read_bytes()[:1000])
+    d.update_summary(status="running")  # as if killed before it finished
+    (again,) = run_study(path, store=store, progress=False)
+    assert again["status"] == "completed" and "resumed_from_step" not in again
+    assert again["corrupt_checkpoints"][0]["file"] == str(ckpt)
+    assert again["final_val_loss"] == pytest.approx(first["final_val_loss"], abs=1e-6)
+
+
+# --- 11. the end of training is checkpointed ----------------------------------------------------
+
+
+def test_the_final_model_is_checkpointed_off_the_interval(make_study, tmp_path):
+    path = make_study(grid={"model.activation": ["relu"]})  # 12 steps, interval 5
+    store = tmp_path / "runs"
+    (result,) = run_study(path, store=store, progress=False)
+    d = RunStore(store).run("tiny", result["run_id"])
+    assert torch.load(d.checkpoint_dir / "last.ckpt", weights_only=False)["global_step"] == 12
