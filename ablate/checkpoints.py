@@ -151,7 +151,9 @@ class FinalCheckpoint(pl.Callback):
         step = int(trainer.global_step)
         if step == 0:
             return
-        saved = [getattr(cb, "_last_global_step_saved", None) for cb in trainer.checkpoint_callbacks]
+        saved = [
+            getattr(cb, "_last_global_step_saved", None) for cb in trainer.checkpoint_callbacks
+        ]
         if step in saved and self.path.is_file():
             return
         trainer.save_checkpoint(str(self.path))

@@ -18,11 +18,13 @@ def train_one(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Train one run from a config YAML and ``key=value`` overrides; print where it went."""
+    cfg = load_run_config(config, overrides)  # before importing torch: bad input answers fast
     from ablate.data import resolve_dataset
+    from ablate.preflight import check_runs
     from ablate.train import train_run
 
-    cfg = load_run_config(config, overrides)
     resolve_dataset(cfg.data.dataset)  # a missing or corrupt dataset is bad input: exit 2 now
+    check_runs([(cfg, None)], config)  # empty/short data, seeds, sizes, a GPU that is not there
     run_dir = RunStore(store).run(study, cfg.run_id())
     name = f"{cfg.model.arch}-seed{cfg.train.seed}"
     summary = train_run(cfg, run_dir, {"name": name, "variant": cfg.model.arch}, progress=progress)

@@ -560,11 +560,14 @@ def load_study(
     overrides: Sequence[str] = (),
     *,
     check_data: bool = True,
+    check_device: bool = True,
 ) -> Study:
     """Read, validate and expand a study file into its planned runs.
 
     Raises ``ConfigError`` (one line: file and key path) for anything wrong; nothing is
-    written. ``check_data`` checks that each run's dataset is registered or an existing file.
+    written. ``check_data`` checks that each run's dataset is registered or an existing file,
+    and that each data file is non-empty UTF-8 long enough for its runs; ``check_device`` that
+    a run asking for a GPU has one (see :mod:`ablate.preflight`).
     """
     source = Path(path)
     raw = load_yaml(source)
@@ -652,6 +655,7 @@ def load_study(
     points = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
     runs: list[PlannedRun] = []
     checked: set[str] = set()
+    resolved: list = []  # (config, key -> where the study set it) for the plan-time checks
     by_name: dict[str, PlannedRun] = {}
     by_id: dict[str, PlannedRun] = {}
     for vname, vlayer in variants or [(None, _Layer())]:
@@ -670,6 +674,7 @@ def load_study(
                 parts += [f"{short[k]}={fmt_value(v)}" for k, v in point.items()]
                 label = ",".join(parts) or "base"
                 cfg, where = _resolve(layers, derived, overrides_layer, source, label)
+                resolved.append((cfg, lambda k, w=where: w.get(k, k)))
                 if check_data:
                     _check_dataset(cfg.data.dataset, where.get("data.dataset"), source, checked)
                 seed_value = cfg.train.seed
@@ -696,6 +701,9 @@ def load_study(
                 by_name[run.name] = by_id[run.run_id] = run
                 runs.append(run)
 
+    from ablate.preflight import check_runs
+
+    check_runs(resolved, source, data=check_data, device=check_device)
     return Study(
         name=name,
         description=description.strip(),

@@ -210,3 +210,89 @@ def test_the_final_model_is_checkpointed_off_the_interval(make_study, tmp_path):
     (result,) = run_study(path, store=store, progress=False)
     d = RunStore(store).run("tiny", result["run_id"])
     assert torch.load(d.checkpoint_dir / "last.ckpt", weights_only=False)["global_step"] == 12
+
+
+# --- 3. bad input caught at plan time ----------------------------------------------------------
+
+
+def _cli(*args):
+    return CliRunner().invoke(app, [*map(str, args)])
+
+
+def _one_line_exit_2(result, *needles):
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    for n in needles:
+        assert n in line, line
+    return line
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [(b"", "is empty"), (b"caf\xe9 au lait\n" * 300, "not UTF-8"), (b"too short\n", "too short")],
+)
+def test_bad_data_files_are_rejected_at_plan_time(make_study, tmp_path, content, needle):
+    data = tmp_path / "data.txt"
+    data.write_bytes(content)
+    path = make_study(base={"data.dataset": str(data)})
+    store = tmp_path / "runs"
+    key = "data.seq_len" if needle == "too short" else "base.data.dataset"
+    _one_line_exit_2(_cli("run", path, "--store", store, "--no-progress"), str(path), key, needle)
+    assert not store.exists()  # nothing written
+
+
+def test_each_data_file_is_read_once_per_study(make_study, monkeypatch):
+    import ablate.data
+
+    calls = []
+    real = ablate.data.read_text
+    monkeypatch.setattr(ablate.data, "read_text", lambda p: calls.append(p) or real(p))
+    study = load_study(make_study(grid={"model.activation": ["relu", "gelu", "swiglu"]}))
+    assert len(study.runs) == 3 and len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("top", "base", "key", "needle"),
+    [
+        ({"seeds": [0, -1]}, {}, "seeds[1]", "seed must be in [0, 2**32 - 1]"),
+        ({"seeds": [2**32]}, {}, "seeds[0]", "got 4294967296"),
+        ({}, {"model.d_model": 4e9}, "base.model.d_model", "parameters"),
+        (
+            {},
+            {"data.batch_size": 10**9, "data.seq_len": 10**6, "model.pos_encoding": "rope"},
+            "base.data.batch_size",
+            "activations",
+        ),
+        ({}, {"optim.lr": float("inf")}, "base.optim.lr", "finite"),
+        ({}, {"train.eval_lengths": [1.0, float("nan")]}, "train.eval_lengths", "finite"),
+    ],
+)
+def test_bad_values_are_rejected_at_plan_time(make_study, tmp_path, top, base, key, needle):
+    top = top or {"grid": {"model.activation": ["relu"]}}
+    path = make_study(base=base, **top)
+    store = tmp_path / "runs"
+    _one_line_exit_2(_cli("plan", path, "--store", store), str(path), key, needle)
+    _one_line_exit_2(_cli("run", path, "--store", store, "--no-progress"), key)
+    assert not store.exists()
+
+
+def test_a_gpu_run_without_a_gpu_is_rejected_at_plan_time_unless_bypassed(
+    make_study, tmp_path, monkeypatch
+):
+    import ablate.preflight
+
+    monkeypatch.setattr(ablate.preflight, "gpu_available", lambda: False)
+    path = make_study(base={"train.accelerator": "gpu"})
+    _one_line_exit_2(_cli("plan", path), "base.train.accelerator", "no CUDA GPU")
+    assert len(load_study(path, check_device=False).runs) == 2  # e.g. a mode that forces cpu
+    monkeypatch.setattr(ablate.preflight, "gpu_available", lambda: True)
+    assert len(load_study(path).runs) == 2
+
+
+def test_train_checks_the_same_at_start(tmp_path, corpus):
+    store = tmp_path / "runs"
+    result = _cli(
+        "train", "--set", f"data.dataset={corpus}", "--set", "train.seed=-5", "--store", store
+    )
+    _one_line_exit_2(result, "train.seed", "seed must be")
+    assert not store.exists()
