@@ -21,8 +21,8 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import OnExceptionCheckpoint
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+from pytorch_lightning.callbacks import OnExceptionCheckpoint
 
 from ablate.store import describe_os_error, file_mode
 

@@ -6,8 +6,6 @@ import logging
 import os
 import random
 import stat
-import sys
-from pathlib import Path
 
 import pytest
 import torch
