@@ -115,7 +115,10 @@ def status(
     """List the studies in the store and the state of their runs."""
     from ablate.runner import store_status
 
-    store_status(store, study)
+    try:
+        store_status(store, study)
+    except ConfigError as err:
+        fail(err)
 
 
 @app.command()

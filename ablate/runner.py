@@ -34,7 +34,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ablate.config import RunConfig
+from ablate.config import ConfigError, RunConfig
+from ablate.damage import DAMAGED, run_damage
 from ablate.store import FINISHED, RunDir, RunStore
 from ablate.study import PlannedRun, Study, load_study
 
@@ -337,6 +338,13 @@ def _collect(study: Study, dirs: dict[str, RunDir]) -> list[dict[str, Any]]:
     out = []
     for run in study.runs:
         d = dirs[run.run_id]
+        reason = run_damage(d) if d.path.is_dir() else None
+        if reason is not None:  # a finished run with a damaged file: shown, not retrained
+            out.append(
+                {"name": run.name, "run_id": run.run_id, "variant": run.variant}
+                | {"status": DAMAGED, "error": reason}
+            )
+            continue
         s = d.read_summary() or {}
         status = s.get("status") or "pending"
         if status == "running" and d.path.is_dir() and not d.is_locked():
@@ -353,6 +361,7 @@ _STYLE = {
     "completed": "green",
     "diverged": "magenta",
     "failed": "red",
+    "damaged": "red",
     "running": "cyan",
     "interrupted": "yellow",
     "pending": "dim",
@@ -504,7 +513,12 @@ def store_status(store: str | Path = "runs", study: str | None = None) -> dict[s
     console = _console()
     names = runs_store.studies()
     if study is not None:
-        names = [n for n in names if n == study]
+        if study not in names:  # a typo must not look like an empty study: exit 2
+            raise ConfigError(
+                f"no study {study!r} in the store; studies present: {', '.join(names) or 'none'}",
+                source=runs_store.root,
+            )
+        names = [study]
     if not names:
         where = f"no runs in {runs_store.root}" + (f" for study {study!r}" if study else "")
         console.print(escape(where))
@@ -521,9 +535,14 @@ def store_status(store: str | Path = "runs", study: str | None = None) -> dict[s
             ((d.read_run()["meta"], d) for d in runs_store.runs(name)),
             key=lambda md: (str(md[0].get("profile")), str(md[0].get("name", md[1].run_id))),
         )
+        damaged = []
         for meta, d in runs:
             s = d.read_summary() or {}
             status = _store_status(d)
+            reason = run_damage(d)
+            if reason is not None:  # shown, never a crash: the rest of the study still lists
+                status, s = DAMAGED, {}
+                damaged.append(reason)
             counts[status] += 1
             table.add_row(
                 escape(str(meta.get("name", d.run_id))),
@@ -536,5 +555,7 @@ def store_status(store: str | Path = "runs", study: str | None = None) -> dict[s
             )
         console.print(table)
         console.print(", ".join(f"{n} {s}" for s, n in counts.most_common()))
+        for reason in damaged:
+            console.print(escape(f"damaged: {reason}"), soft_wrap=True)
         totals[name] = counts
     return totals

@@ -117,10 +117,13 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON mapping in ``path``; None when missing or unreadable (binary bytes, invalid
+    JSON, not a mapping: ``ablate.damage`` says which)."""
     try:
-        return json.loads(Path(path).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):  # ValueError: JSON and UTF-8 decode errors
         return None
+    return data if isinstance(data, dict) else None
 
 
 @dataclass(frozen=True)
@@ -169,10 +172,16 @@ class RunDir:
     def read_run(self) -> dict[str, Any]:
         """``{'meta': {...}, 'config': {...}}``; empty dicts if the run was never started."""
         try:
-            data = yaml.safe_load(self.run_file.read_text()) or {}
-        except (FileNotFoundError, yaml.YAMLError):
+            data = yaml.safe_load(self.run_file.read_text(encoding="utf-8")) or {}
+        except (FileNotFoundError, ValueError, yaml.YAMLError):  # ValueError: not UTF-8
             data = {}
-        return {"meta": data.get("meta") or {}, "config": data.get("config") or {}}
+        if not isinstance(data, dict):
+            data = {}
+        meta, config = data.get("meta"), data.get("config")
+        return {
+            "meta": meta if isinstance(meta, dict) else {},
+            "config": config if isinstance(config, dict) else {},
+        }
 
     # --- summary.json -----------------------------------------------------------------------
     def read_summary(self) -> dict[str, Any] | None:
@@ -214,7 +223,8 @@ class RunDir:
     def read_metrics(self) -> list[tuple[int, str, float]]:
         """All ``(step, metric, value)`` rows, last write winning, torn lines dropped."""
         try:
-            text = self.metrics_file.read_text()
+            # binary garbage becomes U+FFFD and its rows are dropped below
+            text = self.metrics_file.read_text(encoding="utf-8", errors="replace")
         except FileNotFoundError:
             return []
         rows: dict[tuple[int, str], float] = {}

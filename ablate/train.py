@@ -217,14 +217,17 @@ def train_run(
     meta = {"run_id": run_dir.run_id, "study": run_dir.study, **(meta or {})}
     progress = cfg.train.progress if progress is None else progress
     quiet_lightning()
-    if not run_dir.exists():
+    if not run_dir.exists() or not run_dir.read_run()["config"]:  # new, or run.yaml damaged
         try:
             run_dir.write_run(cfg.to_dict(), meta)
         except OSError as err:
             raise StoreWriteError(err.errno, f"cannot write {run_dir.run_file}: {err}") from None
     t0 = time.time()
     prior = run_dir.read_summary() or {}
-    base_wall = float(prior.get("wall_time_s") or 0.0) if prior.get("status") == "running" else 0.0
+    base_wall = prior.get("wall_time_s") if prior.get("status") == "running" else 0.0
+    base_wall = float(base_wall) if isinstance(base_wall, int | float) else 0.0  # damaged: 0
+    if not isinstance(prior.get("attempts"), list):
+        prior["attempts"] = []
     summary: dict[str, Any] = {
         "status": "running",
         "name": meta.get("name", run_dir.run_id),

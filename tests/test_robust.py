@@ -294,3 +294,90 @@ def test_train_checks_the_same_at_start(tmp_path, corpus):
     )
     _one_line_exit_2(result, "train.seed", "seed must be")
     assert not store.exists()
+
+
+# --- 4. damaged files in the store --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained_store(tmp_path_factory):
+    """A finished two-run study (trained once for all the damage tests)."""
+    root = tmp_path_factory.mktemp("trained")
+    corpus = root / "corpus.txt"
+    rng = random.Random(0)
+    words = ["the", "king", "queen", "shall", "not", "love", "my", "lord", "thee", "good"]
+    corpus.write_text("\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(200)))
+    base = json.loads(json.dumps(TINY_BASE))
+    base["data"]["dataset"] = str(corpus)
+    study = {"name": "tiny", "base": base, "grid": {"model.activation": ["relu", "gelu"]}}
+    path = root / "tiny.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    mp = pytest.MonkeyPatch()
+    mp.setenv("WANDB_MODE", "disabled")
+    try:
+        run_study(path, store=root / "runs", progress=False)
+    finally:
+        mp.undo()
+    return path, root / "runs"
+
+
+DAMAGE = {
+    "summary-binary": ("summary.json", b"\x00\xff\xfe binary", "not UTF-8", True),
+    "summary-list": ("summary.json", b"[1, 2, 3]\n", "a list where a mapping belongs", True),
+    "summary-loss": (
+        "summary.json",
+        json.dumps({"status": "completed", "final_val_loss": "abc"}).encode(),
+        "final_val_loss is 'abc', not a number",
+        False,
+    ),
+    "run-binary": ("run.yaml", b"meta: \xff\xfe\x00\n", "not UTF-8", False),
+    "run-list": ("run.yaml", b"- 1\n- 2\n", "a list where a mapping", False),
+    "metrics-binary": ("metrics.csv", b"step,metric,value\n\x00\xff,\x01,2\n", "not UTF-8", False),
+    "metrics-loss": ("metrics.csv", b"step,metric,value\n5,train/loss,abc\n", "non-numeric", False),
+}
+
+
+@pytest.mark.parametrize("kind", list(DAMAGE))
+def test_a_damaged_run_is_shown_skipped_and_retrained_only_without_a_summary(
+    trained_store, tmp_path, kind, monkeypatch
+):
+    import shutil
+
+    from ablate.report import build_reports
+
+    study_path, src = trained_store
+    store = tmp_path / "runs"
+    shutil.copytree(src, store)
+    fname, content, reason, retrain = DAMAGE[kind]
+    good, bad = sorted(RunStore(store).runs("tiny"), key=lambda d: d.run_id)
+    (bad.path / fname).write_bytes(content)
+
+    result = _cli("status", "tiny", "--store", store)
+    assert result.exit_code == 0, result.output
+    assert "damaged" in result.output and reason in " ".join(result.output.split())
+    assert str(bad.path / fname) in result.output.replace("\n", "")
+
+    out = tmp_path / "reports"
+    build_reports(["tiny"], store=store, out=out)
+    report = (out / "tiny" / "report.md").read_text()
+    assert "damaged run(s) skipped" in report and reason in report
+    results = (out / "tiny" / "results.csv").read_text()
+    assert good.run_id in results and bad.run_id not in results
+
+    before = good.summary_file.read_bytes()
+    results = by_name(run_study(study_path, store=store, progress=False))
+    assert good.summary_file.read_bytes() == before  # the healthy run is never touched
+    # only an unreadable summary is retrained (resumed from its last checkpoint); a finished
+    # run with another damaged file keeps its result and its file as it is
+    assert ((bad.path / fname).read_bytes() != content) == retrain
+    if retrain:
+        assert bad.read_summary()["status"] == "completed"
+        assert {r["status"] for r in results.values()} == {"completed"}
+
+
+# --- 12. status of a study that does not exist ------------------------------------------------
+
+
+def test_status_of_an_unknown_study_is_one_line_exit_2(trained_store):
+    _, store = trained_store
+    _one_line_exit_2(_cli("status", "tinny", "--store", store), "no study 'tinny'", "tiny")
