@@ -6,6 +6,7 @@ import logging
 import os
 import random
 import stat
+from pathlib import Path
 
 import pytest
 import torch
@@ -381,3 +382,86 @@ def test_a_damaged_run_is_shown_skipped_and_retrained_only_without_a_summary(
 def test_status_of_an_unknown_study_is_one_line_exit_2(trained_store):
     _, store = trained_store
     _one_line_exit_2(_cli("status", "tinny", "--store", store), "no study 'tinny'", "tiny")
+
+
+# --- 5. a dead W&B server ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def dead_wandb_server(monkeypatch):
+    """``wandb.init`` fails online after ``delay`` s (a server that never answers); offline
+    starts really start. Returns the list of modes tried, in order."""
+    import wandb
+
+    import ablate.tracking
+
+    tried: list[tuple[str, float]] = []
+    real = wandb.init
+    monkeypatch.setattr(ablate.tracking, "_wandb_unreachable", False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    delay = {"s": 0.0}
+
+    def init(**kwargs):
+        timeout = (kwargs.get("settings") or {}).get("init_timeout")
+        if os.environ.get("WANDB_MODE") != "dryrun":
+            tried.append(("online", timeout))
+            import time
+
+            time.sleep(delay["s"])
+            raise wandb.errors.CommError("timed out waiting for the server")
+        tried.append(("offline", timeout))
+        return real(**kwargs)
+
+    monkeypatch.setattr(wandb, "init", init)
+    return tried, delay
+
+
+def test_a_dead_wandb_server_is_tried_once_then_runs_log_offline(
+    tmp_path, dead_wandb_server, caplog
+):
+    from ablate.config import TrackingConfig
+    from ablate.tracking import WANDB_INIT_TIMEOUT_S, make_wandb_logger
+
+    tried, _ = dead_wandb_server
+    dirs = []
+    with caplog.at_level(logging.WARNING, logger="ablate"):
+        for run_id in ("run1", "run2"):
+            run_dir = RunStore(tmp_path / "runs").run("s", run_id)
+            logger = make_wandb_logger(
+                TrackingConfig(wandb=True, mode="online"),
+                run_dir,
+                run_config={"x": 1},
+                group="s",
+                job_type="base",
+                name=run_id,
+                tags=[],
+            )
+            assert logger is not None
+            dirs.append(Path(logger.experiment.dir))
+            logger.experiment.finish()
+    assert [m for m, _ in tried] == ["online", "offline", "offline"]
+    assert {t for _, t in tried} == {WANDB_INIT_TIMEOUT_S} and WANDB_INIT_TIMEOUT_S <= 30
+    assert caplog.text.count("unreachable") == 1  # one message for the whole process
+    for run_id, d in zip(("run1", "run2"), dirs, strict=True):
+        assert (tmp_path / "runs" / "s" / run_id / "wandb") in d.parents
+        assert "offline-run-" in str(d)  # what `wandb sync` uploads later
+
+
+def test_the_wandb_wait_is_not_train_time(tmp_path, corpus, dead_wandb_server):
+    import time
+
+    from ablate.config import build_config
+    from ablate.train import train_run
+
+    _, delay = dead_wandb_server
+    delay["s"] = 2.0
+    flat = {f"{s}.{k}": v for s, sub in TINY_BASE.items() for k, v in sub.items()}
+    flat.update({"data.dataset": str(corpus), "tracking.wandb": True, "tracking.mode": "online"})
+    cfg = build_config(flat)
+    t0 = time.time()
+    summary = train_run(cfg, RunStore(tmp_path / "runs").run("s", "r"), progress=False)
+    elapsed = time.time() - t0
+    assert summary["status"] == "completed"
+    assert summary["wandb_wait_s"] >= 2.0
+    assert summary["wall_time_s"] <= elapsed - 2.0
