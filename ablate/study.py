@@ -351,14 +351,42 @@ def parse_expression(text: Any, where: str, source: Path) -> ast.Expression:
     return tree
 
 
+MAX_EXPONENT = 1024
+MAX_INT_BITS = 256
+"""Derived values are sizes, steps and rates: an intermediate beyond 2**256 is a mistake, and
+``9 ** 9 ** 9`` would otherwise compute for hours (a 370-million-digit integer)."""
+
+
+def _bounded(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_INT_BITS:
+        raise ValueError(f"result too large (more than 2**{MAX_INT_BITS})")
+    return value
+
+
+def _safe_pow(base: Any, exp: Any) -> Any:
+    """``base ** exp`` after checking the result stays small: ``|exp| <= MAX_EXPONENT`` and, for
+    integers, ``bit_length(base) * exp <= MAX_INT_BITS`` (checked before computing)."""
+    if abs(exp) > MAX_EXPONENT:
+        raise ValueError(f"exponent {exp} too large (at most {MAX_EXPONENT})")
+    if isinstance(base, int) and isinstance(exp, int) and exp > 0:
+        if abs(base).bit_length() * exp > MAX_INT_BITS + exp:
+            raise ValueError(f"{base} ** {exp} is too large (more than 2**{MAX_INT_BITS})")
+    return base**exp
+
+
 def eval_expression(tree: ast.Expression, values: dict[str, Any]) -> Any:
+    """Evaluate a parsed derived expression; ``ValueError`` for results beyond the bounds."""
+
     def ev(node: ast.AST) -> Any:
         if isinstance(node, ast.Expression):
             return ev(node.body)
         if isinstance(node, ast.Constant):
-            return node.value
+            return _bounded(node.value)
         if isinstance(node, ast.BinOp):
-            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
+            left, right = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Pow):
+                return _bounded(_safe_pow(left, right))
+            return _bounded(_BINOPS[type(node.op)](left, right))
         if isinstance(node, ast.UnaryOp):
             return _UNARY[type(node.op)](ev(node.operand))
         if isinstance(node, ast.Call):

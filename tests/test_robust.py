@@ -6,6 +6,7 @@ import logging
 import os
 import random
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -465,3 +466,31 @@ def test_the_wandb_wait_is_not_train_time(tmp_path, corpus, dead_wandb_server):
     assert summary["status"] == "completed"
     assert summary["wandb_wait_s"] >= 2.0
     assert summary["wall_time_s"] <= elapsed - 2.0
+
+
+# --- 6. derived expressions are bounded ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("expr", ["10 ** 5000", "2 ** 300", "(2 ** 200) * (2 ** 200)"])
+def test_derived_results_are_bounded_at_validation(make_study, expr):
+    from ablate.config import ConfigError
+
+    path = make_study(derived={"data.stride": expr})
+    with pytest.raises(ConfigError, match="too large") as info:
+        load_study(path)
+    assert "derived.data.stride" in str(info.value)
+
+
+def test_a_tower_of_powers_is_rejected_quickly(make_study):
+    import subprocess
+
+    path = make_study(derived={"data.stride": "9 ** 9 ** 9"})
+    code = (
+        "import sys\nfrom ablate.config import ConfigError\nfrom ablate.study import load_study\n"
+        f"try:\n    load_study({str(path)!r})\nexcept ConfigError as e:\n    print(e)\n"
+    )
+    # without a bound this computes a 370-million-digit integer for hours
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    ).stdout
+    assert "derived.data.stride" in out and "exponent 387420489 too large" in out
