@@ -22,15 +22,31 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", "-s", help="Override a config value: key=value (repeatable)."),
 ]
-StoreOpt = Annotated[
-    Path, typer.Option("--store", envvar="ABLATE_STORE", help="Run store directory.")
-]
 
 
 def fail(err: Exception, code: int = 2) -> None:
     """Bad input: one line on stderr, exit code 2 (1 for a store that cannot be written)."""
     typer.echo(f"error: {err}", err=True)
     raise typer.Exit(code)
+
+
+def _store_dir(path: Path) -> Path:
+    """``--store`` must be a directory or not exist yet (it is created on the first run)."""
+    if path.exists() and not path.is_dir():
+        fail(
+            ConfigError(
+                "is not a directory (the run store is a folder)", key=str(path), source="--store"
+            )
+        )
+    return path
+
+
+StoreOpt = Annotated[
+    Path,
+    typer.Option(
+        "--store", envvar="ABLATE_STORE", callback=_store_dir, help="Run store directory."
+    ),
+]
 
 
 @app.command()

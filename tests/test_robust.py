@@ -494,3 +494,73 @@ def test_a_tower_of_powers_is_rejected_quickly(make_study):
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
     ).stdout
     assert "derived.data.stride" in out and "exponent 387420489 too large" in out
+
+
+# --- 7, 8. duplicate keys, non-UTF-8 study files, a --store that is a file ----------------------
+
+
+def test_duplicate_yaml_keys_are_rejected_with_the_line(tmp_path, corpus):
+    path = tmp_path / "dup.yaml"
+    path.write_text(
+        f"name: dup\nbase:\n  data.dataset: {corpus}\ngrid:\n  model.activation: [relu, gelu]\n"
+        "seeds: [0]\ngrid:\n  model.norm: [layernorm, rmsnorm]\n"
+    )
+    _one_line_exit_2(_cli("plan", path), str(path), "line 7", "duplicate key 'grid'", "line 4")
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("model:\n  d_model: 32\n  n_layers: 2\n  d_model: 64\n")
+    _one_line_exit_2(_cli("train", nested), "line 4", "duplicate key 'd_model'")
+    merged = tmp_path / "merged.yaml"  # a YAML merge may be overridden: not a duplicate
+    merged.write_text("a: &a {x: 1}\nb:\n  <<: *a\n  x: 2\n")
+    from ablate.config import load_yaml
+
+    assert load_yaml(merged)["b"] == {"x": 2}
+
+
+def test_a_study_that_is_not_utf8_is_one_line_exit_2(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("name: café\n".encode("latin-1"))
+    for cmd in ("plan", "run"):
+        _one_line_exit_2(_cli(cmd, path), str(path), "not UTF-8", "0xe9")
+
+
+@pytest.mark.parametrize("cmd", [["status"], ["report"], ["plan", "x.yaml"], ["run", "x.yaml"]])
+def test_a_store_that_is_a_regular_file_is_one_line_exit_2(tmp_path, cmd):
+    store = tmp_path / "store.txt"
+    store.write_text("not a folder")
+    _one_line_exit_2(_cli(*cmd, "--store", store), "--store", str(store), "not a directory")
+
+
+# --- 9. store files respect the umask ---------------------------------------------------------
+
+
+def test_run_and_summary_files_respect_the_umask(tmp_path):
+    d = RunStore(tmp_path / "runs").run("s", "r")
+    old = os.umask(0o022)
+    try:
+        d.write_run({"model": {}}, {"name": "r"})
+        d.write_summary({"status": "running"})
+        d.append_metrics(1, {"train/loss": 1.0})
+    finally:
+        os.umask(old)
+    for f in (d.run_file, d.summary_file, d.metrics_file):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o644, f
+
+
+# --- 10. a missing file answers before the heavy imports ----------------------------------------
+
+
+def test_a_missing_config_is_reported_before_torch_is_imported(tmp_path):
+    import subprocess
+
+    code = (
+        "import sys\nfrom typer.testing import CliRunner\nfrom ablate.cli import app\n"
+        "for cmd in (['train', 'missing.yaml'], ['run', 'missing.yaml'], "
+        "['plan', 'missing.yaml']):\n"
+        "    r = CliRunner().invoke(app, cmd)\n"
+        "    print(r.exit_code, 'file not found' in r.output)\n"
+        "print(sorted(m for m in ('torch', 'pytorch_lightning', 'wandb') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    ).stdout.splitlines()
+    assert out == ["2 True", "2 True", "2 True", "[]"]
