@@ -477,6 +477,8 @@ def _store_status(d: RunDir) -> str:
     """The status of a run in the store, without creating anything."""
     if not d.path.is_dir():
         return "new"
+    if run_damage(d) is not None:
+        return DAMAGED
     s = d.read_summary() or {}
     status = s.get("status") or "new"
     if status == "running" and not d.is_locked():

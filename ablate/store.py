@@ -214,11 +214,17 @@ class RunDir:
             w.writerow(["step", "metric", "value"])
         for k, v in metrics.items():
             w.writerow([int(step), k, repr(float(v))])
-        self.path.mkdir(parents=True, exist_ok=True)
-        with open(self.metrics_file, "a") as f:
-            f.write(buf.getvalue())
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            with open(self.metrics_file, "a", encoding="utf-8") as f:
+                f.write(buf.getvalue())
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as err:  # e.g. a full disk: the run fails naming the file (a torn line
+            # left behind is dropped by readers)
+            raise OSError(
+                err.errno, f"cannot write {self.metrics_file}: {describe_os_error(err)}"
+            ) from None
 
     def read_metrics(self) -> list[tuple[int, str, float]]:
         """All ``(step, metric, value)`` rows, last write winning, torn lines dropped."""

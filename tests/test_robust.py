@@ -564,3 +564,25 @@ def test_a_missing_config_is_reported_before_torch_is_imported(tmp_path):
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120
     ).stdout.splitlines()
     assert out == ["2 True", "2 True", "2 True", "[]"]
+
+
+def test_a_full_disk_while_logging_metrics_fails_the_run_naming_the_file(
+    make_study, tmp_path, monkeypatch
+):
+    import builtins
+
+    path = make_study(grid={"model.activation": ["relu"]})
+    real_open = builtins.open
+    appends = []
+
+    def full_open(file, mode="r", *a, **k):  # the third append to metrics.csv hits a full disk
+        if str(file).endswith("metrics.csv") and "a" in mode:
+            appends.append(file)
+            if len(appends) > 2:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(file, mode, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", full_open)
+    (result,) = run_study(path, store=tmp_path / "runs", progress=False)
+    assert result["status"] == "failed"
+    assert "disk full" in result["error"] and "metrics.csv" in result["error"]
