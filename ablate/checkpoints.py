@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from pathlib import Path
@@ -165,8 +166,11 @@ class ExceptionCheckpoint(OnExceptionCheckpoint):
     than raised over the exception that stopped training."""
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception) -> None:
-        if isinstance(exception, OSError):
-            return
+        full = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+        if isinstance(exception, CheckpointWriteError) or (
+            isinstance(exception, OSError) and exception.errno in full
+        ):
+            return  # the disk just refused a checkpoint: the last good one stays the newest
         try:
             super().on_exception(trainer, pl_module, exception)
         except CheckpointWriteError as err:

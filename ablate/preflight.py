@@ -29,6 +29,9 @@ MAX_PARAMS = 10**12
 MAX_ACT_BYTES = 2**50
 """1 PiB of activations per step (Korthikanti et al. 2022 estimate): a typo, not a config."""
 
+BINARY_SUFFIXES = (".bin", ".npy", ".npz", ".arrow", ".parquet")
+"""Data files that are token arrays, not text: the text checks do not apply."""
+
 # key -> "where it was set" (the study's key path); identity when not known
 Where = Callable[[str], str]
 
@@ -163,8 +166,11 @@ def _check_data(
 
     name = cfg.data.dataset
     if name not in texts:
-        if name in DATASETS:
-            texts[name] = None  # registered: verified by its sha256 when the run fetches it
+        path = Path(name).expanduser()
+        if name in DATASETS or ":" in name or path.suffix in BINARY_SUFFIXES:
+            # registered (verified by its sha256 when the run fetches it), a remote or plugin
+            # source (nothing is downloaded at plan time) or token arrays: not checked as text
+            texts[name] = None
         else:
             try:
                 path = resolve_dataset(name)
