@@ -174,11 +174,13 @@ def test_select_checkpoint_skips_corrupt_ones_newest_first(tmp_path, caplog):
     os.utime(d / "old.ckpt", (1, 1))
     data = (d / "last.ckpt").read_bytes()
     (d / "last.ckpt").write_bytes(data[: len(data) // 2])  # truncated by a crash
+    (d / ".last.ckpt.4242.tmp").write_bytes(data[:10])  # a save killed before its rename
     with caplog.at_level(logging.WARNING, logger="ablate"):
         path, step, aside = select_checkpoint(d)
     assert path == d / "old.ckpt" and step == 5
     assert [a["file"] for a in aside] == [str(d / "last.ckpt")]
     assert (d / "last.ckpt.corrupt").is_file() and not (d / "last.ckpt").exists()
+    assert not (d / ".last.ckpt.4242.tmp").exists()
     assert str(d / "last.ckpt") in caplog.text
     (d / "old.ckpt").write_bytes(b"")
     assert select_checkpoint(d)[0] is None  # nothing loads: a fresh start
