@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from ablate.config import ConfigError
+from ablate.store import StoreWriteError
 
 app = typer.Typer(
     add_completion=False,
@@ -27,15 +28,31 @@ NoProgressOpt = Annotated[
 ProfileOpt = Annotated[
     str | None, typer.Option("--profile", "-p", help="Profile from the study (cpu, gpu).")
 ]
-StoreOpt = Annotated[
-    Path, typer.Option("--store", envvar="ABLATE_STORE", help="Run store directory.")
-]
 
 
-def fail(err: Exception) -> None:
-    """Bad input: one line on stderr, exit code 2."""
+def fail(err: Exception, code: int = 2) -> None:
+    """Bad input: one line on stderr, exit code 2 (1 for a store that cannot be written)."""
     typer.echo(f"error: {err}", err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(code)
+
+
+def _store_dir(path: Path) -> Path:
+    """``--store`` must be a directory or not exist yet (it is created on the first run)."""
+    if path.exists() and not path.is_dir():
+        fail(
+            ConfigError(
+                "is not a directory (the run store is a folder)", key=str(path), source="--store"
+            )
+        )
+    return path
+
+
+StoreOpt = Annotated[
+    Path,
+    typer.Option(
+        "--store", envvar="ABLATE_STORE", callback=_store_dir, help="Run store directory."
+    ),
+]
 
 
 @app.command()
@@ -55,6 +72,8 @@ def train(
         summary = train_one(config, set_ or [], store=store, study=name, progress=not no_progress)
     except ConfigError as err:
         fail(err)
+    except StoreWriteError as err:  # e.g. a full disk: one line, not a chained traceback
+        fail(err, 1)
     except (KeyboardInterrupt, SystemExit):  # Lightning turns Ctrl-C into SystemExit(1)
         typer.echo("Interrupted: run the same command again to resume from the last checkpoint.")
         raise typer.Exit(130) from None
@@ -136,6 +155,8 @@ def run(
         )
     except ConfigError as err:
         fail(err)
+    except StoreWriteError as err:  # e.g. a full disk: one line, not a chained traceback
+        fail(err, 1)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     if any(r.get("status") == "failed" for r in results):

@@ -37,10 +37,12 @@ def train_one(
     A run already finished in the store (same config, so same run id) is reported as it is and
     nothing else happens: no re-evaluation, no new W&B run.
     """
+    cfg = load_run_config(config, overrides)  # before importing torch: bad input answers fast
     from ablate.data import resolve_dataset
+    from ablate.preflight import check_runs
 
-    cfg = load_run_config(config, overrides)
     resolve_dataset(cfg.data.dataset)  # a missing or corrupt dataset is bad input: exit 2 now
+    check_runs([(cfg, None)], config)  # empty/short data, seeds, sizes, a GPU that is not there
     run_dir = RunStore(store).run(study, cfg.run_id())
     summary = run_dir.read_summary() or {}
     if summary.get("status") in FINISHED:

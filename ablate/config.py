@@ -43,7 +43,10 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    # allow_inf_nan=False: a float setting is finite everywhere (``optim.lr: .inf`` is an error)
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False
+    )
 
 
 class ModelConfig(_Section):
@@ -252,7 +255,30 @@ class RunConfig(_Section):
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads ``1e-3`` as a float (YAML 1.1 wants ``1.0e-3``)."""
+    """SafeLoader that also reads ``1e-3`` as a float (YAML 1.1 wants ``1.0e-3``) and rejects a
+    key repeated in one mapping (PyYAML keeps the last silently: two ``grid:`` blocks would
+    drop the first and train a different grid)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # ``<<: *base`` merges are overridden by explicit keys by design
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base class reports it
+                    continue
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"duplicate key {key!r} (first at line {first + 1})",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.add_implicit_resolver(
@@ -367,7 +393,18 @@ def load_yaml(path: str | Path) -> Any:
     if not path.is_file():
         raise ConfigError("file not found", source=path)
     try:
-        return yaml_load(path.read_text())
+        raw = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"cannot read ({err.strerror or err})", source=path) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"not UTF-8 text (invalid byte 0x{raw[err.start]:02x} at offset {err.start})",
+            source=path,
+        ) from None
+    try:
+        return yaml_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark else ""

@@ -33,7 +33,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ablate.config import RunConfig
+from ablate.config import ConfigError, RunConfig
+from ablate.damage import DAMAGED, run_damage
 from ablate.executors import ExecutorOptions, RunTask, check, execute
 from ablate.progress import LiveProgress
 from ablate.store import FINISHED, RunDir, RunStore, run_state
@@ -232,6 +233,13 @@ def _collect(study: Study, dirs: dict[str, RunDir]) -> list[dict[str, Any]]:
     out = []
     for run in study.runs:
         d = dirs[run.run_id]
+        reason = run_damage(d) if d.path.is_dir() else None
+        if reason is not None:  # a finished run with a damaged file: shown, not retrained
+            out.append(
+                {"name": run.name, "run_id": run.run_id, "variant": run.variant}
+                | {"status": DAMAGED, "error": reason}
+            )
+            continue
         s = d.read_summary() or {}
         out.append(
             {
@@ -251,6 +259,7 @@ _STYLE = {
     "completed": "green",
     "diverged": "magenta",
     "failed": "red",
+    "damaged": "red",
     "running": "cyan",
     "interrupted": "yellow",
     "pending": "dim",
@@ -410,11 +419,16 @@ def store_status(
     present = runs_store.studies()
     wanted = [studies] if isinstance(studies, str) else list(studies or [])
     names = [_study_name(s) for s in wanted] or present
-    for missing in [n for n in names if n not in present]:
-        console.print(escape(f"no runs in {runs_store.root} for study {missing!r}"))
-    names = [n for n in names if n in present]
-    if not present and not wanted:
+    missing = [n for n in names if n not in present]
+    if missing:  # a typo must not look like an empty study: exit 2
+        raise ConfigError(
+            f"no study {', '.join(map(repr, missing))} in the store; studies present: "
+            f"{', '.join(present) or 'none'}",
+            source=runs_store.root,
+        )
+    if not names:
         console.print(escape(f"no runs in {runs_store.root}"))
+        return {}
     totals: dict[str, Counter] = {}
     for name in names:
         table = Table(title=f"{name}", title_justify="left")
@@ -427,9 +441,13 @@ def store_status(
             ((d.read_run()["meta"], d) for d in runs_store.runs(name)),
             key=lambda md: (str(md[0].get("profile")), str(md[0].get("name", md[1].run_id))),
         )
+        damaged = []
         for meta, d in runs:
             s = d.read_summary() or {}
             status = run_state(d)
+            if status == DAMAGED:  # shown, never a crash: the rest of the study still lists
+                s = {}
+                damaged.append(run_damage(d))
             counts[status] += 1
             table.add_row(
                 escape(str(meta.get("name", d.run_id))),
@@ -442,6 +460,8 @@ def store_status(
             )
         console.print(table)
         console.print(", ".join(f"{n} {s}" for s, n in counts.most_common()))
+        for reason in damaged:
+            console.print(escape(f"damaged: {reason}"), soft_wrap=True)
         totals[name] = counts
     return totals
 

@@ -20,6 +20,7 @@ last value written for a (step, metric), which is what a resumed run re-logs.
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import math
@@ -40,7 +41,7 @@ FINISHED = ("completed", "diverged")  # a re-run skips these; it retries failed 
 # The one vocabulary of run states shown to users (``ablate plan``/``status``/``run``, reports),
 # decided by :func:`run_state` alone. ``interrupted`` is a summary that says ``running`` with no
 # process holding the run (Ctrl-C, a killed worker): the next ``ablate run`` resumes it.
-RUN_STATES = ("completed", "diverged", "running", "interrupted", "failed", "pending")
+RUN_STATES = ("completed", "diverged", "running", "interrupted", "failed", "damaged", "pending")
 UNFINISHED_STATES = ("running", "interrupted", "failed", "pending")
 
 RUN_FILE = "run.yaml"
@@ -49,13 +50,36 @@ METRICS_FILE = "metrics.csv"
 CHECKPOINT_DIR = "checkpoints"
 
 
+class StoreWriteError(OSError):
+    """The store itself cannot be written (e.g. a full disk): the study cannot go on."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def file_mode() -> int:
+    """``0o666`` minus the process umask: the mode ``open()`` gives a new file."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def describe_os_error(err: OSError) -> str:
+    """``'disk full (No space left on device)'`` for ENOSPC/EDQUOT, else the OS message."""
+    text = err.strerror or str(err)
+    if err.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+        return f"disk full ({text})"
+    return text
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so that readers see the old or the new file, never a mix."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
+        os.fchmod(fd, file_mode())  # mkstemp makes 0600; a shared store must stay readable
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -63,6 +87,19 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_final_summary(run_dir: RunDir, summary: dict[str, Any]) -> None:
+    """``run_dir.write_summary`` for a run's outcome; an OS error (a full disk) becomes a
+    :class:`StoreWriteError` with one line naming the file, without the chained traceback."""
+    try:
+        run_dir.write_summary(summary)
+    except OSError as err:
+        raise StoreWriteError(
+            err.errno,
+            f"cannot write {run_dir.summary_file}: {describe_os_error(err)}; stopping "
+            "(free space, then run the same command again to resume)",
+        ) from None
 
 
 def _json_default(obj: Any) -> Any:
@@ -87,10 +124,13 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON mapping in ``path``; None when missing or unreadable (binary bytes, invalid
+    JSON, not a mapping: ``ablate.damage`` says which)."""
     try:
-        return json.loads(Path(path).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):  # ValueError: JSON and UTF-8 decode errors
         return None
+    return data if isinstance(data, dict) else None
 
 
 @dataclass(frozen=True)
@@ -139,10 +179,16 @@ class RunDir:
     def read_run(self) -> dict[str, Any]:
         """``{'meta': {...}, 'config': {...}}``; empty dicts if the run was never started."""
         try:
-            data = yaml.safe_load(self.run_file.read_text()) or {}
-        except (FileNotFoundError, yaml.YAMLError):
+            data = yaml.safe_load(self.run_file.read_text(encoding="utf-8")) or {}
+        except (FileNotFoundError, ValueError, yaml.YAMLError):  # ValueError: not UTF-8
             data = {}
-        return {"meta": data.get("meta") or {}, "config": data.get("config") or {}}
+        if not isinstance(data, dict):
+            data = {}
+        meta, config = data.get("meta"), data.get("config")
+        return {
+            "meta": meta if isinstance(meta, dict) else {},
+            "config": config if isinstance(config, dict) else {},
+        }
 
     # --- summary.json -----------------------------------------------------------------------
     def read_summary(self) -> dict[str, Any] | None:
@@ -175,16 +221,23 @@ class RunDir:
             w.writerow(["step", "metric", "value"])
         for k, v in metrics.items():
             w.writerow([int(step), k, repr(float(v))])
-        self.path.mkdir(parents=True, exist_ok=True)
-        with open(self.metrics_file, "a") as f:
-            f.write(buf.getvalue())
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            with open(self.metrics_file, "a", encoding="utf-8") as f:
+                f.write(buf.getvalue())
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as err:  # e.g. a full disk: the run fails naming the file (a torn line
+            # left behind is dropped by readers)
+            raise OSError(
+                err.errno, f"cannot write {self.metrics_file}: {describe_os_error(err)}"
+            ) from None
 
     def read_metrics(self) -> list[tuple[int, str, float]]:
         """All ``(step, metric, value)`` rows, last write winning, torn lines dropped."""
         try:
-            text = self.metrics_file.read_text()
+            # binary garbage becomes U+FFFD and its rows are dropped below
+            text = self.metrics_file.read_text(encoding="utf-8", errors="replace")
         except FileNotFoundError:
             return []
         rows: dict[tuple[int, str], float] = {}
@@ -237,10 +290,15 @@ def run_state(run_dir: RunDir) -> str:
 
     ``pending``: never started (no directory or no summary); ``running``: the summary says
     running and a process holds the run's lock; ``interrupted``: it says running and no process
-    holds it; ``completed``/``diverged``/``failed``: as the summary says.
+    holds it; ``completed``/``diverged``/``failed``: as the summary says; ``damaged``: one of
+    its files cannot be read (:func:`ablate.damage.run_damage` says which and why).
     """
     if not run_dir.path.is_dir():
         return "pending"
+    from ablate.damage import run_damage  # damage.py builds on this module
+
+    if run_damage(run_dir) is not None:
+        return "damaged"
     status = (run_dir.read_summary() or {}).get("status")
     if status not in STATUSES:
         return "pending"

@@ -351,14 +351,42 @@ def parse_expression(text: Any, where: str, source: Path) -> ast.Expression:
     return tree
 
 
+MAX_EXPONENT = 1024
+MAX_INT_BITS = 256
+"""Derived values are sizes, steps and rates: an intermediate beyond 2**256 is a mistake, and
+``9 ** 9 ** 9`` would otherwise compute for hours (a 370-million-digit integer)."""
+
+
+def _bounded(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_INT_BITS:
+        raise ValueError(f"result too large (more than 2**{MAX_INT_BITS})")
+    return value
+
+
+def _safe_pow(base: Any, exp: Any) -> Any:
+    """``base ** exp`` after checking the result stays small: ``|exp| <= MAX_EXPONENT`` and, for
+    integers, ``bit_length(base) * exp <= MAX_INT_BITS`` (checked before computing)."""
+    if abs(exp) > MAX_EXPONENT:
+        raise ValueError(f"exponent {exp} too large (at most {MAX_EXPONENT})")
+    if isinstance(base, int) and isinstance(exp, int) and exp > 0:
+        if abs(base).bit_length() * exp > MAX_INT_BITS + exp:
+            raise ValueError(f"{base} ** {exp} is too large (more than 2**{MAX_INT_BITS})")
+    return base**exp
+
+
 def eval_expression(tree: ast.Expression, values: dict[str, Any]) -> Any:
+    """Evaluate a parsed derived expression; ``ValueError`` for results beyond the bounds."""
+
     def ev(node: ast.AST) -> Any:
         if isinstance(node, ast.Expression):
             return ev(node.body)
         if isinstance(node, ast.Constant):
-            return node.value
+            return _bounded(node.value)
         if isinstance(node, ast.BinOp):
-            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
+            left, right = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Pow):
+                return _bounded(_safe_pow(left, right))
+            return _bounded(_BINOPS[type(node.op)](left, right))
         if isinstance(node, ast.UnaryOp):
             return _UNARY[type(node.op)](ev(node.operand))
         if isinstance(node, ast.Call):
@@ -560,11 +588,14 @@ def load_study(
     overrides: Sequence[str] = (),
     *,
     check_data: bool = True,
+    check_device: bool = True,
 ) -> Study:
     """Read, validate and expand a study file into its planned runs.
 
     Raises ``ConfigError`` (one line: file and key path) for anything wrong; nothing is
-    written. ``check_data`` checks that each run's dataset is registered or an existing file.
+    written. ``check_data`` checks that each run's dataset is registered or an existing file,
+    and that each data file is non-empty UTF-8 long enough for its runs; ``check_device`` that
+    a run asking for a GPU has one (see :mod:`ablate.preflight`).
     """
     source = Path(path)
     raw = load_yaml(source)
@@ -652,6 +683,7 @@ def load_study(
     points = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
     runs: list[PlannedRun] = []
     checked: set[str] = set()
+    resolved: list = []  # (config, key -> where the study set it) for the plan-time checks
     by_name: dict[str, PlannedRun] = {}
     by_id: dict[str, PlannedRun] = {}
     for vname, vlayer in variants or [(None, _Layer())]:
@@ -670,6 +702,7 @@ def load_study(
                 parts += [f"{short[k]}={fmt_value(v)}" for k, v in point.items()]
                 label = ",".join(parts) or "base"
                 cfg, where = _resolve(layers, derived, overrides_layer, source, label)
+                resolved.append((cfg, lambda k, w=where: w.get(k, k)))
                 if check_data:
                     _check_dataset(cfg.data.dataset, where.get("data.dataset"), source, checked)
                 seed_value = cfg.train.seed
@@ -696,6 +729,9 @@ def load_study(
                 by_name[run.name] = by_id[run.run_id] = run
                 runs.append(run)
 
+    from ablate.preflight import check_runs
+
+    check_runs(resolved, source, data=check_data, device=check_device)
     return Study(
         name=name,
         description=description.strip(),

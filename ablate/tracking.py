@@ -74,6 +74,49 @@ def wandb_mode(cfg: TrackingConfig) -> str:
     return "online" if wandb_logged_in() else "offline"
 
 
+WANDB_INIT_TIMEOUT_S = 20.0
+"""How long ``wandb.init`` may wait for the server (W&B's default, 90 s, per run, adds an hour
+of idling to a 36-run study when the server is down)."""
+_wandb_unreachable = False  # an online start failed in this process: later runs go offline
+
+
+def _start_wandb_logger(
+    cfg: TrackingConfig, run_dir: RunDir, *, offline: bool, run_config: dict[str, Any], **kw: Any
+) -> Logger:
+    from pytorch_lightning.loggers import WandbLogger
+
+    run_dir.wandb_dir.mkdir(parents=True, exist_ok=True)
+    logger = WandbLogger(
+        project=cfg.project or os.environ.get("WANDB_PROJECT") or "ablate",
+        entity=cfg.entity,
+        save_dir=str(run_dir.path),
+        id=run_dir.run_id,
+        name=kw["name"],
+        group=kw["group"],
+        job_type=kw["job_type"],
+        tags=sorted({*kw["tags"], *cfg.tags})[:64],
+        offline=offline,
+        config=run_config,
+        settings={
+            "silent": True,
+            "console": "off",
+            "x_disable_stats": True,
+            "init_timeout": WANDB_INIT_TIMEOUT_S,
+        },
+    )
+    # Lightning always passes anonymous=None, which recent wandb answers with a deprecation
+    # warning on every run; dropping the key changes nothing else.
+    logger._wandb_init.pop("anonymous", None)
+    experiment = logger.experiment  # start now so a failure is caught here, not mid-training
+    experiment.define_metric("val/loss", summary="min")
+    experiment.define_metric("train/loss", summary="last")
+    return logger
+
+
+def _first_line(err: Exception) -> str:
+    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+
+
 def make_wandb_logger(
     cfg: TrackingConfig,
     run_dir: RunDir,
@@ -84,44 +127,37 @@ def make_wandb_logger(
     name: str,
     tags: list[str],
 ) -> Logger | None:
-    """A started WandbLogger, or None (disabled, or W&B failed to start: reported once)."""
+    """A started WandbLogger, or None (disabled, or W&B failed to start: reported once).
+
+    Online, a server that does not answer within ``WANDB_INIT_TIMEOUT_S`` is remembered for
+    the rest of the process: this run and every later one log offline into their run
+    directories (``wandb sync <run dir>/wandb/offline-run-*`` uploads them later), with one
+    warning in all.
+    """
+    global _wandb_warned, _wandb_unreachable
     mode = wandb_mode(cfg)
     if mode == "disabled":
         return None
-    run_id = run_dir.run_id
-    if set(run_id) & _WANDB_ID_BAD:
-        raise ValueError(f"run id {run_id!r} has characters W&B rejects")
+    if set(run_dir.run_id) & _WANDB_ID_BAD:
+        raise ValueError(f"run id {run_dir.run_id!r} has characters W&B rejects")
+    kw = {"run_config": run_config, "group": group, "job_type": job_type, "name": name}
+    kw["tags"] = tags
+    if mode == "online" and not _wandb_unreachable:
+        try:
+            return _start_wandb_logger(cfg, run_dir, offline=False, **kw)
+        except Exception as err:  # noqa: BLE001 - W&B must never stop a run
+            _wandb_unreachable = True
+            log.warning(
+                "W&B server unreachable (%s); this and later runs log offline into their run "
+                "directories (upload later with `wandb sync`)",
+                _first_line(err),
+            )
     try:
-        from pytorch_lightning.loggers import WandbLogger
-
-        run_dir.wandb_dir.mkdir(parents=True, exist_ok=True)
-        logger = WandbLogger(
-            project=cfg.project or os.environ.get("WANDB_PROJECT") or "ablate",
-            entity=cfg.entity,
-            save_dir=str(run_dir.path),
-            id=run_id,
-            name=name,
-            group=group,
-            job_type=job_type,
-            tags=sorted({*tags, *cfg.tags})[:64],
-            offline=(mode == "offline"),
-            config=run_config,
-            settings={"silent": True, "console": "off", "x_disable_stats": True},
-        )
-        # Lightning always passes anonymous=None, which recent wandb answers with a deprecation
-        # warning on every run; dropping the key changes nothing else.
-        logger._wandb_init.pop("anonymous", None)
-        experiment = logger.experiment  # start now so a failure is caught here, not mid-training
-        experiment.define_metric("val/loss", summary="min")
-        experiment.define_metric("train/loss", summary="last")
-        return logger
+        return _start_wandb_logger(cfg, run_dir, offline=True, **kw)
     except Exception as err:  # noqa: BLE001 - W&B must never stop a run
-        global _wandb_warned
         # once per process: a study of many runs should not repeat the same warning each run
         (log.debug if _wandb_warned else log.warning)(
-            "W&B could not start (%s: %s); the local store keeps everything",
-            type(err).__name__,
-            str(err).splitlines()[0] if str(err) else "",
+            "W&B could not start (%s); the local store keeps everything", _first_line(err)
         )
         _wandb_warned = True
         return None

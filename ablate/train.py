@@ -19,15 +19,20 @@ import torch
 from pytorch_lightning.callbacks import (
     EarlyStopping,
     ModelCheckpoint,
-    OnExceptionCheckpoint,
     TQDMProgressBar,
 )
 
+from ablate.checkpoints import (
+    AtomicCheckpointIO,
+    ExceptionCheckpoint,
+    FinalCheckpoint,
+    select_checkpoint,
+)
 from ablate.config import RunConfig
 from ablate.data import LMDataModule
 from ablate.lit import LitLM, lm_loss
 from ablate.progress import ProgressFile
-from ablate.store import RunDir
+from ablate.store import RunDir, StoreWriteError, write_final_summary
 from ablate.tracking import StoreLogger, make_wandb_logger
 
 log = logging.getLogger("ablate")
@@ -163,7 +168,8 @@ def make_trainer(
     callbacks: list[pl.Callback] = [
         ckpt,
         # Ctrl-C or a crash mid-run: keep what was trained so a re-run resumes from here
-        OnExceptionCheckpoint(dirpath=run_dir.checkpoint_dir, filename="interrupted"),
+        ExceptionCheckpoint(dirpath=run_dir.checkpoint_dir, filename="interrupted"),
+        FinalCheckpoint(run_dir.checkpoint_dir),  # the end of training, off the interval too
         ProgressFile(run_dir.path, t.log_interval),  # progress.json: the driver's live line
     ]
     if t.early_stopping_patience:
@@ -192,6 +198,7 @@ def make_trainer(
         enable_model_summary=False,
         deterministic=t.deterministic and t.accelerator == "cpu",
         default_root_dir=str(run_dir.path),
+        plugins=[AtomicCheckpointIO()],  # same-directory temp file + fsync + rename
     )
 
 
@@ -212,11 +219,17 @@ def train_run(
     meta = {"run_id": run_dir.run_id, "study": run_dir.study, **(meta or {})}
     progress = cfg.train.progress if progress is None else progress
     quiet_lightning()
-    if not run_dir.exists():
-        run_dir.write_run(cfg.to_dict(), meta)
+    if not run_dir.exists() or not run_dir.read_run()["config"]:  # new, or run.yaml damaged
+        try:
+            run_dir.write_run(cfg.to_dict(), meta)
+        except OSError as err:
+            raise StoreWriteError(err.errno, f"cannot write {run_dir.run_file}: {err}") from None
     t0 = time.time()
     prior = run_dir.read_summary() or {}
-    base_wall = float(prior.get("wall_time_s") or 0.0) if prior.get("status") == "running" else 0.0
+    base_wall = prior.get("wall_time_s") if prior.get("status") == "running" else 0.0
+    base_wall = float(base_wall) if isinstance(base_wall, int | float) else 0.0  # damaged: 0
+    if not isinstance(prior.get("attempts"), list):
+        prior["attempts"] = []
     summary: dict[str, Any] = {
         "status": "running",
         "name": meta.get("name", run_dir.run_id),
@@ -231,8 +244,9 @@ def train_run(
             {"pid": os.getpid(), "host": socket.gethostname(), "started": round(t0, 3)},
         ],
     }
-    run_dir.write_summary(summary)
+    write_final_summary(run_dir, summary)
     wandb_logger = None
+    wandb_wait = 0.0
     stop = StepBoundaryStop()
     try:
         with torch_threads(cfg.train.threads):
@@ -250,12 +264,19 @@ def train_run(
                 lr=cfg.lr,
             )
             run_dir.update_summary(**summary)
-            ckpt_path = run_dir.last_checkpoint()
+            ckpt_path, step, set_aside = select_checkpoint(run_dir.checkpoint_dir)
+            if set_aside:  # corrupt checkpoints were renamed *.corrupt; say so in the summary
+                summary["corrupt_checkpoints"] = [
+                    *(prior.get("corrupt_checkpoints") or []),
+                    *set_aside,
+                ]
             if ckpt_path is not None:
-                step = torch.load(ckpt_path, map_location="cpu", weights_only=False)["global_step"]
                 run_dir.truncate_metrics_after(step)
                 summary["resumed_from_step"] = step
+            elif run_dir.metrics_file.exists():
+                run_dir.truncate_metrics_after(-1)  # a fresh start replays every step
             loggers: list = [StoreLogger(run_dir)]
+            t_wandb = time.time()
             wandb_logger = make_wandb_logger(
                 cfg.tracking,
                 run_dir,
@@ -268,6 +289,7 @@ def train_run(
             if wandb_logger is not None:
                 loggers.append(wandb_logger)
                 summary["wandb_dir"] = str(wandb_logger.experiment.dir)
+            wandb_wait += time.time() - t_wandb  # a slow or dead W&B server is not train time
             trainer = make_trainer(cfg, run_dir, loggers, progress=progress, stop=stop)
             if cfg.train.compile:
                 lit.model = torch.compile(lit.model)
@@ -277,17 +299,24 @@ def train_run(
     except (KeyboardInterrupt, SystemExit):
         # Ctrl-C (Lightning turns it into SystemExit) or SIGTERM: an "interrupted" checkpoint
         # was saved; the run stays "running" so the next `ablate run` resumes it
-        summary.update(status="running", wall_time_s=base_wall + time.time() - t0)
-        run_dir.write_summary(summary)
+        summary.update(status="running", wall_time_s=base_wall + time.time() - t0 - wandb_wait)
+        write_final_summary(run_dir, summary)
         raise
     except Exception as err:  # noqa: BLE001 - a failed run must not stop a study
-        log.exception("run %s failed", run_dir.run_id)
+        if isinstance(err, OSError) and err.errno is not None:  # e.g. a full disk: one line
+            log.error("run %s failed: %s", run_dir.run_id, err)
+        else:
+            log.exception("run %s failed", run_dir.run_id)
         summary.update(status="failed", error=f"{type(err).__name__}: {err}")
     finally:
         if wandb_logger is not None:
+            t_close = time.time()
             _close_wandb(wandb_logger, summary)
-    summary["wall_time_s"] = base_wall + time.time() - t0
-    run_dir.write_summary(summary)
+            wandb_wait += time.time() - t_close
+    summary["wall_time_s"] = base_wall + time.time() - t0 - wandb_wait
+    if wandb_wait:
+        summary["wandb_wait_s"] = round(wandb_wait, 3)
+    write_final_summary(run_dir, summary)
     if stop.requested:  # asked to stop during the last step: the run finished, the study stops
         raise KeyboardInterrupt
     return summary

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+import ablate.data
 import ablate.lit
 from ablate.cli import app
 from ablate.runner import run_study
@@ -108,13 +109,23 @@ def test_study_runs_end_to_end_and_a_rerun_skips_finished_runs(make_study, tmp_p
     assert after == before  # nothing retrained, nothing rewritten
 
 
-def test_failed_run_does_not_stop_the_study_and_is_retried(make_study, tmp_path, corpus):
-    empty = tmp_path / "empty.txt"
-    empty.write_text("")  # exists, so the plan is valid, but fails when the run reads it
+def test_failed_run_does_not_stop_the_study_and_is_retried(
+    make_study, tmp_path, corpus, monkeypatch
+):
+    bad = tmp_path / "bad.txt"
+    bad.write_text(corpus.read_text())  # valid at plan time; the run fails when it starts
+    real_setup = ablate.data.LMDataModule.setup
+
+    def setup(self, stage=None):
+        if self.cfg.dataset == str(bad):
+            raise RuntimeError("the data went away (empty)")
+        return real_setup(self, stage)
+
+    monkeypatch.setattr(ablate.data.LMDataModule, "setup", setup)
     path = make_study(
         variants=[
             {"name": "good"},
-            {"name": "bad", "set": {"data.dataset": str(empty)}},
+            {"name": "bad", "set": {"data.dataset": str(bad)}},
             {"name": "good2", "set": {"model.activation": "relu"}},
         ]
     )
@@ -125,7 +136,7 @@ def test_failed_run_does_not_stop_the_study_and_is_retried(make_study, tmp_path,
     assert results["good,seed=0"]["status"] == results["good2,seed=0"]["status"] == "completed"
     result = CliRunner().invoke(app, ["run", str(path), "--store", str(store), "--no-progress"])
     assert result.exit_code == 1  # still failing: the CLI says so
-    empty.write_text(corpus.read_text())  # fix the cause; the next run retries only that run
+    monkeypatch.setattr(ablate.data.LMDataModule, "setup", real_setup)  # fix the cause
     results = {r["name"]: r for r in run_study(path, store=store, progress=False)}
     assert {r["status"] for r in results.values()} == {"completed"}
     s = summaries(store, "tiny")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ablate.report.collect import StudyData, load_study, resolve_studies, results_frame
 from ablate.report.plots import make_figures
-from ablate.report.render import build_blocks, progress_line, to_html, to_markdown
+from ablate.report.render import Block, build_blocks, progress_line, to_html, to_markdown
 from ablate.report.stats import axis_comparisons
 
 __all__ = ["build_report", "build_reports", "load_study"]
@@ -35,6 +35,7 @@ def build_report(study: StudyData, out: Path) -> Path:
         comps = axis_comparisons(study.runs, study.varying_axes)
         figures = make_figures(study, tmp)
         blocks = build_blocks(study, comps, figures)
+        blocks[1:1] = damaged_blocks(study)
         (tmp / "report.md").write_text(to_markdown(blocks))
         (tmp / "report.html").write_text(to_html(blocks, f"{study.name}: ablation report"))
         _swap_in(tmp, out / study.name)
@@ -42,6 +43,17 @@ def build_report(study: StudyData, out: Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out / study.name / "report.md"
+
+
+def damaged_blocks(study: StudyData) -> list[Block]:
+    """A note listing the damaged runs the report skipped (path and reason)."""
+    damaged = study.extra.get("damaged") or {}
+    if not damaged:
+        return []
+    return [
+        Block("note", f"**{len(damaged)} damaged run(s) skipped** (their files cannot be read):"),
+        Block("ul", [str(reason) for reason in damaged.values()]),
+    ]
 
 
 def _swap_in(new: Path, dest: Path) -> None:
@@ -73,4 +85,6 @@ def build_reports(studies: list[str], *, store: Path, out: Path, quiet: bool = F
             partial = progress_line(study)
             note = f"  ({partial.split('.')[0]})" if partial else ""
             print(f"{name}: {path.parent}/ (report.md, report.html, results.csv){note}")
+            for reason in (study.extra.get("damaged") or {}).values():
+                print(f"  damaged run skipped: {reason}")
     return paths

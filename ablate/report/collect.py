@@ -282,6 +282,14 @@ def load_study(store: Path, name: str, yaml_path: Path | None = None) -> StudyDa
             f"{', '.join(present) or '(none)'}",
             source=store,
         )
+    damaged = damaged_runs(run_dirs)  # shown in the report and skipped, never a crash
+    run_dirs = [r for r in run_dirs if r.path not in damaged]
+    if not run_dirs:
+        first = next(iter(damaged.values()))
+        raise ConfigError(
+            f"every run of study '{name}' is damaged ({len(damaged)}; first: {first})",
+            source=store,
+        )
     rows, metas, axes_of = [], [], []
     axis_keys: list[str] = []
     for run in run_dirs:
@@ -336,7 +344,20 @@ def load_study(store: Path, name: str, yaml_path: Path | None = None) -> StudyDa
         reference=parse_reference(yaml_data.get("reference"), yaml_path) if yaml_path else None,
         expected_runs=_expected_runs(yaml_path, next((m.get("profile") for m in metas), None)),
         yaml_path=yaml_path,
+        extra={"damaged": damaged} if damaged else {},
     )
+
+
+def damaged_runs(run_dirs: list[RunDir]) -> dict[Path, str]:
+    """``{run path: '<file>: <reason>'}`` for the runs whose files cannot be read."""
+    from ablate.damage import run_damage
+
+    out = {}
+    for run in run_dirs:
+        reason = run_damage(run)
+        if reason is not None:
+            out[run.path] = reason
+    return out
 
 
 def value_order(values: pd.Series) -> list[Any]:

@@ -1,0 +1,177 @@
+"""Checkpoints that are whole or absent: atomic writes, verified loads, a final save.
+
+* :class:`AtomicCheckpointIO` writes each checkpoint to a temporary file *in the checkpoint's
+  own directory*, fsyncs it and renames it over the old one. Lightning's default writes through
+  an fsspec transaction, which stages the file in ``$TMPDIR`` and *copies* it into place when
+  that is another filesystem: a kill or a full disk mid-copy leaves a truncated ``last.ckpt``.
+  Here a failed write leaves the previous checkpoint untouched and raises
+  :class:`CheckpointWriteError`, whose message names the file and says "disk full" for ENOSPC.
+* :func:`select_checkpoint` tries checkpoints newest first; one that does not load is renamed to
+  ``*.corrupt`` (with a warning naming it) and the next older one is tried, down to a fresh start.
+* :class:`FinalCheckpoint` saves ``last.ckpt`` at the end of training when the last periodic
+  save was at an earlier step (``max_steps`` not a multiple of ``checkpoint_interval``).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+from pytorch_lightning.callbacks import OnExceptionCheckpoint
+
+from ablate.store import describe_os_error, file_mode
+
+log = logging.getLogger("ablate")
+
+CORRUPT_SUFFIX = ".corrupt"
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (the previous one, if any, is intact)."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. a platform without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_checkpoint(checkpoint: dict[str, Any], f) -> None:
+    """Serialize ``checkpoint`` into the open binary file ``f`` (one place to fault-inject)."""
+    torch.save(checkpoint, f)
+
+
+def atomic_save(checkpoint: dict[str, Any], path: str | Path) -> None:
+    """Write ``checkpoint`` to ``path`` via a same-directory temp file, fsync and rename."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            _write_checkpoint(checkpoint, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, file_mode())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)  # the rename itself survives a power cut
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise CheckpointWriteError(
+            err.errno, f"cannot write checkpoint {path}: {describe_os_error(err)}"
+        ) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's ``CheckpointIO`` with :func:`atomic_save` (pass to ``Trainer(plugins=...)``)."""
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
+        if storage_options is not None:
+            raise TypeError("AtomicCheckpointIO takes no storage_options")
+        atomic_save(checkpoint, path)
+
+
+def _load_ok(path: Path) -> tuple[int | None, str | None]:
+    """``(global_step, None)`` when ``path`` loads as a Lightning checkpoint, else
+    ``(None, reason)``."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # noqa: BLE001 - any failure to load makes it unusable
+        return None, f"{type(err).__name__}: {err}".splitlines()[0]
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "global_step" not in ckpt:
+        return None, "not a Lightning checkpoint (no state_dict/global_step)"
+    return int(ckpt["global_step"]), None
+
+
+def _set_aside(path: Path) -> Path:
+    dest = path.with_name(path.name + CORRUPT_SUFFIX)
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = path.with_name(f"{path.name}{CORRUPT_SUFFIX}{n}")
+    os.replace(path, dest)
+    return dest
+
+
+def select_checkpoint(ckpt_dir: str | Path) -> tuple[Path | None, int | None, list[dict[str, str]]]:
+    """The newest checkpoint in ``ckpt_dir`` that loads: ``(path, global_step, set_aside)``.
+
+    Checkpoints are tried newest first (by modification time). One that fails to load is
+    renamed to ``<name>.corrupt`` with a warning naming it, and listed in ``set_aside`` as
+    ``{"file", "moved_to", "reason"}``; ``(None, None, set_aside)`` when none loads (a fresh
+    start). Stale temp files of an interrupted save are removed.
+    """
+    ckpt_dir = Path(ckpt_dir)
+    if not ckpt_dir.is_dir():
+        return None, None, []
+    for tmp in ckpt_dir.glob(".*.ckpt.*.tmp"):
+        tmp.unlink(missing_ok=True)  # a save killed before its rename: never a checkpoint
+    ckpts = sorted(ckpt_dir.glob("*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)
+    set_aside: list[dict[str, str]] = []
+    for path in ckpts:
+        step, reason = _load_ok(path)
+        if reason is None:
+            return path, step, set_aside
+        moved = _set_aside(path)
+        log.warning("checkpoint %s does not load (%s); moved to %s", path, reason, moved.name)
+        set_aside.append({"file": str(path), "moved_to": str(moved), "reason": reason})
+    return None, None, set_aside
+
+
+class FinalCheckpoint(pl.Callback):
+    """Save ``<dirpath>/last.ckpt`` when training ends after the last periodic checkpoint.
+
+    Lightning's ``ModelCheckpoint(save_last=True)`` only saves on its ``every_n_train_steps``
+    schedule, so with 150 steps and an interval of 100 the model of step 150 was never kept.
+    """
+
+    def __init__(self, dirpath: str | Path, filename: str = "last.ckpt"):
+        self.path = Path(dirpath) / filename
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        step = int(trainer.global_step)
+        if step == 0:
+            return
+        saved = [
+            getattr(cb, "_last_global_step_saved", None) for cb in trainer.checkpoint_callbacks
+        ]
+        if step in saved and self.path.is_file():
+            return
+        trainer.save_checkpoint(str(self.path))
+
+
+class ExceptionCheckpoint(OnExceptionCheckpoint):
+    """``OnExceptionCheckpoint`` that keeps the original error in view: after a failed write
+    (a full disk) it does not try another save, and a save that fails here is logged rather
+    than raised over the exception that stopped training."""
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception) -> None:
+        full = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+        if isinstance(exception, CheckpointWriteError) or (
+            isinstance(exception, OSError) and exception.errno in full
+        ):
+            return  # the disk just refused a checkpoint: the last good one stays the newest
+        try:
+            super().on_exception(trainer, pl_module, exception)
+        except CheckpointWriteError as err:
+            log.error("%s", err)
