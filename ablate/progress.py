@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytorch_lightning as pl
-
 PROGRESS_FILE = "progress.json"
 
 
@@ -52,53 +50,6 @@ def read_progress(path: Path) -> dict[str, Any] | None:
     if not isinstance(data, dict) or not isinstance(data.get("step"), int):
         return None
     return data
-
-
-class ProgressFile(pl.Callback):
-    """Writes ``progress.json`` into the run directory at the start, every ``every`` steps, at
-    the end of training (phase ``final eval``), from the process that trains the run."""
-
-    def __init__(self, run_path: Path, every: int) -> None:
-        self.path = Path(run_path) / PROGRESS_FILE
-        self.every = max(1, int(every))
-        self.record: dict[str, Any] = {}
-
-    def _write(self, **fields: Any) -> None:
-        self.record.update(fields, updated=time.time())
-        try:
-            write_progress(self.path, self.record)
-        except OSError:  # a display hint must never fail a run
-            pass
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        step = int(trainer.global_step)  # > 0 when resumed from a checkpoint
-        total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
-        now = time.time()
-        self.record = {"pid": os.getpid(), "started": now, "start_step": step}
-        self._write(step=step, total=total, loss=None, phase="train")
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        step = int(trainer.global_step)
-        if step % self.every and step != trainer.max_steps:
-            return
-        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-        try:
-            loss = float(loss) if loss is not None else None  # one host sync per log interval
-        except (TypeError, ValueError, RuntimeError):
-            loss = None
-        self._write(step=step, loss=loss, phase="train")
-
-    def on_validation_start(self, trainer, pl_module) -> None:
-        if self.record:
-            self._write(phase="eval")
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        if self.record:
-            self._write(phase="train")
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        if self.record:
-            self._write(step=int(trainer.global_step), phase="final eval")
 
 
 # --- the driver side -------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from ablate.damage import DAMAGED, run_damage
 from ablate.executors import ExecutorOptions, RunTask, check, execute
 from ablate.progress import LiveProgress
 from ablate.store import FINISHED, RunDir, RunStore, run_state
-from ablate.study import PlannedRun, Study, load_study
+from ablate.study import Study, load_study
 
 # outcomes of one attempt at a run
 TRAINED = "trained"

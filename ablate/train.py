@@ -31,7 +31,7 @@ from ablate.checkpoints import (
 from ablate.config import RunConfig
 from ablate.data import LMDataModule
 from ablate.lit import LitLM, lm_loss
-from ablate.progress import ProgressFile
+from ablate.progress_callback import ProgressFile
 from ablate.store import RunDir, StoreWriteError, write_final_summary
 from ablate.tracking import StoreLogger, make_wandb_logger
 

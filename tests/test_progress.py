@@ -17,11 +17,11 @@ import torch
 from ablate.progress import (
     PROGRESS_FILE,
     LiveProgress,
-    ProgressFile,
     RunLine,
     read_progress,
     study_eta,
 )
+from ablate.progress_callback import ProgressFile
 
 
 def _record(run: Path, **rec) -> None:
