@@ -20,7 +20,8 @@ def train_run_name(config: Path | None, overrides: Sequence[str], cfg: RunConfig
     asked.pop("train.seed", None)  # the seed always comes last
     short = _short_names(asked)
     parts = [config.stem] if config is not None else []
-    parts += [f"{short[k]}={fmt_value(v)}" for k, v in asked.items()]
+    # a path value (a dataset file) is named by its file name, not its directory
+    parts += [f"{short[k]}={fmt_value(v).rstrip('/').rsplit('/', 1)[-1]}" for k, v in asked.items()]
     return f"{','.join(parts) or cfg.model.arch},seed={cfg.train.seed}"
 
 
@@ -55,7 +56,7 @@ def train_one(
     label = name.rsplit(",seed=", 1)[0]
     # the run's live line comes from its progress.json, as in `ablate run`
     bar = LiveProgress(
-        name,
+        study,
         {run_dir.run_id: (name, run_dir.path, cfg.train.max_steps)},
         enabled=progress and cfg.train.progress,
         background=True,

@@ -55,6 +55,13 @@ def read_progress(path: Path) -> dict[str, Any] | None:
 # --- the driver side -------------------------------------------------------------------------
 
 
+NAME_WIDTH = 44  # a run name longer than this is cut (…) so the bar and numbers still fit
+
+
+def clip(name: str, width: int = NAME_WIDTH) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
 def fmt_duration(seconds: float | None) -> str:
     if seconds is None or seconds != seconds or seconds == float("inf"):
         return "?"
@@ -258,7 +265,7 @@ class LiveProgress:
             refresh_per_second=2,
         )
         self._study_task = self._progress.add_task(
-            self.title, total=max(1, self.total_steps), count="", info=""
+            clip(self.title), total=max(1, self.total_steps), count="", info=""
         )
         self._progress.start()
         self._update_study()
@@ -320,7 +327,7 @@ class LiveProgress:
         fields = {"count": f"{t.line.step}/{total}", "info": t.line.info()}
         if t.task is None:
             t.task = self._progress.add_task(
-                f"  {t.name}", total=total, completed=t.line.step, **fields
+                f"  {clip(t.name)}", total=total, completed=t.line.step, **fields
             )
         else:
             self._progress.update(t.task, total=total, completed=t.line.step, **fields)

@@ -83,8 +83,9 @@ def test_study_eta_comes_from_steps_not_runs():
 
 def _live(tmp_path, console=None, **kw):
     runs = {f"id{i}": (f"run{i}", tmp_path / f"id{i}", 400) for i in range(3)}
+    runs["id3"] = ("x" * 80, tmp_path / "id3", 400)  # a long name is cut, the numbers still fit
     return LiveProgress(
-        "study", runs, finished_steps=400, finished_runs=1, total_runs=4, console=console, **kw
+        "study", runs, finished_steps=400, finished_runs=1, total_runs=5, console=console, **kw
     )
 
 
@@ -103,22 +104,26 @@ def test_poll_reads_the_runs_in_flight_and_draws_one_line_each(tmp_path):
     _record(tmp_path / "id2", step=10, total=400, start_step=0, started=0, updated=0)
     os.utime(stale, (now - 3600, now - 3600))
     bar.poll()
-    assert [t.line is not None for t in bar.tracked.values()] == [True, True, False]
+    assert [t.line is not None for t in bar.tracked.values()] == [True, True, False, False]
     done, count, info = bar.study_line(now)
-    assert done == 400 + 140 + 50 and count == "1/4 runs"
+    assert done == 400 + 140 + 50 and count == "1/5 runs"
     bar._progress.refresh()
     text = _plain(out.getvalue())
     # run0: 40 steps in 40 s since its resumed step 140, 260 to go
     assert re.search(r"run0 .*140/400 +loss 2\.3100 +ETA 4m20s", text), text
     assert re.search(r"run1 .*50/400 +loss 3\.0000 +ETA 5m50s", text), text
     # study: 90 steps trained in the 50 s since the first run started; 1010 to go
-    assert "run2" not in text and "1/4 runs 590/1,600 steps  ETA 9m2" in text
+    assert "run2" not in text and "1/5 runs 590/2,000 steps  ETA 13m" in text
+    _record(tmp_path / "id3", step=7, total=400, start_step=0, started=now, updated=now)
+    bar.poll()
+    bar._progress.refresh()
+    assert re.search(r"  x{43}… .*7/400", _plain(out.getvalue()))
 
     bar.finished(SimpleNamespace(run_id="id0", name="run0"), "trained", {"status": "completed"})
     assert bar.done == 2 and bar.done_steps == 800 and bar.trained_done == 40
-    assert bar.tracked["id0"].task is None and len(bar._progress.tasks) == 2  # study + run1
+    assert bar.tracked["id0"].task is None and len(bar._progress.tasks) == 3  # study, run1, x
     bar.close()
-    assert "[2/4] run0: trained" in _plain(out.getvalue())
+    assert "[2/5] run0: trained" in _plain(out.getvalue())
     assert bar._progress is None
 
 
@@ -129,7 +134,7 @@ def test_without_a_terminal_only_the_finished_lines_print(tmp_path, capsys):
     bar.poll()
     bar.finished(SimpleNamespace(run_id="id1", name="run1"), "locked", {})
     bar.close()
-    assert capsys.readouterr().out == "[1/4] run1: locked\n"
+    assert capsys.readouterr().out == "[1/5] run1: locked\n"
 
 
 # --- the real thing in a terminal: 2 workers, live lines, Ctrl-C, a clean screen ------------------

@@ -154,6 +154,8 @@ def test_train_run_name_comes_from_the_overrides():
     assert train_run_name(Path("cfg/small.yaml"), ["model.arch=lstm"], cfg).startswith(
         "small,arch=lstm,"
     )
+    path = ["data.dataset=/data/corpora/corpus.txt"]  # a file is named by its file name
+    assert train_run_name(None, path, cfg) == "dataset=corpus.txt,seed=2"
 
 
 def test_an_identical_train_on_a_finished_run_only_reports_it(tmp_path, monkeypatch):
