@@ -16,16 +16,24 @@ def train_one(
     store: Path = Path("runs"),
     study: str = "train",
     progress: bool = True,
+    plugins: list[str] = (),
 ) -> dict[str, Any]:
     """Train one run from a config YAML and ``key=value`` overrides; print where it went."""
     from ablate.data import resolve_dataset
+    from ablate.data.source import is_hf, load_hf
+    from ablate.plugins import load_plugins, plugin_paths
     from ablate.train import train_run
 
+    load_plugins(list(plugins), key="--plugin")
     cfg = load_run_config(config, overrides)
-    resolve_dataset(cfg.data.dataset)  # a missing or corrupt dataset is bad input: exit 2 now
+    # a missing or corrupt dataset is bad input: exit 2 now
+    load_hf(cfg.data.dataset) if is_hf(cfg.data.dataset) else resolve_dataset(cfg.data.dataset)
     run_dir = RunStore(store).run(study, cfg.run_id())
     name = f"{cfg.model.arch}-seed{cfg.train.seed}"
-    summary = train_run(cfg, run_dir, {"name": name, "variant": cfg.model.arch}, progress=progress)
+    meta: dict[str, Any] = {"name": name, "variant": cfg.model.arch}
+    if plugins:
+        meta["plugins"] = plugin_paths(list(plugins))
+    summary = train_run(cfg, run_dir, meta, progress=progress)
     loss = summary.get("final_val_loss")
     line = f"{summary['status']}: {run_dir.path}  steps={summary.get('steps')}"
     if loss is not None:

@@ -225,16 +225,25 @@ def run_study(
     store: str | Path = "runs",
     workers: int = 1,
     progress: bool = True,
+    plugins: Sequence[str] = (),
+    rerun_stale: bool = False,
 ) -> list[dict[str, Any]]:
     """Train every unfinished run of a study; returns the summaries of all its runs.
 
     The study is fully validated first (``ConfigError``; nothing is written). Ctrl-C stops the
-    study, prints how to resume and re-raises ``KeyboardInterrupt``.
+    study, prints how to resume and re-raises ``KeyboardInterrupt``. ``rerun_stale``: runs made
+    by other model/training code are moved aside (``ablate.provenance``) and trained again.
     """
-    study = load_study(study_path, profile, overrides)
+    study = load_study(study_path, profile, overrides, plugins=plugins)
     runs_store = RunStore(store)
     console = _console()
     dirs = {r.run_id: runs_store.run(study.name, r.run_id) for r in study.runs}
+    if rerun_stale:
+        from ablate.provenance import archive_stale
+
+        moved = [p for d in dirs.values() if not d.is_locked() and (p := archive_stale(d))]
+        if moved:
+            console.print(f"{len(moved)} stale runs moved to {escape(str(moved[0].parent))}")
     done = sum(1 for r in study.runs if dirs[r.run_id].status in FINISHED)
     todo = [r for r in study.runs if dirs[r.run_id].status not in FINISHED]
     workers = max(1, min(workers, len(todo) or 1))
@@ -428,9 +437,10 @@ def plan_study(
     profile: str | None = None,
     overrides: Sequence[str] = (),
     store: str | Path = "runs",
+    plugins: Sequence[str] = (),
 ) -> Study:
     """Print the expanded runs of a study without training (or writing) anything."""
-    study = load_study(study_path, profile, overrides)
+    study = load_study(study_path, profile, overrides, plugins=plugins)
     runs_store = RunStore(store)
     console = _console()
     header = f"[bold]{study.name}[/]"
@@ -521,15 +531,19 @@ def store_status(store: str | Path = "runs", study: str | None = None) -> dict[s
             ((d.read_run()["meta"], d) for d in runs_store.runs(name)),
             key=lambda md: (str(md[0].get("profile")), str(md[0].get("name", md[1].run_id))),
         )
+        from ablate.provenance import is_stale
+
         for meta, d in runs:
             s = d.read_summary() or {}
             status = _store_status(d)
             counts[status] += 1
+            # made by other model/training code than the current one
+            stale = " [yellow](stale code)[/]" if is_stale(d) else ""
             table.add_row(
                 escape(str(meta.get("name", d.run_id))),
                 d.run_id,
                 str(meta.get("profile") or "-"),
-                _status_cell(status),
+                _status_cell(status) + stale,
                 str(s.get("steps", "-")),
                 _num(s.get("final_val_loss")),
                 _duration(s.get("wall_time_s")) or "-",
