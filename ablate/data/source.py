@@ -126,8 +126,9 @@ def source_key(dataset: str) -> str:
     return key
 
 
-def iter_text(dataset: str, chunk_chars: int = CHUNK_CHARS) -> Iterator[str]:
+def iter_text(dataset: str, chunk_chars: int | None = None) -> Iterator[str]:
     """The dataset's text in chunks cut after ``\\n`` + non-space; see the module docstring."""
+    chunk_chars = chunk_chars or CHUNK_CHARS
     pieces = _hf_pieces(dataset) if is_hf(dataset) else _file_pieces(resolve_dataset(dataset))
     buf: list[str] = []
     size = 0
