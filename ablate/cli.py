@@ -23,9 +23,7 @@ SetOpt = Annotated[
 ]
 PluginOpt = Annotated[
     list[str] | None,
-    typer.Option(
-        "--plugin", help="Import a plugin (module name or .py path) first (repeatable)."
-    ),
+    typer.Option("--plugin", help="Import a plugin (module name or .py path) first (repeatable)."),
 ]
 StoreOpt = Annotated[
     Path, typer.Option("--store", envvar="ABLATE_STORE", help="Run store directory.")

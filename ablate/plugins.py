@@ -225,8 +225,9 @@ def load_plugin(spec: str, *, base: Path | None = None, key: str = "plugins", so
     one-line ``ConfigError`` naming the plugin, the key and the source file.
     """
     if not isinstance(spec, str) or not spec.strip():
-        raise ConfigError(f"a plugin must be a module name or a .py path, got {spec!r}",
-                          key=key, source=source)
+        raise ConfigError(
+            f"a plugin must be a module name or a .py path, got {spec!r}", key=key, source=source
+        )
     spec = spec.strip()
     if _is_path(spec):
         path = Path(spec).expanduser()

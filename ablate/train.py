@@ -322,8 +322,9 @@ def tokenizer_digest(tok) -> str:
 def check_resume(ckpt: dict, dm: LMDataModule, prior: dict, run_dir: RunDir) -> None:
     """Refuse to resume from a checkpoint whose vocabulary or tokenizer differs from the data's
     (e.g. the data file was edited in place): ``ResumeMismatch`` naming the cause."""
-    emb = next((v for k, v in ckpt.get("state_dict", {}).items() if k.endswith("tok_emb.weight")),
-               None)
+    emb = next(
+        (v for k, v in ckpt.get("state_dict", {}).items() if k.endswith("tok_emb.weight")), None
+    )
     where = f"cannot resume run {run_dir.run_id} ({run_dir.path})"
     if emb is not None and emb.shape[0] != dm.vocab_size:
         raise ResumeMismatch(

@@ -88,7 +88,9 @@ def test_register_decorator_in_process(clean_registry):
     model = build_model(cfg, 7)
     ffn = model.blocks[0].ffn
     x = torch.randn(1, 4, cfg.d_model)
-    ref = F.linear(F.relu(F.linear(x, ffn.w1.weight, ffn.w1.bias)).pow(2), ffn.w2.weight, ffn.w2.bias)
+    ref = F.linear(
+        F.relu(F.linear(x, ffn.w1.weight, ffn.w1.bias)).pow(2), ffn.w2.weight, ffn.w2.bias
+    )
     assert torch.allclose(ffn(x), ref, atol=1e-6)
     assert ffn.w2 in model.residual_projections()  # gets the scaled init like built-ins
 
@@ -164,7 +166,9 @@ def test_run_id_follows_plugin_source(tmp_path, clean_registry):
     path = write_plugin(tmp_path)
     study = tmp_path / "s.yaml"
     study.write_text(
-        yaml.safe_dump({"plugins": ["./my_norm.py"], "grid": {"model.norm": ["layernorm", "scalenorm"]}})
+        yaml.safe_dump(
+            {"plugins": ["./my_norm.py"], "grid": {"model.norm": ["layernorm", "scalenorm"]}}
+        )
     )
     first = {r.config.model.norm: r.run_id for r in load_study(study).runs}
     again = {r.config.model.norm: r.run_id for r in load_study(study).runs}
@@ -216,4 +220,3 @@ def test_example_study_plans_and_trains(tmp_path, clean_registry):
     )["meta"]
     assert meta["plugin_sources"]["activation"]["name"] == "relu2"
     assert meta["plugins"] == [str((EXAMPLES / "squared_relu.py").resolve())]
-

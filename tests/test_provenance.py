@@ -101,8 +101,11 @@ def test_vocab_mismatch_names_both_sizes(trained):
     )
     dm = LMDataModule(cfg.data).prepare()
     ckpt = {"state_dict": {"model.tok_emb.weight": torch.zeros(dm.vocab_size + 3, 16)}}
-    with pytest.raises(ResumeMismatch, match=rf"vocabulary of {dm.vocab_size + 3} tokens .* "
-                                             rf"gives {dm.vocab_size}"):
+    with pytest.raises(
+        ResumeMismatch,
+        match=rf"vocabulary of {dm.vocab_size + 3} tokens .* "
+        rf"gives {dm.vocab_size}",
+    ):
         check_resume(ckpt, dm, {}, trained["run"])
     assert issubclass(ResumeMismatch, ConfigError)
 
@@ -147,8 +150,9 @@ def test_sample_is_deterministic_per_seed(trained):
     b = sample_run(run, prompt="Row", tokens=40, seed=1)
     c = sample_run(run, prompt="Row", tokens=40, seed=2)
     assert a == b and a != c and a.startswith("Row") and len(a) == 43  # char tokens
-    by_id = sample_run(trained["run"].run_id[:6], prompt="Row", tokens=40, seed=1,
-                       store=trained["root"] / "runs")
+    by_id = sample_run(
+        trained["run"].run_id[:6], prompt="Row", tokens=40, seed=1, store=trained["root"] / "runs"
+    )
     assert by_id == a
 
 
@@ -159,7 +163,7 @@ def test_greedy_sample_matches_a_hand_written_argmax_loop(trained):
     ids = tok.encode("Row 1")
     with torch.no_grad():
         for _ in range(10):
-            logits = model(torch.tensor([ids[-cfg.data.seq_len:]]))
+            logits = model(torch.tensor([ids[-cfg.data.seq_len :]]))
             ids.append(int(logits[0, -1].argmax()))
     got = sample_run(str(trained["run"].path), prompt="Row 1", tokens=10, temperature=0)
     assert got == tok.decode(ids)

@@ -4,7 +4,8 @@ Pipeline (``prepare()``, also run by ``setup()``; idempotent, so the trainer can
 to learn ``vocab_size`` and Lightning's own ``setup("fit")`` is then free):
 
 1-2. ``token_splits`` (``ablate.data.tokens``): stream the text (download/verify, strict UTF-8),
-   split and tokenize once into a memory-mapped token file, cached by data content. Where the split happens is chosen per tokenizer:
+   split and tokenize once into a memory-mapped token file, cached by data content. Where the
+   split happens is chosen per tokenizer:
    - char, bpe: the TEXT is split at character positions (``split_sequence``), then each part is
      encoded on its own. For char this is identical to splitting the token stream (one token per
      character: nanoGPT's 90/10); bpe must split first because it is trained on train only.

@@ -165,9 +165,9 @@ def _file_pieces(path: Path) -> Iterator[str]:
             try:
                 text = decoder.decode(raw, final=not raw)
             except UnicodeDecodeError as err:
-                at = offset + err.start
+                at, byte = offset + err.start, raw[err.start]
                 raise ConfigError(
-                    f"{path} is not UTF-8 text (invalid byte 0x{raw[err.start]:02x} at offset {at})",
+                    f"{path} is not UTF-8 text (invalid byte 0x{byte:02x} at offset {at})",
                     key=KEY,
                 ) from None
             if text:

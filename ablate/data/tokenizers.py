@@ -263,8 +263,9 @@ def bpe_cache_path(train_text: str, vocab_size: int, cache_dir: str | Path) -> P
     Keyed on the exact training text rather than the dataset file: the text is the dataset
     restricted to its train split, so this key also changes with ``val/test_fraction``.
     """
-    return bpe_cache_path_for(hashlib.sha256(train_text.encode("utf-8")).hexdigest(), vocab_size,
-                              cache_dir)
+    return bpe_cache_path_for(
+        hashlib.sha256(train_text.encode("utf-8")).hexdigest(), vocab_size, cache_dir
+    )
 
 
 def bpe_cache_path_for(digest: str, vocab_size: int, cache_dir: str | Path) -> Path:

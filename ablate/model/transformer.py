@@ -510,7 +510,10 @@ class TransformerLM(LanguageModel):
         # a plugin block or FFN may name its output projection differently: it keeps its init
         out = []
         for b in self.blocks:
-            for owner, name in ((getattr(b, "attn", None), "out_proj"), (getattr(b, "ffn", None), "w2")):
+            for owner, name in (
+                (getattr(b, "attn", None), "out_proj"),
+                (getattr(b, "ffn", None), "w2"),
+            ):
                 linear = getattr(owner, name, None)
                 if isinstance(linear, nn.Linear):
                     out.append(linear)
