@@ -161,3 +161,15 @@ def test_study_plan_checks_hf_datasets(tmp_path, hf_dir):
     study.write_text(yaml.safe_dump({"base": {"data.dataset": "hf:no_such_dataset_xyz"}}))
     with pytest.raises(ConfigError, match="s.yaml: base.data.dataset: cannot load"):
         load_study(study)
+
+
+def test_text_without_line_breaks_is_still_streamed(tmp_path, monkeypatch):
+    path = tmp_path / "oneline.txt"
+    text = "word " * 3000 + "x" * 500  # no newline anywhere
+    path.write_text(text)
+    monkeypatch.setattr(source, "CHUNK_CHARS", 100)
+    chunks = list(source.iter_text(str(path)))
+    assert "".join(chunks) == text and max(map(len, chunks)) < 1000
+    s = token_splits(cfg(path))
+    a = int(len(text) * 0.9)
+    assert s.tokenizer.decode(s.tokens["train"].tolist()) == text[:a]

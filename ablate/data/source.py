@@ -14,7 +14,8 @@
 
 ``iter_text`` yields the text in chunks of about ``CHUNK_CHARS`` characters, each cut after a
 newline that is followed by a non-space character (a boundary no tokenizer merges across), so a
-multi-GB file is never one Python string.
+multi-GB file is never one Python string (a text with no such boundary in 4 chunks is cut after
+a space, or anywhere).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ablate.config import ConfigError
 from ablate.data.datasets import DATASETS, KEY, resolve_dataset, sha256_file
 
 HF_PREFIX = "hf:"
-CHUNK_CHARS = 16 << 20  # a corpus below this is one chunk: tokenized exactly as a whole string
+CHUNK_CHARS = 8 << 20  # a corpus below this is one chunk: tokenized exactly as a whole string
 _READ_BYTES = 4 << 20
 _CUT = re.compile(r"\n(?=\S)")
 
@@ -130,23 +131,28 @@ def iter_text(dataset: str, chunk_chars: int | None = None) -> Iterator[str]:
     """The dataset's text in chunks cut after ``\\n`` + non-space; see the module docstring."""
     chunk_chars = chunk_chars or CHUNK_CHARS
     pieces = _hf_pieces(dataset) if is_hf(dataset) else _file_pieces(resolve_dataset(dataset))
-    buf: list[str] = []
-    size = 0
+    pending = ""
     for piece in pieces:
-        buf.append(piece)
-        size += len(piece)
-        if size >= chunk_chars:
-            text = "".join(buf)
-            cut = None
-            for m in _CUT.finditer(text, max(0, len(text) - chunk_chars // 2)):
-                cut = m.end()
-            if cut is None:  # no boundary in the tail: keep reading
-                continue
-            yield text[:cut]
-            buf, size = [text[cut:]], len(text) - cut
-    text = "".join(buf)
-    if text:
-        yield text
+        pending += piece
+        while len(pending) >= chunk_chars:
+            cut = _cut_point(pending, chunk_chars)
+            if cut is None:
+                break  # no boundary yet: read on
+            yield pending[:cut]
+            pending = pending[cut:]
+    if pending:
+        yield pending
+
+
+def _cut_point(text: str, n: int) -> int | None:
+    """End of the last ``\\n`` + non-space boundary within ``text[:n]``; without one, ``None``
+    until the text is 4 chunks long, then after the last space (or at ``n``)."""
+    cut = None
+    for m in _CUT.finditer(text, 0, n + 1):
+        cut = m.end()
+    if cut is None and len(text) >= 4 * n:
+        cut = max(text.rfind(" ", 0, n), text.rfind("\n", 0, n)) + 1 or n
+    return cut
 
 
 def _file_pieces(path: Path) -> Iterator[str]:
