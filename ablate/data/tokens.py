@@ -52,6 +52,7 @@ from ablate.data.tokenizers import (
 
 SPLITS = ("train", "val", "test")
 FORMAT = 1
+_CHAR_SLICE = 1 << 20
 
 
 @dataclass
@@ -164,7 +165,8 @@ def _char_scan(dataset: str) -> tuple[int, list[str]]:
     n, seen = 0, np.zeros(0, dtype=np.uint32)
     for chunk in iter_text(dataset):
         n += len(chunk)
-        seen = np.union1d(seen, np.unique(_codepoints(chunk)))
+        for i in range(0, len(chunk), _CHAR_SLICE):
+            seen = np.union1d(seen, np.unique(_codepoints(chunk[i : i + _CHAR_SLICE])))
     return n, [chr(c) for c in seen.tolist()]
 
 
@@ -190,10 +192,14 @@ def _build_split_text(cfg: DataConfig, f: BinaryIO):
     dtype = _dtype(tok.vocab_size)
     w = _Writer(f, dtype)
     starts = {s: None for s in SPLITS}
+    # char ids are per character, so encode in small slices (bounded memory); bpe needs the
+    # whole piece (cut only at boundaries ``iter_text`` chose)
+    step = _CHAR_SLICE if cfg.tokenizer == "char" else max(1, n_chars)
     for split, piece in _parts(cfg, n_chars):
         if starts[split] is None:
             starts[split] = w.n
-        w.write(encode(piece))
+        for i in range(0, len(piece), step):
+            w.write(encode(piece[i : i + step]))
         w.mark(split, starts[split])
     for split in SPLITS:
         w.offsets.setdefault(split, [w.n, w.n])
