@@ -274,7 +274,10 @@ def run_study(
         console.print(
             f"[yellow]Interrupted[/]: {finished} of {len(results)} runs finished; an interrupted "
             "run resumes from its last checkpoint. Resume with:\n  "
-            + escape(resume_command(study_path, study.profile, overrides, store, workers)),
+            + escape(
+                resume_command(study_path, study.profile, overrides, store, workers)
+                + "".join(f" --plugin {shlex.quote(p)}" for p in plugins)
+            ),
             soft_wrap=True,
         )
         raise KeyboardInterrupt from None
