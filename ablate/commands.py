@@ -32,17 +32,23 @@ def train_one(
     store: Path = Path("runs"),
     study: str = "train",
     progress: bool = True,
+    plugins: list[str] = (),
 ) -> dict[str, Any]:
     """Train one run from a config YAML and ``key=value`` overrides; print where it went.
 
     A run already finished in the store (same config, so same run id) is reported as it is and
     nothing else happens: no re-evaluation, no new W&B run.
     """
+    from ablate.plugins import load_plugins, plugin_paths
+
+    load_plugins(list(plugins), key="--plugin")  # their names are valid values in the config
     cfg = load_run_config(config, overrides)  # before importing torch: bad input answers fast
     from ablate.data import resolve_dataset
+    from ablate.data.source import is_hf, load_hf
     from ablate.preflight import check_runs
 
-    resolve_dataset(cfg.data.dataset)  # a missing or corrupt dataset is bad input: exit 2 now
+    # a missing or corrupt dataset is bad input: exit 2 now
+    load_hf(cfg.data.dataset) if is_hf(cfg.data.dataset) else resolve_dataset(cfg.data.dataset)
     check_runs([(cfg, None)], config)  # empty/short data, seeds, sizes, a GPU that is not there
     run_dir = RunStore(store).run(study, cfg.run_id())
     summary = run_dir.read_summary() or {}
@@ -53,7 +59,9 @@ def train_one(
     from ablate.train import train_run
 
     name = train_run_name(config, overrides, cfg)
-    label = name.rsplit(",seed=", 1)[0]
+    meta: dict[str, Any] = {"name": name, "variant": name.rsplit(",seed=", 1)[0]}
+    if plugins:
+        meta["plugins"] = plugin_paths(list(plugins))
     # the run's live line comes from its progress.json, as in `ablate run`
     bar = LiveProgress(
         study,
@@ -62,7 +70,7 @@ def train_one(
         background=True,
     )
     try:
-        summary = train_run(cfg, run_dir, {"name": name, "variant": label}, progress=False)
+        summary = train_run(cfg, run_dir, meta, progress=False)
     finally:
         bar.close()  # a clean screen before the result line or the Ctrl-C traceback
     print(_result_line(summary, run_dir.path))

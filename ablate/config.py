@@ -1,7 +1,8 @@
 """Typed run configuration: one pydantic model per concern, combined into ``RunConfig``.
 
-Every ablation axis is one string field chosen from a small registry (a ``Literal``), so a bad
-name is rejected with the list of valid ones. Unknown keys are errors everywhere. Values derived
+Every ablation axis is one string field chosen from a small registry (the model's registries
+for the model axes, so plugins count; a ``Literal`` elsewhere), so a bad name is rejected with
+the list of valid ones. Unknown keys are errors everywhere. Values derived
 from others (head size, FFN hidden size, the LR after batch-size scaling) are properties, never
 stored, so a saved config can't disagree with itself.
 """
@@ -13,16 +14,36 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
-Arch = Literal["transformer", "lstm"]
-NormPlacement = Literal["post", "pre"]
-Norm = Literal["layernorm", "rmsnorm"]
-PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
-Activation = Literal["relu", "gelu", "swiglu", "geglu"]
+
+def _registered(axis: str) -> AfterValidator:
+    """The value must name a class in ``axis``'s registry (built-ins and plugins, checked at
+    validation time, so a plugin registered after import is valid)."""
+
+    def check(value: str) -> str:
+        from ablate.plugins import check_name  # lazy: the registries live with the model
+
+        return check_name(axis)(value)
+
+    return AfterValidator(check)
+
+
+Arch = Annotated[str, _registered("arch")]
+NormPlacement = Annotated[str, _registered("norm_placement")]
+Norm = Annotated[str, _registered("norm")]
+PosEncoding = Annotated[str, _registered("pos_encoding")]
+Activation = Annotated[str, _registered("activation")]
 Init = Literal["gpt2", "vaswani"]
 Tokenizer = Literal["char", "word", "bpe"]
 Decay = Literal["cosine", "linear", "constant", "cosine_min"]
@@ -247,8 +268,27 @@ class RunConfig(_Section):
         d = self.to_dict()
         d.pop("tracking")
         d["train"].pop("progress")
+        extra = run_id_extras(self)
+        if extra:  # only when present: ids of runs without plugins or local files stay as they were
+            d["content"] = extra
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def run_id_extras(cfg: RunConfig) -> dict[str, Any]:
+    """What the config names but does not contain: the sha256 of each plugin's source and the
+    content key of a local or ``hf:`` dataset (registered datasets are pinned by checksum)."""
+    from ablate.data.source import data_key
+    from ablate.plugins import plugin_hashes
+
+    out: dict[str, Any] = {}
+    plugins = plugin_hashes(cfg.model)
+    if plugins:
+        out["plugins"] = plugins
+    data = data_key(cfg.data.dataset)
+    if data:
+        out["data"] = data
+    return out
 
 
 # --- building configs from dicts, files and ``key=value`` overrides -------------------------------

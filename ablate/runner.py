@@ -155,21 +155,30 @@ def run_study(
     workers: int | None = None,
     progress: bool = True,
     executor: ExecutorOptions | None = None,
+    plugins: Sequence[str] = (),
+    rerun_stale: bool = False,
 ) -> list[dict[str, Any]]:
     """Train every unfinished run of a study; returns the summaries of all its runs.
 
     The study and the executor options are fully validated first (``ConfigError``; nothing is
     written). ``workers`` is shorthand for ``ExecutorOptions(workers=...)``. Ctrl-C stops the
-    study, prints how to resume and re-raises ``KeyboardInterrupt``.
+    study, prints how to resume and re-raises ``KeyboardInterrupt``. ``rerun_stale``: runs made
+    by other model/training code are moved aside (``ablate.provenance``) and trained again.
     """
     opts = executor or ExecutorOptions()
     if workers is not None:
         opts = opts.model_copy(update={"workers": workers})
-    study = load_study(study_path, profile, overrides)
+    study = load_study(study_path, profile, overrides, plugins=plugins)
     check(opts)
     runs_store = RunStore(store)
     console = _console()
     dirs = {r.run_id: runs_store.run(study.name, r.run_id) for r in study.runs}
+    if rerun_stale:
+        from ablate.provenance import archive_stale
+
+        moved = [p for d in dirs.values() if not d.is_locked() and (p := archive_stale(d))]
+        if moved:
+            console.print(f"{len(moved)} stale runs moved to {escape(str(moved[0].parent))}")
     done = sum(1 for r in study.runs if dirs[r.run_id].status in FINISHED)
     todo = [r for r in study.runs if dirs[r.run_id].status not in FINISHED]
     tasks = [RunTask(r, r.config, str(dirs[r.run_id].path), study.meta(r)) for r in todo]
@@ -198,7 +207,10 @@ def run_study(
         console.print(
             f"[yellow]Interrupted[/]: {finished} of {len(results)} runs finished; an interrupted "
             "run resumes from its last checkpoint. Resume with:\n  "
-            + escape(resume_command(study_path, study.profile, overrides, store, opts)),
+            + escape(
+                resume_command(study_path, study.profile, overrides, store, opts)
+                + "".join(f" --plugin {shlex.quote(p)}" for p in plugins)
+            ),
             soft_wrap=True,
         )
         raise KeyboardInterrupt from None
@@ -336,9 +348,12 @@ def plan_study(
     profile: str | None = None,
     overrides: Sequence[str] = (),
     store: str | Path = "runs",
+    plugins: Sequence[str] = (),
 ) -> Study:
     """Print the expanded runs of a study without training (or writing) anything."""
-    return plan_studies([study_path], profile=profile, overrides=overrides, store=store)[0]
+    return plan_studies(
+        [study_path], profile=profile, overrides=overrides, store=store, plugins=plugins
+    )[0]
 
 
 def plan_studies(
@@ -347,9 +362,10 @@ def plan_studies(
     profile: str | None = None,
     overrides: Sequence[str] = (),
     store: str | Path = "runs",
+    plugins: Sequence[str] = (),
 ) -> list[Study]:
     """Print the expanded runs of each study; every study is validated before anything prints."""
-    studies = [load_study(p, profile, overrides) for p in study_paths]
+    studies = [load_study(p, profile, overrides, plugins=plugins) for p in study_paths]
     for study in studies:
         _print_plan(study, RunStore(store), _console())
     return studies
@@ -442,6 +458,8 @@ def store_status(
             key=lambda md: (str(md[0].get("profile")), str(md[0].get("name", md[1].run_id))),
         )
         damaged = []
+        from ablate.provenance import is_stale
+
         for meta, d in runs:
             s = d.read_summary() or {}
             status = run_state(d)
@@ -449,11 +467,13 @@ def store_status(
                 s = {}
                 damaged.append(run_damage(d))
             counts[status] += 1
+            # made by other model/training code than the current one
+            stale = " [yellow](stale code)[/]" if is_stale(d) else ""
             table.add_row(
                 escape(str(meta.get("name", d.run_id))),
                 d.run_id,
                 str(meta.get("profile") or "-"),
-                _status_cell(status),
+                _status_cell(status) + stale,
                 str(s.get("steps", "-")),
                 _num(s.get("final_val_loss")),
                 _duration(s.get("wall_time_s")) or "-",

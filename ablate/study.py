@@ -83,6 +83,7 @@ TOP_LEVEL = (
     "derived",
     "profiles",
     "default_profile",
+    "plugins",
 )
 VARIANT_KEYS = ("name", "set")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
@@ -161,9 +162,14 @@ class Study:
     profiles: tuple[str, ...]
     runs: list[PlannedRun] = field(default_factory=list)
     reference: Reference | None = None
+    plugins: tuple[str, ...] = ()
+    """Plugin modules/absolute paths the runs need (imported again by ``train_run``)."""
 
     def meta(self, run: PlannedRun) -> dict[str, Any]:
-        return run.meta(self.name, self.profile)
+        meta = run.meta(self.name, self.profile)
+        if self.plugins:
+            meta["plugins"] = list(self.plugins)
+        return meta
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -182,7 +188,8 @@ def _check_value(key: str, value: Any, where: str, source: Path) -> Any:
         return _adapter(key).validate_python(value)
     except ValidationError as err:
         e = err.errors()[0]
-        raise ConfigError(f"{e['msg']} (got {value!r})", key=where, source=source) from None
+        msg = e["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{msg} (got {value!r})", key=where, source=source) from None
 
 
 def _check_key(key: Any, where: str, source: Path) -> str:
@@ -589,6 +596,7 @@ def load_study(
     *,
     check_data: bool = True,
     check_device: bool = True,
+    plugins: Sequence[str] = (),
 ) -> Study:
     """Read, validate and expand a study file into its planned runs.
 
@@ -596,6 +604,8 @@ def load_study(
     written. ``check_data`` checks that each run's dataset is registered or an existing file,
     and that each data file is non-empty UTF-8 long enough for its runs; ``check_device`` that
     a run asking for a GPU has one (see :mod:`ablate.preflight`).
+    The study's ``plugins:`` (paths relative to the study file) and ``plugins`` (``--plugin``
+    options, paths relative to the working directory) are imported before validation.
     """
     source = Path(path)
     raw = load_yaml(source)
@@ -611,6 +621,15 @@ def load_study(
                 key=str(key),
                 source=source,
             )
+
+    from ablate.plugins import load_plugins, plugin_paths
+
+    load_plugins(list(plugins), key="--plugin")
+    study_plugins = raw.get("plugins") or []
+    load_plugins(study_plugins, base=source.parent, source=source)
+    all_plugins = tuple(
+        plugin_paths(list(plugins)) + plugin_paths(list(study_plugins), source.parent)
+    )
 
     name = raw.get("name", source.stem)
     if not isinstance(name, str) or not _NAME.match(name):
@@ -740,6 +759,7 @@ def load_study(
         profiles=tuple(profiles),
         runs=runs,
         reference=reference,
+        plugins=all_plugins,
     )
 
 
@@ -835,6 +855,15 @@ def _rank(where: str) -> float:
 def _check_dataset(name: str, where: str | None, source: Path, checked: set[str]) -> None:
     """A dataset is a registered name or an existing file (nothing is downloaded here)."""
     if name in checked:
+        return
+    if name.startswith("hf:"):  # loads from the HF cache (or the hub); errors are one line
+        from ablate.data.source import load_hf
+
+        try:
+            load_hf(name)
+        except ConfigError as err:
+            raise ConfigError(err.message, key=where or "data.dataset", source=source) from None
+        checked.add(name)
         return
     try:
         from ablate.data import DATASETS

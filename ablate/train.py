@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import os
@@ -28,7 +30,7 @@ from ablate.checkpoints import (
     FinalCheckpoint,
     select_checkpoint,
 )
-from ablate.config import RunConfig
+from ablate.config import ConfigError, RunConfig
 from ablate.data import LMDataModule
 from ablate.lit import LitLM, lm_loss
 from ablate.progress_callback import ProgressFile
@@ -216,7 +218,12 @@ def train_run(
     non-finite loss ends the run as ``diverged`` with the step; an exception ends it as
     ``failed`` with the error (re-raised for KeyboardInterrupt so the caller can stop).
     """
-    meta = {"run_id": run_dir.run_id, "study": run_dir.study, **(meta or {})}
+    from ablate.plugins import load_plugins
+    from ablate.provenance import provenance
+
+    # another process (a worker, a cluster job) imports the study's plugins again
+    load_plugins((meta or {}).get("plugins"), key="meta.plugins", source=run_dir.run_file)
+    meta = {"run_id": run_dir.run_id, "study": run_dir.study, **(meta or {}), **provenance(cfg)}
     progress = cfg.train.progress if progress is None else progress
     quiet_lightning()
     if not run_dir.exists() or not run_dir.read_run()["config"]:  # new, or run.yaml damaged
@@ -270,7 +277,13 @@ def train_run(
                     *(prior.get("corrupt_checkpoints") or []),
                     *set_aside,
                 ]
+            summary["tokenizer_sha256"] = tokenizer_digest(dm.tokenizer)
+            if not (run_dir.path / "tokenizer.json").is_file():  # for `ablate sample`
+                dm.tokenizer.save(run_dir.path / "tokenizer.json")
             if ckpt_path is not None:
+                ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+                check_resume(ckpt, dm, prior, run_dir)  # same vocabulary and tokenizer
+                del ckpt
                 run_dir.truncate_metrics_after(step)
                 summary["resumed_from_step"] = step
             elif run_dir.metrics_file.exists():
@@ -296,6 +309,11 @@ def train_run(
             with _stoppable(stop), _attn_context(cfg.train.attn_backend):
                 trainer.fit(lit, datamodule=dm, ckpt_path=str(ckpt_path) if ckpt_path else None)
             summary.update(_finish(cfg, lit, dm, trainer))
+    except ResumeMismatch:
+        # bad input, not a failed run: put back what the store said and touch nothing else
+        if prior:
+            run_dir.write_summary(prior)
+        raise
     except (KeyboardInterrupt, SystemExit):
         # Ctrl-C (Lightning turns it into SystemExit) or SIGTERM: an "interrupted" checkpoint
         # was saved; the run stays "running" so the next `ablate run` resumes it
@@ -320,6 +338,38 @@ def train_run(
     if stop.requested:  # asked to stop during the last step: the run finished, the study stops
         raise KeyboardInterrupt
     return summary
+
+
+class ResumeMismatch(ConfigError):
+    """The run's checkpoint was trained on other token ids than the data gives now."""
+
+
+def tokenizer_digest(tok) -> str:
+    """sha256 (16 hex) of the tokenizer's saved state: same ids for the same text iff equal."""
+    blob = json.dumps(tok.to_dict(), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def check_resume(ckpt: dict, dm: LMDataModule, prior: dict, run_dir: RunDir) -> None:
+    """Refuse to resume from a checkpoint whose vocabulary or tokenizer differs from the data's
+    (e.g. the data file was edited in place): ``ResumeMismatch`` naming the cause."""
+    emb = next(
+        (v for k, v in ckpt.get("state_dict", {}).items() if k.endswith("tok_emb.weight")), None
+    )
+    where = f"cannot resume run {run_dir.run_id} ({run_dir.path})"
+    if emb is not None and emb.shape[0] != dm.vocab_size:
+        raise ResumeMismatch(
+            f"{where}: its checkpoint has a vocabulary of {emb.shape[0]} tokens but the data "
+            f"now gives {dm.vocab_size} (data file or tokenizer changed)",
+            key="data.dataset",
+        )
+    before = prior.get("tokenizer_sha256")
+    if before and before != tokenizer_digest(dm.tokenizer):
+        raise ResumeMismatch(
+            f"{where}: the tokenizer differs from the one it was trained with "
+            "(data file or tokenizer changed)",
+            key="data.tokenizer",
+        )
 
 
 def _finish(cfg: RunConfig, lit: LitLM, dm: LMDataModule, trainer: pl.Trainer) -> dict[str, Any]:

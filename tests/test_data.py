@@ -407,8 +407,8 @@ def test_module_shapes_and_properties(text_file):
 
 def test_setup_is_idempotent(text_file, monkeypatch):
     calls = []
-    real = dm_module.read_text
-    monkeypatch.setattr(dm_module, "read_text", lambda p: calls.append(p) or real(p))
+    real = dm_module.token_splits
+    monkeypatch.setattr(dm_module, "token_splits", lambda c: calls.append(c) or real(c))
     dm = make_dm(text_file)
     tok = dm.tokenizer
     dm.setup("fit")
@@ -448,7 +448,7 @@ def test_sampler_resume_continues_the_stream():
 
 def test_val_loader_covers_the_split(text_file):
     dm = make_dm(text_file, eval_batch_size=3)
-    src = dm.batched("val")  # (3, 100)
+    src = dm.batched("val").long()  # (3, 100); the memmap holds uint16
     batches = list(dm.val_dataloader())
     assert len(batches) == (src.size(1) - 1) // 8 == 12
     xs = torch.cat([x for x, _ in batches], dim=1)

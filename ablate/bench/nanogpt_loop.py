@@ -54,7 +54,7 @@ def random_windows(
     ix = torch.randint(tokens.numel() - seq_len, (batch_size,), generator=gen)
     x = torch.stack([tokens[i : i + seq_len] for i in ix])  # (B, T)
     y = torch.stack([tokens[i + 1 : i + 1 + seq_len] for i in ix])  # (B, T)
-    return x, y
+    return x.long(), y.long()  # token files are uint16/uint32 memmaps
 
 
 def nanogpt_run(cfg: RunConfig, *, estimate_batches: int = 20) -> dict[str, Any]:

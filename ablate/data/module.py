@@ -3,8 +3,9 @@
 Pipeline (``prepare()``, also run by ``setup()``; idempotent, so the trainer can call it early
 to learn ``vocab_size`` and Lightning's own ``setup("fit")`` is then free):
 
-1. ``resolve_dataset`` + ``read_text`` (download/verify, strict UTF-8);
-2. split and tokenize. Where the split happens is chosen per tokenizer:
+1-2. ``token_splits`` (``ablate.data.tokens``): stream the text (download/verify, strict UTF-8),
+   split and tokenize once into a memory-mapped token file, cached by data content. Where the
+   split happens is chosen per tokenizer:
    - char, bpe: the TEXT is split at character positions (``split_sequence``), then each part is
      encoded on its own. For char this is identical to splitting the token stream (one token per
      character: nanoGPT's 90/10); bpe must split first because it is trained on train only.
@@ -43,8 +44,10 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ablate.config import ConfigError, DataConfig
 from ablate.data.batching import batchify, get_batch, window_starts
-from ablate.data.datasets import cache_dir, read_text, resolve_dataset, split_sequence
-from ablate.data.tokenizers import BaseTokenizer, WordTokenizer, build_tokenizer
+from ablate.data.datasets import resolve_dataset
+from ablate.data.source import is_hf, load_hf
+from ablate.data.tokenizers import BaseTokenizer
+from ablate.data.tokens import token_splits
 
 SPLITS = ("train", "val", "test")
 
@@ -128,8 +131,9 @@ class WindowDataset(Dataset):
 
     def __getitem__(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = get_batch(self.source, self.starts[k], self.seq_len)
-        # copies: a consumer that edits a batch in place must not corrupt the split
-        return x.clone(), y.clone()
+        # int64 copies: the split is a uint16/uint32 memmap, and a consumer that edits a batch
+        # in place must not corrupt it
+        return x.to(torch.long, copy=True), y.to(torch.long, copy=True)
 
 
 class ResumableLoader(DataLoader):
@@ -161,8 +165,11 @@ class LMDataModule(pl.LightningDataModule):
 
     # --- building -------------------------------------------------------------------------------
     def prepare_data(self) -> None:
-        """Lightning hook (once per node): make sure the dataset file is present."""
-        resolve_dataset(self.cfg.dataset)
+        """Lightning hook (once per node): make sure the dataset is present."""
+        if is_hf(self.cfg.dataset):
+            load_hf(self.cfg.dataset)
+        else:
+            resolve_dataset(self.cfg.dataset)
 
     def setup(self, stage: str | None = None) -> None:
         self.prepare()
@@ -172,27 +179,9 @@ class LMDataModule(pl.LightningDataModule):
         if self._tokenizer is not None:
             return self
         c = self.cfg
-        text = read_text(resolve_dataset(c.dataset))
-        fractions = (c.val_fraction, c.test_fraction)
-        if c.tokenizer == "word":
-            tok: BaseTokenizer = WordTokenizer.fit(text)
-            ids = torch.tensor(tok.encode(text), dtype=torch.long)
-            self._tokens = dict(zip(SPLITS, split_sequence(ids, *fractions), strict=True))
-            # word splits have no exact character extent: use the whole text's ratio
-            self._chars = {s: round(len(t) * len(text) / len(ids)) for s, t in self._tokens.items()}
-        else:
-            parts = dict(zip(SPLITS, split_sequence(text, *fractions), strict=True))
-            tok = build_tokenizer(
-                c.tokenizer,
-                text,
-                parts["train"],
-                bpe_vocab_size=c.bpe_vocab_size,
-                cache_dir=cache_dir(),
-            )
-            self._tokens = {
-                s: torch.tensor(tok.encode(t), dtype=torch.long) for s, t in parts.items()
-            }
-            self._chars = {s: len(t) for s, t in parts.items()}
+        # tokenized once into a memory-mapped file per (data content, tokenizer, splits)
+        splits = token_splits(c)
+        tok, self._tokens, self._chars = splits.tokenizer, splits.tokens, splits.chars
         batched = {"train": self._batchify("train", c.batch_size, "data.batch_size")}
         eval_key = "data.eval_batch_size" if c.eval_batch_size else "data.batch_size"
         batched["val"] = self._batchify("val", c.eval_bs, eval_key)

@@ -23,6 +23,7 @@ import json
 import os
 import tempfile
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -229,6 +230,11 @@ class BPETokenizer(BaseTokenizer):
 
 
 def train_bpe(text: str, vocab_size: int) -> BPETokenizer:
+    """``train_bpe_iter([text], vocab_size)``."""
+    return train_bpe_iter([text], vocab_size)
+
+
+def train_bpe_iter(texts: Iterable[str], vocab_size: int) -> BPETokenizer:
     """Train byte-level BPE on ``text`` up to ``vocab_size`` tokens (fewer if merges run out).
 
     The initial alphabet is all 256 byte symbols, so the vocabulary is at least 256 whatever
@@ -245,9 +251,9 @@ def train_bpe(text: str, vocab_size: int) -> BPETokenizer:
         special_tokens=[],
         show_progress=False,
     )
-    # one string, not lines: the pre-tokenizer groups runs of newlines, and training must see
-    # the same pieces that encoding the whole split will produce
-    tok.train_from_iterator([text], trainer=trainer)
+    # whole strings (a corpus, or chunks cut after a newline), not lines: the pre-tokenizer
+    # groups runs of newlines, and training must see the pieces that encoding will produce
+    tok.train_from_iterator(texts, trainer=trainer)
     return BPETokenizer(tok)
 
 
@@ -257,8 +263,14 @@ def bpe_cache_path(train_text: str, vocab_size: int, cache_dir: str | Path) -> P
     Keyed on the exact training text rather than the dataset file: the text is the dataset
     restricted to its train split, so this key also changes with ``val/test_fraction``.
     """
-    digest = hashlib.sha256(train_text.encode("utf-8")).hexdigest()[:16]
-    return Path(cache_dir) / "tokenizers" / f"bpe-v{vocab_size}-{digest}.json"
+    return bpe_cache_path_for(
+        hashlib.sha256(train_text.encode("utf-8")).hexdigest(), vocab_size, cache_dir
+    )
+
+
+def bpe_cache_path_for(digest: str, vocab_size: int, cache_dir: str | Path) -> Path:
+    """``bpe_cache_path`` from the hex sha256 of the train text (hashed while streaming)."""
+    return Path(cache_dir) / "tokenizers" / f"bpe-v{vocab_size}-{digest[:16]}.json"
 
 
 def cached_bpe(train_text: str, vocab_size: int, cache_dir: str | Path) -> BPETokenizer:

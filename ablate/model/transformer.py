@@ -507,7 +507,17 @@ class TransformerLM(LanguageModel):
         return self.final_norm(x)
 
     def residual_projections(self) -> list[nn.Linear]:
-        return [m for b in self.blocks for m in (b.attn.out_proj, b.ffn.w2)]
+        # a plugin block or FFN may name its output projection differently: it keeps its init
+        out = []
+        for b in self.blocks:
+            for owner, name in (
+                (getattr(b, "attn", None), "out_proj"),
+                (getattr(b, "ffn", None), "w2"),
+            ):
+                linear = getattr(owner, name, None)
+                if isinstance(linear, nn.Linear):
+                    out.append(linear)
+        return out
 
     def embedding_parameters(self) -> list[nn.Parameter]:
         # the only positional parameters are the learned table's

@@ -352,6 +352,10 @@ def build_blocks(
     partial = progress_line(study)
     if partial:
         blocks.append(Block("note", f"**{partial}**"))
+    from ablate.provenance import stale_note  # runs made by other model/training code
+
+    if stale := stale_note(study.path):
+        blocks.append(Block("note", f"**{stale}**"))
     if study.description:
         blocks.append(Block("p", study.description))
     if study.findings:

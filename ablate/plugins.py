@@ -1,0 +1,295 @@
+"""Registries of the model's ablation axes, and plugins that add names to them.
+
+Each axis of ``ModelConfig`` that picks a class is a registry (name -> class) the model looks
+up at build time: ``arch`` (``ARCHS``: a ``LanguageModel``, built as ``cls(cfg, vocab_size)``),
+``norm_placement`` (``BLOCKS``: a transformer block), ``norm`` (``NORMS``), ``pos_encoding``
+(``POSITIONS``: a ``NoPositions`` subclass) and ``activation`` (``FFNS``: the whole feed-forward
+module). Every other class is built as ``cls(cfg)`` from the ``ModelConfig``.
+
+A plugin is a Python module (a dotted name, or a ``.py`` file) that adds classes with
+``@ablate.register(axis, name)``. Registration checks the class against the axis's interface
+on a tiny config (an ``nn.Module`` subclass, built from a ``ModelConfig``, mapping a small input
+to the right output shape); ``load_plugins`` imports plugins and turns every failure into a
+one-line ``ConfigError`` naming the plugin. The sha256 of each registered plugin's source is
+part of the run id of every run that uses it (``plugin_hashes``), so editing a plugin never
+reuses runs made with the old code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ablate.config import ConfigError
+
+AXES = ("arch", "norm_placement", "norm", "pos_encoding", "activation")
+C = TypeVar("C", bound=type)
+
+
+class PluginError(ConfigError):
+    """A plugin that cannot be used: its import fails, or a class it registers is invalid."""
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """Where a registered plugin class came from."""
+
+    axis: str
+    name: str
+    qualname: str
+    source: str
+    """The file the class is defined in."""
+    sha256: str
+    """sha256 of that file's bytes at registration."""
+
+
+_PLUGINS: dict[tuple[str, str], PluginInfo] = {}
+_LOADED: dict[str, str] = {}  # plugin spec (module name or resolved path) -> module name
+
+
+def registry(axis: str) -> dict[str, type]:
+    """The mutable name -> class registry of ``axis`` (the dict the model builds from)."""
+    from ablate.model import ARCHS
+    from ablate.model.transformer import BLOCKS, FFNS, NORMS, POSITIONS
+
+    regs = {
+        "arch": ARCHS,
+        "norm_placement": BLOCKS,
+        "norm": NORMS,
+        "pos_encoding": POSITIONS,
+        "activation": FFNS,
+    }
+    if axis not in regs:
+        raise PluginError(f"unknown axis {axis!r}; valid: {', '.join(AXES)}")
+    return regs[axis]
+
+
+def choices_text(names: Sequence[str]) -> str:
+    """``'a', 'b' or 'c'``: how pydantic lists the values of a Literal."""
+    quoted = [f"'{n}'" for n in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+
+def check_name(axis: str) -> Callable[[str], str]:
+    """A pydantic after-validator: the value must be a name in ``axis``'s registry."""
+
+    def check(value: str) -> str:
+        names = list(registry(axis))
+        if value not in names:
+            raise ValueError(f"Input should be {choices_text(names)}")
+        return value
+
+    return check
+
+
+def plugin_hashes(model_cfg: Any) -> dict[str, str]:
+    """``{axis: sha256 of the plugin source}`` for every axis of ``model_cfg`` set to a plugin."""
+    out = {}
+    for axis in AXES:
+        info = _PLUGINS.get((axis, getattr(model_cfg, axis, None)))
+        if info is not None:
+            out[axis] = info.sha256
+    return out
+
+
+def plugins_used(model_cfg: Any) -> list[PluginInfo]:
+    return [
+        _PLUGINS[(a, getattr(model_cfg, a))] for a in AXES if (a, getattr(model_cfg, a)) in _PLUGINS
+    ]
+
+
+# --- registration ---------------------------------------------------------------------------------
+
+
+def _source_of(cls: type) -> tuple[str, str]:
+    try:
+        path = inspect.getsourcefile(cls) or ""
+    except TypeError:  # defined interactively
+        path = ""
+    if path and Path(path).is_file():
+        return path, hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    # no file: hash the class's own source if inspect can find it, else its name
+    try:
+        text = inspect.getsource(cls)
+    except (OSError, TypeError):
+        text = f"{cls.__module__}.{cls.__qualname__}"
+    return "<interactive>", hashlib.sha256(text.encode()).hexdigest()
+
+
+def register(axis: str, name: str) -> Callable[[C], C]:
+    """Class decorator: add the class to ``axis``'s registry under ``name``.
+
+    ``@ablate.register("norm", "scalenorm")`` on ``class ScaleNorm(nn.Module)`` with
+    ``__init__(self, cfg: ModelConfig)`` and ``forward(x) -> x``-shaped; then
+    ``model.norm: scalenorm`` selects it. Raises ``PluginError`` for an unknown axis, a name
+    already taken by another class, or a class that does not fit the axis's interface.
+    """
+    reg = registry(axis)
+    if not isinstance(name, str) or not name or "," in name or "=" in name:
+        raise PluginError(f"bad {axis} name {name!r}: use a plain non-empty string")
+
+    def deco(cls: C) -> C:
+        old = reg.get(name)
+        # re-importing the same plugin (a second study, a worker) re-registers the same class
+        same = old is not None and (old.__module__, old.__qualname__) == (
+            cls.__module__,
+            cls.__qualname__,
+        )
+        if old is not None and not same:
+            where = f"{old.__module__}.{old.__qualname__}"
+            raise PluginError(
+                f"{axis} {name!r} is already registered (by {where}); choose another name"
+            )
+        check_interface(axis, name, cls)
+        reg[name] = cls
+        source, sha = _source_of(cls)
+        _PLUGINS[(axis, name)] = PluginInfo(axis, name, cls.__qualname__, source, sha)
+        return cls
+
+    return deco
+
+
+def _tiny_config(axis: str, name: str):
+    from ablate.config import ModelConfig
+
+    base = ModelConfig(d_model=16, n_heads=2, n_layers=1, max_seq_len=8, d_ff=32)
+    return base.model_copy(update={axis: name})
+
+
+def check_interface(axis: str, name: str, cls: type) -> None:
+    """Build ``cls`` from a tiny config and run a ``(2, 5, d_model)`` input (``(2, 5)`` ids for
+    ``arch``) through it: on the meta device (no memory), else on the CPU if an op has no meta
+    kernel. Raises ``PluginError`` saying what does not fit."""
+    import torch
+    import torch.nn as nn
+
+    from ablate.model.transformer import LanguageModel, NoPositions
+
+    what = f"{axis} {name!r} ({getattr(cls, '__qualname__', cls)})"
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise PluginError(f"{what} must be a torch.nn.Module subclass")
+    if axis == "pos_encoding" and not issubclass(cls, NoPositions):
+        raise PluginError(
+            f"{what} must subclass ablate.model.transformer.NoPositions (embed/rotary/attn_bias)"
+        )
+    if axis == "arch" and not issubclass(cls, LanguageModel):
+        raise PluginError(f"{what} must subclass ablate.model.LanguageModel")
+    if axis == "norm_placement" and not isinstance(getattr(cls, "final_norm", None), bool):
+        raise PluginError(f"{what} must set the class attribute final_norm (True or False)")
+    cfg = _tiny_config(axis, name)
+    B, T, V = 2, 5, 11
+    errors = []
+    for device in ("meta", "cpu"):
+        try:
+            with torch.device(device):
+                if axis == "arch":
+                    module = cls(cfg, V)
+                    x = torch.zeros(B, T, dtype=torch.long)
+                    want = (B, T, V)
+                else:
+                    module = cls(cfg)
+                    x = torch.zeros(B, T, cfg.d_model)
+                    want = (B, T, cfg.d_model)
+                with torch.no_grad():
+                    y = module.embed(x) if axis == "pos_encoding" else module(x)
+        except Exception as err:  # noqa: BLE001 - any failure is the plugin's
+            errors.append(f"{type(err).__name__}: {err}".splitlines()[0])
+            continue
+        if tuple(y.shape) != want:
+            raise PluginError(
+                f"{what} maps an input of shape {tuple(x.shape)} to {tuple(y.shape)}, "
+                f"expected {want}"
+            )
+        return
+    raise PluginError(f"{what} cannot be built from a ModelConfig and run: {errors[-1]}")
+
+
+# --- loading --------------------------------------------------------------------------------------
+
+
+def _is_path(spec: str) -> bool:
+    return spec.endswith(".py") or "/" in spec or "\\" in spec
+
+
+def load_plugin(spec: str, *, base: Path | None = None, key: str = "plugins", source=None) -> str:
+    """Import one plugin: a dotted module name, or a ``.py`` path (relative to ``base``).
+
+    Returns the module name. Importing the same plugin again does nothing. Any failure is a
+    one-line ``ConfigError`` naming the plugin, the key and the source file.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(
+            f"a plugin must be a module name or a .py path, got {spec!r}", key=key, source=source
+        )
+    spec = spec.strip()
+    if _is_path(spec):
+        path = Path(spec).expanduser()
+        if not path.is_absolute() and base is not None:
+            path = base / path
+        path = path.resolve()
+        ident = str(path)
+        if ident in _LOADED:
+            return _LOADED[ident]
+        if not path.is_file():
+            raise ConfigError(f"plugin {spec!r}: no such file ({path})", key=key, source=source)
+        digest = hashlib.sha256(ident.encode()).hexdigest()[:10]
+        mod_name = f"ablate_plugin_{path.stem}_{digest}"
+        try:
+            mod_spec = importlib.util.spec_from_file_location(mod_name, path)
+            module = importlib.util.module_from_spec(mod_spec)
+            sys.modules[mod_name] = module
+            mod_spec.loader.exec_module(module)
+        except Exception as err:  # noqa: BLE001 - report any import failure in one line
+            sys.modules.pop(mod_name, None)
+            raise _import_error(spec, err, key, source) from None
+    else:
+        ident = mod_name = spec
+        if ident in _LOADED:
+            return _LOADED[ident]
+        try:
+            importlib.import_module(spec)
+        except Exception as err:  # noqa: BLE001
+            raise _import_error(spec, err, key, source) from None
+    _LOADED[ident] = mod_name
+    return mod_name
+
+
+def _import_error(spec: str, err: Exception, key: str, source) -> ConfigError:
+    if isinstance(err, PluginError):
+        msg = err.message
+    else:
+        msg = f"import failed ({type(err).__name__}: {err})".splitlines()[0]
+    return ConfigError(f"plugin {spec!r}: {msg}", key=key, source=source)
+
+
+def load_plugins(specs: Any, *, base: Path | None = None, key: str = "plugins", source=None):
+    """``load_plugin`` for each entry of a list (a study's ``plugins:``, ``--plugin`` options)."""
+    if specs is None:
+        return []
+    if isinstance(specs, str):
+        specs = [specs]
+    if not isinstance(specs, list | tuple):
+        raise ConfigError("must be a list of module names or .py paths", key=key, source=source)
+    return [
+        load_plugin(s, base=base, key=f"{key}[{i}]" if key == "plugins" else key, source=source)
+        for i, s in enumerate(specs)
+    ]
+
+
+def plugin_paths(specs: Sequence[str], base: Path | None = None) -> list[str]:
+    """Plugin specs made absolute (paths) so another process can import them from anywhere."""
+    out = []
+    for s in specs:
+        if _is_path(s):
+            p = Path(s).expanduser()
+            out.append(str((base / p if base is not None and not p.is_absolute() else p).resolve()))
+        else:
+            out.append(s)
+    return out

@@ -1,0 +1,120 @@
+"""What made a run: ablate version, git commit, code fingerprint, data and plugin keys.
+
+``provenance(cfg)`` goes into each run's ``run.yaml`` meta and W&B config. ``code_fingerprint()``
+hashes the source files that decide a run's numbers (``CODE_FILES``: the model, the training
+step, schedules, batching, tokenizers); ``is_stale(run_dir)`` says a finished run was made by a
+different fingerprint than the current code, so ``ablate status``/``ablate report`` can flag it
+and ``ablate run --rerun-stale`` can retrain it (``archive_stale`` first moves the old run aside,
+into ``<study>/.stale/``, so nothing is lost). A run from before fingerprints were recorded is
+not called stale: there is nothing to compare.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import time
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import ablate
+from ablate.store import RunDir
+
+PACKAGE = Path(ablate.__file__).resolve().parent
+CODE_FILES = (
+    "model/*.py",
+    "lit.py",
+    "schedules.py",
+    "data/batching.py",
+    "data/module.py",
+    "data/tokenizers.py",
+    "data/tokens.py",
+)
+STALE_DIR = ".stale"
+
+
+@cache
+def code_fingerprint() -> str:
+    """sha256 (first 16 hex) over the relative path and bytes of every file in ``CODE_FILES``."""
+    h = hashlib.sha256()
+    files = sorted({p for pattern in CODE_FILES for p in PACKAGE.glob(pattern) if p.is_file()})
+    for p in files:
+        h.update(str(p.relative_to(PACKAGE)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+@cache
+def git_info() -> dict[str, Any]:
+    """``{'git_commit', 'git_dirty'}`` when ablate runs from a git checkout, else ``{}``."""
+    root = PACKAGE.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        # only tracked files count: a stray untracked file does not change what ran
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"git_commit": commit, "git_dirty": dirty}
+
+
+def provenance(cfg: Any = None) -> dict[str, Any]:
+    """The meta fields recording the code (and, given a RunConfig, the data and plugins)."""
+    out: dict[str, Any] = {"ablate_version": ablate.__version__, **git_info()}
+    out["code_fingerprint"] = code_fingerprint()
+    if cfg is not None:
+        from ablate.data.source import data_key
+        from ablate.plugins import plugins_used
+
+        key = data_key(cfg.data.dataset)
+        if key:
+            out["data_key"] = key
+        used = plugins_used(cfg.model)
+        if used:
+            out["plugin_sources"] = {
+                p.axis: {"name": p.name, "class": p.qualname, "file": p.source, "sha256": p.sha256}
+                for p in used
+            }
+    return out
+
+
+def is_stale(run_dir: RunDir | Path) -> bool:
+    """True when the run recorded a code fingerprint that differs from the current code's."""
+    run_dir = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
+    recorded = run_dir.read_run()["meta"].get("code_fingerprint")
+    return recorded is not None and recorded != code_fingerprint()
+
+
+def stale_runs(study_dir: Path) -> list[RunDir]:
+    """Runs under ``<store>/<study>`` made by other model/training code."""
+    if not Path(study_dir).is_dir():
+        return []
+    dirs = (RunDir(p) for p in sorted(Path(study_dir).iterdir()) if (p / "run.yaml").is_file())
+    return [d for d in dirs if is_stale(d)]
+
+
+def stale_note(study_dir: Path) -> str:
+    """A report line naming how many runs are stale ('' when none)."""
+    n = len(stale_runs(study_dir))
+    if not n:
+        return ""
+    return (
+        f"{n} run{'s were' if n > 1 else ' was'} made by different model/training code than "
+        f"the current one (code fingerprint {code_fingerprint()}); retrain with "
+        "`ablate run STUDY --rerun-stale`"
+    )
+
+
+def archive_stale(run_dir: RunDir) -> Path | None:
+    """Move a stale run to ``<study>/.stale/<run id>-<unix time>/`` so it trains afresh."""
+    if not run_dir.path.is_dir() or not is_stale(run_dir):
+        return None
+    dest = run_dir.path.parent / STALE_DIR / f"{run_dir.run_id}-{int(time.time())}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    run_dir.path.rename(dest)
+    return dest

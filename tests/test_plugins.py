@@ -1,0 +1,222 @@
+"""Plugin components: registration, validation against the registries, errors, run ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import yaml
+from typer.testing import CliRunner
+
+import ablate
+from ablate.cli import app
+from ablate.config import ConfigError, ModelConfig, build_config
+from ablate.model import build_model
+from ablate.model.transformer import FFNS, NORMS
+from ablate.plugins import _LOADED, _PLUGINS, check_interface, load_plugin
+from ablate.study import load_study
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+NORM_PLUGIN = '''
+import torch, torch.nn as nn
+import ablate
+
+@ablate.register("norm", "{name}")
+class ScaleNorm(nn.Module):
+    """ScaleNorm (Nguyen & Salazar 2019): g * x / ||x||."""
+    def __init__(self, cfg):
+        super().__init__()
+        self.g = nn.Parameter(torch.tensor(cfg.d_model ** 0.5))
+        self.eps = cfg.norm_eps
+    def forward(self, x):
+        return (self.g * x / x.norm(dim=-1, keepdim=True).clamp_min(self.eps)){extra}
+'''
+
+
+@pytest.fixture
+def clean_registry():
+    """Undo every registration a test makes (the registries are process-wide)."""
+    before = {id(r): dict(r) for r in (NORMS, FFNS)}
+    loaded, plugins = dict(_LOADED), dict(_PLUGINS)
+    yield
+    for r in (NORMS, FFNS):
+        r.clear()
+        r.update(before[id(r)])
+    _LOADED.clear()
+    _LOADED.update(loaded)
+    _PLUGINS.clear()
+    _PLUGINS.update(plugins)
+
+
+def write_plugin(tmp_path: Path, name: str = "scalenorm", extra: str = "", file="my_norm.py"):
+    path = tmp_path / file
+    path.write_text(NORM_PLUGIN.format(name=name, extra=extra))
+    return path
+
+
+def test_registered_norm_is_built_and_listed(tmp_path, clean_registry):
+    load_plugin(str(write_plugin(tmp_path)))
+    cfg = build_config({"model.norm": "scalenorm", "model.d_model": 16, "model.n_heads": 2})
+    model = build_model(cfg.model, 11)
+    norm = model.blocks[0].attn_norm
+    assert type(norm).__name__ == "ScaleNorm"
+    x = torch.randn(2, 3, 16)
+    # the formula, written independently of the plugin
+    assert torch.allclose(norm(x), 4.0 * x / x.norm(dim=-1, keepdim=True))
+    with pytest.raises(ConfigError) as err:
+        build_config({"model.norm": "batchnorm"})
+    assert "'layernorm', 'rmsnorm' or 'scalenorm'" in str(err.value)
+    assert str(err.value).startswith("model.norm: ")
+
+
+def test_register_decorator_in_process(clean_registry):
+    @ablate.register("activation", "relu2_test")
+    class SquaredReLU(nn.Module):
+        def __init__(self, cfg: ModelConfig):
+            super().__init__()
+            self.w1 = nn.Linear(cfg.d_model, cfg.ff_dim)
+            self.w2 = nn.Linear(cfg.ff_dim, cfg.d_model)
+
+        def forward(self, x):
+            return self.w2(F.relu(self.w1(x)) ** 2)
+
+    cfg = build_config({"model.activation": "relu2_test"}).model
+    model = build_model(cfg, 7)
+    ffn = model.blocks[0].ffn
+    x = torch.randn(1, 4, cfg.d_model)
+    ref = F.linear(
+        F.relu(F.linear(x, ffn.w1.weight, ffn.w1.bias)).pow(2), ffn.w2.weight, ffn.w2.bias
+    )
+    assert torch.allclose(ffn(x), ref, atol=1e-6)
+    assert ffn.w2 in model.residual_projections()  # gets the scaled init like built-ins
+
+
+def test_import_failure_is_one_line_naming_the_plugin(tmp_path, clean_registry):
+    bad = tmp_path / "broken.py"
+    bad.write_text("import no_such_module_xyz\n")
+    with pytest.raises(ConfigError) as err:
+        load_plugin(str(bad), key="--plugin")
+    msg = str(err.value)
+    assert "\n" not in msg and "broken.py" in msg and "ModuleNotFoundError" in msg
+    with pytest.raises(ConfigError, match="no such file"):
+        load_plugin(str(tmp_path / "missing.py"))
+    with pytest.raises(ConfigError, match="import failed"):
+        load_plugin("no_such_pkg_xyz.module")
+
+
+def test_name_registered_twice(tmp_path, clean_registry):
+    with pytest.raises(ConfigError, match="'rmsnorm' is already registered"):
+        load_plugin(str(write_plugin(tmp_path, name="rmsnorm")))
+    load_plugin(str(write_plugin(tmp_path, file="a.py")))
+    with pytest.raises(ConfigError, match="'scalenorm' is already registered .*a"):
+        load_plugin(str(write_plugin(tmp_path, file="b.py")))
+
+
+class NotAModule:
+    def __init__(self, cfg):
+        pass
+
+
+class WrongShape(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.proj = nn.Linear(cfg.d_model, 3)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+class NeedsTwoArgs(nn.Module):
+    def __init__(self, cfg, other):
+        super().__init__()
+
+
+@pytest.mark.parametrize(
+    "cls, axis, match",
+    [
+        (NotAModule, "norm", "must be a torch.nn.Module subclass"),
+        (WrongShape, "norm", r"maps an input of shape \(2, 5, 16\) to \(2, 5, 3\)"),
+        (WrongShape, "activation", "expected"),
+        (NeedsTwoArgs, "norm", "cannot be built from a ModelConfig"),
+        (WrongShape, "pos_encoding", "must subclass .*NoPositions"),
+        (WrongShape, "arch", "must subclass .*LanguageModel"),
+        (WrongShape, "norm_placement", "final_norm"),
+    ],
+)
+def test_interface_errors(cls, axis, match):
+    with pytest.raises(ConfigError, match=match):
+        check_interface(axis, "x", cls)
+
+
+def test_bad_interface_via_cli_exits_2(tmp_path, clean_registry):
+    path = write_plugin(tmp_path, extra="[..., :3]")
+    study = tmp_path / "s.yaml"
+    study.write_text(yaml.safe_dump({"base": {"model.norm": "scalenorm"}}))
+    res = CliRunner().invoke(app, ["plan", str(study), "--plugin", str(path)])
+    assert res.exit_code == 2
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and "my_norm.py" in lines[0] and "maps an input" in lines[0]
+
+
+def test_run_id_follows_plugin_source(tmp_path, clean_registry):
+    path = write_plugin(tmp_path)
+    study = tmp_path / "s.yaml"
+    study.write_text(
+        yaml.safe_dump(
+            {"plugins": ["./my_norm.py"], "grid": {"model.norm": ["layernorm", "scalenorm"]}}
+        )
+    )
+    first = {r.config.model.norm: r.run_id for r in load_study(study).runs}
+    again = {r.config.model.norm: r.run_id for r in load_study(study).runs}
+    assert first == again
+    # edit the plugin and import it as a new process would
+    path.write_text(path.read_text().replace("clamp_min(self.eps)", "clamp_min(2 * self.eps)"))
+    _LOADED.clear()
+    edited = {r.config.model.norm: r.run_id for r in load_study(study).runs}
+    assert edited["layernorm"] == first["layernorm"]  # runs not using the plugin keep their id
+    assert edited["scalenorm"] != first["scalenorm"]
+    assert load_study(study).plugins == (str(path.resolve()),)
+
+
+def test_study_plugins_key_errors(tmp_path, clean_registry):
+    study = tmp_path / "s.yaml"
+    study.write_text(yaml.safe_dump({"plugins": ["./nope.py"]}))
+    with pytest.raises(ConfigError, match=r"s.yaml: plugins\[0\]: plugin './nope.py': no such"):
+        load_study(study)
+    study.write_text(yaml.safe_dump({"plugins": {"a": 1}}))
+    with pytest.raises(ConfigError, match="plugins: must be a list"):
+        load_study(study)
+
+
+def test_example_study_plans_and_trains(tmp_path, clean_registry):
+    """The README's example: a squared-ReLU FFN plugin in a study; plan, then a 2-step run."""
+    from ablate.runner import run_study
+
+    study = load_study(EXAMPLES / "squared_relu.yaml")
+    assert {r.config.model.activation for r in study.runs} == {"relu", "gelu", "relu2"}
+    tiny = [
+        "train.max_steps=2",
+        "train.eval_interval=2",
+        "train.eval_batches=1",
+        "train.final_eval_batches=1",
+        "tracking.wandb=false",
+        "model.activation=relu2",
+        "model.d_model=16",
+        "model.n_layers=1",
+        "model.n_heads=2",
+    ]
+    src = tmp_path / "study.yaml"
+    raw = yaml.safe_load((EXAMPLES / "squared_relu.yaml").read_text())
+    raw.update(seeds=[0], grid={}, plugins=[str(EXAMPLES / "squared_relu.py")])
+    src.write_text(yaml.safe_dump(raw))
+    results = run_study(src, overrides=tiny, store=tmp_path / "runs", progress=False)
+    assert [r["status"] for r in results] == ["completed"]
+    meta = yaml.safe_load(
+        next((tmp_path / "runs" / "squared_relu").glob("*/run.yaml")).read_text()
+    )["meta"]
+    assert meta["plugin_sources"]["activation"]["name"] == "relu2"
+    assert meta["plugins"] == [str((EXAMPLES / "squared_relu.py").resolve())]
