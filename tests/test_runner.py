@@ -139,14 +139,13 @@ def test_failed_run_does_not_stop_the_study_and_is_retried(
     monkeypatch.setattr(ablate.data.LMDataModule, "setup", real_setup)  # fix the cause
     results = {r["name"]: r for r in run_study(path, store=store, progress=False)}
     assert {r["status"] for r in results.values()} == {"completed"}
-    # runs are keyed on the data's content: the fixed file is a new run (one attempt), and the
-    # failed run made from the empty file stays in the store as it was (two attempts)
+    # the cause was fixed without changing the data: the same run is retried (third attempt)
     bad = sorted(
         (len(d.read_summary()["attempts"]), d.read_summary()["status"])
         for d in RunStore(store).runs("tiny")
         if d.read_run()["meta"]["name"] == "bad,seed=0"
     )
-    assert bad == [(1, "completed"), (2, "failed")]
+    assert bad == [(3, "completed")]
     assert len(summaries(store, "tiny")["good,seed=0"]["attempts"]) == 1
 
 
