@@ -118,7 +118,7 @@ def run(
         str | None, typer.Option(help="ray: auto or HOST:PORT of a cluster (default: start one).")
     ] = None,
     max_retries: Annotated[
-        int, typer.Option(help="ray: re-queue a run whose worker or node died this often.")
+        int, typer.Option(help="ray/local: re-queue runs whose worker or node died, this often.")
     ] = 3,
     slurm_partition: Annotated[str | None, typer.Option(help="slurm: partition.")] = None,
     slurm_time: Annotated[

@@ -63,11 +63,12 @@ def cpu_count() -> int:
 
 
 def job_id() -> str | None:
-    """The executor's id for this attempt's job, if any (a requeued or retried job keeps it)."""
-    if os.environ.get("SLURM_ARRAY_JOB_ID"):
-        return f"slurm:{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ.get('SLURM_ARRAY_TASK_ID')}"
-    if os.environ.get("SLURM_JOB_ID"):
-        return f"slurm:{os.environ['SLURM_JOB_ID']}"
+    """This run's executor job id (Ray task, submitit job), kept across retries and requeues.
+
+    Only set by the executors, once per run (``ABLATE_JOB_ID``): never derived from
+    ``SLURM_JOB_ID``, which every process of one allocation shares (a lease with our job id may
+    be taken over, see ablate/lease.py, so it must name one run's job alone).
+    """
     return os.environ.get("ABLATE_JOB_ID") or None
 
 

@@ -124,3 +124,53 @@ def test_each_pool_worker_takes_its_own_slot():
     with pool:
         seen = dict(f.result() for f in [pool.submit(_device_of_this_worker) for _ in range(4)])
     assert sorted(seen.values()) == ["4", "7"]  # two workers, one per GPU
+
+
+def test_a_killed_worker_does_not_stop_the_study(tmp_path):
+    """kill -9 of a pool worker mid-run: its run is re-queued in a fresh pool and, its owner's
+    pid being gone, takes the lease over at once (no grace period) and completes."""
+    import glob
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+    from test_runner import TINY_BASE
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the king shall not love my lord thee good queen\n" * 400)
+    base = json.loads(json.dumps(TINY_BASE))
+    base["data"]["dataset"] = str(corpus)
+    base["train"].update(max_steps=100, log_interval=5, eval_interval=50)
+    study = tmp_path / "s.yaml"
+    grid = {"model.activation": ["relu", "gelu"]}
+    study.write_text(yaml.safe_dump({"name": "s", "base": base, "grid": grid}))
+    store = tmp_path / "runs"
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    cmd = [sys.executable, "-m", "ablate", "run", str(study), "--store", str(store)]
+    proc = subprocess.Popen(
+        [*cmd, "--workers", "2", "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    deadline, victim = time.time() + 240, None
+    while victim is None:
+        assert time.time() < deadline and proc.poll() is None
+        for metrics in glob.glob(str(store / "s" / "*" / "metrics.csv")):
+            lines = open(metrics).read().splitlines()
+            if any(ln.startswith("10,train/loss") for ln in lines):
+                (lease,) = glob.glob(os.path.join(os.path.dirname(metrics), "run.lease.*"))
+                victim = json.loads(open(lease).read())["pid"]
+        time.sleep(0.2)
+    os.kill(victim, signal.SIGKILL)
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, out
+    assert "a worker process died" in out
+    runs = [json.loads(open(p).read()) for p in glob.glob(str(store / "s" / "*" / "summary.json"))]
+    assert sorted(r["status"] for r in runs) == ["completed", "completed"]
+    assert victim in {a["pid"] for r in runs for a in r["attempts"][:-1]}  # and it was retried

@@ -111,3 +111,16 @@ def test_racers_for_one_stale_lease_exactly_one_wins(tmp_path, racers):
         winners = [pid for pid, won in outcome if won]
         assert len(winners) == 1, outcome
         assert holder(path, grace=60) is None or holder(path, grace=60)["pid"] == winners[0]
+
+
+def test_processes_of_one_slurm_allocation_do_not_share_a_job_id(tmp_path, monkeypatch):
+    """`ablate run --workers 4` inside an sbatch job: every process sees the same SLURM_JOB_ID,
+    which must not let one take over another's live lease."""
+    from ablate.runner import job_id
+
+    monkeypatch.setenv("SLURM_JOB_ID", "123")
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "123")
+    monkeypatch.delenv("ABLATE_JOB_ID", raising=False)
+    assert job_id() is None
+    monkeypatch.setenv("ABLATE_JOB_ID", "submitit:123_4")  # set by the executor for one run
+    assert job_id() == "submitit:123_4"

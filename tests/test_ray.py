@@ -33,7 +33,7 @@ def local_ray():
     ray.shutdown()
 
 
-def test_four_runs_at_a_quarter_gpu_share_one_gpu_at_once(local_ray):
+def test_four_runs_at_a_quarter_gpu_share_one_gpu_at_once(local_ray, tmp_path):
     from ablate.executors.ray import task_options
 
     gpu_run = RunConfig.model_validate({"train": {"accelerator": "gpu"}})
@@ -41,16 +41,21 @@ def test_four_runs_at_a_quarter_gpu_share_one_gpu_at_once(local_ray):
     assert opts["num_gpus"] == 0.25 and opts["num_cpus"] == 0.5
 
     @local_ray.remote
-    def hold(seconds):
-        start = time.time()
-        time.sleep(seconds)
-        return start, time.time(), local_ray.get_gpu_ids()
+    def meet(folder, n):
+        """Check in, then wait until all n tasks have checked in: only possible if n run at once
+        (however slowly their worker processes start)."""
+        import pathlib
+        import uuid
 
-    spans = local_ray.get([hold.options(**opts).remote(3.0) for _ in range(4)])
-    latest_start = max(s for s, _, _ in spans)
-    earliest_end = min(e for _, e, _ in spans)
-    assert latest_start < earliest_end, spans  # all four were running at one moment
-    assert all(len(ids) == 1 for _, _, ids in spans)  # each sees the one (shared) GPU
+        pathlib.Path(folder, uuid.uuid4().hex).touch()
+        deadline = time.time() + 90
+        while len(list(pathlib.Path(folder).iterdir())) < n and time.time() < deadline:
+            time.sleep(0.05)
+        return len(list(pathlib.Path(folder).iterdir())), local_ray.get_gpu_ids()
+
+    met = local_ray.get([meet.options(**opts).remote(str(tmp_path), 4) for _ in range(4)])
+    assert [n for n, _ in met] == [4, 4, 4, 4]  # all four were running at one moment
+    assert all(len(ids) == 1 for _, ids in met)  # each sees the one (shared) GPU
 
     cpu_run = RunConfig.model_validate({"train": {"accelerator": "cpu", "threads": 2}})
     cpu = task_options(cpu_run, ExecutorOptions(runs_per_gpu=4), local_ray.cluster_resources())

@@ -50,7 +50,7 @@ class ExecutorOptions(BaseModel):
     ray_address: str | None = None
     """``auto``, ``HOST:PORT`` of a running cluster, or None to start a local Ray."""
     max_retries: int = Field(3, ge=0)
-    """ray: re-queue a run whose worker or node died this many times."""
+    """ray, local pool: re-queue the runs of a worker or node that died this many times."""
     slurm_partition: str | None = None
     slurm_time: int = Field(60, ge=1)
     """slurm: minutes per job before it is requeued (resumes from its checkpoint)."""

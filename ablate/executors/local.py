@@ -158,10 +158,35 @@ def _worker_run(
 def _run_pool(
     tasks: list[RunTask], slots: list[Slot], opts: ExecutorOptions, progress: Progress
 ) -> None:
+    """Train ``tasks`` on a pool of ``len(slots)`` workers. A worker that dies (``kill -9``, out
+    of memory) breaks the pool: the runs not yet reported go to a fresh pool, up to
+    ``opts.max_retries`` times; the dead worker's run takes its lease over and resumes."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    left = list(tasks)
+    for attempt in range(opts.max_retries + 1):
+        try:
+            _one_pool(left, slots, opts, progress)
+            return
+        except BrokenProcessPool:
+            if attempt == opts.max_retries:
+                raise
+            progress.write(
+                f"a worker process died (killed or out of memory): restarting {len(left)} "
+                "unfinished run(s) in a fresh pool"
+            )
+
+
+def _one_pool(
+    tasks: list[RunTask], slots: list[Slot], opts: ExecutorOptions, progress: Progress
+) -> None:
+    """One pool; ``tasks`` loses each task as it is reported (what is left is unfinished)."""
     import multiprocessing as mp
+    from concurrent.futures.process import BrokenProcessPool
 
     from ablate.runner import INTERRUPTED, cpu_count
 
+    slots = slots[: len(tasks)]
     threads = max(1, cpu_count() // len(slots))
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
@@ -184,10 +209,16 @@ def _run_pool(
             finished, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
             progress.poll()
             for f in finished:
+                if isinstance(f.exception(), BrokenProcessPool):
+                    raise f.exception()
                 outcome, summary = f.result()
+                tasks.remove(futures[f])
                 progress.finished(futures[f].run, outcome, summary)
                 if outcome == INTERRUPTED:  # a worker was stopped from outside
                     raise KeyboardInterrupt
+    except BrokenProcessPool:
+        pool.shutdown(wait=True, cancel_futures=True)  # the others were stopped with it
+        raise
     except BaseException:
         stop.set()
         progress.close()  # a clean screen before "stopping workers"

@@ -118,7 +118,12 @@ def connect(opts: ExecutorOptions):
     if opts.ray_address:
         check_address(opts.ray_address)
         kwargs["address"] = opts.ray_address
-    ray.init(**kwargs)
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, RuntimeError, TimeoutError) as err:
+        # something answered the port check but is not a Ray cluster (or went away since)
+        msg = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise ConfigError(msg, key="--ray-address") from None
     return ray, True
 
 
