@@ -76,6 +76,8 @@ TOP_LEVEL = (
     "description",
     "findings",
     "reference",
+    "claims",
+    "equivalence_margin",
     "base",
     "grid",
     "variants",
@@ -161,6 +163,9 @@ class Study:
     profiles: tuple[str, ...]
     runs: list[PlannedRun] = field(default_factory=list)
     reference: Reference | None = None
+    claims: list = field(default_factory=list)
+    """The study's ``claims:`` (:class:`ablate.claims.Claim`), checked by the report."""
+    equivalence_margin: float = 0.01
 
     def meta(self, run: PlannedRun) -> dict[str, Any]:
         return run.meta(self.name, self.profile)
@@ -696,6 +701,7 @@ def load_study(
                 by_name[run.name] = by_id[run.run_id] = run
                 runs.append(run)
 
+    claims, margin = _claims(raw, source, grid, [n for n, _ in variants], runs)
     return Study(
         name=name,
         description=description.strip(),
@@ -704,7 +710,19 @@ def load_study(
         profiles=tuple(profiles),
         runs=runs,
         reference=reference,
+        claims=claims,
+        equivalence_margin=margin,
     )
+
+
+def _claims(raw: dict, source: Path, grid: dict, variant_names: list, runs: list) -> tuple:
+    """(claims, equivalence margin), validated against the study's axes (ablate.claims)."""
+    from ablate.claims import parse_claims, parse_margin
+
+    axes = ({"variant": variant_names} if variant_names else {}) | dict(grid)
+    lengths = {float(x) for x in runs[0].config.train.eval_lengths} if runs else None
+    margin = parse_margin(raw.get("equivalence_margin"), source)
+    return parse_claims(raw.get("claims"), source, axes, lengths), margin
 
 
 def _resolve(

@@ -17,7 +17,7 @@ from pathlib import Path
 from ablate.report.collect import StudyData, load_study, resolve_studies, results_frame
 from ablate.report.plots import make_figures
 from ablate.report.render import build_blocks, progress_line, to_html, to_markdown
-from ablate.report.stats import axis_comparisons
+from ablate.report.claims import analyse
 
 __all__ = ["build_report", "build_reports", "load_study"]
 
@@ -32,9 +32,9 @@ def build_report(study: StudyData, out: Path) -> Path:
     try:
         os.chmod(tmp, 0o755)  # mkdtemp makes it private
         results_frame(study).to_csv(tmp / "results.csv", index=False)
-        comps = axis_comparisons(study.runs, study.varying_axes)
+        comps, checks = analyse(study)
         figures = make_figures(study, tmp)
-        blocks = build_blocks(study, comps, figures)
+        blocks = build_blocks(study, comps, figures, checks)
         (tmp / "report.md").write_text(to_markdown(blocks))
         (tmp / "report.html").write_text(to_html(blocks, f"{study.name}: ablation report"))
         _swap_in(tmp, out / study.name)
