@@ -261,7 +261,7 @@ def write_run(store, study, axes, seed, status, final, *, layers=4, lengths=None
         "axes": axes,
         "params": 51_000,
         "params_non_embedding": 49_000,
-        "lr": 1e-3,
+        "lr": axes.get("optim.lr", 1e-3),
         "tokens_per_s": 9000.0 + 100 * seed,
         "wall_time_s": 12.0 + seed,
     }

@@ -18,6 +18,8 @@ import pandas as pd
 from ablate.report.stats import mean_ci
 
 BATCH, LR = "data.batch_size", "optim.lr"
+PEAK = "lr"
+"""The summary's peak LR of each run (after ``optim.lr_scaling``), the x of the fit."""
 
 
 def optimum_log_lr(lrs: np.ndarray, losses: np.ndarray, window: int = 2) -> tuple[float, bool]:
@@ -64,26 +66,32 @@ class LrFit:
 
 
 def lr_fit(runs: pd.DataFrame, metric: str = "final_val_loss") -> LrFit:
-    """Per seed and batch size the fitted optimum LR, and per seed the exponent alpha."""
+    """Per seed and batch size the fitted optimum of the peak LR (summary ``lr``: optim.lr after
+    the batch-size rule; optim.lr when a run lacks it), and per seed the exponent alpha."""
     done = runs[runs["status"].isin(("completed", "diverged"))].copy()
+    # the LR the run trained with: optim.lr scaled by the batch rule (summary "lr")
+    x = LR
+    if PEAK in done and pd.to_numeric(done[PEAK], errors="coerce").notna().all():
+        x = PEAK
+    done["x"] = pd.to_numeric(done[x], errors="coerce")
     done["y"] = pd.to_numeric(done[metric], errors="coerce").where(
         done["status"] == "completed"
     )
     rows, per_seed = [], {}
     for bs, g in done.groupby(BATCH, sort=True):
-        mean = g.groupby(LR)["y"].mean()
+        mean = g.groupby("x")["y"].mean()
         _, interior = optimum_log_lr(mean.index.to_numpy(), mean.to_numpy())
         stars = {}
         for seed, gs in g.groupby("seed"):
-            x, _ = optimum_log_lr(gs[LR].to_numpy(), gs["y"].to_numpy())
-            stars[seed] = x
-            per_seed.setdefault(seed, {})[bs] = x
+            star, _ = optimum_log_lr(gs["x"].to_numpy(), gs["y"].to_numpy())
+            stars[seed] = star
+            per_seed.setdefault(seed, {})[bs] = star
         m, lo, hi = mean_ci([v for v in stars.values()])
         best = mean.idxmin() if mean.notna().any() else math.nan
         rows.append(
             {
                 "batch": bs,
-                "lrs": sorted(g[LR].unique()),
+                "lrs": sorted(g["x"].unique()),
                 "best_lr": best,
                 "interior": bool(interior),
                 "lr_star": 10**m if math.isfinite(m) else math.nan,
