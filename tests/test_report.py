@@ -492,3 +492,40 @@ seeds: [0, 1]
     md = paths[0].read_text()
     assert "Two norm placements" in md and "## Verdicts" in md
     assert (out / "val_loss_curves.png").is_file() and (out / "grad_norm_layers.png").is_file()
+
+
+# --- figures agree with tables -----------------------------------------------------------------
+
+
+def test_val_curve_ends_at_the_full_split_final_loss(built):
+    from ablate.report.plots import with_final_points
+
+    root, _ = built
+    study = load_study(root / "runs", "norm_pos")
+    curves = study.metrics[study.metrics["metric"] == "val/loss"]
+    out = with_final_points(curves, study.runs)
+    done = study.runs[study.runs["status"] == "completed"].set_index("run_id")
+    last = out.sort_values("step").groupby("run_id").tail(1).set_index("run_id")
+    for run_id, r in done.iterrows():
+        assert last.loc[run_id, "value"] == r["final_val_loss"]
+        assert last.loc[run_id, "step"] == r["steps"]
+    assert not out.duplicated(["run_id", "step"]).any()
+
+
+def test_t_errorbar_is_the_tables_interval():
+    from ablate.report.stats import t_errorbar
+
+    assert t_errorbar([1.0, 2.0, 3.0]) == pytest.approx(mean_ci([1.0, 2.0, 3.0])[1:])
+    assert t_errorbar([2.0]) == (2.0, 2.0)
+
+
+def test_grad_norm_figure_is_not_repeated_per_optimiser_axis(tmp_path):
+    for norm in ("post", "pre"):
+        for warm in (0.0, 0.1):
+            for seed in range(2):
+                axes = {"model.norm_placement": norm, "optim.warmup_ratio": warm}
+                write_run(tmp_path / "runs", "nw", axes, seed, "completed", 1.5 + warm)
+    (path,) = build_reports(["nw"], store=tmp_path / "runs", out=tmp_path / "r", quiet=True)
+    md = path.read_text()
+    assert "One line per seed" in md
+    assert "Optimiser/schedule axes (warmup_ratio) cannot change step 0" in md

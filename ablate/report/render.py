@@ -94,8 +94,10 @@ def fmt_count(x: float) -> str:
 
 def fmt_stat(r: pd.Series, col: str, f) -> str:
     """``'mean ± std [lo, hi]'`` of summary column ``col`` with formatter ``f``; the interval
-    is left out when it is empty (one seed, or every seed the same, e.g. steps)."""
+    is left out when it is empty (one seed, or every seed the same, e.g. steps). Costs cannot
+    be negative, so the t-interval's lower end is cut at 0."""
     mean, std, lo, hi, n = (r[f"{col}_{k}"] for k in ("mean", "std", "lo", "hi", "n"))
+    lo = max(lo, 0.0) if _isnum(lo) else lo
     if n == 0 or not _isnum(mean):
         return "—"
     if n == 1 or not _isnum(std):

@@ -63,6 +63,13 @@ def mean_ci(values: Iterable[float], confidence: float = 0.95) -> tuple[float, f
     return m, m - half, m + half
 
 
+def t_errorbar(values: Iterable[float]) -> tuple[float, float]:
+    """``(lo, hi)`` of :func:`mean_ci` for seaborn's ``errorbar=`` (figures draw the tables'
+    interval); one value: ``(x, x)``."""
+    m, lo, hi = mean_ci(values)
+    return (m, m) if not math.isfinite(lo) else (lo, hi)
+
+
 @dataclass(frozen=True)
 class WelchResult:
     t: float
