@@ -79,9 +79,7 @@ def _number(raw: Any, key: str, source: Path) -> float:
     return float(raw)
 
 
-def _selector(
-    raw: Any, where: str, source: Path, axes: dict[str, list[Any]]
-) -> dict[str, Any]:
+def _selector(raw: Any, where: str, source: Path, axes: dict[str, list[Any]]) -> dict[str, Any]:
     """``{axis: value | [values]}`` with every axis and value among the study's."""
     if raw is None:
         return {}
@@ -144,7 +142,9 @@ def parse_claim(
 ) -> Claim:
     where = f"claims[{i}]"
     if not isinstance(raw, dict):
-        raise ConfigError("must be a mapping {id, text, expect, a, b, ...}", key=where, source=source)
+        raise ConfigError(
+            "must be a mapping {id, text, expect, a, b, ...}", key=where, source=source
+        )
     for k in raw:
         if k not in KEYS:
             raise ConfigError(
@@ -154,15 +154,17 @@ def parse_claim(
             )
     cid = raw.get("id")
     if not isinstance(cid, str) or not _ID.match(cid):
-        raise ConfigError("must be a plain word (letters, digits, _ . -)", key=f"{where}.id",
-                          source=source)
+        raise ConfigError(
+            "must be a plain word (letters, digits, _ . -)", key=f"{where}.id", source=source
+        )
     text = raw.get("text")
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("must be a non-empty string", key=f"{where}.text", source=source)
     expect = raw.get("expect")
     if expect not in KINDS:
         raise ConfigError(
-            f"unknown kind {expect!r}{suggest(str(expect), list(KINDS))}; valid: {', '.join(KINDS)}",
+            f"unknown kind {expect!r}{suggest(str(expect), list(KINDS))}; "
+            f"valid: {', '.join(KINDS)}",
             key=f"{where}.expect",
             source=source,
         )
@@ -187,14 +189,18 @@ def parse_claim(
     value = raw.get("value")
     if metric in FITTED:
         if value is None:
-            raise ConfigError(f"{metric} needs value: (the expected exponent)",
-                              key=f"{where}.value", source=source)
+            raise ConfigError(
+                f"{metric} needs value: (the expected exponent)",
+                key=f"{where}.value",
+                source=source,
+            )
         value = _number(value, f"{where}.value", source)
         if expect == "diverges":
             raise ConfigError(f"{metric} cannot diverge", key=f"{where}.expect", source=source)
     elif value is not None:
-        raise ConfigError("only a fitted metric (lr_exponent) takes value:",
-                          key=f"{where}.value", source=source)
+        raise ConfigError(
+            "only a fitted metric (lr_exponent) takes value:", key=f"{where}.value", source=source
+        )
     elif expect != "diverges" and not b and not external:
         raise ConfigError("needs b: (the arm to compare a with)", key=f"{where}.b", source=source)
     return Claim(

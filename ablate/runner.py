@@ -238,6 +238,7 @@ def run_study(
     done = sum(1 for r in study.runs if dirs[r.run_id].status in FINISHED)
     todo = [r for r in study.runs if dirs[r.run_id].status not in FINISHED]
     workers = max(1, min(workers, len(todo) or 1))
+    os.environ["ABLATE_WORKERS"] = str(workers)  # recorded in each run's summary (environment)
     profile_txt = f" (profile {study.profile})" if study.profile else ""
     console.print(
         f"[bold]{study.name}[/]{profile_txt}: {len(study.runs)} runs, {done} finished, "

@@ -25,6 +25,7 @@ from pytorch_lightning.callbacks import (
 
 from ablate.config import RunConfig
 from ablate.data import LMDataModule
+from ablate.environment import environment
 from ablate.lit import LitLM, lm_loss
 from ablate.store import RunDir
 from ablate.tracking import StoreLogger, make_wandb_logger
@@ -246,6 +247,7 @@ def train_run(
                 flops_per_token=lit.model.flops_per_token(cfg.data.seq_len),
                 vocab_size=dm.vocab_size,
                 lr=cfg.lr,
+                environment=environment(cfg.train.accelerator),  # threads/workers/versions
             )
             run_dir.update_summary(**summary)
             ckpt_path = run_dir.last_checkpoint()

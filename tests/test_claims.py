@@ -20,31 +20,61 @@ from ablate.study import load_study as plan_study
 
 GRID = {"model.norm_placement": ["post", "pre"], "model.pos_encoding": ["learned", "rope"]}
 CLAIMS = [
-    {"id": "pre-wins", "text": "Pre-LN trains better", "expect": "better",
-     "a": {"model.norm_placement": "pre"}, "b": {"model.norm_placement": "post"},
-     "where": {"model.pos_encoding": "rope"}},
-    {"id": "post-wins", "text": "Post-LN trains better", "expect": "better",
-     "a": {"model.norm_placement": "post"}, "b": {"model.norm_placement": "pre"},
-     "where": {"model.pos_encoding": "rope"}},
-    {"id": "pos-tie", "text": "Encodings tie", "expect": "equivalent",
-     "a": {"model.pos_encoding": "rope"}, "b": {"model.pos_encoding": "learned"},
-     "where": {"model.norm_placement": "pre"}},
-    {"id": "post-diverges", "text": "Post-LN diverges", "expect": "diverges",
-     "a": {"model.norm_placement": "post", "model.pos_encoding": "learned"}},
-    {"id": "best-of", "text": "pre beats the best post", "expect": "better",
-     "a": {"model.norm_placement": "pre", "model.pos_encoding": "learned"},
-     "b": {"model.norm_placement": "post", "model.pos_encoding": ["learned", "rope"]}},
-    {"id": "vs-published", "text": "pre equals a published 1.6", "expect": "equivalent",
-     "a": {"model.norm_placement": "pre", "model.pos_encoding": "learned"},
-     "b": {"values": [1.598, 1.6, 1.603], "label": "paper"}, "margin": 0.05},
+    {
+        "id": "pre-wins",
+        "text": "Pre-LN trains better",
+        "expect": "better",
+        "a": {"model.norm_placement": "pre"},
+        "b": {"model.norm_placement": "post"},
+        "where": {"model.pos_encoding": "rope"},
+    },
+    {
+        "id": "post-wins",
+        "text": "Post-LN trains better",
+        "expect": "better",
+        "a": {"model.norm_placement": "post"},
+        "b": {"model.norm_placement": "pre"},
+        "where": {"model.pos_encoding": "rope"},
+    },
+    {
+        "id": "pos-tie",
+        "text": "Encodings tie",
+        "expect": "equivalent",
+        "a": {"model.pos_encoding": "rope"},
+        "b": {"model.pos_encoding": "learned"},
+        "where": {"model.norm_placement": "pre"},
+    },
+    {
+        "id": "post-diverges",
+        "text": "Post-LN diverges",
+        "expect": "diverges",
+        "a": {"model.norm_placement": "post", "model.pos_encoding": "learned"},
+    },
+    {
+        "id": "best-of",
+        "text": "pre beats the best post",
+        "expect": "better",
+        "a": {"model.norm_placement": "pre", "model.pos_encoding": "learned"},
+        "b": {"model.norm_placement": "post", "model.pos_encoding": ["learned", "rope"]},
+    },
+    {
+        "id": "vs-published",
+        "text": "pre equals a published 1.6",
+        "expect": "equivalent",
+        "a": {"model.norm_placement": "pre", "model.pos_encoding": "learned"},
+        "b": {"values": [1.598, 1.6, 1.603], "label": "paper"},
+        "margin": 0.05,
+    },
 ]
 
 
 def study_yaml(path, claims=CLAIMS, **extra):
-    path.write_text(yaml.safe_dump(
-        {"name": "norm_pos", "grid": GRID, "seeds": [0, 1, 2], "claims": claims, **extra},
-        sort_keys=False,
-    ))
+    path.write_text(
+        yaml.safe_dump(
+            {"name": "norm_pos", "grid": GRID, "seeds": [0, 1, 2], "claims": claims, **extra},
+            sort_keys=False,
+        )
+    )
     return path
 
 
@@ -76,8 +106,10 @@ def test_claims_share_the_holm_family_with_the_axis_comparisons(checked):
     comps, checks = analyse(study)
     # pre-wins is the same comparison as an axis one (same runs, same order): counted once
     family = len(comps) + sum(
-        1 for c in checks
-        if c.comparison is not None and c.comparison.key not in {x.key for x in comps}
+        1
+        for c in checks
+        if c.comparison is not None
+        and c.comparison.key not in {x.key for x in comps}
         and math.isfinite(c.comparison.p)
     )
     assert by_id["pre-wins"].comparison.family == family
@@ -89,8 +121,10 @@ def test_report_lists_every_claim_with_its_outcome(checked, tmp_path):
     (path,) = build_reports([str(spec)], store=store, out=tmp_path, quiet=True)
     md = path.read_text()
     section = md.split("## Against the paper")[1].split("\n## ")[0]
-    assert "**pre-wins** (final_val_loss, expect better): Pre-LN trains better → **reproduces**" \
+    assert (
+        "**pre-wins** (final_val_loss, expect better): Pre-LN trains better → **reproduces**"
         in section
+    )
     assert "→ **contradicted**" in section
     assert "seeds per arm would decide it)" in section
     assert "post-diverges" in section and "diverged in 1/3 finished seeds" in section
@@ -99,24 +133,58 @@ def test_report_lists_every_claim_with_its_outcome(checked, tmp_path):
 @pytest.mark.parametrize(
     "claim, key, message",
     [
-        ({"id": "x", "text": "t", "expect": "beter", "a": {}, "b": {}}, "claims[0].expect",
-         "unknown kind 'beter' (did you mean 'better'?)"),
-        ({"id": "x", "text": "t", "expect": "better", "a": {"model.norm": "pre"},
-          "b": {"model.norm_placement": "post"}}, "claims[0].a.model.norm",
-         "not an axis of this study"),
-        ({"id": "x", "text": "t", "expect": "better", "a": {"model.norm_placement": "mid"},
-          "b": {"model.norm_placement": "post"}}, "claims[0].a.model.norm_placement",
-         "'mid' is not a value of this axis; values: post, pre"),
-        ({"id": "x", "text": "t", "expect": "better", "a": {}, "b": {}, "metric": "loss@2x"},
-         "claims[0].metric", "not evaluated by these runs"),
-        ({"id": "x", "text": "t", "expect": "better", "a": {}, "b": {}, "metric": "ppl"},
-         "claims[0].metric", "unknown metric 'ppl'"),
-        ({"id": "x", "text": "t", "expect": "equivalent", "metric": "lr_exponent", "value": 1},
-         "claims[0].metric", "needs grid axes data.batch_size and optim.lr"),
-        ({"id": "x", "text": "t", "expect": "better", "a": {}, "b": {}, "colour": 1},
-         "claims[0].colour", "unknown key"),
-        ({"id": "x", "text": "t", "expect": "better", "a": {"model.norm_placement": "pre"}},
-         "claims[0].b", "needs b:"),
+        (
+            {"id": "x", "text": "t", "expect": "beter", "a": {}, "b": {}},
+            "claims[0].expect",
+            "unknown kind 'beter' (did you mean 'better'?)",
+        ),
+        (
+            {
+                "id": "x",
+                "text": "t",
+                "expect": "better",
+                "a": {"model.norm": "pre"},
+                "b": {"model.norm_placement": "post"},
+            },
+            "claims[0].a.model.norm",
+            "not an axis of this study",
+        ),
+        (
+            {
+                "id": "x",
+                "text": "t",
+                "expect": "better",
+                "a": {"model.norm_placement": "mid"},
+                "b": {"model.norm_placement": "post"},
+            },
+            "claims[0].a.model.norm_placement",
+            "'mid' is not a value of this axis; values: post, pre",
+        ),
+        (
+            {"id": "x", "text": "t", "expect": "better", "a": {}, "b": {}, "metric": "loss@2x"},
+            "claims[0].metric",
+            "not evaluated by these runs",
+        ),
+        (
+            {"id": "x", "text": "t", "expect": "better", "a": {}, "b": {}, "metric": "ppl"},
+            "claims[0].metric",
+            "unknown metric 'ppl'",
+        ),
+        (
+            {"id": "x", "text": "t", "expect": "equivalent", "metric": "lr_exponent", "value": 1},
+            "claims[0].metric",
+            "needs grid axes data.batch_size and optim.lr",
+        ),
+        (
+            {"id": "x", "text": "t", "expect": "better", "a": {}, "b": {}, "colour": 1},
+            "claims[0].colour",
+            "unknown key",
+        ),
+        (
+            {"id": "x", "text": "t", "expect": "better", "a": {"model.norm_placement": "pre"}},
+            "claims[0].b",
+            "needs b:",
+        ),
     ],
 )
 def test_bad_claims_are_one_line_naming_file_and_key(tmp_path, claim, key, message):
@@ -177,15 +245,33 @@ def test_lr_exponent_claim_and_table(tmp_path):
                 axes = {"data.batch_size": bs, "optim.lr": lr}
                 write_run(store, "blr", axes, seed, "completed", final)
     spec = tmp_path / "blr.yaml"
-    spec.write_text(yaml.safe_dump({
-        "name": "blr", "grid": {"data.batch_size": [8, 32], "optim.lr": lrs}, "seeds": [0, 1, 2],
-        "claims": [
-            {"id": "sqrt", "text": "square-root rule", "expect": "equivalent",
-             "metric": "lr_exponent", "value": 0.5, "margin": 0.1},
-            {"id": "linear", "text": "linear rule", "expect": "equivalent",
-             "metric": "lr_exponent", "value": 1.0, "margin": 0.1},
-        ],
-    }))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "blr",
+                "grid": {"data.batch_size": [8, 32], "optim.lr": lrs},
+                "seeds": [0, 1, 2],
+                "claims": [
+                    {
+                        "id": "sqrt",
+                        "text": "square-root rule",
+                        "expect": "equivalent",
+                        "metric": "lr_exponent",
+                        "value": 0.5,
+                        "margin": 0.1,
+                    },
+                    {
+                        "id": "linear",
+                        "text": "linear rule",
+                        "expect": "equivalent",
+                        "metric": "lr_exponent",
+                        "value": 1.0,
+                        "margin": 0.1,
+                    },
+                ],
+            }
+        )
+    )
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
     md = path.read_text()
     assert "**sqrt** (lr_exponent, expect equivalent 0.5): square-root rule → **reproduces**" in md

@@ -157,8 +157,15 @@ def test_seeds_needed_matches_the_power_of_the_t_test():
 
 
 def test_verdict_equivalent_within_the_margin():
-    c = compare([1.500, 1.503, 1.498], [1.501, 1.502, 1.500], seeds_a=[0, 1, 2],
-                seeds_b=[0, 1, 2], label_a="pre", label_b="post", margin=0.01)
+    c = compare(
+        [1.500, 1.503, 1.498],
+        [1.501, 1.502, 1.500],
+        seeds_a=[0, 1, 2],
+        seeds_b=[0, 1, 2],
+        label_a="pre",
+        label_b="post",
+        margin=0.01,
+    )
     v = verdict(c)
     assert v.kind == "equivalent" and v.winner is None
     assert "pre ≈ post: equivalent within ±0.01 nats" in v.text and "TOST" in v.text
@@ -529,3 +536,20 @@ def test_grad_norm_figure_is_not_repeated_per_optimiser_axis(tmp_path):
     md = path.read_text()
     assert "One line per seed" in md
     assert "Optimiser/schedule axes (warmup_ratio) cannot change step 0" in md
+
+
+def test_reproducibility_section_flags_chaotic_variants(tmp_path):
+    from ablate.report.repro import chaotic_variants
+
+    for v, spread in (("a", 0.01), ("b", 0.012), ("c", 0.011), ("d", 0.3)):
+        for seed in range(3):
+            axes = {"model.activation": {"a": "relu", "b": "gelu", "c": "swiglu", "d": "geglu"}[v]}
+            write_run(tmp_path / "runs", "ch", axes, seed, "completed", 1.5 + spread * (seed - 1))
+    study = load_study(tmp_path / "runs", "ch")
+    # seed sd = spread (values spread·(-1, 0, 1)): median of 0.01, 0.011, 0.012, 0.3 = 0.0115
+    (flag,) = chaotic_variants(study)
+    assert flag[0] == "geglu" and flag[1] == pytest.approx(0.3) and flag[2] == pytest.approx(0.0115)
+    (path,) = build_reports(["ch"], store=tmp_path / "runs", out=tmp_path / "r", quiet=True)
+    md = path.read_text()
+    assert "## Reproducibility" in md and "**Chaotic variants**" in md
+    assert "geglu (seed sd 0.3" in md

@@ -14,10 +14,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ablate.report.claims import analyse
 from ablate.report.collect import StudyData, load_study, resolve_studies, results_frame
 from ablate.report.plots import make_figures
 from ablate.report.render import build_blocks, progress_line, to_html, to_markdown
-from ablate.report.claims import analyse
 
 __all__ = ["build_report", "build_reports", "load_study"]
 

@@ -63,8 +63,9 @@ def _best(runs: pd.DataFrame, sel: dict, col: str) -> tuple[pd.DataFrame, str]:
             continue
         c = axis_column(key)
         means = {
-            v: pd.to_numeric(g.loc[(g[c] == v) & (g["status"] == "completed"), col],
-                             errors="coerce").mean()
+            v: pd.to_numeric(
+                g.loc[(g[c] == v) & (g["status"] == "completed"), col], errors="coerce"
+            ).mean()
             for v in val
         }
         finite = {v: m for v, m in means.items() if math.isfinite(m)}
@@ -89,8 +90,13 @@ def build_comparisons(study: StudyData, claims: list[Claim], margin: float) -> l
             alphas = {s: a for s, a in fit.alphas.items() if math.isfinite(a)}
             seeds = list(alphas)
             check.comparison = compare(
-                list(alphas.values()), [claim.value] * len(seeds), seeds_a=seeds, seeds_b=seeds,
-                label_a="alpha", label_b=f"{claim.value:g}", margin=m,
+                list(alphas.values()),
+                [claim.value] * len(seeds),
+                seeds_a=seeds,
+                seeds_b=seeds,
+                label_a="alpha",
+                label_b=f"{claim.value:g}",
+                margin=m,
             )
             not_bracketed = fit.per_batch.loc[~fit.per_batch["interior"], "batch"].tolist()
             if not_bracketed:
@@ -102,15 +108,19 @@ def build_comparisons(study: StudyData, claims: list[Claim], margin: float) -> l
         col = metric_column(claim)
         ga, la = _best(base, claim.a, col)
         if claim.expect == "diverges":
-            check.comparison = compare_groups(ga, ga.iloc[0:0], col, label_a=la, label_b="-",
-                                              margin=m)
+            check.comparison = compare_groups(
+                ga, ga.iloc[0:0], col, label_a=la, label_b="-", margin=m
+            )
             out.append(check)
             continue
         if claim.external:
             done = ga[ga["status"] == "completed"]
             check.comparison = compare(
-                pd.to_numeric(done[col], errors="coerce").tolist(), list(claim.external),
-                label_a=la, label_b=claim.external_label, margin=m,
+                pd.to_numeric(done[col], errors="coerce").tolist(),
+                list(claim.external),
+                label_a=la,
+                label_b=claim.external_label,
+                margin=m,
                 diverged_a=int((ga["status"] == "diverged").sum()),
             )
         elif col not in runs:
@@ -132,7 +142,10 @@ def _decide(check: ClaimCheck, alpha: float) -> None:
             check.detail = check.detail or "no finished runs"
             return
         check.outcome = (
-            REPRODUCES if c.diverged_a == n else CONTRADICTED if c.diverged_a == 0 and n >= 2
+            REPRODUCES
+            if c.diverged_a == n
+            else CONTRADICTED
+            if c.diverged_a == 0 and n >= 2
             else INCONCLUSIVE
         )
         return
@@ -191,8 +204,6 @@ def analyse(study: StudyData) -> tuple[list[Comparison], list[ClaimCheck]]:
         c = check.comparison
         if c is not None and c.key in adjusted:
             a = adjusted[c.key]
-            check.comparison = replace(
-                c, p_adj=a.p_adj, p_tost_adj=a.p_tost_adj, family=a.family
-            )
+            check.comparison = replace(c, p_adj=a.p_adj, p_tost_adj=a.p_tost_adj, family=a.family)
         _decide(check, ALPHA)
     return [adjusted[c.key] for c in comps], checks

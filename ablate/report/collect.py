@@ -224,6 +224,8 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
     for k, v in summary.items():
         if k not in row and k not in _SKIP_FIELDS and _scalar(v):
             row[k] = v
+    for k, v in (summary.get("environment") or {}).items():  # threads, workers, versions
+        row[f"env.{k}"] = v
     for mult, loss in (summary.get("val_loss_at_length") or {}).items():
         row[f"{LENGTH_PREFIX}{float(mult):g}x"] = loss
     flat = _flat(config)

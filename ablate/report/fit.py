@@ -74,9 +74,7 @@ def lr_fit(runs: pd.DataFrame, metric: str = "final_val_loss") -> LrFit:
     if PEAK in done and pd.to_numeric(done[PEAK], errors="coerce").notna().all():
         x = PEAK
     done["x"] = pd.to_numeric(done[x], errors="coerce")
-    done["y"] = pd.to_numeric(done[metric], errors="coerce").where(
-        done["status"] == "completed"
-    )
+    done["y"] = pd.to_numeric(done[metric], errors="coerce").where(done["status"] == "completed")
     rows, per_seed = [], {}
     for bs, g in done.groupby(BATCH, sort=True):
         mean = g.groupby("x")["y"].mean()

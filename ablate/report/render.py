@@ -26,6 +26,7 @@ from ablate.report.collect import (
 )
 from ablate.report.plots import FigureFile, loss_unit, short_names
 from ablate.report.render_claims import claim_items, lr_table
+from ablate.report.repro import environment_table, reproducibility_text
 from ablate.report.stats import (
     ALPHA,
     SEED,
@@ -259,7 +260,9 @@ def comparisons_table(comps: list[tuple[Comparison, Verdict]], study: StudyData)
                 "test (df)": f"{c.test} ({c.df:.1f})" if _isnum(c.df) else c.test or "—",
                 "p": f"{c.p:.3g}" if _isnum(c.p) else "—",
                 "Holm p": f"{c.p_adj:.3g}" if _isnum(c.p_adj) else "—",
-                f"TOST ±{c.margin:g} Holm p": f"{c.p_tost_adj:.3g}" if _isnum(c.p_tost_adj) else "—",
+                f"TOST ±{c.margin:g} Holm p": (
+                    f"{c.p_tost_adj:.3g}" if _isnum(c.p_tost_adj) else "—"
+                ),
                 "bootstrap CI (secondary)": (
                     f"[{c.boot_lo:+.4f}, {c.boot_hi:+.4f}]" if _isnum(c.boot_lo) else "—"
                 ),
@@ -354,9 +357,7 @@ def _axes_line(study: StudyData) -> str:
     )
 
 
-_ORDER = {
-    "better": 0, "worse": 0, "diverged": 1, "equivalent": 2, "inconclusive": 3, "too_few": 4
-}
+_ORDER = {"better": 0, "worse": 0, "diverged": 1, "equivalent": 2, "inconclusive": 3, "too_few": 4}
 MAX_HEADLINES = 15
 
 
@@ -387,7 +388,8 @@ def _against_the_paper(study: StudyData, checks: list, unit: str) -> list[Block]
             )
         )
     if study.findings:
-        out.append(Block("p", ("**Commentary** (hand-written): " if checks else "") + study.findings))
+        lead = "**Commentary** (hand-written): " if checks else ""
+        out.append(Block("p", lead + study.findings))
     return out
 
 
@@ -499,6 +501,18 @@ def build_blocks(
         blocks.append(Block("h2", "Figures"))
         for f in figures:
             blocks.append(Block("fig", f, f.caption))
+    blocks.append(Block("h2", "Reproducibility"))
+    blocks.append(Block("p", reproducibility_text(study)))
+    env = environment_table(study)
+    if env is not None:
+        blocks.append(
+            Block(
+                "table",
+                env,
+                "Where the runs trained: library versions, device, torch threads and how many "
+                "runs trained at once (workers); float results can differ across these.",
+            )
+        )
     blocks.append(Block("h2", "Runs"))
     blocks.append(Block("table", runs_table(study), "Every run in the store for this study."))
     return blocks

@@ -197,12 +197,28 @@ def paired_t(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -
     if n < 2:
         return DiffTest("paired t", m, math.nan, math.nan, math.nan, math.nan, math.nan, sd)
     if sd == 0:
-        return DiffTest("paired t", m, m, m, math.copysign(math.inf, m) if m else 0.0,
-                        n - 1, 0.0 if m else 1.0, 0.0)
+        return DiffTest(
+            "paired t",
+            m,
+            m,
+            m,
+            math.copysign(math.inf, m) if m else 0.0,
+            n - 1,
+            0.0 if m else 1.0,
+            0.0,
+        )
     res = stats.ttest_rel(x, y)
     ci = res.confidence_interval(confidence)
-    return DiffTest("paired t", m, float(ci.low), float(ci.high), float(res.statistic),
-                    float(n - 1), float(res.pvalue), sd)
+    return DiffTest(
+        "paired t",
+        m,
+        float(ci.low),
+        float(ci.high),
+        float(res.statistic),
+        float(n - 1),
+        float(res.pvalue),
+        sd,
+    )
 
 
 def welch_diff(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> DiffTest:
@@ -545,6 +561,7 @@ def verdict(
     )
     return Verdict("inconclusive", None, text, need)
 
+
 # --- tables ------------------------------------------------------------------------------------
 
 
@@ -579,9 +596,7 @@ def summarize(runs: pd.DataFrame, by: list[str], metrics: list[str]) -> pd.DataF
     return pd.DataFrame(rows)
 
 
-def compare_groups(
-    ga: pd.DataFrame, gb: pd.DataFrame, metric: str, **kwargs: Any
-) -> Comparison:
+def compare_groups(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, **kwargs: Any) -> Comparison:
     """:func:`compare` on two groups of runs of the runs table: completed runs give the values
     (with their seeds, so equal seed sets are paired), diverged runs are counted, and the run
     ids identify the comparison (``key``)."""
