@@ -63,19 +63,34 @@ def run(
     store: StoreOpt = Path("runs"),
     workers: Annotated[int, typer.Option(min=1, help="Runs trained in parallel.")] = 1,
     no_progress: Annotated[bool, typer.Option("--no-progress")] = False,
+    until_decided: Annotated[
+        bool,
+        typer.Option(
+            "--until-decided",
+            help="Then add seeds only to variants in inconclusive comparisons, until decided.",
+        ),
+    ] = False,
+    max_seeds: Annotated[
+        int, typer.Option(min=2, help="With --until-decided: at most this many seeds a variant.")
+    ] = 10,
 ) -> None:
     """Expand a study into runs and train every run not yet finished (resumable)."""
     from ablate.runner import run_study
 
     try:
-        results = run_study(
-            study,
+        kwargs = dict(
             profile=profile,
             overrides=set_ or [],
             store=store,
             workers=workers,
             progress=not no_progress,
         )
+        if until_decided:
+            from ablate.decide import run_until_decided
+
+            results = run_until_decided(study, max_seeds=max_seeds, **kwargs)
+        else:
+            results = run_study(study, **kwargs)
     except ConfigError as err:
         fail(err)
     except KeyboardInterrupt:

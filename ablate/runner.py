@@ -225,13 +225,17 @@ def run_study(
     store: str | Path = "runs",
     workers: int = 1,
     progress: bool = True,
+    extra_seeds: dict[str, Sequence[int]] | None = None,
 ) -> list[dict[str, Any]]:
     """Train every unfinished run of a study; returns the summaries of all its runs.
+
+    ``extra_seeds`` (variant label -> seeds) adds runs beyond the study's seeds
+    (``--until-decided``, :mod:`ablate.decide`).
 
     The study is fully validated first (``ConfigError``; nothing is written). Ctrl-C stops the
     study, prints how to resume and re-raises ``KeyboardInterrupt``.
     """
-    study = load_study(study_path, profile, overrides)
+    study = load_study(study_path, profile, overrides, extra_seeds=extra_seeds)
     runs_store = RunStore(store)
     console = _console()
     dirs = {r.run_id: runs_store.run(study.name, r.run_id) for r in study.runs}

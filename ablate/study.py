@@ -565,11 +565,14 @@ def load_study(
     overrides: Sequence[str] = (),
     *,
     check_data: bool = True,
+    extra_seeds: dict[str, Sequence[int]] | None = None,
 ) -> Study:
     """Read, validate and expand a study file into its planned runs.
 
     Raises ``ConfigError`` (one line: file and key path) for anything wrong; nothing is
     written. ``check_data`` checks that each run's dataset is registered or an existing file.
+    ``extra_seeds`` maps a variant label to seeds run in addition to the study's (added by
+    ``ablate run --until-decided``, :mod:`ablate.decide`).
     """
     source = Path(path)
     raw = load_yaml(source)
@@ -661,7 +664,10 @@ def load_study(
     by_id: dict[str, PlannedRun] = {}
     for vname, vlayer in variants or [(None, _Layer())]:
         for point in points:
-            for seed in seeds if seeds is not None else [None]:
+            parts = [vname] if vname is not None else []
+            parts += [f"{short[k]}={fmt_value(v)}" for k, v in point.items()]
+            extra = list((extra_seeds or {}).get(",".join(parts) or "base", []))
+            for seed in [*(seeds if seeds is not None else [None]), *extra]:
                 layers = [base, prof_layer, vlayer, prof.variants.get(vname, _Layer())]
                 grid_layer = _Layer()
                 for key, value in point.items():
@@ -669,10 +675,13 @@ def load_study(
                 layers.append(grid_layer)
                 if seed is not None:
                     seed_layer = _Layer()
-                    seed_layer.add("train.seed", seed, f"{seeds_where}[{seeds.index(seed)}]")
+                    seed_where = (
+                        f"{seeds_where}[{seeds.index(seed)}]"
+                        if seeds is not None and seed in seeds
+                        else "--until-decided"
+                    )
+                    seed_layer.add("train.seed", seed, seed_where)
                     layers.append(seed_layer)
-                parts = [vname] if vname is not None else []
-                parts += [f"{short[k]}={fmt_value(v)}" for k, v in point.items()]
                 label = ",".join(parts) or "base"
                 cfg, where = _resolve(layers, derived, overrides_layer, source, label)
                 if check_data:

@@ -25,7 +25,7 @@ from ablate.report.collect import (
     variant_order,
 )
 from ablate.report.plots import FigureFile, loss_unit, short_names
-from ablate.report.render_claims import claim_items, lr_table
+from ablate.report.render_claims import claim_items, extra_seed_items, lr_table
 from ablate.report.repro import environment_table, reproducibility_text
 from ablate.report.stats import (
     ALPHA,
@@ -440,6 +440,17 @@ def build_blocks(
             )
         )
 
+    extra = extra_seed_items(study)
+    if extra:
+        blocks.append(Block("h2", "Extra seeds (--until-decided)"))
+        blocks.append(
+            Block(
+                "p",
+                "After the study's seeds, `ablate run --until-decided` added seeds only to the "
+                "variants of inconclusive comparisons or claims, re-analysing after each round:",
+            )
+        )
+        blocks.append(Block("ul", extra))
     blocks.append(Block("h2", "Results per variant"))
     quality, cost = variant_tables(study)
     blocks.append(

@@ -83,3 +83,22 @@ def lr_table(study: StudyData) -> pd.DataFrame | None:
             }
         )
     return pd.DataFrame(rows)
+
+
+def extra_seed_items(study: StudyData) -> list[str]:
+    """``--until-decided`` rounds from the store's log: which variants got which seed, why."""
+    from ablate.decide import LOG, read_log
+
+    path = study.path / LOG
+    if not path.is_file():
+        return []
+    log = read_log(path)
+    items = []
+    for i, r in enumerate(log.get("rounds", []), 1):
+        for variant, seed in r.get("seeds", {}).items():
+            why = "; ".join(r.get("why", {}).get(variant, []))
+            items.append(f"round {i}: **{variant}** got seed {seed} (inconclusive: {why})")
+    stop = log.get("stopped")
+    if stop:
+        items.append(f"stopped: {stop}")
+    return items
