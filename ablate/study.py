@@ -10,6 +10,10 @@ A study file::
     reference:                      # optional: a published final validation loss to test against
       value: 1.88
       label: nanoGPT README
+    equivalence_margin: 0.01        # optional: TOST margin in nats for the report (default 0.01)
+    claims:                         # optional: the paper's statements, checked by the report
+      - {id: post-needs-warmup, text: ..., expect: better, a: {optim.warmup_ratio: 0.1},
+         b: {optim.warmup_ratio: 0}, where: {model.norm_placement: post}}   # see ablate.claims
     base:                           # partial run config (nested sections or dotted keys)
       model: {n_layers: 6}
       optim.lr: 2e-3

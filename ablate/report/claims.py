@@ -74,7 +74,7 @@ def _best(runs: pd.DataFrame, sel: dict, col: str) -> tuple[pd.DataFrame, str]:
         opts = "/".join(format_value(v) for v in val)
         part = f"{key.split('.')[-1]}={format_value(pick)} (best of {opts})"
         label = f"{label}, {part}" if label else part
-    return g, label or "all runs"
+    return g, label or "ablate (all runs)"
 
 
 def build_comparisons(study: StudyData, claims: list[Claim], margin: float) -> list[ClaimCheck]:
