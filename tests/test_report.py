@@ -553,3 +553,21 @@ def test_reproducibility_section_flags_chaotic_variants(tmp_path):
     md = path.read_text()
     assert "## Reproducibility" in md and "**Chaotic variants**" in md
     assert "geglu (seed sd 0.3" in md
+
+
+def test_report_is_logged_to_wandb_offline_in_the_study_group(built, tmp_path, monkeypatch):
+    from ablate.config import TrackingConfig
+    from ablate.report.plots import make_figures
+    from ablate.report.wandb_report import log_report
+
+    root, _ = built
+    study = load_study(root / "runs", "norm_pos")
+    assert log_report(study, {}, []) is None  # the runs were tracked with wandb: false
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert log_report(study, {}, [], TrackingConfig()) is None
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    figures = make_figures(study, tmp_path)
+    tables = {"verdicts": pd.DataFrame({"a": ["x"]})}
+    assert log_report(study, tables, figures[:1], TrackingConfig()) == "offline"
+    runs = list((study.path / ".report-wandb" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
