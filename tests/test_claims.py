@@ -277,3 +277,38 @@ def test_lr_exponent_claim_and_table(tmp_path):
     assert "**sqrt** (lr_exponent, expect equivalent 0.5): square-root rule → **reproduces**" in md
     assert "**linear** (lr_exponent, expect equivalent 1): linear rule → **contradicted**" in md
     assert "| 8 | 0.001, 0.002, 0.004, 0.008, 0.016 | 0.002 | yes | 0.002 [" in md
+
+
+def test_lr_exponent_is_not_claimed_when_the_optimum_is_not_bracketed(tmp_path):
+    store, lrs = tmp_path / "runs", [1e-3, 2e-3, 4e-3]
+    for bs in (8, 32):
+        for lr in lrs:
+            for seed in range(2):  # loss falls with LR at batch 32: best LR at the edge
+                final = 1.5 + (0.1 * (math.log10(lr) + 2.7) ** 2 if bs == 8 else -0.1 * lr * 100)
+                write_run(
+                    store, "nb", {"data.batch_size": bs, "optim.lr": lr}, seed, "completed", final
+                )
+    spec = tmp_path / "nb.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "nb",
+                "grid": {"data.batch_size": [8, 32], "optim.lr": lrs},
+                "seeds": [0, 1],
+                "claims": [
+                    {
+                        "id": "sqrt",
+                        "text": "sqrt",
+                        "expect": "equivalent",
+                        "metric": "lr_exponent",
+                        "value": 0.5,
+                        "margin": 0.1,
+                    }
+                ],
+            }
+        )
+    )
+    (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
+    md = path.read_text()
+    assert "→ **not testable**" in md and "not bracketed) at batch 32" in md
+    assert "| 32 | 0.001, 0.002, 0.004 | 0.004 | NO: best LR at the edge |" in md

@@ -26,6 +26,9 @@ REPRODUCES, CONTRADICTED, INCONCLUSIVE, UNTESTED = (
 )
 
 
+NOT_BRACKETED = "not testable: the best LR is at the edge of the sweep (not bracketed)"
+
+
 @dataclass
 class ClaimCheck:
     claim: Claim
@@ -86,6 +89,10 @@ def build_comparisons(study: StudyData, claims: list[Claim], margin: float) -> l
         check = ClaimCheck(claim)
         base = _match(runs, claim.where)
         if claim.metric == "lr_exponent":
+            if not {"data.batch_size", "optim.lr"} <= set(study.varying_axes):
+                check.detail = "these runs do not sweep data.batch_size × optim.lr"
+                out.append(check)
+                continue
             fit = lr_fit(base)
             alphas = {s: a for s, a in fit.alphas.items() if math.isfinite(a)}
             seeds = list(alphas)
@@ -99,13 +106,17 @@ def build_comparisons(study: StudyData, claims: list[Claim], margin: float) -> l
                 margin=m,
             )
             not_bracketed = fit.per_batch.loc[~fit.per_batch["interior"], "batch"].tolist()
-            if not_bracketed:
-                check.detail = "best LR at the edge of the sweep (not bracketed) at batch " + (
-                    ", ".join(f"{b:g}" for b in not_bracketed)
+            if not_bracketed:  # no claim on an optimum the sweep does not contain
+                check.detail = f"{NOT_BRACKETED} at batch " + ", ".join(
+                    f"{b:g}" for b in not_bracketed
                 )
             out.append(check)
             continue
         col = metric_column(claim)
+        if col not in runs:
+            check.detail = f"no run records {claim.metric}"
+            out.append(check)
+            continue
         ga, la = _best(base, claim.a, col)
         if claim.expect == "diverges":
             check.comparison = compare_groups(
@@ -123,8 +134,6 @@ def build_comparisons(study: StudyData, claims: list[Claim], margin: float) -> l
                 margin=m,
                 diverged_a=int((ga["status"] == "diverged").sum()),
             )
-        elif col not in runs:
-            check.detail = f"no run records {claim.metric}"
         else:
             gb, lb = _best(base, claim.b, col)
             check.comparison = compare_groups(ga, gb, col, label_a=la, label_b=lb, margin=m)
@@ -134,7 +143,7 @@ def build_comparisons(study: StudyData, claims: list[Claim], margin: float) -> l
 
 def _decide(check: ClaimCheck, alpha: float) -> None:
     c, claim = check.comparison, check.claim
-    if c is None:
+    if c is None or check.detail.startswith(NOT_BRACKETED):
         return
     if claim.expect == "diverges":
         n = c.total_a
