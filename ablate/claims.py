@@ -11,7 +11,7 @@ report time (:mod:`ablate.report.claims`). One claim::
         b: {optim.warmup_ratio: 0.0}             # arm b; or {values: [..], label: ..}
         where: {model.norm_placement: post}      # other axes held fixed (optional)
         metric: final_val_loss                   # final_val_loss | best_val_loss | loss@2x
-                                                 # | lr_exponent (fitted, with value:)
+                                                 # | ffn_grad_slope@init | lr_exponent
         margin: 0.01                             # optional: this claim's equivalence margin
 
 A list as a value (``a: {model.activation: [swiglu, geglu]}``) means the best of those values
@@ -34,7 +34,9 @@ from ablate.config import ConfigError, suggest
 
 KINDS = ("better", "worse", "equivalent", "diverges")
 KEYS = ("id", "text", "expect", "a", "b", "where", "metric", "margin", "value")
-BASE_METRICS = ("final_val_loss", "best_val_loss")
+BASE_METRICS = ("final_val_loss", "best_val_loss", "ffn_grad_slope@init")
+"""Per-run metrics; lower is "better". ``ffn_grad_slope@init``: slope of log10 of the FFN
+output weight's gradient norm over the layer index at step 0 (Xiong et al. Fig. 3)."""
 FITTED = ("lr_exponent",)
 LENGTH_METRIC = re.compile(r"^loss@(\d+(?:\.\d+)?)x$")
 DEFAULT_MARGIN = 0.01

@@ -15,7 +15,7 @@ from ablate.config import ConfigError
 from ablate.report import build_reports
 from ablate.report.claims import analyse
 from ablate.report.collect import load_study
-from ablate.report.fit import exponent, optimum_log_lr
+from ablate.report.fit import exponent, grad_slope, optimum_log_lr
 from ablate.study import load_study as plan_study
 
 GRID = {"model.norm_placement": ["post", "pre"], "model.pos_encoding": ["learned", "rope"]}
@@ -58,6 +58,15 @@ CLAIMS = [
         "b": {"model.norm_placement": "post", "model.pos_encoding": ["learned", "rope"]},
     },
     {
+        "id": "ffn-grad",
+        "text": "Post-LN's FFN-output gradient grows toward the output at init, Pre-LN's not",
+        "expect": "better",
+        "metric": "ffn_grad_slope@init",
+        "a": {"model.norm_placement": "pre"},
+        "b": {"model.norm_placement": "post"},
+        "where": {"model.pos_encoding": "learned"},
+    },
+    {
         "id": "vs-published",
         "text": "pre equals a published 1.6",
         "expect": "equivalent",
@@ -97,6 +106,8 @@ def test_claims_are_checked_against_the_runs(checked):
     assert by_id["post-diverges"].outcome == "inconclusive"  # 1 of 3 seeds diverged
     best = by_id["best-of"]  # post-learned (1.89 over 2 finite seeds) vs post-rope (1.904)
     assert "pos_encoding=learned (best of learned/rope)" in best.comparison.label_b
+    grad = by_id["ffn-grad"]  # post's norms grow with depth (slope > 0), pre's fall
+    assert grad.outcome == "reproduces" and grad.comparison.mean_b > 0 > grad.comparison.mean_a
     pub = by_id["vs-published"]  # pre-learned seeds 1.58/1.60/1.62 vs 1.600 ± 0.05
     assert pub.comparison.test == "Welch t" and pub.comparison.margin == 0.05
 
@@ -312,3 +323,10 @@ def test_lr_exponent_is_not_claimed_when_the_optimum_is_not_bracketed(tmp_path):
     md = path.read_text()
     assert "→ **not testable**" in md and "not bracketed) at batch 32" in md
     assert "| 32 | 0.001, 0.002, 0.004 | 0.004 | NO: best LR at the edge |" in md
+
+
+def test_grad_slope_is_the_log10_slope_over_layers():
+    layers = np.arange(5)
+    assert grad_slope(layers, 10 ** (0.1 * layers)) == pytest.approx(0.1)
+    assert grad_slope(layers, 3 * 10 ** (-0.25 * layers)) == pytest.approx(-0.25)
+    assert math.isnan(grad_slope(layers[:1], np.array([1.0])))

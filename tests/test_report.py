@@ -258,6 +258,7 @@ def write_run(store, study, axes, seed, status, final, *, layers=4, lengths=None
             for i in range(layers):
                 g = (0.5 + 0.4 * i) if post else (1.2 - 0.2 * i)
                 row[f"grad_norm/layer_{i:02d}"] = g + 0.02 * rng.standard_normal()
+                row[f"grad_norm/ffn_out_{i:02d}"] = g / 2 + 0.01 * rng.standard_normal()
             row["grad_norm/global"] = 2.0
         run.append_metrics(step, row)
     if status == "diverged":

@@ -89,6 +89,7 @@ def test_store_gets_config_summary_and_metrics(tmp_path):
         "perf/tokens_per_s",
         "grad_norm/global",
         "grad_norm/layer_00",
+        "grad_norm/ffn_out_00",  # Xiong et al. Fig. 3: the FFN output weight, per layer
     } <= metrics
     steps_with_grad = {s for s, m, _ in run.read_metrics() if m == "grad_norm/global"}
     assert 0 in steps_with_grad and 10 in steps_with_grad  # at init and every interval

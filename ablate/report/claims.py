@@ -15,8 +15,10 @@ import pandas as pd
 
 from ablate.claims import Claim
 from ablate.report.collect import StudyData, axis_column, format_value
-from ablate.report.fit import lr_fit
+from ablate.report.fit import init_ffn_grad_slope, lr_fit
 from ablate.report.stats import ALPHA, FINISHED, Comparison, compare, compare_groups, seeds_needed
+
+SLOPE = "ffn_grad_slope@init"
 
 REPRODUCES, CONTRADICTED, INCONCLUSIVE, UNTESTED = (
     "reproduces",
@@ -83,6 +85,8 @@ def _best(runs: pd.DataFrame, sel: dict, col: str) -> tuple[pd.DataFrame, str]:
 def build_comparisons(study: StudyData, claims: list[Claim], margin: float) -> list[ClaimCheck]:
     """One :class:`ClaimCheck` per claim with its (unadjusted) comparison."""
     runs = study.runs[study.runs["status"].isin(FINISHED)]
+    if any(c.metric == SLOPE for c in claims):
+        runs = runs.assign(**{SLOPE: runs["run_id"].map(init_ffn_grad_slope(study.metrics))})
     out = []
     for claim in claims:
         m = claim.margin if claim.margin is not None else margin
@@ -113,7 +117,7 @@ def build_comparisons(study: StudyData, claims: list[Claim], margin: float) -> l
             out.append(check)
             continue
         col = metric_column(claim)
-        if col not in runs:
+        if col not in runs or runs[col].isna().all():
             check.detail = f"no run records {claim.metric}"
             out.append(check)
             continue

@@ -102,3 +102,29 @@ def lr_fit(runs: pd.DataFrame, metric: str = "final_val_loss") -> LrFit:
         s: exponent(np.array(list(d)), np.array(list(d.values()))) for s, d in per_seed.items()
     }
     return LrFit(pd.DataFrame(rows), alphas)
+
+
+FFN_OUT = "grad_norm/ffn_out_"
+
+
+def grad_slope(layers: np.ndarray, norms: np.ndarray) -> float:
+    """Least-squares slope of ``log10(norm)`` on the layer index: > 0 when the gradient grows
+    toward the output (nan with fewer than 2 finite positive norms)."""
+    x, y = np.asarray(layers, dtype=float), np.asarray(norms, dtype=float)
+    ok = np.isfinite(y) & (y > 0)
+    if ok.sum() < 2:
+        return math.nan
+    return float(np.polyfit(x[ok], np.log10(y[ok]), 1)[0])
+
+
+def init_ffn_grad_slope(metrics: pd.DataFrame) -> pd.Series:
+    """Per run id: :func:`grad_slope` of the FFN output weight's gradient norm at step 0
+    (``grad_norm/ffn_out_<layer>``; the quantity of Xiong et al.'s Fig. 3)."""
+    if metrics.empty:
+        return pd.Series(dtype=float)
+    m = metrics[(metrics["step"] == 0) & metrics["metric"].str.startswith(FFN_OUT)]
+    out = {}
+    for run_id, g in m.groupby("run_id"):
+        layers = g["metric"].str.removeprefix(FFN_OUT).astype(int).to_numpy()
+        out[run_id] = grad_slope(layers, g["value"].astype(float).to_numpy())
+    return pd.Series(out, dtype=float)
