@@ -144,6 +144,16 @@ def run(
             "--rerun-stale", help="Retrain runs made by other model/training code (moved aside)."
         ),
     ] = False,
+    until_decided: Annotated[
+        bool,
+        typer.Option(
+            "--until-decided",
+            help="Then add seeds only to variants in inconclusive comparisons, until decided.",
+        ),
+    ] = False,
+    max_seeds: Annotated[
+        int, typer.Option(min=2, help="With --until-decided: at most this many seeds a variant.")
+    ] = 10,
 ) -> None:
     """Expand a study into runs and train every run not yet finished (resumable)."""
     from ablate.executors import ExecutorOptions
@@ -164,8 +174,7 @@ def run(
             slurm_cluster=slurm_cluster,
             lease_grace_s=lease_grace,
         )
-        results = run_study(
-            study,
+        kwargs = dict(
             profile=profile,
             overrides=set_ or [],
             store=store,
@@ -174,6 +183,12 @@ def run(
             plugins=plugin or [],
             rerun_stale=rerun_stale,
         )
+        if until_decided:
+            from ablate.decide import run_until_decided
+
+            results = run_until_decided(study, max_seeds=max_seeds, **kwargs)
+        else:
+            results = run_study(study, **kwargs)
     except ConfigError as err:
         fail(err)
     except StoreWriteError as err:  # e.g. a full disk: one line, not a chained traceback

@@ -174,6 +174,11 @@ class LitLM(pl.LightningModule):
             return {}
         out = {f"grad_norm/{k}": v.sqrt() for k, v in sorted(sq.items())}
         out["grad_norm/global"] = torch.stack(list(sq.values())).sum().sqrt()
+        for name, p in self.model.named_parameters():  # Xiong et al. Fig. 3: FFN output weight
+            if p.grad is not None and name.endswith("ffn.w2.weight"):
+                out[f"grad_norm/ffn_out_{self._layer_of[name][6:]}"] = (
+                    p.grad.detach().float().norm()
+                )
         return out
 
     # --- validation -----------------------------------------------------------------------

@@ -158,6 +158,7 @@ def run_study(
     executor: ExecutorOptions | None = None,
     plugins: Sequence[str] = (),
     rerun_stale: bool = False,
+    extra_seeds: dict[str, Sequence[int]] | None = None,
 ) -> list[dict[str, Any]]:
     """Train every unfinished run of a study; returns the summaries of all its runs.
 
@@ -165,11 +166,13 @@ def run_study(
     written). ``workers`` is shorthand for ``ExecutorOptions(workers=...)``. Ctrl-C stops the
     study, prints how to resume and re-raises ``KeyboardInterrupt``. ``rerun_stale``: runs made
     by other model/training code are moved aside (``ablate.provenance``) and trained again.
+    ``extra_seeds`` (variant label -> seeds) adds runs beyond the study's seeds
+    (``--until-decided``, :mod:`ablate.decide`).
     """
     opts = executor or ExecutorOptions()
     if workers is not None:
         opts = opts.model_copy(update={"workers": workers})
-    study = load_study(study_path, profile, overrides, plugins=plugins)
+    study = load_study(study_path, profile, overrides, plugins=plugins, extra_seeds=extra_seeds)
     check(opts)
     runs_store = RunStore(store)
     console = _console()
@@ -184,6 +187,8 @@ def run_study(
     todo = [r for r in study.runs if dirs[r.run_id].status not in FINISHED]
     tasks = [RunTask(r, r.config, str(dirs[r.run_id].path), study.meta(r)) for r in todo]
     where = _where(opts, tasks)
+    # recorded in each run's summary (environment): how many runs trained at once
+    os.environ["ABLATE_WORKERS"] = str(_n_workers(opts, tasks))
     profile_txt = f" (profile {study.profile})" if study.profile else ""
     console.print(
         f"[bold]{study.name}[/]{profile_txt}: {len(study.runs)} runs, {done} finished, "
@@ -219,6 +224,15 @@ def run_study(
     results = _collect(study, dirs)
     print_summary(study, results, console, elapsed=time.time() - t0)
     return results
+
+
+def _n_workers(opts: ExecutorOptions, tasks: list[RunTask]) -> int:
+    """Runs training at once on this machine (1 for Ray/SLURM, whose layout is the cluster's)."""
+    if opts.executor != "local" or not tasks:
+        return 1
+    from ablate.executors.local import plan_workers, visible_gpus
+
+    return len(plan_workers(tasks, opts, visible_gpus()))
 
 
 def _where(opts: ExecutorOptions, tasks: list[RunTask]) -> str:

@@ -10,6 +10,10 @@ A study file::
     reference:                      # optional: a published final validation loss to test against
       value: 1.88
       label: nanoGPT README
+    equivalence_margin: 0.01        # optional: TOST margin in nats for the report (default 0.01)
+    claims:                         # optional: the paper's statements, checked by the report
+      - {id: post-needs-warmup, text: ..., expect: better, a: {optim.warmup_ratio: 0.1},
+         b: {optim.warmup_ratio: 0}, where: {model.norm_placement: post}}   # see ablate.claims
     base:                           # partial run config (nested sections or dotted keys)
       model: {n_layers: 6}
       optim.lr: 2e-3
@@ -76,6 +80,8 @@ TOP_LEVEL = (
     "description",
     "findings",
     "reference",
+    "claims",
+    "equivalence_margin",
     "base",
     "grid",
     "variants",
@@ -164,6 +170,9 @@ class Study:
     reference: Reference | None = None
     plugins: tuple[str, ...] = ()
     """Plugin modules/absolute paths the runs need (imported again by ``train_run``)."""
+    claims: list = field(default_factory=list)
+    """The study's ``claims:`` (:class:`ablate.claims.Claim`), checked by the report."""
+    equivalence_margin: float = 0.01
 
     def meta(self, run: PlannedRun) -> dict[str, Any]:
         meta = run.meta(self.name, self.profile)
@@ -597,6 +606,7 @@ def load_study(
     check_data: bool = True,
     check_device: bool = True,
     plugins: Sequence[str] = (),
+    extra_seeds: dict[str, Sequence[int]] | None = None,
 ) -> Study:
     """Read, validate and expand a study file into its planned runs.
 
@@ -606,6 +616,8 @@ def load_study(
     a run asking for a GPU has one (see :mod:`ablate.preflight`).
     The study's ``plugins:`` (paths relative to the study file) and ``plugins`` (``--plugin``
     options, paths relative to the working directory) are imported before validation.
+    ``extra_seeds`` maps a variant label to seeds run in addition to the study's (added by
+    ``ablate run --until-decided``, :mod:`ablate.decide`).
     """
     source = Path(path)
     raw = load_yaml(source)
@@ -707,7 +719,10 @@ def load_study(
     by_id: dict[str, PlannedRun] = {}
     for vname, vlayer in variants or [(None, _Layer())]:
         for point in points:
-            for seed in seeds if seeds is not None else [None]:
+            parts = [vname] if vname is not None else []
+            parts += [f"{short[k]}={fmt_value(v)}" for k, v in point.items()]
+            extra = list((extra_seeds or {}).get(",".join(parts) or "base", []))
+            for seed in [*(seeds if seeds is not None else [None]), *extra]:
                 layers = [base, prof_layer, vlayer, prof.variants.get(vname, _Layer())]
                 grid_layer = _Layer()
                 for key, value in point.items():
@@ -715,10 +730,13 @@ def load_study(
                 layers.append(grid_layer)
                 if seed is not None:
                     seed_layer = _Layer()
-                    seed_layer.add("train.seed", seed, f"{seeds_where}[{seeds.index(seed)}]")
+                    seed_where = (
+                        f"{seeds_where}[{seeds.index(seed)}]"
+                        if seeds is not None and seed in seeds
+                        else "--until-decided"
+                    )
+                    seed_layer.add("train.seed", seed, seed_where)
                     layers.append(seed_layer)
-                parts = [vname] if vname is not None else []
-                parts += [f"{short[k]}={fmt_value(v)}" for k, v in point.items()]
                 label = ",".join(parts) or "base"
                 cfg, where = _resolve(layers, derived, overrides_layer, source, label)
                 resolved.append((cfg, lambda k, w=where: w.get(k, k)))
@@ -751,6 +769,7 @@ def load_study(
     from ablate.preflight import check_runs
 
     check_runs(resolved, source, data=check_data, device=check_device)
+    claims, margin = _claims(raw, source, grid, [n for n, _ in variants], runs)
     return Study(
         name=name,
         description=description.strip(),
@@ -760,7 +779,19 @@ def load_study(
         runs=runs,
         reference=reference,
         plugins=all_plugins,
+        claims=claims,
+        equivalence_margin=margin,
     )
+
+
+def _claims(raw: dict, source: Path, grid: dict, variant_names: list, runs: list) -> tuple:
+    """(claims, equivalence margin), validated against the study's axes (ablate.claims)."""
+    from ablate.claims import parse_claims, parse_margin
+
+    axes = ({"variant": variant_names} if variant_names else {}) | dict(grid)
+    lengths = {float(x) for x in runs[0].config.train.eval_lengths} if runs else None
+    margin = parse_margin(raw.get("equivalence_margin"), source)
+    return parse_claims(raw.get("claims"), source, axes, lengths), margin
 
 
 def _resolve(

@@ -32,6 +32,7 @@ from ablate.checkpoints import (
 )
 from ablate.config import ConfigError, RunConfig
 from ablate.data import LMDataModule
+from ablate.environment import environment
 from ablate.lit import LitLM, lm_loss
 from ablate.progress_callback import ProgressFile
 from ablate.store import RunDir, StoreWriteError, write_final_summary
@@ -269,6 +270,7 @@ def train_run(
                 flops_per_token=lit.model.flops_per_token(cfg.data.seq_len),
                 vocab_size=dm.vocab_size,
                 lr=cfg.lr,
+                environment=environment(cfg.train.accelerator),  # threads/workers/versions
             )
             run_dir.update_summary(**summary)
             ckpt_path, step, set_aside = select_checkpoint(run_dir.checkpoint_dir)

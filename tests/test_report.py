@@ -8,18 +8,25 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from ablate.config import ConfigError, build_config
 from ablate.report import build_reports
 from ablate.report.collect import load_study
 from ablate.report.stats import (
+    adjust,
     bootstrap_diff_ci,
     compare,
+    holm,
     mean_ci,
     one_sample,
+    paired_t,
+    seeds_needed,
     summarize,
+    tost,
     verdict,
     welch,
+    welch_diff,
 )
 from ablate.store import RunStore
 
@@ -84,34 +91,113 @@ def test_bootstrap_ci_is_seeded_and_brackets_the_difference():
     assert math.isnan(bootstrap_diff_ci([1.0], b)[1])
 
 
-def test_verdict_refuses_a_winner_when_the_ci_includes_zero():
-    c = compare([1.50, 1.52, 1.48], [1.51, 1.47, 1.53], label_a="pre", label_b="post")
+def test_paired_t_matches_the_hand_computed_statistic_and_interval():
+    # per-seed differences d = [0.5, 1.0, 1.5]: mean 1, s_d = 0.5, se = 0.5/sqrt(3) = 0.288675,
+    # t = 3.464102 on 2 df: p = 1 - t/sqrt(t^2 + 2) = 0.074180; CI 1 ± 4.302653 · se
+    r = paired_t([1.0, 2.0, 4.0], [0.5, 1.0, 2.5])
+    t = 1 / (0.5 / math.sqrt(3))
+    assert r.test == "paired t" and r.diff == pytest.approx(1.0) and r.df == 2
+    assert r.t == pytest.approx(t, rel=1e-9) and r.sd == pytest.approx(0.5)
+    assert r.p == pytest.approx(1 - t / math.sqrt(t**2 + 2), rel=1e-9)
+    assert r.p == pytest.approx(0.074180, abs=1e-6)
+    half = 4.302653 * 0.5 / math.sqrt(3)
+    assert (r.lo, r.hi) == pytest.approx((1 - half, 1 + half), abs=1e-5)
+
+
+def test_welch_interval_uses_the_satterthwaite_df():
+    a, b = [1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 8.0, 10.0]
+    se = math.sqrt(5 / 12 + 2)  # see test_welch_matches_the_hand_computed_statistic_and_df
+    r = welch_diff(a, b)
+    half = stats.t.ppf(0.975, 5.520788) * se
+    assert r.test == "Welch t" and r.diff == -3.5
+    assert (r.lo, r.hi) == pytest.approx((-3.5 - half, -3.5 + half), abs=1e-5)
+
+
+def test_compare_pairs_by_seed_only_when_both_arms_share_the_seeds():
+    a, b = [1.0, 2.0, 4.0], [0.5, 1.0, 2.5]
+    c = compare(a[::-1], b, seeds_a=[2, 1, 0], seeds_b=[0, 1, 2])  # aligned by seed, not order
+    assert c.test == "paired t" and c.p == pytest.approx(0.074180, abs=1e-6)
+    c = compare(a, b, seeds_a=[0, 1, 2], seeds_b=[0, 1, 3])
+    assert c.test == "Welch t" and c.p == pytest.approx(stats.ttest_ind(a, b, equal_var=False)[1])
+    assert compare(a, b).test == "Welch t"  # seeds unknown
+
+
+def test_holm_matches_the_hand_computed_adjustment():
+    # sorted p: 0.01, 0.03, 0.04 -> 3·0.01 = 0.03, 2·0.03 = 0.06, max(0.06, 1·0.04) = 0.06
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    adj = holm([0.02, float("nan"), 0.5])  # nan is not counted: k = 2
+    assert adj[0] == pytest.approx(0.04) and math.isnan(adj[1]) and adj[2] == pytest.approx(0.5)
+
+
+def test_tost_matches_the_hand_computed_one_sided_tests():
+    # paired d = [0.001, 0.003, 0.002], margin 0.01: mean 0.002, se = 0.001/sqrt(3); the binding
+    # test is the upper bound: t = (0.002 - 0.01)/se = -sqrt(192) on 2 df, one-sided
+    # p = (1 - |t|/sqrt(t^2 + 2))/2 = (1 - sqrt(192/194))/2 = 0.002584
+    a, b = [1.001, 1.003, 1.002], [1.0, 1.0, 1.0]
+    assert tost(a, b, 0.01, paired=True) == pytest.approx((1 - math.sqrt(192 / 194)) / 2, rel=1e-4)
+    assert tost(a, b, 0.001, paired=True) > 0.5  # mean 0.002 is outside ±0.001
+    assert math.isnan(tost([1.0], b, 0.01, paired=False))
+
+
+def test_seeds_needed_matches_the_power_of_the_t_test():
+    # effect size 1 (diff = sd): a paired t-test at alpha 0.05 needs n = 10 for 80% power
+    # (Cohen's tables; G*Power: n = 10, power 0.803). Check with the noncentral t by hand.
+    assert seeds_needed(0.5, 0.5, 0.01, paired=True) == 10
+
+    def power(n, d=1.0):
+        crit = stats.t.ppf(0.975, n - 1)
+        nc = d * math.sqrt(n)
+        return 1 - stats.nct.cdf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc)
+
+    assert power(9) < 0.8 <= power(10)
+    # near-zero difference: deciding it means showing equivalence, not a difference
+    n_eq = seeds_needed(0.0, 0.005, 0.01, paired=True)  # effect (0.01 - 0)/0.005 = 2, one-sided
+    assert n_eq is not None and 3 <= n_eq <= 5
+    assert seeds_needed(0.1, 0.0, 0.01, paired=True) is None
+
+
+def test_verdict_equivalent_within_the_margin():
+    c = compare(
+        [1.500, 1.503, 1.498],
+        [1.501, 1.502, 1.500],
+        seeds_a=[0, 1, 2],
+        seeds_b=[0, 1, 2],
+        label_a="pre",
+        label_b="post",
+        margin=0.01,
+    )
     v = verdict(c)
-    assert v.kind == "no_difference" and v.winner is None
-    assert "no detectable difference at n=3 seeds" in v.text and "includes 0" in v.text
+    assert v.kind == "equivalent" and v.winner is None
+    assert "pre ≈ post: equivalent within ±0.01 nats" in v.text and "TOST" in v.text
+
+
+def test_verdict_inconclusive_says_how_many_seeds_would_decide_it():
+    c = compare([1.50, 1.56, 1.47], [1.52, 1.49, 1.55], label_a="pre", label_b="post")
+    v = verdict(c)
+    assert v.kind == "inconclusive" and v.winner is None and v.seeds_needed
+    assert f"≈{v.seeds_needed} seeds per variant would decide it" in v.text
     assert "beats" not in v.text
 
 
-def test_verdict_names_a_clear_winner():
+def test_verdict_names_a_clear_winner_with_the_t_interval():
     c = compare([1.50, 1.52, 1.48], [1.81, 1.80, 1.83], label_a="pre", label_b="post")
     v = verdict(c, where="at warmup=0")
-    assert v.kind == "winner" and v.winner == "pre"
+    assert v.kind == "better" and v.winner == "pre"
     assert v.text.startswith("pre beats post by 0.313 nats (95% CI [")
-    assert "Welch p" in v.text and "n=3 vs 3" in v.text and v.text.endswith("at warmup=0")
-    # the CI in the text is of the advantage (loser - winner): positive
+    assert "Welch t" in v.text and "Holm" in v.text and v.text.endswith("at warmup=0")
     lo, hi = (float(x) for x in v.text.split("CI [")[1].split("]")[0].split(", "))
-    assert 0 < lo < 0.313 < hi
-    # higher-is-better flips the winner
+    assert (lo, hi) == pytest.approx((-c.ci_hi, -c.ci_lo), abs=1e-3)
     assert verdict(c, lower_is_better=False).winner == "post"
 
 
-def test_verdict_is_inconclusive_when_bootstrap_and_welch_disagree():
-    # 2 seeds each: the percentile bootstrap CI excludes 0, but Welch's t (df ~1.3) is not
-    # significant; with so few seeds the report asks for more instead of naming a winner
-    c = compare([3.4997, 3.5061], [3.4546, 3.4366], label_a="post", label_b="pre")
-    assert c.ci_lo > 0 and c.p > 0.05
-    v = verdict(c)
-    assert v.kind == "inconclusive" and v.winner is None and "add seeds" in v.text
+def test_holm_turns_a_nominal_winner_inconclusive():
+    # p ≈ 0.03 alone names a winner; among 3 comparisons Holm multiplies it by 3
+    a, b = [1.0, 1.1, 1.2, 1.05], [1.2, 1.25, 1.35, 1.22]
+    c = compare(a, b)
+    assert 0.0167 < c.p < 0.05 and verdict(c).kind == "better"
+    noise = compare([1.0, 1.2, 1.1], [1.1, 1.0, 1.2])
+    c2, *_ = adjust([c, noise, noise])
+    assert c2.p_adj == pytest.approx(min(1, 3 * c.p)) and verdict(c2).kind == "inconclusive"
 
 
 def test_verdict_on_diverged_runs():
@@ -172,6 +258,7 @@ def write_run(store, study, axes, seed, status, final, *, layers=4, lengths=None
             for i in range(layers):
                 g = (0.5 + 0.4 * i) if post else (1.2 - 0.2 * i)
                 row[f"grad_norm/layer_{i:02d}"] = g + 0.02 * rng.standard_normal()
+                row[f"grad_norm/ffn_out_{i:02d}"] = g / 2 + 0.01 * rng.standard_normal()
             row["grad_norm/global"] = 2.0
         run.append_metrics(step, row)
     if status == "diverged":
@@ -182,7 +269,7 @@ def write_run(store, study, axes, seed, status, final, *, layers=4, lengths=None
         "axes": axes,
         "params": 51_000,
         "params_non_embedding": 49_000,
-        "lr": 1e-3,
+        "lr": axes.get("optim.lr", 1e-3),
         "tokens_per_s": 9000.0 + 100 * seed,
         "wall_time_s": 12.0 + seed,
     }
@@ -241,7 +328,9 @@ def test_report_from_a_synthetic_store(built):
     # pre clearly beats post with everything else fixed
     assert "pre beats post by" in md and "at pos_encoding=rope" in md
     # same loss up to noise: no winner between position encodings
-    assert "learned vs rope at norm_placement=pre: no detectable difference at n=3 vs 2" in md
+    assert "learned vs rope at norm_placement=pre: inconclusive at n=3 vs 2 seeds" in md
+    assert "seeds per variant would decide it" in md and "Holm p=" in md
+    assert "| 95% t-CI |" in md and "| bootstrap CI (secondary) |" in md
     # the diverged run is counted, and the mean over the finite ones is labelled as such
     assert "1/3 (step 40)" in md and "(mean of 2 finite)" in md
     assert "post diverged in 1/3 seeds" in md
@@ -411,3 +500,75 @@ seeds: [0, 1]
     md = paths[0].read_text()
     assert "Two norm placements" in md and "## Verdicts" in md
     assert (out / "val_loss_curves.png").is_file() and (out / "grad_norm_layers.png").is_file()
+
+
+# --- figures agree with tables -----------------------------------------------------------------
+
+
+def test_val_curve_ends_at_the_full_split_final_loss(built):
+    from ablate.report.plots import with_final_points
+
+    root, _ = built
+    study = load_study(root / "runs", "norm_pos")
+    curves = study.metrics[study.metrics["metric"] == "val/loss"]
+    out = with_final_points(curves, study.runs)
+    done = study.runs[study.runs["status"] == "completed"].set_index("run_id")
+    last = out.sort_values("step").groupby("run_id").tail(1).set_index("run_id")
+    for run_id, r in done.iterrows():
+        assert last.loc[run_id, "value"] == r["final_val_loss"]
+        assert last.loc[run_id, "step"] == r["steps"]
+    assert not out.duplicated(["run_id", "step"]).any()
+
+
+def test_t_errorbar_is_the_tables_interval():
+    from ablate.report.stats import t_errorbar
+
+    assert t_errorbar([1.0, 2.0, 3.0]) == pytest.approx(mean_ci([1.0, 2.0, 3.0])[1:])
+    assert t_errorbar([2.0]) == (2.0, 2.0)
+
+
+def test_grad_norm_figure_is_not_repeated_per_optimiser_axis(tmp_path):
+    for norm in ("post", "pre"):
+        for warm in (0.0, 0.1):
+            for seed in range(2):
+                axes = {"model.norm_placement": norm, "optim.warmup_ratio": warm}
+                write_run(tmp_path / "runs", "nw", axes, seed, "completed", 1.5 + warm)
+    (path,) = build_reports(["nw"], store=tmp_path / "runs", out=tmp_path / "r", quiet=True)
+    md = path.read_text()
+    assert "One line per seed" in md
+    assert "Optimiser/schedule axes (warmup_ratio) cannot change step 0" in md
+
+
+def test_reproducibility_section_flags_chaotic_variants(tmp_path):
+    from ablate.report.repro import chaotic_variants
+
+    for v, spread in (("a", 0.01), ("b", 0.012), ("c", 0.011), ("d", 0.3)):
+        for seed in range(3):
+            axes = {"model.activation": {"a": "relu", "b": "gelu", "c": "swiglu", "d": "geglu"}[v]}
+            write_run(tmp_path / "runs", "ch", axes, seed, "completed", 1.5 + spread * (seed - 1))
+    study = load_study(tmp_path / "runs", "ch")
+    # seed sd = spread (values spread·(-1, 0, 1)): median of 0.01, 0.011, 0.012, 0.3 = 0.0115
+    (flag,) = chaotic_variants(study)
+    assert flag[0] == "geglu" and flag[1] == pytest.approx(0.3) and flag[2] == pytest.approx(0.0115)
+    (path,) = build_reports(["ch"], store=tmp_path / "runs", out=tmp_path / "r", quiet=True)
+    md = path.read_text()
+    assert "## Reproducibility" in md and "**Chaotic variants**" in md
+    assert "geglu (seed sd 0.3" in md
+
+
+def test_report_is_logged_to_wandb_offline_in_the_study_group(built, tmp_path, monkeypatch):
+    from ablate.config import TrackingConfig
+    from ablate.report.plots import make_figures
+    from ablate.report.wandb_report import log_report
+
+    root, _ = built
+    study = load_study(root / "runs", "norm_pos")
+    assert log_report(study, {}, []) is None  # the runs were tracked with wandb: false
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert log_report(study, {}, [], TrackingConfig()) is None
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    figures = make_figures(study, tmp_path)
+    tables = {"verdicts": pd.DataFrame({"a": ["x"]})}
+    assert log_report(study, tables, figures[:1], TrackingConfig()) == "offline"
+    runs = list((study.path / ".report-wandb" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb"))

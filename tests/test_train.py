@@ -3,6 +3,7 @@
 import math
 
 import pytest
+import torch
 
 import ablate.lit
 from ablate.config import build_config
@@ -75,6 +76,9 @@ def test_store_gets_config_summary_and_metrics(tmp_path):
     ):
         assert on_disk[key] is not None, key
     assert on_disk["axes"] == {"model.norm": "x"} and on_disk["seed"] == 0
+    env = on_disk["environment"]  # what float results depend on besides the config
+    assert env["torch"] == torch.__version__ and env["device"] == "cpu"
+    assert env["torch_threads"] >= 1 and env["workers"] >= 1
     metrics = {m for _, m, _ in run.read_metrics()}
     assert {
         "train/loss",
@@ -85,6 +89,7 @@ def test_store_gets_config_summary_and_metrics(tmp_path):
         "perf/tokens_per_s",
         "grad_norm/global",
         "grad_norm/layer_00",
+        "grad_norm/ffn_out_00",  # Xiong et al. Fig. 3: the FFN output weight, per layer
     } <= metrics
     steps_with_grad = {s for s, m, _ in run.read_metrics() if m == "grad_norm/global"}
     assert 0 in steps_with_grad and 10 in steps_with_grad  # at init and every interval

@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
+from ablate.report.claims import analyse
 from ablate.report.collect import StudyData, load_study, resolve_studies, results_frame
 from ablate.report.plots import make_figures
 from ablate.report.render import Block, build_blocks, progress_line, to_html, to_markdown
-from ablate.report.stats import axis_comparisons
+from ablate.report.wandb_report import log_report
 
 __all__ = ["build_report", "build_reports", "load_study"]
 
@@ -32,13 +34,15 @@ def build_report(study: StudyData, out: Path) -> Path:
     try:
         os.chmod(tmp, 0o755)  # mkdtemp makes it private
         results_frame(study).to_csv(tmp / "results.csv", index=False)
-        comps = axis_comparisons(study.runs, study.varying_axes)
+        comps, checks = analyse(study)
         figures = make_figures(study, tmp)
-        blocks = build_blocks(study, comps, figures)
+        blocks = build_blocks(study, comps, figures, checks)
         blocks[1:1] = damaged_blocks(study)
         (tmp / "report.md").write_text(to_markdown(blocks))
         (tmp / "report.html").write_text(to_html(blocks, f"{study.name}: ablation report"))
         _swap_in(tmp, out / study.name)
+        figures = [replace(f, path=out / study.name / f.path.name) for f in figures]
+        log_report(study, wandb_tables(study, comps, checks), figures)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -54,6 +58,37 @@ def damaged_blocks(study: StudyData) -> list[Block]:
         Block("note", f"**{len(damaged)} damaged run(s) skipped** (their files cannot be read):"),
         Block("ul", [str(reason) for reason in damaged.values()]),
     ]
+
+
+def wandb_tables(study: StudyData, comps: list, checks: list) -> dict:
+    """The verdicts and claims as tables for W&B (the same rows as report.md)."""
+    import pandas as pd
+
+    from ablate.report.plots import loss_unit
+    from ablate.report.render import comparisons_table, where_text
+    from ablate.report.render_claims import numbers
+    from ablate.report.stats import verdict
+
+    unit = loss_unit(study).split("/")[0]
+    verdicts = [(c, verdict(c, unit=unit, where=where_text(c, study))) for c in comps]
+    table = comparisons_table(verdicts, study)
+    if len(table):
+        table["verdict text"] = [v.text for _, v in verdicts]
+    claims = pd.DataFrame(
+        [
+            {
+                "id": ch.claim.id,
+                "claim": ch.claim.text,
+                "expect": ch.claim.expect,
+                "metric": ch.claim.metric,
+                "outcome": ch.outcome,
+                "seeds needed": ch.seeds_needed or "",
+                "numbers": numbers(ch, unit),
+            }
+            for ch in checks
+        ]
+    )
+    return {"verdicts": table, "claims": claims}
 
 
 def _swap_in(new: Path, dest: Path) -> None:

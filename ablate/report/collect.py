@@ -82,6 +82,10 @@ class StudyData:
     """Run count from expanding the study YAML, when that was possible; else None."""
     yaml_path: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    claims: list = field(default_factory=list)
+    """The study YAML's ``claims:`` (:class:`ablate.claims.Claim`), checked by the report."""
+    equivalence_margin: float = 0.01
+    """The study YAML's ``equivalence_margin`` (nats) for TOST and claims."""
 
     @property
     def varying_axes(self) -> list[str]:
@@ -221,6 +225,8 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
     for k, v in summary.items():
         if k not in row and k not in _SKIP_FIELDS and _scalar(v):
             row[k] = v
+    for k, v in (summary.get("environment") or {}).items():  # threads, workers, versions
+        row[f"env.{k}"] = v
     for mult, loss in (summary.get("val_loss_at_length") or {}).items():
         row[f"{LENGTH_PREFIX}{float(mult):g}x"] = loss
     flat = _flat(config)
@@ -259,14 +265,19 @@ def _study_description(store_dir: Path, yaml_data: dict[str, Any], metas: list[d
     return ""
 
 
-def _expected_runs(yaml_path: Path | None, profile: str | None) -> int | None:
-    """How many runs the study YAML expands to, if ``ablate.study`` can tell (else None)."""
+def _expand(yaml_path: Path | None, profile: str | None):
+    """The study YAML expanded by ``ablate.study`` (None if it cannot be). A bad ``claims`` or
+    ``equivalence_margin`` is an error here too (one line naming the key)."""
     if yaml_path is None:
         return None
     try:
         from ablate.study import load_study as expand
 
-        return len(expand(yaml_path, profile, check_data=False).runs)
+        return expand(yaml_path, profile, check_data=False, check_device=False)
+    except ConfigError as err:
+        if str(getattr(err, "key", "") or "").startswith(("claims", "equivalence_margin")):
+            raise
+        return None
     except Exception:  # noqa: BLE001 - optional: the report must not depend on the study module
         return None
 
@@ -333,6 +344,7 @@ def load_study(store: Path, name: str, yaml_path: Path | None = None) -> StudyDa
         metrics = pd.DataFrame(columns=id_cols + ["step", "metric", "value"])
 
     yaml_data = read_study_yaml(yaml_path) if yaml_path is not None else {}
+    plan = _expand(yaml_path, next((m.get("profile") for m in metas), None))
     return StudyData(
         name=name,
         path=rs.root / name,
@@ -342,9 +354,11 @@ def load_study(store: Path, name: str, yaml_path: Path | None = None) -> StudyDa
         description=_study_description(rs.root / name, yaml_data, metas),
         findings=str(yaml_data.get("findings") or "").strip(),
         reference=parse_reference(yaml_data.get("reference"), yaml_path) if yaml_path else None,
-        expected_runs=_expected_runs(yaml_path, next((m.get("profile") for m in metas), None)),
+        expected_runs=len(plan.runs) if plan is not None else None,
         yaml_path=yaml_path,
         extra={"damaged": damaged} if damaged else {},
+        claims=list(plan.claims) if plan is not None else [],
+        equivalence_margin=plan.equivalence_margin if plan is not None else 0.01,
     )
 
 

@@ -10,8 +10,9 @@ Every figure is chosen by the data it needs, not by the study's name:
   by norm placement (axis ``model.norm_placement``; Xiong et al. 2020, Fig. 3 style).
 * ``length_extrapolation.png``: validation loss vs evaluation length (``val_loss_at_length``).
 
-Bands and bars are seaborn's ``errorbar=("ci", 95)``: a percentile bootstrap over seeds with a
-fixed ``seed`` so a rebuilt report draws the same figure; every title and caption says so.
+Bands and bars are the 95% t-interval over seeds (:func:`ablate.report.stats.t_errorbar`), the
+same interval as the tables; every title and caption says so. The last point of a validation
+curve is the run's full-split final loss, the number the tables use.
 """
 
 from __future__ import annotations
@@ -37,12 +38,15 @@ from ablate.report.collect import (  # noqa: E402
     value_order,
     variant_order,
 )
-from ablate.report.stats import SEED  # noqa: E402
+from ablate.report.stats import SEED, t_errorbar  # noqa: E402
 
 DPI = 110
-N_BOOT = 2000
-CI_BANDS = "band: 95% bootstrap CI over seeds"
-CI_BARS = "bars: 95% bootstrap CI over seeds"
+CI_BANDS = "band: 95% t-interval over seeds (as in the tables)"
+CI_BARS = "bars: 95% t-interval over seeds (as in the tables)"
+
+
+STEP0_BLIND = ("optim.",)
+"""Axes whose values cannot change the gradient at step 0 (LR, warmup, schedule, betas)."""
 
 
 @dataclass(frozen=True)
@@ -151,13 +155,31 @@ def _reference_line(study: StudyData, axes: list) -> str:
     return f" Dashed line: {ref.label} ({ref.value:g})."
 
 
+def with_final_points(df: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """``val/loss`` rows with each completed run's last point replaced by its full-split
+    ``final_val_loss`` at its final step (the periodic evaluations use a few batches)."""
+    if "final_val_loss" not in runs or "steps" not in runs:
+        return df
+    done = runs[(runs["status"] == "completed") & runs["final_val_loss"].notna()]
+    finals = done.set_index("run_id")[["final_val_loss", "steps"]]
+    keep = ~(df["run_id"].isin(finals.index) & (df["step"] >= df["run_id"].map(finals["steps"])))
+    last = df[df["run_id"].isin(finals.index)].sort_values("step").groupby("run_id").tail(1)
+    last = last.assign(
+        step=last["run_id"].map(finals["steps"]).astype(int),
+        value=last["run_id"].map(finals["final_val_loss"]).astype(float),
+    )
+    return pd.concat([df[keep], last], ignore_index=True).sort_values(["run_id", "step"])
+
+
 def val_loss_curves(study: StudyData, out: Path) -> FigureFile | None:
-    """Validation loss vs step: line = mean over seeds, band = 95% bootstrap CI over seeds."""
+    """Validation loss vs step: line = mean over seeds, band = 95% t-interval over seeds; a
+    completed run's last point is its full-split ``final_val_loss``."""
     m = study.metrics
     df = m[(m["metric"] == "val/loss") & (m["status"] != "diverged")]
     df = df[np.isfinite(df["value"].astype(float))]
     if df.empty:
         return None
+    df = with_final_points(df, study.runs)
     df, orders = _labelled(df, study)
     primary, secondary = _layout(study)
     hue = primary if primary != "variant" or df["variant"].nunique() > 1 else None
@@ -174,9 +196,7 @@ def val_loss_curves(study: StudyData, out: Path) -> FigureFile | None:
         col=col,
         col_order=orders.get(col) if col else None,
         col_wrap=min(3, n_col) if col and n_col > 1 else None,
-        errorbar=("ci", 95),
-        n_boot=N_BOOT,
-        seed=SEED,
+        errorbar=t_errorbar,
         marker="o" if few_points else None,
         markersize=4,
         height=3.4,
@@ -204,7 +224,8 @@ def val_loss_curves(study: StudyData, out: Path) -> FigureFile | None:
     _save(g, path)
     caption = (
         f"{title} per variant. Line: mean over seeds; {CI_BANDS} "
-        f"(seaborn errorbar=('ci', 95), seed={SEED}). Runs still running are included up to "
+        "(mean ± t·s/√n). The last point of a completed run is its full-split final loss, "
+        "the number in the tables. Runs still running are included up to "
         f"their last evaluation{div}.{ref}"
     )
     return FigureFile(path, title, caption)
@@ -213,7 +234,7 @@ def val_loss_curves(study: StudyData, out: Path) -> FigureFile | None:
 def final_val_loss(
     study: StudyData, out: Path, metric: str = "final_val_loss"
 ) -> FigureFile | None:
-    """Final validation loss per variant: point = mean, bars = 95% bootstrap CI, dots = seeds."""
+    """Final validation loss per variant: point = mean, bars = 95% t-interval, dots = seeds."""
     runs = study.runs
     done = runs[(runs["status"] == "completed") & runs[metric].notna()]
     if done.empty:
@@ -243,9 +264,7 @@ def final_val_loss(
         order=order,
         hue=hue,
         hue_order=orders.get(hue) if hue else None,
-        errorbar=("ci", 95),
-        n_boot=N_BOOT,
-        seed=SEED,
+        errorbar=t_errorbar,
         capsize=0.12,
         linestyle="none",
         dodge=dodge,
@@ -295,7 +314,7 @@ def final_val_loss(
     _save(g, path)
     caption = (
         f"{title} (completed runs). Diamond: mean over seeds; {CI_BARS} "
-        f"(seaborn errorbar=('ci', 95), seed={SEED}); dots: individual seeds. Diverged runs are "
+        "(mean ± t·s/√n); dots: individual seeds. Diverged runs are "
         f"not plotted; their count is under the tick label.{ref}"
     )
     return FigureFile(path, title, caption)
@@ -418,11 +437,18 @@ def grad_norm_layers(study: StudyData, out: Path) -> FigureFile | None:
     step = int(df["step"].min())
     df["layer"] = df["metric"].str.rsplit("_", n=1).str[-1].astype(int)
     df = df[np.isfinite(df["value"].astype(float))]
+    # optimiser and schedule axes cannot change the gradient at step 0: one panel, not one per
+    # value (runs that differ only there are the same model at init; keep one of them)
+    init_axes = [a for a in study.varying_axes if not a.startswith(STEP0_BLIND)]
+    if step == 0:
+        df = df.drop_duplicates(["seed", "layer", *init_axes])
     df, orders = _labelled(df, study)
     names = short_names(study.axes)
     hue = names[axis]
-    col = _context(df, study, [axis])
+    blind = [a for a in study.varying_axes if a not in init_axes] if step == 0 else []
+    col = _context(df, study, [axis, *blind])
     n_col = df[col].nunique() if col else 1
+    df["seed "] = df["seed"].astype(str)
     g = sns.relplot(
         data=df,
         kind="line",
@@ -430,15 +456,13 @@ def grad_norm_layers(study: StudyData, out: Path) -> FigureFile | None:
         y="value",
         hue=hue,
         hue_order=orders[hue],
-        style=hue,
-        style_order=orders[hue],
-        markers=True,
-        dashes=False,
+        units="seed ",
+        estimator=None,
+        marker="o",
+        markersize=4,
+        alpha=0.75,
         col=col,
         col_wrap=min(3, n_col) if col and n_col > 1 else None,
-        errorbar=("ci", 95),
-        n_boot=N_BOOT,
-        seed=SEED,
         height=3.4,
         aspect=1.3,
     )
@@ -454,7 +478,7 @@ def grad_norm_layers(study: StudyData, out: Path) -> FigureFile | None:
     g.set_axis_labels("layer index (0 = nearest the input)", "gradient L2 norm of the layer")
     title = f"Per-layer gradient norm at {when}"
     g.figure.suptitle(
-        f"{title} — {study.name}\nline: mean over seeds; {CI_BANDS}",
+        f"{title} — {study.name}\none line per seed",
         y=1.0,
         va="bottom",
         fontsize=10,
@@ -463,8 +487,14 @@ def grad_norm_layers(study: StudyData, out: Path) -> FigureFile | None:
     _save(g, path)
     caption = (
         f"{title}, by norm placement (cf. Xiong et al. 2020, Fig. 3: Post-LN's gradients are "
-        "large near the output at init, Pre-LN's are not). Norms before clipping. Line: mean "
-        f"over seeds; {CI_BANDS} (seed={SEED})."
+        "large near the output at init, Pre-LN's are not). Norms before clipping. One line "
+        "per seed, so a trend carried by one seed shows as one."
+        + (
+            f" Optimiser/schedule axes ({', '.join(names[a] for a in blind)}) cannot change "
+            "step 0, so their runs are shown once."
+            if blind
+            else ""
+        )
     )
     return FigureFile(path, title, caption)
 
@@ -531,9 +561,7 @@ def length_extrapolation(study: StudyData, out: Path) -> FigureFile | None:
         markersize=8,
         col=col,
         col_wrap=min(3, n_col) if col and n_col > 1 else None,
-        errorbar=("ci", 95),
-        n_boot=N_BOOT,
-        seed=SEED,
+        errorbar=t_errorbar,
         height=3.4,
         aspect=1.3,
     )
@@ -580,7 +608,7 @@ def length_extrapolation(study: StudyData, out: Path) -> FigureFile | None:
         if n_learned_na
         else ""
     )
-    caption = f"{title} (completed runs). Line: mean over seeds; {CI_BANDS} (seed={SEED}).{note}"
+    caption = f"{title} (completed runs). Line: mean over seeds; {CI_BANDS}.{note}"
     return FigureFile(path, title, caption)
 
 

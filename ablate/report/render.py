@@ -25,6 +25,8 @@ from ablate.report.collect import (
     variant_order,
 )
 from ablate.report.plots import FigureFile, loss_unit, short_names
+from ablate.report.render_claims import claim_items, extra_seed_items, lr_table
+from ablate.report.repro import environment_table, reproducibility_text
 from ablate.report.stats import (
     ALPHA,
     SEED,
@@ -94,8 +96,10 @@ def fmt_count(x: float) -> str:
 
 def fmt_stat(r: pd.Series, col: str, f) -> str:
     """``'mean ± std [lo, hi]'`` of summary column ``col`` with formatter ``f``; the interval
-    is left out when it is empty (one seed, or every seed the same, e.g. steps)."""
+    is left out when it is empty (one seed, or every seed the same, e.g. steps). Costs cannot
+    be negative, so the t-interval's lower end is cut at 0."""
     mean, std, lo, hi, n = (r[f"{col}_{k}"] for k in ("mean", "std", "lo", "hi", "n"))
+    lo = max(lo, 0.0) if _isnum(lo) else lo
     if n == 0 or not _isnum(mean):
         return "—"
     if n == 1 or not _isnum(std):
@@ -251,10 +255,18 @@ def comparisons_table(comps: list[tuple[Comparison, Verdict]], study: StudyData)
                 "mean a": f"{c.mean_a:.4f}" if _isnum(c.mean_a) else "—",
                 "mean b": f"{c.mean_b:.4f}" if _isnum(c.mean_b) else "—",
                 "a − b": f"{c.diff:+.4f}" if _isnum(c.diff) else "—",
-                "95% bootstrap CI": f"[{c.ci_lo:+.4f}, {c.ci_hi:+.4f}]" if _isnum(c.ci_lo) else "—",
-                "Welch t (df)": f"{c.t:.2f} ({c.df:.1f})" if _isnum(c.t) and _isnum(c.df) else "—",
+                "95% t-CI": f"[{c.ci_lo:+.4f}, {c.ci_hi:+.4f}]" if _isnum(c.ci_lo) else "—",
+                "test (df)": f"{c.test} ({c.df:.1f})" if _isnum(c.df) else c.test or "—",
                 "p": f"{c.p:.3g}" if _isnum(c.p) else "—",
-                "verdict": v.kind.replace("_", " "),
+                "Holm p": f"{c.p_adj:.3g}" if _isnum(c.p_adj) else "—",
+                f"TOST ±{c.margin:g} Holm p": (
+                    f"{c.p_tost_adj:.3g}" if _isnum(c.p_tost_adj) else "—"
+                ),
+                "bootstrap CI (secondary)": (
+                    f"[{c.boot_lo:+.4f}, {c.boot_hi:+.4f}]" if _isnum(c.boot_lo) else "—"
+                ),
+                "verdict": v.kind.replace("_", " ")
+                + (f" (≈{v.seeds_needed} seeds)" if v.seeds_needed else ""),
             }
         )
     return pd.DataFrame(rows)
@@ -310,11 +322,15 @@ HOW_TO_READ = (
     "**How to read this report.** Each number is the mean over seeds ± the sample standard "
     "deviation, then the 95% t-interval over seeds [lo, hi] (mean ± t·s/√n); n is the number of "
     "seeds behind it. Lower loss is better. Comparisons pair variants that differ in one axis "
-    "only, everything else fixed; a winner is named only when the 95% bootstrap CI of the "
-    f"difference excludes 0 and Welch's t-test gives p < {ALPHA:g}, otherwise the report says "
-    "there is no detectable difference. Diverged runs are counted and reported, never averaged "
-    "in. p-values are not corrected for multiple comparisons. Figure bands and bars are 95% "
-    f"bootstrap CIs over seeds (seed {SEED})."
+    "only, everything else fixed: a paired t-test on per-seed differences when both sides have "
+    "the same seeds (same data order), else Welch's t-test; the interval is the 95% t-interval "
+    "of the difference. p-values are Holm–Bonferroni corrected over every comparison and claim "
+    f"of the report and verdicts use the corrected p (α = {ALPHA:g}): *better*/*worse* when it "
+    "is below α, *equivalent within ±m* when the two one-sided tests (TOST) against the study's "
+    "equivalence margin m pass, otherwise *inconclusive*, with the seeds per variant that would "
+    "decide it at 80% power. Diverged runs are counted and reported, never averaged in. Figure "
+    "bands and bars are the same 95% t-intervals over seeds; the percentile bootstrap CI (seed "
+    f"{SEED}) is a secondary column only."
 )
 
 
@@ -338,12 +354,47 @@ def _axes_line(study: StudyData) -> str:
     )
 
 
-_ORDER = {"winner": 0, "diverged": 1, "inconclusive": 2, "no_difference": 3, "too_few": 4}
+_ORDER = {"better": 0, "worse": 0, "diverged": 1, "equivalent": 2, "inconclusive": 3, "too_few": 4}
 MAX_HEADLINES = 15
 
 
+def _against_the_paper(study: StudyData, checks: list, unit: str) -> list[Block]:
+    """Claims checked by the engine (computed now), then the hand-written commentary."""
+    if not checks and not study.findings:
+        return []
+    out = [Block("h2", "Against the paper")]
+    if checks:
+        out.append(
+            Block(
+                "p",
+                "Each claim from the study YAML, checked against the runs when this report was "
+                f"built (Holm-corrected with the comparisons below, margin ±"
+                f"{study.equivalence_margin:g} unless a claim sets its own):",
+            )
+        )
+        out.append(Block("ul", claim_items(checks, unit)))
+    table = lr_table(study)
+    if table is not None:
+        out.append(
+            Block(
+                "table",
+                table,
+                "Optimum LR per batch size: the vertex of a quadratic in log10(lr) fitted per "
+                "seed around the sweep's lowest loss; mean over seeds with its 95% t-interval. "
+                "An optimum at the edge of the sweep is not bracketed and gives no fit.",
+            )
+        )
+    if study.findings:
+        lead = "**Commentary** (hand-written): " if checks else ""
+        out.append(Block("p", lead + study.findings))
+    return out
+
+
 def build_blocks(
-    study: StudyData, comps: list[Comparison], figures: list[FigureFile]
+    study: StudyData,
+    comps: list[Comparison],
+    figures: list[FigureFile],
+    checks: list | None = None,
 ) -> list[Block]:
     unit = loss_unit(study).split("/")[0]
     names = short_names(study.axes)
@@ -358,9 +409,7 @@ def build_blocks(
         blocks.append(Block("note", f"**{stale}**"))
     if study.description:
         blocks.append(Block("p", study.description))
-    if study.findings:
-        blocks.append(Block("h2", "Against the paper"))
-        blocks.append(Block("p", study.findings))
+    blocks.extend(_against_the_paper(study, checks or [], unit))
     blocks.append(Block("p", HOW_TO_READ))
     blocks.append(Block("p", _axes_line(study)))
 
@@ -381,7 +430,8 @@ def build_blocks(
                     "(its values never share the other axes' values), so no comparison."
                 )
         blocks.append(Block("ul", items))
-        kinds = pd.Series([v.kind for _, v in verdicts]).value_counts()
+        named = {"better": "with a winner", "worse": "with a winner", "too_few": "too few seeds"}
+        kinds = pd.Series([named.get(v.kind, v.kind) for _, v in verdicts]).value_counts()
         blocks.append(
             Block(
                 "p",
@@ -391,6 +441,17 @@ def build_blocks(
             )
         )
 
+    extra = extra_seed_items(study)
+    if extra:
+        blocks.append(Block("h2", "Extra seeds (--until-decided)"))
+        blocks.append(
+            Block(
+                "p",
+                "After the study's seeds, `ablate run --until-decided` added seeds only to the "
+                "variants of inconclusive comparisons or claims, re-analysing after each round:",
+            )
+        )
+        blocks.append(Block("ul", extra))
     blocks.append(Block("h2", "Results per variant"))
     quality, cost = variant_tables(study)
     blocks.append(
@@ -441,14 +502,29 @@ def build_blocks(
                 "table",
                 comparisons_table(verdicts, study),
                 "Each axis, every pair of its values, all other axes held fixed. a − b: "
-                "difference of mean final validation loss (negative = a better); percentile "
-                f"bootstrap CI (9999 resamples, seed {SEED}); Welch t-test (unequal variances).",
+                "difference of mean final validation loss (negative = a better) with its 95% "
+                "t-interval (paired t on per-seed differences when both sides have the same "
+                "seeds, else Welch); p raw and Holm-corrected over all comparisons and claims; "
+                "TOST: equivalence within the margin; the percentile bootstrap CI (9999 "
+                f"resamples, seed {SEED}) is secondary and too narrow at few seeds.",
             )
         )
     if figures:
         blocks.append(Block("h2", "Figures"))
         for f in figures:
             blocks.append(Block("fig", f, f.caption))
+    blocks.append(Block("h2", "Reproducibility"))
+    blocks.append(Block("p", reproducibility_text(study)))
+    env = environment_table(study)
+    if env is not None:
+        blocks.append(
+            Block(
+                "table",
+                env,
+                "Where the runs trained: library versions, device, torch threads and how many "
+                "runs trained at once (workers); float results can differ across these.",
+            )
+        )
     blocks.append(Block("h2", "Runs"))
     blocks.append(Block("table", runs_table(study), "Every run in the store for this study."))
     return blocks

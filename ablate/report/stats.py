@@ -1,4 +1,5 @@
-"""Statistics across seeds: t-intervals, Welch's t-test, bootstrap CIs and plain-language verdicts.
+"""Statistics across seeds: paired/Welch t-tests and t-intervals, Holm correction, TOST
+equivalence, power (seeds needed), a secondary bootstrap CI and plain-language verdicts.
 
 The functions on arrays (:func:`mean_ci`, :func:`welch`, :func:`bootstrap_diff_ci`,
 :func:`compare`, :func:`verdict`) are pure: same input, same output (the bootstrap takes a fixed
@@ -14,13 +15,16 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy import stats
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.power import TTestIndPower, TTestPower
+from statsmodels.stats.weightstats import ttost_ind, ttost_paired
 
 from ablate.report.collect import format_value, value_order
 from ablate.store import RUN_STATES
@@ -58,6 +62,13 @@ def mean_ci(values: Iterable[float], confidence: float = 0.95) -> tuple[float, f
         return m, math.nan, math.nan
     half = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * s / math.sqrt(n)
     return m, m - half, m + half
+
+
+def t_errorbar(values: Iterable[float]) -> tuple[float, float]:
+    """``(lo, hi)`` of :func:`mean_ci` for seaborn's ``errorbar=`` (figures draw the tables'
+    interval); one value: ``(x, x)``."""
+    m, lo, hi = mean_ci(values)
+    return (m, m) if not math.isfinite(lo) else (lo, hi)
 
 
 @dataclass(frozen=True)
@@ -156,6 +167,142 @@ def bootstrap_diff_ci(
 
 
 @dataclass(frozen=True)
+class DiffTest:
+    """A two-sided test of ``mean(a) - mean(b) = 0`` with the t-interval of the difference."""
+
+    test: str
+    """``"paired t"`` (per-seed differences) or ``"Welch t"`` (unpaired)."""
+    diff: float
+    lo: float
+    hi: float
+    t: float
+    df: float
+    p: float
+    sd: float
+    """Standard deviation behind the effect size: of the paired differences (paired), or the
+    root mean of the two sample variances (Welch), for the seeds-needed estimate."""
+
+
+def paired_t(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> DiffTest:
+    """Paired t-test on per-seed differences ``d_i = a_i - b_i`` (``scipy.stats.ttest_rel``).
+
+    ``t = mean(d) / (s_d / sqrt(n))`` on ``n - 1`` df, with the interval
+    ``mean(d) ± t_{n-1, (1+c)/2} · s_d / sqrt(n)``. ``a`` and ``b`` are aligned by seed and
+    finite. Identical differences (``s_d = 0``): ``p = 0`` and a zero-width interval when
+    ``mean(d) != 0``, else ``p = 1``.
+    """
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    d = x - y
+    n, m = len(d), float(d.mean())
+    sd = float(d.std(ddof=1)) if n > 1 else math.nan
+    if n < 2:
+        return DiffTest("paired t", m, math.nan, math.nan, math.nan, math.nan, math.nan, sd)
+    if sd == 0:
+        return DiffTest(
+            "paired t",
+            m,
+            m,
+            m,
+            math.copysign(math.inf, m) if m else 0.0,
+            n - 1,
+            0.0 if m else 1.0,
+            0.0,
+        )
+    res = stats.ttest_rel(x, y)
+    ci = res.confidence_interval(confidence)
+    return DiffTest(
+        "paired t",
+        m,
+        float(ci.low),
+        float(ci.high),
+        float(res.statistic),
+        float(n - 1),
+        float(res.pvalue),
+        sd,
+    )
+
+
+def welch_diff(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> DiffTest:
+    """Welch's test (:func:`welch`) with the Welch–Satterthwaite t-interval of the difference:
+    ``mean_a - mean_b ± t_{df, (1+c)/2} · sqrt(s_a²/n_a + s_b²/n_b)``."""
+    x, y = finite(a), finite(b)
+    diff = float(x.mean() - y.mean()) if len(x) and len(y) else math.nan
+    w = welch(x, y)
+    if len(x) < 2 or len(y) < 2:
+        return DiffTest("Welch t", diff, math.nan, math.nan, w.t, w.df, w.p, math.nan)
+    va, vb = x.var(ddof=1), y.var(ddof=1)
+    sd = math.sqrt((va + vb) / 2)
+    if not math.isfinite(w.df):  # both variances zero
+        return DiffTest("Welch t", diff, diff, diff, w.t, w.df, w.p, sd)
+    half = float(stats.t.ppf((1 + confidence) / 2, w.df)) * math.sqrt(va / len(x) + vb / len(y))
+    return DiffTest("Welch t", diff, diff - half, diff + half, w.t, w.df, w.p, sd)
+
+
+def tost(a: Sequence[float], b: Sequence[float], margin: float, paired: bool) -> float:
+    """Two one-sided tests of equivalence, ``|mean(a) - mean(b)| < margin``: the larger of the
+    one-sided p-values of ``H0: diff <= -margin`` and ``H0: diff >= +margin``
+    (``statsmodels.stats.weightstats.ttost_paired`` / ``ttost_ind(usevar="unequal")``).
+    p < alpha is equivalent to the ``1 - 2·alpha`` t-interval lying inside ``±margin``.
+    Zero spread: 0 when the difference is inside the margin, else 1. Fewer than 2: nan."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(x) < 2 or len(y) < 2:
+        return math.nan
+    spread = np.std(x - y) if paired else np.std(x) + np.std(y)
+    if spread == 0:
+        return 0.0 if abs(x.mean() - y.mean()) < margin else 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if paired:
+            p = ttost_paired(x, y, -margin, margin)[0]
+        else:
+            p = ttost_ind(x, y, -margin, margin, usevar="unequal")[0]
+    return float(p)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values (``multipletests(method="holm")``): sort the k finite
+    p ascending, ``p_adj(i) = max_{j<=i} min(1, (k - j + 1) · p_(j))``. NaN stays NaN and does
+    not count in k."""
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(len(p), math.nan)
+    ok = np.isfinite(p)
+    if ok.any():
+        out[ok] = multipletests(p[ok], method="holm")[1]
+    return [float(v) for v in out]
+
+
+POWER = 0.8
+
+
+def seeds_needed(
+    diff: float, sd: float, margin: float, *, paired: bool, alpha: float = ALPHA
+) -> int | None:
+    """Seeds per variant that would decide a comparison with 80% power, at the observed
+    difference and standard deviation: the fewer of (a) a two-sided t-test detecting ``diff``
+    (effect size ``|diff| / sd``; ``TTestPower`` for paired seeds, ``TTestIndPower`` per arm
+    otherwise) and (b), when ``|diff| < margin``, the one-sided test at the nearer equivalence
+    bound that TOST needs (effect ``(margin - |diff|) / sd``). ``alpha`` should already be the
+    corrected level. None when it cannot be estimated (sd nan/0 or no effect at all)."""
+    if not (math.isfinite(diff) and math.isfinite(sd)) or sd <= 0:
+        return None
+    power = TTestPower() if paired else TTestIndPower()
+    cands = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if abs(diff) > 0:
+            cands.append(power.solve_power(abs(diff) / sd, alpha=alpha, power=POWER))
+        if abs(diff) < margin:
+            cands.append(
+                power.solve_power(
+                    (margin - abs(diff)) / sd, alpha=alpha, power=POWER, alternative="larger"
+                )
+            )
+    cands = [float(np.ravel(c)[0]) for c in cands]
+    cands = [c for c in cands if math.isfinite(c)]
+    return max(2, math.ceil(min(cands))) if cands else None
+
+
+@dataclass(frozen=True)
 class Comparison:
     """Two groups of runs (e.g. ``pre`` vs ``post``) on one metric, with diverged runs counted."""
 
@@ -167,8 +314,9 @@ class Comparison:
     diverged_a: int = 0
     diverged_b: int = 0
     diff: float = math.nan
-    """mean(a) - mean(b)."""
+    """mean(a) - mean(b) (paired: mean of the per-seed differences, the same number)."""
     ci_lo: float = math.nan
+    """95% t-interval of the difference (paired or Welch–Satterthwaite): the headline CI."""
     ci_hi: float = math.nan
     t: float = math.nan
     df: float = math.nan
@@ -176,6 +324,22 @@ class Comparison:
     axis: str = ""
     context: dict[str, Any] = field(default_factory=dict)
     """The other axes, held fixed, for an axis comparison."""
+    test: str = ""
+    """``paired t`` or ``Welch t``."""
+    sd: float = math.nan
+    margin: float = 0.01
+    """Equivalence margin (± this, in the metric's unit)."""
+    p_tost: float = math.nan
+    p_adj: float = math.nan
+    """Holm-adjusted p over every comparison of the report (set by :func:`adjust`)."""
+    p_tost_adj: float = math.nan
+    family: int = 1
+    """How many comparisons the Holm correction ran over."""
+    boot_lo: float = math.nan
+    """Percentile bootstrap CI (secondary, labelled as such)."""
+    boot_hi: float = math.nan
+    key: tuple = ()
+    """Identity of the two groups (their run ids), so one comparison is counted once."""
 
     @property
     def n_a(self) -> int:
@@ -201,6 +365,24 @@ class Comparison:
     def mean_b(self) -> float:
         return float(np.mean(self.b)) if self.b else math.nan
 
+    @property
+    def paired(self) -> bool:
+        return self.test == "paired t"
+
+
+def _pairable(
+    x: Sequence[float], y: Sequence[float], sx: Sequence[Any] | None, sy: Sequence[Any] | None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Values of a and b aligned by seed, when both arms have exactly the same finite seeds."""
+    if sx is None or sy is None or len(sx) != len(x) or len(sy) != len(y):
+        return None
+    da = {s: v for s, v in zip(sx, x, strict=True) if v is not None and math.isfinite(v)}
+    db = {s: v for s, v in zip(sy, y, strict=True) if v is not None and math.isfinite(v)}
+    if len(da) < 2 or set(da) != set(db) or len(da) != len(finite(x)):
+        return None
+    seeds = sorted(da, key=str)
+    return np.array([da[s] for s in seeds]), np.array([db[s] for s in seeds])
+
 
 def compare(
     a: Sequence[float],
@@ -208,16 +390,28 @@ def compare(
     *,
     label_a: str = "a",
     label_b: str = "b",
+    seeds_a: Sequence[Any] | None = None,
+    seeds_b: Sequence[Any] | None = None,
     diverged_a: int = 0,
     diverged_b: int = 0,
+    margin: float = 0.01,
     seed: int = SEED,
     axis: str = "",
     context: dict[str, Any] | None = None,
+    key: tuple = (),
 ) -> Comparison:
-    """Welch test and bootstrap CI of ``mean(a) - mean(b)`` over the finite values."""
+    """``mean(a) - mean(b)``: a paired t-test and interval when both arms have the same finite
+    seeds (``seeds_a``/``seeds_b`` give each value's seed), else Welch; TOST at ``±margin``;
+    and the percentile bootstrap CI as a secondary number. p_adj is filled by :func:`adjust`."""
+    pairs = _pairable(a, b, seeds_a, seeds_b)
     x, y = finite(a), finite(b)
-    w = welch(x, y)
-    diff, lo, hi = bootstrap_diff_ci(x, y, seed=seed)
+    if pairs is not None:
+        x, y = pairs
+        res = paired_t(x, y)
+    else:
+        res = welch_diff(x, y)
+    _, blo, bhi = bootstrap_diff_ci(x, y, seed=seed)
+    p_tost = tost(x, y, margin, pairs is not None)
     return Comparison(
         label_a=label_a,
         label_b=label_b,
@@ -225,24 +419,47 @@ def compare(
         b=tuple(float(v) for v in y),
         diverged_a=diverged_a,
         diverged_b=diverged_b,
-        diff=diff,
-        ci_lo=lo,
-        ci_hi=hi,
-        t=w.t,
-        df=w.df,
-        p=w.p,
+        diff=res.diff,
+        ci_lo=res.lo,
+        ci_hi=res.hi,
+        t=res.t,
+        df=res.df,
+        p=res.p,
         axis=axis,
         context=dict(context or {}),
+        test=res.test,
+        sd=res.sd,
+        margin=margin,
+        p_tost=p_tost,
+        p_adj=res.p,
+        p_tost_adj=p_tost,
+        boot_lo=blo,
+        boot_hi=bhi,
+        key=key,
     )
+
+
+def adjust(comps: Sequence[Comparison]) -> list[Comparison]:
+    """Holm-adjust the difference p-values and, separately, the TOST p-values over ``comps``
+    (one family: every comparison of a report). Returns new comparisons."""
+    p_adj = holm([c.p for c in comps])
+    t_adj = holm([c.p_tost for c in comps])
+    k = sum(1 for c in comps if math.isfinite(c.p))
+    return [
+        replace(c, p_adj=pa, p_tost_adj=ta, family=max(k, 1))
+        for c, pa, ta in zip(comps, p_adj, t_adj, strict=True)
+    ]
 
 
 @dataclass(frozen=True)
 class Verdict:
     kind: str
-    """``winner``, ``no_difference``, ``inconclusive`` (CI and test disagree), ``diverged``,
-    ``too_few`` (fewer than 2 finite seeds on a side)."""
+    """``better`` / ``worse`` (a against b), ``equivalent`` (within ±margin), ``inconclusive``,
+    ``diverged``, ``too_few`` (fewer than 2 finite seeds on a side)."""
     winner: str | None
     text: str
+    seeds_needed: int | None = None
+    """For an inconclusive comparison: seeds per variant for 80% power (else None)."""
 
 
 def _num(x: float) -> str:
@@ -252,10 +469,10 @@ def _num(x: float) -> str:
     return "0" if s in ("-0", "0") else s
 
 
-def _p(p: float) -> str:
+def _p(p: float, name: str = "p") -> str:
     if not math.isfinite(p):
-        return "p n/a"
-    return "p<0.001" if p < 0.001 else f"p={p:.2g}"
+        return f"{name} n/a"
+    return f"{name}<0.001" if p < 0.001 else f"{name}={p:.2g}"
 
 
 def _seeds(c: Comparison) -> str:
@@ -264,35 +481,8 @@ def _seeds(c: Comparison) -> str:
     return f"n={c.n_a} vs {c.n_b} seeds"
 
 
-def verdict(
-    c: Comparison,
-    *,
-    unit: str = "nats",
-    lower_is_better: bool = True,
-    alpha: float = ALPHA,
-    where: str = "",
-) -> Verdict:
-    """A plain-language verdict that names a winner only when the evidence supports one.
-
-    Rules, in order: a side that diverged in every seed while the other did not loses ("post
-    diverged in 3/3 seeds (pre: 0/3)"); both diverged everywhere: no winner; fewer than 2 finite
-    seeds on a side: no test; the bootstrap CI of the difference includes 0: "no detectable
-    difference"; the CI excludes 0 but Welch ``p >= alpha``: inconclusive (small-n bootstrap
-    CIs are too narrow); otherwise the side with the better mean wins by ``|diff|`` with the CI
-    of (loser - winner) for lower-is-better metrics. Partial divergence is appended. ``where``
-    (e.g. "at warmup_ratio=0") names what was held fixed.
-    """
+def _diverged(c: Comparison, tail: str) -> Verdict | None:
     a, b = c.label_a, c.label_b
-    tail = f" {where}" if where else ""
-    div_note = ""
-    parts = [
-        f"{lab} diverged in {d}/{tot} seeds"
-        for lab, d, tot in ((a, c.diverged_a, c.total_a), (b, c.diverged_b, c.total_b))
-        if d
-    ]
-    if parts:
-        div_note = "; " + " and ".join(parts) + " (not averaged)"
-
     all_a = c.total_a > 0 and c.diverged_a == c.total_a
     all_b = c.total_b > 0 and c.diverged_b == c.total_b
     if all_a and all_b:
@@ -307,37 +497,70 @@ def verdict(
         wd, wtot = (c.diverged_b, c.total_b) if all_a else (c.diverged_a, c.total_a)
         text = f"{loser} diverged in {d}/{tot} seeds ({winner}: {wd}/{wtot}){tail}"
         return Verdict("diverged", winner, text)
+    return None
+
+
+def verdict(
+    c: Comparison,
+    *,
+    unit: str = "nats",
+    lower_is_better: bool = True,
+    alpha: float = ALPHA,
+    where: str = "",
+) -> Verdict:
+    """better / worse / equivalent within ±margin / inconclusive, from the Holm-adjusted p.
+
+    Rules, in order: a side that diverged in every seed loses (both: no winner); fewer than 2
+    finite seeds on a side: no test; Holm-adjusted ``p < alpha``: the side with the better mean
+    wins, quoted with the 95% t-interval of its advantage; Holm-adjusted TOST ``p < alpha``:
+    equivalent within ±margin; otherwise inconclusive, with the seeds per variant that would
+    decide it with 80% power at the corrected level (``alpha / family``, Holm's first step).
+    Partial divergence is appended; ``where`` names what was held fixed.
+    """
+    a, b = c.label_a, c.label_b
+    tail = f" {where}" if where else ""
+    parts = [
+        f"{lab} diverged in {d}/{tot} seeds"
+        for lab, d, tot in ((a, c.diverged_a, c.total_a), (b, c.diverged_b, c.total_b))
+        if d
+    ]
+    div_note = "; " + " and ".join(parts) + " (not averaged)" if parts else ""
+    dv = _diverged(c, tail)
+    if dv is not None:
+        return dv
     if c.n_a < 2 or c.n_b < 2:
         text = (
             f"{a} vs {b}{tail}: too few finite seeds to test ({_seeds(c)}; need at least 2 "
             f"each){div_note}"
         )
         return Verdict("too_few", None, text)
-    ci = f"[{_num(c.ci_lo)}, {_num(c.ci_hi)}]"
-    if not (math.isfinite(c.ci_lo) and math.isfinite(c.ci_hi)) or c.ci_lo <= 0 <= c.ci_hi:
+    test = f"{c.test}, {_p(c.p)}, Holm {_p(c.p_adj)}"
+    m = f"±{_num(c.margin)} {unit}"
+    if math.isfinite(c.p_adj) and c.p_adj < alpha:
+        a_better = (c.diff < 0) if lower_is_better else (c.diff > 0)
+        winner, loser = (a, b) if a_better else (b, a)
+        flip = a_better == lower_is_better  # CI of the winner's advantage: positive
+        lo, hi = (-c.ci_hi, -c.ci_lo) if flip else (c.ci_lo, c.ci_hi)
+        small = f"; the difference is within {m}" if abs(c.diff) < c.margin else ""
         text = (
-            f"{a} vs {b}{tail}: no detectable difference at {_seeds(c)}: "
-            f"95% CI of the difference {ci} includes 0 (Welch {_p(c.p)}){div_note}"
+            f"{winner} beats {loser} by {_num(abs(c.diff))} {unit} "
+            f"(95% CI [{_num(lo)}, {_num(hi)}], {test}, {_seeds(c)}){tail}{small}{div_note}"
         )
-        return Verdict("no_difference", None, text)
-    a_better = (c.diff < 0) if lower_is_better else (c.diff > 0)
-    winner, loser = (a, b) if a_better else (b, a)
-    # the CI of the winner's advantage (loser - winner when lower is better): positive
-    flip = a_better == lower_is_better
-    lo, hi = (-c.ci_hi, -c.ci_lo) if flip else (c.ci_lo, c.ci_hi)
-    n = f"n={c.n_a} vs {c.n_b}" if a_better else f"n={c.n_b} vs {c.n_a}"
-    if math.isfinite(c.p) and c.p >= alpha:
+        return Verdict("better" if a_better else "worse", winner, text)
+    ci = f"95% CI [{_num(c.ci_lo)}, {_num(c.ci_hi)}]"
+    if math.isfinite(c.p_tost_adj) and c.p_tost_adj < alpha:
         text = (
-            f"{a} vs {b}{tail}: inconclusive at {_seeds(c)}: {winner} is better by "
-            f"{_num(abs(c.diff))} {unit} and the bootstrap CI [{_num(lo)}, {_num(hi)}] excludes 0, "
-            f"but Welch {_p(c.p)} >= {alpha:g}; add seeds{div_note}"
+            f"{a} ≈ {b}{tail}: equivalent within {m}: difference {_num(c.diff)} ({ci}, "
+            f"TOST Holm {_p(c.p_tost_adj)}, {_seeds(c)}){div_note}"
         )
-        return Verdict("inconclusive", None, text)
+        return Verdict("equivalent", None, text)
+    need = seeds_needed(c.diff, c.sd, c.margin, paired=c.paired, alpha=alpha / c.family)
+    more = f"≈{need} seeds per variant would decide it" if need else "add seeds"
     text = (
-        f"{winner} beats {loser} by {_num(abs(c.diff))} {unit} "
-        f"(95% CI [{_num(lo)}, {_num(hi)}], Welch {_p(c.p)}, {n}){tail}{div_note}"
+        f"{a} vs {b}{tail}: inconclusive at {_seeds(c)}: difference {_num(c.diff)} {unit} "
+        f"({ci}, {test}; not within {m} by TOST); {more}{div_note}"
     )
-    return Verdict("winner", winner, text)
+    return Verdict("inconclusive", None, text, need)
 
 
 # --- tables ------------------------------------------------------------------------------------
@@ -374,11 +597,29 @@ def summarize(runs: pd.DataFrame, by: list[str], metrics: list[str]) -> pd.DataF
     return pd.DataFrame(rows)
 
 
+def compare_groups(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, **kwargs: Any) -> Comparison:
+    """:func:`compare` on two groups of runs of the runs table: completed runs give the values
+    (with their seeds, so equal seed sets are paired), diverged runs are counted, and the run
+    ids identify the comparison (``key``)."""
+    da, db = ga[ga["status"] == "completed"], gb[gb["status"] == "completed"]
+    return compare(
+        pd.to_numeric(da[metric], errors="coerce").tolist() if metric in da else [],
+        pd.to_numeric(db[metric], errors="coerce").tolist() if metric in db else [],
+        seeds_a=da["seed"].tolist(),
+        seeds_b=db["seed"].tolist(),
+        diverged_a=int((ga["status"] == "diverged").sum()),
+        diverged_b=int((gb["status"] == "diverged").sum()),
+        key=(metric, tuple(sorted(map(str, ga["run_id"]))), tuple(sorted(map(str, gb["run_id"])))),
+        **kwargs,
+    )
+
+
 def axis_comparisons(
     runs: pd.DataFrame,
     axes: list[str],
     metric: str = "final_val_loss",
     seed: int = SEED,
+    margin: float = 0.01,
 ) -> list[Comparison]:
     """For each axis, every pair of its values with all other axes held fixed.
 
@@ -410,13 +651,13 @@ def axis_comparisons(
                 ga = g[g[axis] == va] if va is not None else g[g[axis].isna()]
                 gb = g[g[axis] == vb] if vb is not None else g[g[axis].isna()]
                 out.append(
-                    compare(
-                        ga.loc[ga["status"] == "completed", metric].tolist(),
-                        gb.loc[gb["status"] == "completed", metric].tolist(),
+                    compare_groups(
+                        ga,
+                        gb,
+                        metric,
                         label_a=format_value(va),
                         label_b=format_value(vb),
-                        diverged_a=int((ga["status"] == "diverged").sum()),
-                        diverged_b=int((gb["status"] == "diverged").sum()),
+                        margin=margin,
                         seed=seed,
                         axis=axis,
                         context=ctx,

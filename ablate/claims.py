@@ -1,0 +1,239 @@
+"""A study's ``claims:``: the paper's statements as machine-checkable expectations.
+
+Parsed and validated at plan time (``ablate plan`` / ``ablate run``), checked against the runs at
+report time (:mod:`ablate.report.claims`). One claim::
+
+    claims:
+      - id: post-needs-warmup                   # unique word, names the claim in the report
+        text: Post-LN needs warmup at a high LR  # the paper's statement, in words
+        expect: better                           # better | worse | equivalent | diverges
+        a: {optim.warmup_ratio: 0.1}             # the runs of arm a (axis -> value)
+        b: {optim.warmup_ratio: 0.0}             # arm b; or {values: [..], label: ..}
+        where: {model.norm_placement: post}      # other axes held fixed (optional)
+        metric: final_val_loss                   # final_val_loss | best_val_loss | loss@2x
+                                                 # | ffn_grad_slope@init | lr_exponent
+        margin: 0.01                             # optional: this claim's equivalence margin
+
+A list as a value (``a: {model.activation: [swiglu, geglu]}``) means the best of those values
+(lowest mean), chosen at report time and named in the report. ``b: {values: [1.897, 1.898],
+label: nanoGPT}`` compares arm a with published per-seed numbers (Welch, unpaired).
+``metric: lr_exponent`` is the fitted exponent alpha in lr* ∝ batch^alpha (needs grid axes
+``data.batch_size`` and ``optim.lr``); its claim is ``expect: equivalent`` to ``value:`` within
+``margin`` (or ``better``/``worse`` = above/below ``value``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ablate.config import ConfigError, suggest
+
+KINDS = ("better", "worse", "equivalent", "diverges")
+KEYS = ("id", "text", "expect", "a", "b", "where", "metric", "margin", "value")
+BASE_METRICS = ("final_val_loss", "best_val_loss", "ffn_grad_slope@init")
+"""Per-run metrics; lower is "better". ``ffn_grad_slope@init``: slope of log10 of the FFN
+output weight's gradient norm over the layer index at step 0 (Xiong et al. Fig. 3)."""
+FITTED = ("lr_exponent",)
+LENGTH_METRIC = re.compile(r"^loss@(\d+(?:\.\d+)?)x$")
+DEFAULT_MARGIN = 0.01
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    text: str
+    expect: str
+    metric: str = "final_val_loss"
+    a: dict[str, Any] = field(default_factory=dict)
+    b: dict[str, Any] = field(default_factory=dict)
+    where: dict[str, Any] = field(default_factory=dict)
+    margin: float | None = None
+    value: float | None = None
+    """The fitted quantity's expected value (``lr_exponent``)."""
+    external: tuple[float, ...] = ()
+    """``b: {values: [...]}``: published per-seed numbers to compare arm a with."""
+    external_label: str = ""
+
+    @property
+    def length(self) -> float | None:
+        """``loss@2x`` -> 2.0; None for other metrics."""
+        m = LENGTH_METRIC.match(self.metric)
+        return float(m.group(1)) if m else None
+
+
+def parse_margin(raw: Any, source: Path, key: str = "equivalence_margin") -> float:
+    """The study's ``equivalence_margin`` (nats, > 0; default 0.01)."""
+    if raw is None:
+        return DEFAULT_MARGIN
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not raw > 0:
+        raise ConfigError(f"must be a positive number (nats), got {raw!r}", key=key, source=source)
+    return float(raw)
+
+
+def _number(raw: Any, key: str, source: Path) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
+        raise ConfigError(f"must be a finite number, got {raw!r}", key=key, source=source)
+    return float(raw)
+
+
+def _selector(raw: Any, where: str, source: Path, axes: dict[str, list[Any]]) -> dict[str, Any]:
+    """``{axis: value | [values]}`` with every axis and value among the study's."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError("must be a mapping of axis -> value", key=where, source=source)
+    out: dict[str, Any] = {}
+    for k, v in raw.items():
+        key = str(k)
+        if key not in axes:
+            valid = ", ".join(axes) or "the study varies nothing"
+            raise ConfigError(
+                f"not an axis of this study{suggest(key, list(axes))}; axes: {valid}",
+                key=f"{where}.{key}",
+                source=source,
+            )
+        for i, x in enumerate(v if isinstance(v, list) else [v]):
+            if not any(x == y for y in axes[key]):
+                vals = ", ".join(str(y) for y in axes[key])
+                sub = f"{where}.{key}" + (f"[{i}]" if isinstance(v, list) else "")
+                raise ConfigError(
+                    f"{x!r} is not a value of this axis; values: {vals}", key=sub, source=source
+                )
+        out[key] = list(v) if isinstance(v, list) else v
+    return out
+
+
+def _external(raw: dict, where: str, source: Path) -> tuple[tuple[float, ...], str]:
+    for k in raw:
+        if k not in ("values", "label"):
+            raise ConfigError("valid keys: values, label", key=f"{where}.{k}", source=source)
+    vals = raw.get("values")
+    if not isinstance(vals, list) or len(vals) < 2:
+        raise ConfigError(
+            "must be a list of at least 2 numbers (published per-seed values)",
+            key=f"{where}.values",
+            source=source,
+        )
+    nums = tuple(_number(v, f"{where}.values[{i}]", source) for i, v in enumerate(vals))
+    return nums, str(raw.get("label") or "published values")
+
+
+def _metric(raw: Any, where: str, source: Path, axes: dict[str, list[Any]]) -> str:
+    metric = "final_val_loss" if raw is None else raw
+    valid = [*BASE_METRICS, "loss@<N>x", *FITTED]
+    if not isinstance(metric, str) or not (
+        metric in BASE_METRICS or metric in FITTED or LENGTH_METRIC.match(metric)
+    ):
+        raise ConfigError(
+            f"unknown metric {metric!r}; valid: {', '.join(valid)}", key=where, source=source
+        )
+    if metric == "lr_exponent" and not {"data.batch_size", "optim.lr"} <= set(axes):
+        raise ConfigError(
+            "lr_exponent needs grid axes data.batch_size and optim.lr", key=where, source=source
+        )
+    return metric
+
+
+def parse_claim(
+    raw: Any, i: int, source: Path, axes: dict[str, list[Any]], lengths: set[float] | None = None
+) -> Claim:
+    where = f"claims[{i}]"
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            "must be a mapping {id, text, expect, a, b, ...}", key=where, source=source
+        )
+    for k in raw:
+        if k not in KEYS:
+            raise ConfigError(
+                f"unknown key{suggest(str(k), list(KEYS))}; valid: {', '.join(KEYS)}",
+                key=f"{where}.{k}",
+                source=source,
+            )
+    cid = raw.get("id")
+    if not isinstance(cid, str) or not _ID.match(cid):
+        raise ConfigError(
+            "must be a plain word (letters, digits, _ . -)", key=f"{where}.id", source=source
+        )
+    text = raw.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError("must be a non-empty string", key=f"{where}.text", source=source)
+    expect = raw.get("expect")
+    if expect not in KINDS:
+        raise ConfigError(
+            f"unknown kind {expect!r}{suggest(str(expect), list(KINDS))}; "
+            f"valid: {', '.join(KINDS)}",
+            key=f"{where}.expect",
+            source=source,
+        )
+    metric = _metric(raw.get("metric"), f"{where}.metric", source, axes)
+    m = LENGTH_METRIC.match(metric)
+    if m and lengths is not None and float(m.group(1)) not in lengths:
+        have = ", ".join(f"{x:g}" for x in sorted(lengths)) or "none"
+        raise ConfigError(
+            f"{metric} is not evaluated by these runs (train.eval_lengths: {have})",
+            key=f"{where}.metric",
+            source=source,
+        )
+    margin = raw.get("margin")
+    margin = None if margin is None else parse_margin(margin, source, f"{where}.margin")
+    external, label = (), ""
+    b_raw = raw.get("b")
+    if isinstance(b_raw, dict) and "values" in b_raw:
+        external, label = _external(b_raw, f"{where}.b", source)
+        b = {}
+    else:
+        b = _selector(b_raw, f"{where}.b", source, axes)
+    value = raw.get("value")
+    if metric in FITTED:
+        if value is None:
+            raise ConfigError(
+                f"{metric} needs value: (the expected exponent)",
+                key=f"{where}.value",
+                source=source,
+            )
+        value = _number(value, f"{where}.value", source)
+        if expect == "diverges":
+            raise ConfigError(f"{metric} cannot diverge", key=f"{where}.expect", source=source)
+    elif value is not None:
+        raise ConfigError(
+            "only a fitted metric (lr_exponent) takes value:", key=f"{where}.value", source=source
+        )
+    elif expect != "diverges" and not b and not external:
+        raise ConfigError("needs b: (the arm to compare a with)", key=f"{where}.b", source=source)
+    return Claim(
+        id=cid,
+        text=" ".join(text.split()),
+        expect=expect,
+        metric=metric,
+        a=_selector(raw.get("a"), f"{where}.a", source, axes),
+        b=b,
+        where=_selector(raw.get("where"), f"{where}.where", source, axes),
+        margin=margin,
+        value=value,
+        external=external,
+        external_label=label,
+    )
+
+
+def parse_claims(
+    raw: Any, source: Path, axes: dict[str, list[Any]], lengths: set[float] | None = None
+) -> list[Claim]:
+    """The study's ``claims:`` list; ``axes`` maps each axis (``variant`` for named variants)
+    to its values; ``lengths`` the evaluation length multiples the runs record (None: unknown).
+    ``ConfigError`` names ``claims[i].<key>`` for anything wrong."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ConfigError("must be a list of claims", key="claims", source=source)
+    claims = [parse_claim(c, i, source, axes, lengths) for i, c in enumerate(raw)]
+    seen: set[str] = set()
+    for i, c in enumerate(claims):
+        if c.id in seen:
+            raise ConfigError(f"duplicate claim id {c.id!r}", key=f"claims[{i}].id", source=source)
+        seen.add(c.id)
+    return claims

@@ -1,0 +1,104 @@
+"""The report's "Against the paper" lines and the LR-optimum table, from checked claims."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from ablate.report.claims import INCONCLUSIVE, ClaimCheck
+from ablate.report.collect import StudyData
+from ablate.report.fit import lr_fit
+from ablate.report.stats import _num, _p, verdict
+
+
+def _where(check: ClaimCheck) -> str:
+    w = check.claim.where
+    return ("at " + ", ".join(f"{k.split('.')[-1]}={v}" for k, v in w.items())) if w else ""
+
+
+def numbers(check: ClaimCheck, unit: str) -> str:
+    """The numbers behind a claim's outcome, computed from the runs."""
+    c, claim = check.comparison, check.claim
+    if c is None:
+        return check.detail or "no runs to test it"
+    if claim.expect == "diverges":
+        tail = f" {_where(check)}" if claim.where else ""
+        return f"{c.label_a}: diverged in {c.diverged_a}/{c.total_a} finished seeds{tail}"
+    if claim.metric == "lr_exponent":
+        if c.n_a < 2:
+            return check.detail or "fewer than 2 seeds with an optimum at every batch size"
+        v = claim.value
+        text = (
+            f"alpha = {_num(c.mean_a)} (95% CI [{_num(v + c.ci_lo)}, {_num(v + c.ci_hi)}] over "
+            f"{c.n_a} seeds; against {v:g}: {c.test}, {_p(c.p)}, Holm {_p(c.p_adj)}; "
+            f"TOST ±{_num(c.margin)}: Holm {_p(c.p_tost_adj, 'p')})"
+        )
+        return f"{text}; {check.detail}" if check.detail else text
+    return verdict(c, unit=unit, where=_where(check)).text
+
+
+def claim_items(checks: list[ClaimCheck], unit: str) -> list[str]:
+    """One line per claim: id, the paper's statement, the outcome and the numbers."""
+    items = []
+    for check in checks:
+        outcome = check.outcome
+        if outcome == INCONCLUSIVE:
+            outcome += (
+                f" (≈{check.seeds_needed} seeds per arm would decide it)"
+                if check.seeds_needed
+                else " (more seeds needed)"
+            )
+        expect = check.claim.expect + (
+            f" {check.claim.value:g}" if check.claim.value is not None else ""
+        )
+        items.append(
+            f"**{check.claim.id}** ({check.claim.metric}, expect {expect}): "
+            f"{check.claim.text} → **{outcome}**: {numbers(check, unit)}"
+        )
+    return items
+
+
+def lr_table(study: StudyData) -> pd.DataFrame | None:
+    """Per batch size: LRs swept, best LR of the mean curve, bracketed or not, fitted lr*."""
+    axes = set(study.varying_axes)
+    if not {"data.batch_size", "optim.lr"} <= axes:
+        return None
+    fit = lr_fit(study.runs)
+    rows = []
+    for _, r in fit.per_batch.iterrows():
+        star = "—"
+        if math.isfinite(r["lr_star"]):
+            star = f"{r['lr_star']:.3g}"
+            if math.isfinite(r["lr_lo"]):
+                star += f" [{r['lr_lo']:.3g}, {r['lr_hi']:.3g}]"
+        rows.append(
+            {
+                "batch": f"{r['batch']:g}",
+                "LRs swept": ", ".join(f"{x:g}" for x in r["lrs"]),
+                "best LR (mean)": f"{r['best_lr']:g}" if math.isfinite(r["best_lr"]) else "—",
+                "optimum bracketed": "yes" if r["interior"] else "NO: best LR at the edge",
+                "fitted lr* [95% t-CI]": star,
+                "n": int(r["n"]),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def extra_seed_items(study: StudyData) -> list[str]:
+    """``--until-decided`` rounds from the store's log: which variants got which seed, why."""
+    from ablate.decide import LOG, read_log
+
+    path = study.path / LOG
+    if not path.is_file():
+        return []
+    log = read_log(path)
+    items = []
+    for i, r in enumerate(log.get("rounds", []), 1):
+        for variant, seed in r.get("seeds", {}).items():
+            why = "; ".join(r.get("why", {}).get(variant, []))
+            items.append(f"round {i}: **{variant}** got seed {seed} (inconclusive: {why})")
+    stop = log.get("stopped")
+    if stop:
+        items.append(f"stopped: {stop}")
+    return items

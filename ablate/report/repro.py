@@ -1,0 +1,71 @@
+"""The report's reproducibility section: where the runs trained, and which variants are chaotic.
+
+Float reductions differ with the thread count and worker layout; a stable run absorbs that in
+the 4th decimal, an unstable one amplifies it. The store keeps one result per run, so the
+report cannot compare reruns; it flags variants whose seed spread is far above the others'.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from ablate.report.collect import StudyData, variant_order
+from ablate.report.stats import mean_std
+
+ENV_COLUMNS = ["torch", "lightning", "numpy", "python", "device", "torch_threads", "workers"]
+CHAOS_FACTOR = 5.0
+"""A variant is flagged when its seed sd exceeds this many times the median variant's sd."""
+
+
+def environment_table(study: StudyData) -> pd.DataFrame | None:
+    """One row per distinct environment (versions, device, threads, workers): its run count."""
+    cols = [f"env.{c}" for c in ENV_COLUMNS if f"env.{c}" in study.runs]
+    if not cols:
+        return None
+    runs = study.runs[study.runs[cols].notna().any(axis=1)]
+    if runs.empty:
+        return None
+    g = runs.groupby(cols, dropna=False).size().reset_index(name="runs")
+    g.columns = [c.removeprefix("env.") for c in g.columns]
+    return g.astype(str)
+
+
+def chaotic_variants(
+    study: StudyData, metric: str = "final_val_loss", factor: float = CHAOS_FACTOR
+) -> list[tuple[str, float, float]]:
+    """``(variant, seed sd, median sd)`` for variants whose sd over completed seeds is more
+    than ``factor`` × the median variant sd (variants with at least 2 completed seeds)."""
+    runs = study.runs[study.runs["status"] == "completed"]
+    if metric not in runs:
+        return []
+    sds = {}
+    for v in variant_order(study.runs):
+        _, s, n = mean_std(runs.loc[runs["variant"] == v, metric])
+        if n >= 2 and math.isfinite(s):
+            sds[v] = s
+    if len(sds) < 3:
+        return []
+    med = float(pd.Series(list(sds.values())).median())
+    return [(v, s, med) for v, s in sds.items() if s > factor * med and s > 0]
+
+
+def reproducibility_text(study: StudyData) -> str:
+    chaos = chaotic_variants(study)
+    if chaos:
+        flagged = "; ".join(f"{v} (seed sd {s:.3g} vs median {m:.3g})" for v, s, m in chaos)
+        text = (
+            f"**Chaotic variants** (seed spread more than {CHAOS_FACTOR:g}× the median "
+            f"variant's): {flagged}. Their runs amplify float-reduction differences (thread "
+            "count, worker layout), so a rerun may not reproduce their digits: trust their "
+            "mean and spread, not single runs."
+        )
+    else:
+        text = (
+            f"No variant's seed spread is more than {CHAOS_FACTOR:g}× the median variant's, "
+            "so no variant is flagged as chaotic."
+        )
+    if environment_table(study) is None:
+        text += " These runs record no environment (made before ablate recorded it)."
+    return text

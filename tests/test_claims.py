@@ -1,0 +1,332 @@
+"""Claims: validated at plan time, checked against the runs at report time; the LR-optimum fit."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import yaml
+from test_report import norm_pos_store, write_run
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.config import ConfigError
+from ablate.report import build_reports
+from ablate.report.claims import analyse
+from ablate.report.collect import load_study
+from ablate.report.fit import exponent, grad_slope, optimum_log_lr
+from ablate.study import load_study as plan_study
+
+GRID = {"model.norm_placement": ["post", "pre"], "model.pos_encoding": ["learned", "rope"]}
+CLAIMS = [
+    {
+        "id": "pre-wins",
+        "text": "Pre-LN trains better",
+        "expect": "better",
+        "a": {"model.norm_placement": "pre"},
+        "b": {"model.norm_placement": "post"},
+        "where": {"model.pos_encoding": "rope"},
+    },
+    {
+        "id": "post-wins",
+        "text": "Post-LN trains better",
+        "expect": "better",
+        "a": {"model.norm_placement": "post"},
+        "b": {"model.norm_placement": "pre"},
+        "where": {"model.pos_encoding": "rope"},
+    },
+    {
+        "id": "pos-tie",
+        "text": "Encodings tie",
+        "expect": "equivalent",
+        "a": {"model.pos_encoding": "rope"},
+        "b": {"model.pos_encoding": "learned"},
+        "where": {"model.norm_placement": "pre"},
+    },
+    {
+        "id": "post-diverges",
+        "text": "Post-LN diverges",
+        "expect": "diverges",
+        "a": {"model.norm_placement": "post", "model.pos_encoding": "learned"},
+    },
+    {
+        "id": "best-of",
+        "text": "pre beats the best post",
+        "expect": "better",
+        "a": {"model.norm_placement": "pre", "model.pos_encoding": "learned"},
+        "b": {"model.norm_placement": "post", "model.pos_encoding": ["learned", "rope"]},
+    },
+    {
+        "id": "ffn-grad",
+        "text": "Post-LN's FFN-output gradient grows toward the output at init, Pre-LN's not",
+        "expect": "better",
+        "metric": "ffn_grad_slope@init",
+        "a": {"model.norm_placement": "pre"},
+        "b": {"model.norm_placement": "post"},
+        "where": {"model.pos_encoding": "learned"},
+    },
+    {
+        "id": "vs-published",
+        "text": "pre equals a published 1.6",
+        "expect": "equivalent",
+        "a": {"model.norm_placement": "pre", "model.pos_encoding": "learned"},
+        "b": {"values": [1.598, 1.6, 1.603], "label": "paper"},
+        "margin": 0.05,
+    },
+]
+
+
+def study_yaml(path, claims=CLAIMS, **extra):
+    path.write_text(
+        yaml.safe_dump(
+            {"name": "norm_pos", "grid": GRID, "seeds": [0, 1, 2], "claims": claims, **extra},
+            sort_keys=False,
+        )
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory):
+    root = tmp_path_factory.mktemp("claims")
+    store = norm_pos_store(root / "runs")
+    spec = study_yaml(root / "norm_pos.yaml")
+    study = load_study(store, "norm_pos", spec)
+    return root, store, spec, study, {c.claim.id: c for c in analyse(study)[1]}
+
+
+def test_claims_are_checked_against_the_runs(checked):
+    *_, study, by_id = checked
+    assert [c.id for c in study.claims] == [c["id"] for c in CLAIMS]
+    assert by_id["pre-wins"].outcome == "reproduces"
+    assert by_id["post-wins"].outcome == "contradicted"
+    tie = by_id["pos-tie"]  # 0.004 apart with 0.02 seed noise at 3 vs 2 seeds: undecided
+    assert tie.outcome == "inconclusive" and tie.seeds_needed and tie.seeds_needed > 3
+    assert by_id["post-diverges"].outcome == "inconclusive"  # 1 of 3 seeds diverged
+    best = by_id["best-of"]  # post-learned (1.89 over 2 finite seeds) vs post-rope (1.904)
+    assert "pos_encoding=learned (best of learned/rope)" in best.comparison.label_b
+    grad = by_id["ffn-grad"]  # post's norms grow with depth (slope > 0), pre's fall
+    assert grad.outcome == "reproduces" and grad.comparison.mean_b > 0 > grad.comparison.mean_a
+    pub = by_id["vs-published"]  # pre-learned seeds 1.58/1.60/1.62 vs 1.600 ± 0.05
+    assert pub.comparison.test == "Welch t" and pub.comparison.margin == 0.05
+
+
+def test_claims_share_the_holm_family_with_the_axis_comparisons(checked):
+    *_, study, by_id = checked
+    comps, checks = analyse(study)
+    # pre-wins is the same comparison as an axis one (same runs, same order): counted once
+    family = len(comps) + sum(
+        1
+        for c in checks
+        if c.comparison is not None
+        and c.comparison.key not in {x.key for x in comps}
+        and math.isfinite(c.comparison.p)
+    )
+    assert by_id["pre-wins"].comparison.family == family
+    assert by_id["pre-wins"].comparison.p_adj >= by_id["pre-wins"].comparison.p
+
+
+def test_report_lists_every_claim_with_its_outcome(checked, tmp_path):
+    root, store, spec, *_ = checked
+    (path,) = build_reports([str(spec)], store=store, out=tmp_path, quiet=True)
+    md = path.read_text()
+    section = md.split("## Against the paper")[1].split("\n## ")[0]
+    assert (
+        "**pre-wins** (final_val_loss, expect better): Pre-LN trains better → **reproduces**"
+        in section
+    )
+    assert "→ **contradicted**" in section
+    assert "seeds per arm would decide it)" in section
+    assert "post-diverges" in section and "diverged in 1/3 finished seeds" in section
+
+
+@pytest.mark.parametrize(
+    "claim, key, message",
+    [
+        (
+            {"id": "x", "text": "t", "expect": "beter", "a": {}, "b": {}},
+            "claims[0].expect",
+            "unknown kind 'beter' (did you mean 'better'?)",
+        ),
+        (
+            {
+                "id": "x",
+                "text": "t",
+                "expect": "better",
+                "a": {"model.norm": "pre"},
+                "b": {"model.norm_placement": "post"},
+            },
+            "claims[0].a.model.norm",
+            "not an axis of this study",
+        ),
+        (
+            {
+                "id": "x",
+                "text": "t",
+                "expect": "better",
+                "a": {"model.norm_placement": "mid"},
+                "b": {"model.norm_placement": "post"},
+            },
+            "claims[0].a.model.norm_placement",
+            "'mid' is not a value of this axis; values: post, pre",
+        ),
+        (
+            {"id": "x", "text": "t", "expect": "better", "a": {}, "b": {}, "metric": "loss@2x"},
+            "claims[0].metric",
+            "not evaluated by these runs",
+        ),
+        (
+            {"id": "x", "text": "t", "expect": "better", "a": {}, "b": {}, "metric": "ppl"},
+            "claims[0].metric",
+            "unknown metric 'ppl'",
+        ),
+        (
+            {"id": "x", "text": "t", "expect": "equivalent", "metric": "lr_exponent", "value": 1},
+            "claims[0].metric",
+            "needs grid axes data.batch_size and optim.lr",
+        ),
+        (
+            {"id": "x", "text": "t", "expect": "better", "a": {}, "b": {}, "colour": 1},
+            "claims[0].colour",
+            "unknown key",
+        ),
+        (
+            {"id": "x", "text": "t", "expect": "better", "a": {"model.norm_placement": "pre"}},
+            "claims[0].b",
+            "needs b:",
+        ),
+    ],
+)
+def test_bad_claims_are_one_line_naming_file_and_key(tmp_path, claim, key, message):
+    spec = study_yaml(tmp_path / "s.yaml", [claim])
+    with pytest.raises(ConfigError) as err:
+        plan_study(spec, check_data=False)
+    assert str(err.value).startswith(f"{spec}: {key}: ") and message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_bad_margin_and_cli_plan_exits_2(tmp_path):
+    spec = study_yaml(tmp_path / "s.yaml", [], equivalence_margin=-1)
+    with pytest.raises(ConfigError, match="equivalence_margin: must be a positive number"):
+        plan_study(spec, check_data=False)
+    res = CliRunner().invoke(app, ["plan", str(spec)])
+    assert res.exit_code == 2 and "equivalence_margin" in res.output
+
+
+def test_shipped_studies_have_claims():
+    from pathlib import Path
+
+    for path in sorted((Path(__file__).resolve().parents[1] / "studies").glob("*.yaml")):
+        study = plan_study(path, check_data=False)
+        assert study.claims, f"{path.name} has no claims"
+
+
+# --- the LR optimum and the exponent, by hand ---------------------------------------------------
+
+
+def test_optimum_is_the_vertex_of_the_quadratic_in_log_lr():
+    lrs = np.array([1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2])
+    x_star = math.log10(3e-3)
+    loss = 1.5 + 0.2 * (np.log10(lrs) - x_star) ** 2  # exactly quadratic: vertex recovered
+    x, interior = optimum_log_lr(lrs, loss)
+    assert interior and x == pytest.approx(x_star, abs=1e-9)
+    x, interior = optimum_log_lr(lrs, 1.5 - np.log10(lrs))  # falls monotonically: edge
+    assert not interior and math.isnan(x)
+    loss[4] = np.nan  # a diverged run at the largest LR does not stop the fit
+    assert optimum_log_lr(lrs, loss)[0] == pytest.approx(x_star, abs=1e-9)
+
+
+def test_exponent_is_the_slope_in_log_log():
+    b = np.array([8, 32, 128])
+    assert exponent(b, np.log10(2e-3 * (b / 8) ** 0.5)) == pytest.approx(0.5)
+    assert exponent(b, np.log10(1e-3 * b)) == pytest.approx(1.0)
+    assert math.isnan(exponent(b, np.array([np.nan, np.nan, -3.0])))
+
+
+def test_lr_exponent_claim_and_table(tmp_path):
+    store = tmp_path / "runs"
+    lrs = [1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2]
+    for bs in (8, 32):
+        star = math.log10(2e-3 * (bs / 8) ** 0.5)
+        for lr in lrs:
+            for seed in range(3):
+                tilt = 0.0003 * (seed - 1) * (bs / 8) * math.log10(lr)  # moves each optimum
+                final = 1.5 + 0.2 * (math.log10(lr) - star) ** 2 + tilt
+                axes = {"data.batch_size": bs, "optim.lr": lr}
+                write_run(store, "blr", axes, seed, "completed", final)
+    spec = tmp_path / "blr.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "blr",
+                "grid": {"data.batch_size": [8, 32], "optim.lr": lrs},
+                "seeds": [0, 1, 2],
+                "claims": [
+                    {
+                        "id": "sqrt",
+                        "text": "square-root rule",
+                        "expect": "equivalent",
+                        "metric": "lr_exponent",
+                        "value": 0.5,
+                        "margin": 0.1,
+                    },
+                    {
+                        "id": "linear",
+                        "text": "linear rule",
+                        "expect": "equivalent",
+                        "metric": "lr_exponent",
+                        "value": 1.0,
+                        "margin": 0.1,
+                    },
+                ],
+            }
+        )
+    )
+    (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
+    md = path.read_text()
+    assert "**sqrt** (lr_exponent, expect equivalent 0.5): square-root rule → **reproduces**" in md
+    assert "**linear** (lr_exponent, expect equivalent 1): linear rule → **contradicted**" in md
+    assert "| 8 | 0.001, 0.002, 0.004, 0.008, 0.016 | 0.002 | yes | 0.002 [" in md
+
+
+def test_lr_exponent_is_not_claimed_when_the_optimum_is_not_bracketed(tmp_path):
+    store, lrs = tmp_path / "runs", [1e-3, 2e-3, 4e-3]
+    for bs in (8, 32):
+        for lr in lrs:
+            for seed in range(2):  # loss falls with LR at batch 32: best LR at the edge
+                final = 1.5 + (0.1 * (math.log10(lr) + 2.7) ** 2 if bs == 8 else -0.1 * lr * 100)
+                write_run(
+                    store, "nb", {"data.batch_size": bs, "optim.lr": lr}, seed, "completed", final
+                )
+    spec = tmp_path / "nb.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "nb",
+                "grid": {"data.batch_size": [8, 32], "optim.lr": lrs},
+                "seeds": [0, 1],
+                "claims": [
+                    {
+                        "id": "sqrt",
+                        "text": "sqrt",
+                        "expect": "equivalent",
+                        "metric": "lr_exponent",
+                        "value": 0.5,
+                        "margin": 0.1,
+                    }
+                ],
+            }
+        )
+    )
+    (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
+    md = path.read_text()
+    assert "→ **not testable**" in md and "not bracketed) at batch 32" in md
+    assert "| 32 | 0.001, 0.002, 0.004 | 0.004 | NO: best LR at the edge |" in md
+
+
+def test_grad_slope_is_the_log10_slope_over_layers():
+    layers = np.arange(5)
+    assert grad_slope(layers, 10 ** (0.1 * layers)) == pytest.approx(0.1)
+    assert grad_slope(layers, 3 * 10 ** (-0.25 * layers)) == pytest.approx(-0.25)
+    assert math.isnan(grad_slope(layers[:1], np.array([1.0])))
