@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ablate.config import load_run_config
+from ablate.config import ConfigError, load_run_config
 from ablate.store import RunStore
 
 
@@ -23,6 +23,11 @@ def train_one(
 
     cfg = load_run_config(config, overrides)
     resolve_dataset(cfg.data.dataset)  # a missing or corrupt dataset is bad input: exit 2 now
+    if cfg.train.compile:
+        from ablate.accel import compile_problem
+
+        if problem := compile_problem():
+            raise ConfigError(problem, key="train.compile", source=config)
     run_dir = RunStore(store).run(study, cfg.run_id())
     name = f"{cfg.model.arch}-seed{cfg.train.seed}"
     summary = train_run(cfg, run_dir, {"name": name, "variant": cfg.model.arch}, progress=progress)

@@ -18,6 +18,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ablate.accel import attn_backend_problem
+
 Arch = Literal["transformer", "lstm"]
 NormPlacement = Literal["post", "pre"]
 Norm = Literal["layernorm", "rmsnorm"]
@@ -229,6 +231,17 @@ class RunConfig(_Section):
             raise ValueError(
                 f"data.seq_len ({d.seq_len}) exceeds model.max_seq_len ({m.max_seq_len})"
             )
+        t = self.train
+        problem = attn_backend_problem(
+            t.attn_backend,
+            arch=m.arch,
+            pos_encoding=m.pos_encoding,
+            precision=t.precision,
+            accelerator=t.accelerator,
+            head_dim=m.head_dim,
+        )
+        if problem:  # a kernel that cannot run this model: fail at plan time, not mid-run
+            raise ValueError(problem)
         return self
 
     @property

@@ -70,6 +70,17 @@ class LitLM(pl.LightningModule):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)
 
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Accept a checkpoint whose model was wrapped by ``torch.compile(model)``: its keys
+        carry an ``_orig_mod.`` segment that the eager module (and ``model.compile()``, which
+        compiles in place) does not have."""
+        state = checkpoint.get("state_dict") or {}
+        if any("._orig_mod." in k or k.startswith("_orig_mod.") for k in state):
+            checkpoint["state_dict"] = {
+                k.replace("._orig_mod.", ".").removeprefix("_orig_mod."): v
+                for k, v in state.items()
+            }
+
     # --- optimisation ---------------------------------------------------------------------
     def configure_optimizers(self):
         o = self.cfg.optim
