@@ -9,7 +9,8 @@ shape, config and code-path errors of every variant in seconds.
 
 What changes for the CPU, and nothing else:
 
-- ``train.accelerator: cpu``; ``16-mixed`` becomes ``bf16-mixed`` (CPU autocast runs bf16;
+- ``train.accelerator: cpu``; AdamW stays fused as on the GPU (the fused kernel runs on CPU
+  too, and fused AdamW with clipping under bf16 is what crashed every GPU run once); ``16-mixed`` becomes ``bf16-mixed`` (CPU autocast runs bf16;
   ``bf16-mixed`` and ``32-true`` are kept as they are);
 - ``train.attn_backend`` flash/efficient becomes ``auto`` (the CPU kernel for the encoding);
 - ``data.batch_size`` and ``data.eval_batch_size`` become ``SMOKE_BATCH`` (a GPU batch of a
@@ -64,6 +65,8 @@ def smoke_config(
         t["precision"] = "bf16-mixed"
     if t["attn_backend"] in ("flash", "efficient"):
         t["attn_backend"] = "auto"
+    if d["optim"]["fused"] is None and t["accelerator"] == "cpu" and cfg.train.accelerator != "cpu":
+        d["optim"]["fused"] = True  # what the GPU run gets (LitLM fuses AdamW on CUDA)
     d["data"].update(batch_size=batch, eval_batch_size=batch, pin_memory=False)
     d["tracking"]["wandb"] = False
     return RunConfig.model_validate(d)
