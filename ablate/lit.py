@@ -112,7 +112,9 @@ class LitLM(pl.LightningModule):
         if gradient_clip_val is None:
             return
         if self.cfg.train.precision == "16-mixed":
-            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+            super().configure_gradient_clipping(
+                optimizer, gradient_clip_val, gradient_clip_algorithm
+            )
             return
         params = [p for group in optimizer.param_groups for p in group["params"]]
         torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)

@@ -5,24 +5,27 @@ plan-time check, the attention-kernel rules for ``accelerator: gpu`` included, a
 real GPU configs), then each run is trained for ``SMOKE_STEPS`` steps on the CPU with the
 profile's model shapes and sequence length, a validation and a final evaluation of one batch
 (at every ``eval_lengths`` multiple too), a checkpoint, and a throwaway store. This catches
-shape, config and code-path errors of every variant in seconds.
+shape, config and code-path errors of every variant (minutes on 2 cores, not an hour of GPU).
 
 What changes for the CPU, and nothing else:
 
 - ``train.accelerator: cpu``; AdamW stays fused as on the GPU (the fused kernel runs on CPU
-  too, and fused AdamW with clipping under bf16 is what crashed every GPU run once); ``16-mixed`` becomes ``bf16-mixed`` (CPU autocast runs bf16;
+  too, and fused AdamW with clipping under bf16 is what crashed every GPU run once);
+  ``16-mixed`` becomes ``bf16-mixed`` (CPU autocast runs bf16;
   ``bf16-mixed`` and ``32-true`` are kept as they are);
 - ``train.attn_backend`` flash/efficient becomes ``auto`` (the CPU kernel for the encoding);
-- ``data.batch_size`` and ``data.eval_batch_size`` become ``SMOKE_BATCH`` (a GPU batch of a
+- ``data.batch_size`` becomes ``SMOKE_BATCH`` and ``data.eval_batch_size`` 1 (a GPU batch of a
   GPU model takes minutes per step on a CPU; memory is what ``ablate bench --gpu`` measures);
 - ``data.pin_memory`` off (pinning needs a CUDA device), W&B off, progress bars off.
 
-One seed per variant (seeds only change numbers), and runs whose smoke configs coincide (e.g.
-batch-size variants once the batch is cut) are trained once.
+One run per code path: seeds, and optimizer scalars (``SAME_PATH_KEYS``: learning rate,
+warmup, LR scaling) only change numbers, so of runs that differ only in those one is trained
+(batch-size variants coincide once the batch is cut).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -67,7 +70,8 @@ def smoke_config(
         t["attn_backend"] = "auto"
     if d["optim"]["fused"] is None and t["accelerator"] == "cpu" and cfg.train.accelerator != "cpu":
         d["optim"]["fused"] = True  # what the GPU run gets (LitLM fuses AdamW on CUDA)
-    d["data"].update(batch_size=batch, eval_batch_size=batch, pin_memory=False)
+    # evaluation at 1 sequence per batch: the 4x-length evaluations are the costliest part
+    d["data"].update(batch_size=batch, eval_batch_size=1, pin_memory=False)
     d["tracking"]["wandb"] = False
     return RunConfig.model_validate(d)
 
@@ -82,20 +86,29 @@ def check_compile(study: Study) -> None:
             raise ConfigError(problem, key="train.compile", source=study.path)
 
 
+# optimizer scalars: runs that differ only in these take the same code path
+SAME_PATH_KEYS = ("lr", "min_lr", "warmup_ratio", "lr_scaling", "ref_batch_size", "cycles")
+
+
+def _code_path(cfg: RunConfig) -> str:
+    d = cfg.to_dict()
+    for key in SAME_PATH_KEYS:
+        d["optim"].pop(key)
+    d["train"].pop("seed")
+    return json.dumps(d, sort_keys=True)
+
+
 def smoke_runs(study: Study) -> list[tuple[PlannedRun, RunConfig]]:
-    """One run per variant (its first seed), each with its smoke config; duplicates dropped."""
-    seen_variants: set[str] = set()
-    seen_ids: set[str] = set()
+    """One run per distinct smoke config, seeds and ``SAME_PATH_KEYS`` aside: one seed per
+    variant, and e.g. one of a grid over learning rates or (once the batch is cut) batch sizes."""
+    seen: set[str] = set()
     out = []
     for run in study.runs:
-        if run.variant in seen_variants:
-            continue
-        seen_variants.add(run.variant)
         cfg = smoke_config(run.config)
-        if cfg.run_id() in seen_ids:
-            continue
-        seen_ids.add(cfg.run_id())
-        out.append((run, cfg))
+        key = _code_path(cfg)
+        if key not in seen:
+            seen.add(key)
+            out.append((run, cfg))
     return out
 
 
@@ -116,7 +129,7 @@ def smoke_study(
     runs = smoke_runs(study)
     console.print(
         f"[bold]{study.name}[/] smoke test (profile {study.profile}): {len(runs)} of "
-        f"{len(study.runs)} runs, {SMOKE_STEPS} steps each on the CPU"
+        f"{len(study.runs)} runs (one per code path), {SMOKE_STEPS} steps each on the CPU"
     )
     os.environ.setdefault("WANDB_MODE", "disabled")
     rows = []
@@ -141,7 +154,8 @@ def _row(run: PlannedRun, cfg: RunConfig, s: dict[str, Any], seconds: float) -> 
     return {
         "name": run.name,
         "params": s.get("params"),
-        "shape": f"{cfg.model.n_layers}L/{cfg.model.d_model}d, {cfg.data.batch_size}x{cfg.data.seq_len}",
+        "shape": f"{cfg.model.n_layers}L/{cfg.model.d_model}d, "
+        f"{cfg.data.batch_size}x{cfg.data.seq_len}",
         "precision": cfg.train.precision,
         "attn": s.get("attn_kernel"),
         "status": s.get("status"),

@@ -459,14 +459,15 @@ def packing(quick: bool, log: Callable[[str], None]) -> list[dict[str, Any]]:
             "gpu_util_samples": len(util),
             "errors": [
                 o.strip().splitlines()[-1][:200]
-                for p, o in zip(procs, outs)
+                for p, o in zip(procs, outs, strict=True)
                 if p.returncode and o.strip()
             ],
         }
         rows.append(row)
         log(
-            f"  k={k}: {row['completed']}/{k} runs in {wall:.1f} s, {row['runs_per_hour']:.0f} runs/h, "
-            f"{row['tokens_per_s']:,.0f} tok/s, GPU busy {row['gpu_util_mean'] or float('nan'):.0f}%"
+            f"  k={k}: {row['completed']}/{k} runs in {wall:.1f} s, "
+            f"{row['runs_per_hour']:.0f} runs/h, {row['tokens_per_s']:,.0f} tok/s, "
+            f"GPU busy {row['gpu_util_mean'] or float('nan'):.0f}%"
         )
     base = rows[0]["runs_per_hour"] if rows and rows[0]["runs_per_hour"] else None
     for r in rows:
@@ -510,8 +511,9 @@ def gpu_quality(quick: bool, budget_s: float) -> dict[str, Any]:
     res = time_to_quality(cfg, NANOGPT_GPU_VAL_LOSS, budget_s=budget_s)
     m = cfg.model
     res["config"] = (
-        f"{m.n_layers}L/{m.n_heads}H/{m.d_model}d, ctx {cfg.data.seq_len}, batch {cfg.data.batch_size}, "
-        f"dropout {m.dropout}, lr {cfg.optim.lr}, {cfg.train.max_steps} steps, compile {cfg.train.compile}"
+        f"{m.n_layers}L/{m.n_heads}H/{m.d_model}d, ctx {cfg.data.seq_len}, "
+        f"batch {cfg.data.batch_size}, dropout {m.dropout}, lr {cfg.optim.lr}, "
+        f"{cfg.train.max_steps} steps, compile {cfg.train.compile}"
     )
     return res
 
@@ -526,7 +528,8 @@ def run_gpu_bench(
     (partial results survive a later failure). Without CUDA: one line, ``None``."""
     if not torch.cuda.is_available():
         print(
-            f"ablate bench --gpu: no CUDA device visible to torch {torch.__version__}; nothing measured"
+            f"ablate bench --gpu: no CUDA device visible to torch {torch.__version__}; "
+            "nothing measured"
         )
         return None
     from rich.console import Console
@@ -561,7 +564,8 @@ def run_gpu_bench(
     section("device", "0. device", lambda: device_info(1024 if quick else 8192))
     dev = r.get("device") or {}
     say(
-        f"{dev.get('name')}: peak {dev.get('peak_tflops', float('nan')):.0f} TFLOP/s ({dev.get('peak_source')}), "
+        f"{dev.get('name')}: peak {dev.get('peak_tflops', float('nan')):.0f} TFLOP/s "
+        f"({dev.get('peak_source')}), "
         f"measured matmul {dev.get('matmul_tflops', float('nan')):.0f}"
     )
     peak = dev.get("peak_tflops") or matmul_tflops(4096)

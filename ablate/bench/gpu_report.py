@@ -26,7 +26,8 @@ def _device(d: dict[str, Any]) -> str:
     rows = [
         [
             "device",
-            f"{d['name']} (compute capability {d['capability']}, {d['memory_gib']:.0f} GiB, {d['sms']} SMs)",
+            f"{d['name']} (compute capability {d['capability']}, "
+            f"{d['memory_gib']:.0f} GiB, {d['sms']} SMs)",
         ],
         ["driver", d.get("driver") or "n/a"],
         [
@@ -145,7 +146,8 @@ def _overhead(o: dict[str, Any]) -> str:
         for a in o["attribution"]
     )
     return (
-        f"nanoGPT GPU config (6L/384d, 64x256, bf16, flash, fused AdamW, eager), {o['window']} timed "
+        "nanoGPT GPU config (6L/384d, 64x256, bf16, flash, fused AdamW, eager), "
+        f"{o['window']} timed "
         f"steps x {o['reps']} pairs. **ablate / raw = {o['ratio_median']:.3f}** (median of pairs; "
         f"best-per-step {o['ratio_best']:.3f}; goal <= {GOALS['overhead']}). Pairs (ablate / raw "
         f"ms per step): {pairs}. Where the extra time goes: {attribution}. Loss trajectories "
@@ -222,7 +224,8 @@ def render(r: dict[str, Any]) -> str:
     out = [
         "# ablate GPU bench"
         + (" (--quick: toy sizes, not measurements)" if r.get("quick") else ""),
-        f"Started {r['started']}, {r.get('wall_s', 0) / 60:.1f} min, one process (`ablate bench --gpu`).",
+        f"Started {r['started']}, {r.get('wall_s', 0) / 60:.1f} min, "
+        "one process (`ablate bench --gpu`).",
     ]
     for key, title, fn in SECTIONS:
         out.append(title)
