@@ -16,14 +16,16 @@ export ABLATE_DATA_DIR
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test run report bench bench-quick lint clean
+.PHONY: install test run report bench bench-quick bench-gpu lint clean
 
 install: $(STAMP)
 
+# an empty TORCH_SPEC (`make install TORCH_SPEC=`) keeps the machine's torch: the venv is made
+# with --system-site-packages and the torch install line is skipped
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(if $(strip $(TORCH_SPEC)),,--system-site-packages) $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q $(TORCH_SPEC)
+	$(if $(strip $(TORCH_SPEC)),$(BIN)/python -m pip install -q $(TORCH_SPEC),@echo "TORCH_SPEC is empty: keeping the torch of $(PYTHON)")
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
@@ -41,6 +43,10 @@ bench: install
 
 bench-quick: install
 	$(BIN)/ablate bench --quick --out $(STORE)/bench-quick.md
+
+# the GPU acceptance bench (reports/bench_gpu.md); on a machine without CUDA it says so, exit 0
+bench-gpu: install
+	$(BIN)/ablate bench --gpu
 
 lint: install
 	$(BIN)/ruff check ablate tests

@@ -154,11 +154,27 @@ def run(
     max_seeds: Annotated[
         int, typer.Option(min=2, help="With --until-decided: at most this many seeds a variant.")
     ] = 10,
+    smoke: Annotated[
+        bool,
+        typer.Option(
+            help="2 CPU steps of every variant into a throwaway store; exit 1 on a failure."
+        ),
+    ] = False,
 ) -> None:
     """Expand a study into runs and train every run not yet finished (resumable)."""
     from ablate.executors import ExecutorOptions
     from ablate.runner import run_study
 
+    if smoke:
+        from ablate.smoke import smoke_study
+
+        try:
+            rows = smoke_study(study, profile=profile, overrides=set_ or [])
+        except ConfigError as err:
+            fail(err)
+        if any(r["status"] != "completed" for r in rows):
+            raise typer.Exit(1)
+        return
     try:
         opts = ExecutorOptions.parse(
             executor=executor,
@@ -294,8 +310,18 @@ def bench(
     out: Annotated[Path, typer.Option(help="Where to write the report.")] = Path(
         "reports/bench.md"
     ),
+    gpu: Annotated[
+        bool,
+        typer.Option(help="The GPU acceptance bench (reports/bench_gpu.md); no CUDA: says so."),
+    ] = False,
 ) -> None:
     """Measure framework overhead, model speed, time-to-quality and efficiency."""
+    if gpu:
+        from ablate.bench.gpu import run_gpu_bench
+
+        default = out == Path("reports/bench.md")
+        run_gpu_bench(quick=quick, out=Path("reports/bench_gpu.md") if default else out)
+        return
     from ablate.bench import run_bench
 
     run_bench(quick=quick, out=out)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ablate.config import RunConfig, load_run_config, parse_override
+from ablate.config import ConfigError, RunConfig, load_run_config, parse_override
 from ablate.store import FINISHED, RunStore
 
 
@@ -50,6 +50,11 @@ def train_one(
     # a missing or corrupt dataset is bad input: exit 2 now
     load_hf(cfg.data.dataset) if is_hf(cfg.data.dataset) else resolve_dataset(cfg.data.dataset)
     check_runs([(cfg, None)], config)  # empty/short data, seeds, sizes, a GPU that is not there
+    if cfg.train.compile:
+        from ablate.accel import compile_problem
+
+        if problem := compile_problem():
+            raise ConfigError(problem, key="train.compile", source=config)
     run_dir = RunStore(store).run(study, cfg.run_id())
     summary = run_dir.read_summary() or {}
     if summary.get("status") in FINISHED:

@@ -26,6 +26,8 @@ from pydantic import (
     model_validator,
 )
 
+from ablate.accel import attn_backend_problem
+
 
 def _registered(axis: str) -> AfterValidator:
     """The value must name a class in ``axis``'s registry (built-ins and plugins, checked at
@@ -253,6 +255,17 @@ class RunConfig(_Section):
             raise ValueError(
                 f"data.seq_len ({d.seq_len}) exceeds model.max_seq_len ({m.max_seq_len})"
             )
+        t = self.train
+        problem = attn_backend_problem(
+            t.attn_backend,
+            arch=m.arch,
+            pos_encoding=m.pos_encoding,
+            precision=t.precision,
+            accelerator=t.accelerator,
+            head_dim=m.head_dim,
+        )
+        if problem:  # a kernel that cannot run this model: fail at plan time, not mid-run
+            raise ValueError(problem)
         return self
 
     @property

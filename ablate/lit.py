@@ -70,10 +70,23 @@ class LitLM(pl.LightningModule):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)
 
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Accept a checkpoint whose model was wrapped by ``torch.compile(model)``: its keys
+        carry an ``_orig_mod.`` segment that the eager module (and ``model.compile()``, which
+        compiles in place) does not have."""
+        state = checkpoint.get("state_dict") or {}
+        if any("._orig_mod." in k or k.startswith("_orig_mod.") for k in state):
+            checkpoint["state_dict"] = {
+                k.replace("._orig_mod.", ".").removeprefix("_orig_mod."): v
+                for k, v in state.items()
+            }
+
     # --- optimisation ---------------------------------------------------------------------
     def configure_optimizers(self):
         o = self.cfg.optim
+        # fp16's GradScaler needs unscaled gradients before clipping, which a fused step hides
         fused = o.fused if o.fused is not None else torch.cuda.is_available()
+        fused = fused and not (self.cfg.train.precision == "16-mixed" and o.grad_clip)
         opt = torch.optim.AdamW(
             decay_groups(self.model, o.weight_decay),
             lr=self.cfg.lr,
@@ -84,6 +97,27 @@ class LitLM(pl.LightningModule):
         factor = partial(self._lr_factor, base_lr=self.cfg.lr)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def configure_gradient_clipping(
+        self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
+    ) -> None:
+        """Clip the global gradient norm to ``gradient_clip_val``.
+
+        Lightning's mixed-precision plugin refuses to clip for a fused optimizer under
+        ``bf16-mixed`` too (its check is for fp16's GradScaler, whose scaled gradients a fused
+        step unscales internally), so every GPU run with fused AdamW and clipping crashed on its
+        first step. Under bf16 and fp32 there is no scaler and the gradients are the true ones:
+        clip them directly, over the optimizer's parameters as Lightning does. ``16-mixed``
+        (never fused with clipping, see ``configure_optimizers``) keeps Lightning's path."""
+        if gradient_clip_val is None:
+            return
+        if self.cfg.train.precision == "16-mixed":
+            super().configure_gradient_clipping(
+                optimizer, gradient_clip_val, gradient_clip_algorithm
+            )
+            return
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
 
     def _lr_factor(self, step: int, base_lr: float) -> float:
         o = self.cfg.optim

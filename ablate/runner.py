@@ -174,6 +174,9 @@ def run_study(
         opts = opts.model_copy(update={"workers": workers})
     study = load_study(study_path, profile, overrides, plugins=plugins, extra_seeds=extra_seeds)
     check(opts)
+    from ablate.smoke import check_compile
+
+    check_compile(study)  # train.compile without a C++ compiler: one line now, not per run
     runs_store = RunStore(store)
     console = _console()
     dirs = {r.run_id: runs_store.run(study.name, r.run_id) for r in study.runs}

@@ -13,7 +13,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import pytorch_lightning as pl
@@ -24,6 +24,7 @@ from pytorch_lightning.callbacks import (
     TQDMProgressBar,
 )
 
+from ablate.accel import pick_backend
 from ablate.checkpoints import (
     AtomicCheckpointIO,
     ExceptionCheckpoint,
@@ -83,18 +84,35 @@ def evaluate(model: torch.nn.Module, batches: Iterable, max_batches: int | None 
     return total.item() / n if n else math.nan
 
 
-def _attn_context(backend: str):
+def attn_kernel(cfg: RunConfig, device: torch.device) -> str:
+    """The SDPA kernel this run attends with on ``device``: ``train.attn_backend``, or for
+    ``auto`` the first kernel that can run the model (``ablate.accel.pick_backend``)."""
+    return pick_backend(
+        cfg.train.attn_backend,
+        "cuda" if device.type == "cuda" else "cpu",
+        precision=cfg.train.precision,
+        attn_bias=cfg.model.pos_encoding == "alibi",
+        head_dim=cfg.model.head_dim,
+    )
+
+
+def attn_context(cfg: RunConfig, device: torch.device):
+    """Pin SDPA to the run's kernel. An explicit choice gets exactly that kernel (no silent
+    fallback: the config validator already rejected what it cannot run); ``auto`` gets its
+    pick with the math kernel as a fallback."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    chosen = {
-        "flash": [SDPBackend.FLASH_ATTENTION],
-        "efficient": [SDPBackend.EFFICIENT_ATTENTION],
-        "math": [SDPBackend.MATH],
-    }.get(backend)
-    if chosen is None:
-        from contextlib import nullcontext
-
+    if cfg.model.arch != "transformer":
         return nullcontext()
+    names = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,
+    }
+    kernel = attn_kernel(cfg, device)
+    chosen = [names[kernel]]
+    if cfg.train.attn_backend == "auto" and kernel != "math":
+        chosen.append(SDPBackend.MATH)
     return sdpa_kernel(chosen)
 
 
@@ -307,10 +325,19 @@ def train_run(
             wandb_wait += time.time() - t_wandb  # a slow or dead W&B server is not train time
             trainer = make_trainer(cfg, run_dir, loggers, progress=progress, stop=stop)
             if cfg.train.compile:
-                lit.model = torch.compile(lit.model)
-            with _stoppable(stop), _attn_context(cfg.train.attn_backend):
-                trainer.fit(lit, datamodule=dm, ckpt_path=str(ckpt_path) if ckpt_path else None)
-            summary.update(_finish(cfg, lit, dm, trainer))
+                # in place: the state_dict keys stay those of the eager model (no "_orig_mod."),
+                # so checkpoints move freely between compiled and eager runs
+                lit.model.compile()
+            device = trainer.strategy.root_device
+            summary["attn_kernel"] = (
+                attn_kernel(cfg, device) if cfg.model.arch == "transformer" else None
+            )
+            with attn_context(cfg, device):
+                with _stoppable(stop):
+                    trainer.fit(lit, datamodule=dm, ckpt_path=str(ckpt_path) if ckpt_path else None)
+                # the final evaluation under the training precision (autocast), like validation
+                with trainer.precision_plugin.forward_context():
+                    summary.update(_finish(cfg, lit, dm, trainer))
     except ResumeMismatch:
         # bad input, not a failed run: put back what the store said and touch nothing else
         if prior:

@@ -1,0 +1,205 @@
+"""``ablate run STUDY --profile gpu --smoke``: every run of a profile for 2 steps on the CPU.
+
+Before anyone pays for a GPU: the study is planned exactly as ``ablate run`` plans it (so every
+plan-time check, the attention-kernel rules for ``accelerator: gpu`` included, applies to the
+real GPU configs), then each run is trained for ``SMOKE_STEPS`` steps on the CPU with the
+profile's model shapes and sequence length, a validation and a final evaluation of one batch
+(at every ``eval_lengths`` multiple too), a checkpoint, and a throwaway store. This catches
+shape, config and code-path errors of every variant (minutes on 2 cores, not an hour of GPU).
+
+What changes for the CPU, and nothing else:
+
+- ``train.accelerator: cpu``; AdamW stays fused as on the GPU (the fused kernel runs on CPU
+  too, and fused AdamW with clipping under bf16 is what crashed every GPU run once);
+  ``16-mixed`` becomes ``bf16-mixed`` (CPU autocast runs bf16;
+  ``bf16-mixed`` and ``32-true`` are kept as they are);
+- ``train.attn_backend`` flash/efficient becomes ``auto`` (the CPU kernel for the encoding);
+- ``data.batch_size`` becomes ``SMOKE_BATCH`` and ``data.eval_batch_size`` 1 (a GPU batch of a
+  GPU model takes minutes per step on a CPU; memory is what ``ablate bench --gpu`` measures);
+- ``data.pin_memory`` off (pinning needs a CUDA device), W&B off, progress bars off.
+
+One run per code path: seeds, and optimizer scalars (``SAME_PATH_KEYS``: learning rate,
+warmup, LR scaling) only change numbers, so of runs that differ only in those one is trained
+(batch-size variants coincide once the batch is cut).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ablate.config import ConfigError, RunConfig
+from ablate.store import RunStore
+from ablate.study import PlannedRun, Study, load_study
+
+SMOKE_STEPS = 2
+SMOKE_BATCH = 2
+
+
+def smoke_config(
+    cfg: RunConfig, *, steps: int = SMOKE_STEPS, batch: int = SMOKE_BATCH
+) -> RunConfig:
+    """``cfg`` for a ``steps``-step CPU run: the changes listed in the module docstring."""
+    d = cfg.to_dict()
+    t = d["train"]
+    t.update(
+        accelerator="cpu",
+        devices=1,
+        max_steps=steps,
+        eval_interval=steps,
+        eval_batches=1,
+        final_eval_batches=1,
+        log_interval=1,
+        grad_norm_interval=1,
+        checkpoint_interval=steps,
+        progress=False,
+    )
+    if t["precision"] == "16-mixed":
+        t["precision"] = "bf16-mixed"
+    if t["attn_backend"] in ("flash", "efficient"):
+        t["attn_backend"] = "auto"
+    if d["optim"]["fused"] is None and t["accelerator"] == "cpu" and cfg.train.accelerator != "cpu":
+        d["optim"]["fused"] = True  # what the GPU run gets (LitLM fuses AdamW on CUDA)
+    # evaluation at 1 sequence per batch: the 4x-length evaluations are the costliest part
+    d["data"].update(batch_size=batch, eval_batch_size=1, pin_memory=False)
+    d["tracking"]["wandb"] = False
+    return RunConfig.model_validate(d)
+
+
+def check_compile(study: Study) -> None:
+    """``train.compile: true`` on a machine without a C++ compiler: one line, at plan time."""
+    from ablate.accel import compile_problem
+
+    if any(r.config.train.compile for r in study.runs):
+        problem = compile_problem()
+        if problem:
+            raise ConfigError(problem, key="train.compile", source=study.path)
+
+
+# optimizer scalars: runs that differ only in these take the same code path
+SAME_PATH_KEYS = ("lr", "min_lr", "warmup_ratio", "lr_scaling", "ref_batch_size", "cycles")
+
+
+def _code_path(cfg: RunConfig) -> str:
+    d = cfg.to_dict()
+    for key in SAME_PATH_KEYS:
+        d["optim"].pop(key)
+    d["train"].pop("seed")
+    return json.dumps(d, sort_keys=True)
+
+
+def smoke_runs(study: Study) -> list[tuple[PlannedRun, RunConfig]]:
+    """One run per distinct smoke config, seeds and ``SAME_PATH_KEYS`` aside: one seed per
+    variant, and e.g. one of a grid over learning rates or (once the batch is cut) batch sizes."""
+    seen: set[str] = set()
+    out = []
+    for run in study.runs:
+        cfg = smoke_config(run.config)
+        key = _code_path(cfg)
+        if key not in seen:
+            seen.add(key)
+            out.append((run, cfg))
+    return out
+
+
+def smoke_study(
+    study_path: str | Path,
+    *,
+    profile: str | None = None,
+    overrides: Sequence[str] = (),
+    console: Console | None = None,
+) -> list[dict[str, Any]]:
+    """Plan the study (``ConfigError`` on bad input), train each smoke run into a temporary
+    store that is deleted afterwards, print a table; returns one row per run."""
+    from ablate.train import train_run
+
+    study = load_study(study_path, profile, overrides, check_device=False)  # it trains on the CPU
+    check_compile(study)
+    console = console or Console(highlight=False)
+    runs = smoke_runs(study)
+    console.print(
+        f"[bold]{study.name}[/] smoke test (profile {study.profile}): {len(runs)} of "
+        f"{len(study.runs)} runs (one per code path), {SMOKE_STEPS} steps each on the CPU"
+    )
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="ablate-smoke-") as tmp:
+        store = RunStore(tmp)
+        for i, (run, cfg) in enumerate(runs):
+            run_dir = store.run(study.name, f"{i:03d}-{cfg.run_id()}")
+            t0 = time.perf_counter()
+            try:
+                s = train_run(cfg, run_dir, study.meta(run), progress=False)
+            except Exception as err:  # noqa: BLE001 - report it, smoke-test the others
+                s = {"status": "failed", "error": f"{type(err).__name__}: {err}"}
+            row = _row(run, cfg, s, time.perf_counter() - t0)
+            rows.append(row)
+            console.print(f"  {escape(run.name)}: {row['status']} ({row['seconds']:.1f} s)")
+            shutil.rmtree(run_dir.path, ignore_errors=True)  # GPU-size checkpoints add up
+    _print_table(study, rows, console)
+    return rows
+
+
+def _row(run: PlannedRun, cfg: RunConfig, s: dict[str, Any], seconds: float) -> dict[str, Any]:
+    return {
+        "name": run.name,
+        "params": s.get("params"),
+        "shape": f"{cfg.model.n_layers}L/{cfg.model.d_model}d, "
+        f"{cfg.data.batch_size}x{cfg.data.seq_len}",
+        "precision": cfg.train.precision,
+        "attn": s.get("attn_kernel"),
+        "status": s.get("status"),
+        "final_val_loss": s.get("final_val_loss"),
+        "eval_lengths": s.get("val_loss_at_length"),
+        "error": s.get("error")
+        or (
+            f"diverged at step {s['diverged_step']}" if s.get("diverged_step") is not None else None
+        ),
+        "seconds": seconds,
+    }
+
+
+def _print_table(study: Study, rows: list[dict[str, Any]], console: Console) -> None:
+    table = Table(title=f"{study.name} --smoke: {len(rows)} runs", title_justify="left")
+    for col in (
+        "run",
+        "params",
+        "shape",
+        "precision",
+        "attn (cpu)",
+        "status",
+        "val loss",
+        "s",
+        "error",
+    ):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        loss = r["final_val_loss"]
+        table.add_row(
+            escape(r["name"]),
+            f"{r['params']:,}" if r["params"] else "-",
+            r["shape"],
+            r["precision"],
+            r["attn"] or "-",
+            r["status"] or "-",
+            f"{loss:.3f}" if loss is not None else "-",
+            f"{r['seconds']:.1f}",
+            escape(str(r["error"] or "")[:200]),
+        )
+    console.print(table)
+    bad = [r for r in rows if r["status"] != "completed"]
+    console.print(
+        f"[red]{len(bad)} of {len(rows)} smoke runs did not complete[/]"
+        if bad
+        else f"[green]all {len(rows)} smoke runs completed[/]"
+    )
