@@ -369,3 +369,58 @@ def breakdown(cfg: RunConfig, log: Callable[[str], None] = print) -> dict[str, A
             },
         ],
     }
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Re-measure section 3 alone and put it into an existing ``bench.md``/``bench.json``."""
+    import argparse
+    import json
+    import os
+    import re
+    from datetime import datetime
+    from pathlib import Path
+
+    from ablate.bench import BEFORE
+    from ablate.bench.loops import NANOGPT_CPU
+    from ablate.bench.machine import usable_cores
+    from ablate.bench.report import _quality
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--snapshot-every", type=int, default=100)
+    ap.add_argument("--breakdown-steps", type=int, default=500)
+    ap.add_argument("--out", type=Path, default=Path("reports/bench.md"))
+    args = ap.parse_args(argv)
+    os.environ.setdefault("WANDB_SILENT", "true")
+    load0 = os.getloadavg()[0]
+    started = datetime.now().isoformat(timespec="seconds")
+    res = race(
+        {**NANOGPT_CPU, "train.threads": usable_cores(), "train.progress": False},
+        pairs=args.rounds,
+        snapshot_every=args.snapshot_every,
+        breakdown_steps=args.breakdown_steps,
+        before=BEFORE,
+        **{"train.max_steps": args.steps},
+    )
+    res["load"] = [load0, os.getloadavg()[0]]
+    note = (
+        f"Section re-measured alone by `python -m ablate.bench.versus --steps {args.steps} "
+        f"--rounds {args.rounds}` on {started}; 1-minute load average {load0:.1f} at the start "
+        f"and {res['load'][1]:.1f} at the end on {usable_cores()} cores."
+    )
+    body = note + "\n\n" + _quality(res)
+    text = args.out.read_text()
+    text = re.sub(
+        r"(## 3\. [^\n]*\n\n).*?(?=\n## 4\.)", lambda m: m.group(1) + body + "\n", text, flags=re.S
+    )
+    args.out.write_text(text)
+    js = args.out.with_suffix(".json")
+    data = json.loads(js.read_text())
+    data["quality"] = res
+    js.write_text(json.dumps(data, indent=1, default=str))
+    print(body)
+
+
+if __name__ == "__main__":
+    main()
