@@ -154,8 +154,9 @@ def nanogpt_train(
                 if step > 0 and checkpoint_dir is not None:
                     state = {"model": model.state_dict(), "optimizer": opt.state_dict()}
                     torch.save({**state, "iter_num": step}, Path(checkpoint_dir) / "ckpt.pt")
-            trace.evals.append({"step": step, "train": tr, "val": va})
-            trace.phases["eval"] = trace.phases.get("eval", 0.0) + time.perf_counter() - t0
+            took = time.perf_counter() - t0
+            trace.evals.append({"step": step, "train": tr, "val": va, "s": took})
+            trace.phases["eval"] = trace.phases.get("eval", 0.0) + took
 
         def snapshot(step: int) -> None:
             nonlocal off_clock
