@@ -186,7 +186,7 @@ class OptimConfig(_Section):
     """Scale ``lr`` with batch size against ``ref_batch_size``: linear (Goyal et al.) or sqrt."""
     ref_batch_size: int | None = Field(None, ge=1)
     fused: bool | None = None
-    """Fused AdamW kernel; ``None`` = on when training on CUDA."""
+    """Fused AdamW kernel; ``None`` = on wherever torch has one for the device (CUDA, CPU)."""
 
     @model_validator(mode="after")
     def _check(self) -> OptimConfig:

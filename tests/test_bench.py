@@ -156,3 +156,21 @@ def test_nanogpt_loop_trains_and_reports_both_estimates(capsys):
     assert r["train_losses"][-1] < r["train_losses"][0] - 0.3
     assert r["full_val_loss"] < r["train_losses"][0]
     assert r["nanogpt_estimate"] == pytest.approx(r["full_val_loss"], abs=0.5)
+
+
+def test_nanogpt_train_keeps_its_cadence_snapshots_and_checkpoint(tmp_path):
+    from ablate.bench.nanogpt_loop import nanogpt_train
+
+    cfg = _config(**{"train.max_steps": 10})
+    model, _, trace = nanogpt_train(
+        cfg, eval_interval=5, eval_iters=2, snapshot_every=4, checkpoint_dir=tmp_path
+    )
+    assert [e["step"] for e in trace.evals] == [0, 5, 10]  # nanoGPT also evaluates at the end
+    assert [s for s, _, _ in trace.snapshots] == [4, 8, 10]  # and after the last step
+    final = trace.snapshots[-1][2]
+    assert all(torch.equal(final[k], v) for k, v in model.state_dict().items())
+    times = [t for _, t, _ in trace.snapshots]
+    assert times == sorted(times) and times[-1] <= trace.t_end - trace.t_call
+    assert len(trace.stamps) == len(trace.losses) == 10
+    assert {"data", "forward", "backward", "clip", "optimizer", "eval"} <= set(trace.phases)
+    assert (tmp_path / "ckpt.pt").is_file()  # val improved after step 0

@@ -4,7 +4,8 @@ One process measures, side by side, and writes ``reports/bench.md`` (and ``bench
 
 1. framework overhead: ``train_run`` against a hand-written PyTorch loop (``loops``);
 2. model speed and step memory against x-transformers and ``nn.TransformerEncoder`` (``speed``);
-3. time to nanoGPT's published validation loss on tiny shakespeare (``quality``);
+3. time to quality: ablate against nanoGPT's training procedure, per step and to the same
+   loss, with a breakdown of where the time goes (``versus``);
 4. efficiency: achieved FLOP/s as a fraction of the measured matmul peak (``machine``);
 5. study throughput with 1 and 2 workers (``throughput``).
 
@@ -28,13 +29,15 @@ from ablate.bench import report
 from ablate.bench.loops import (
     GPU_OVERRIDES,
     NANOGPT_CPU,
-    NANOGPT_VAL_LOSS,
     bench_config,
     compare_loops,
     overhead_config,
 )
 from ablate.bench.machine import has_gpu, machine_info, matmul_flops, torch_threads, usable_cores
 from ablate.bench.speed import Size, build_ours, measure_speed
+
+# ablate's defaults before issue #16 (this code with them is the "before" arm of section 3)
+BEFORE: dict[str, Any] = {"optim.fused": False}
 
 # toy model for --quick (and the tests)
 TINY: dict[str, Any] = {
@@ -64,6 +67,12 @@ class Plan:
     study: dict[str, Any]
     study_runs: int
     quality_budget_s: float | None = None
+    # section 3: rounds of ablate vs nanoGPT's procedure (``versus.race``)
+    race_rounds: int = 2
+    snapshot_every: int = 100
+    breakdown_steps: int | None = None
+    # ablate as it was before issue #16 (a third arm in every round; None: not run)
+    before: dict[str, Any] | None = None
     gpu: bool = False
     gpu_overrides: dict[str, Any] = field(default_factory=dict)
 
@@ -93,6 +102,9 @@ class Plan:
                     "train.final_eval_batches": 10,
                     "train.progress": False,
                 },
+                race_rounds=2,
+                snapshot_every=20,
+                breakdown_steps=30,
                 study={
                     **TINY,
                     "train.max_steps": 10,
@@ -117,11 +129,11 @@ class Plan:
             overhead_reps=6,
             speed=((small, 5), (large, 5 if gpu else 2)),
             speed_block_s=1.0,
-            quality={
-                "train.eval_interval": 100,
-                "train.eval_batches": 40,
-                "train.final_eval_batches": None,
-            },
+            quality={},  # nanoGPT's CPU config at the reference study's cadence
+            race_rounds=2,
+            snapshot_every=100,
+            breakdown_steps=500,
+            before=BEFORE,
             study={
                 "train.max_steps": 150,
                 "train.eval_interval": 50,
@@ -131,7 +143,6 @@ class Plan:
             },
             study_runs=4,
             # about 2 min on a quiet 2-core machine; a busy one is cut off, and says so
-            quality_budget_s=480.0,
             gpu=gpu,
             gpu_overrides=GPU_OVERRIDES,
         )
@@ -249,23 +260,23 @@ def _speed(plan: Plan, say) -> list[dict[str, Any]]:
 
 
 def _quality(plan: Plan, say) -> dict[str, Any]:
-    from ablate.bench.quality import time_to_quality
+    from ablate.bench.versus import race
 
-    cfg = bench_config(plan.base, **plan.quality)
-    res = time_to_quality(cfg, NANOGPT_VAL_LOSS, budget_s=plan.quality_budget_s)
-    m = cfg.model
-    res["config_name"] = "a toy config" if plan.quick else "nanoGPT's shakespeare-char CPU config"
-    res["config"] = (
-        f"{m.n_layers}L/{m.n_heads}H/{m.d_model}d, ctx {cfg.data.seq_len}, "
-        f"batch {cfg.data.batch_size}, {cfg.train.max_steps} steps"
+    res = race(
+        plan.base,
+        pairs=plan.race_rounds,
+        snapshot_every=plan.snapshot_every,
+        breakdown_steps=plan.breakdown_steps,
+        before=plan.before,
+        log=say,
+        **plan.quality,
     )
-    if res["reached"]:
+    for arm, s in res["summary"].items():
+        reach = s["reach_ratio"]
         say(
-            f"reached {NANOGPT_VAL_LOSS} at step {res['reached_step']} after "
-            f"{res['reached_wall_s']:.1f} s; final val loss {res['final_val_loss']:.4f}"
+            f"{arm} ÷ nanoGPT: per step {s['step_ratio']:.3f}, whole run {s['wall_ratio']:.3f}, "
+            f"to target {'not reached' if reach is None else f'{reach:.3f}'}"
         )
-    else:
-        say(f"did not reach {NANOGPT_VAL_LOSS}; final val loss {res['final_val_loss']:.4f}")
     return res
 
 

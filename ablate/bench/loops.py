@@ -43,7 +43,7 @@ import torch
 from ablate.bench.machine import sync, torch_threads
 from ablate.config import RunConfig, build_config
 from ablate.data import LMDataModule
-from ablate.lit import decay_groups, lm_loss
+from ablate.lit import lm_loss, make_adamw
 from ablate.model import build_model
 from ablate.schedules import lr_at
 
@@ -135,6 +135,7 @@ class StepTimer(pl.Callback):
         self.evals: list[dict[str, float]] = []
         self.train_start: float | None = None
         self.train_end: float | None = None
+        self.t_call = self.t_return = math.nan  # around the ``train_run`` call
         # on a GPU the clock is read after a synchronize at these steps (window ends)
         self._sync_at = sync_at or set()
         self._val_t0 = 0.0
@@ -175,8 +176,9 @@ class StepTimer(pl.Callback):
 
 
 @contextmanager
-def extra_callbacks(*callbacks: pl.Callback) -> Iterator[None]:
-    """While active, every trainer ``train_run`` builds also runs ``callbacks``."""
+def extra_callbacks(*callbacks: pl.Callback, profiler: Any = None) -> Iterator[None]:
+    """While active, every trainer ``train_run`` builds also runs ``callbacks`` (and, when
+    given, reports to ``profiler``, a Lightning ``Profiler``)."""
     import ablate.train as train_mod
 
     original = train_mod.make_trainer
@@ -184,6 +186,8 @@ def extra_callbacks(*callbacks: pl.Callback) -> Iterator[None]:
     def make_trainer(*args, **kwargs):
         trainer = original(*args, **kwargs)
         trainer.callbacks.extend(callbacks)
+        if profiler is not None:
+            trainer.profiler = profiler
         return trainer
 
     train_mod.make_trainer = make_trainer
@@ -213,8 +217,11 @@ def ablate_loop(
     sync_at: set[int] | None = None,
     progress: bool | None = None,
     budget_s: float | None = None,
+    callbacks: tuple[pl.Callback, ...] = (),
+    profiler: Any = None,
 ) -> tuple[LoopResult, StepTimer]:
-    """Train ``cfg`` with ``train_run`` (everything on) and time every step."""
+    """Train ``cfg`` with ``train_run`` (everything on) and time every step; ``callbacks`` and
+    ``profiler`` are added to its trainer. ``timer.t_call``/``t_return`` bracket the call."""
     from ablate.store import RunStore
     from ablate.train import train_run
 
@@ -222,8 +229,10 @@ def ablate_loop(
     with tempfile.TemporaryDirectory(prefix="ablate-bench-") as tmp:
         root = Path(store) if store is not None else Path(tmp)
         run_dir = RunStore(root).run("bench", f"{name}-{time.time_ns():x}")
-        with extra_callbacks(timer):
+        with extra_callbacks(timer, *callbacks, profiler=profiler):
+            timer.t_call = time.perf_counter()
             summary = train_run(cfg, run_dir, {"name": name}, progress=progress)
+            timer.t_return = time.perf_counter()
         _finish_wandb()
     if summary.get("status") != "completed":
         raise RuntimeError(
@@ -281,14 +290,7 @@ def raw_loop(cfg: RunConfig, *, sync_at: set[int] | None = None) -> LoopResult:
         dm.setup("fit")
         torch.manual_seed(t.seed)
         model = build_model(cfg.model, dm.vocab_size).to(dev)
-        fused = o.fused if o.fused is not None else dev.type == "cuda"
-        opt = torch.optim.AdamW(
-            decay_groups(model, o.weight_decay),
-            lr=cfg.lr,
-            betas=(o.beta1, o.beta2),
-            eps=o.eps,
-            fused=fused or None,
-        )
+        opt = make_adamw(model, cfg)
         factor = _lr_factor(cfg)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         params = [p for group in opt.param_groups for p in group["params"]]
