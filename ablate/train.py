@@ -53,6 +53,8 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", ".*there is no last checkpoint available.*")
     warnings.filterwarnings("ignore", ".*is an invalid version and will not be supported.*")
     warnings.filterwarnings("ignore", ".*LeafSpec.*")
+    # a cpu-profile run on a GPU machine: the study chose the CPU (seen on an H100 host)
+    warnings.filterwarnings("ignore", ".*GPU available but not used.*")
 
 
 @contextmanager
