@@ -35,6 +35,8 @@ def numbers(check: ClaimCheck, unit: str) -> str:
             f"TOST ±{_num(c.margin)}: Holm {_p(c.p_tost_adj, 'p')})"
         )
         return f"{text}; {check.detail}" if check.detail else text
+    if claim.metric.endswith("@init"):  # a slope of gradient norms over layers, not a loss
+        unit = "(grad-norm slope per layer)"
     return verdict(c, unit=unit, where=_where(check)).text
 
 
