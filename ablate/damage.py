@@ -17,27 +17,11 @@ from typing import Any
 
 import yaml
 
-from ablate.store import STATUSES, RunDir
+from ablate.store import STATUSES, SUMMARY_NUMBERS, RunDir
 
 DAMAGED = "damaged"
 
-# summary fields that must be numbers (or null) when present
-NUMERIC_FIELDS = (
-    "final_val_loss",
-    "best_val_loss",
-    "final_val_ppl",
-    "final_val_bpc",
-    "steps",
-    "diverged_step",
-    "wall_time_s",
-    "tokens_per_s",
-    "params",
-    "params_non_embedding",
-    "flops_per_token",
-    "vocab_size",
-    "lr",
-    "resumed_from_step",
-)
+NUMERIC_FIELDS = SUMMARY_NUMBERS  # summary fields that must be numbers (or null) when present
 
 
 def _text(path: Path) -> str:

@@ -44,6 +44,25 @@ FINISHED = ("completed", "diverged")  # a re-run skips these; it retries failed 
 RUN_STATES = ("completed", "diverged", "running", "interrupted", "failed", "damaged", "pending")
 UNFINISHED_STATES = ("running", "interrupted", "failed", "pending")
 
+# numeric summary fields (or null), in the report's display order: the report's columns and the
+# damage check (a non-numeric value here marks the run damaged) share this one list
+SUMMARY_NUMBERS = (
+    "final_val_loss",
+    "best_val_loss",
+    "final_val_ppl",
+    "final_val_bpc",
+    "steps",
+    "diverged_step",
+    "wall_time_s",
+    "tokens_per_s",
+    "params",
+    "params_non_embedding",
+    "flops_per_token",
+    "vocab_size",
+    "lr",
+    "resumed_from_step",
+)
+
 RUN_FILE = "run.yaml"
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.csv"

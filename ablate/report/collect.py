@@ -24,7 +24,7 @@ import pandas as pd
 import yaml
 
 from ablate.config import ConfigError
-from ablate.store import RUN_STATES, RunDir, RunStore, run_state
+from ablate.store import RUN_STATES, SUMMARY_NUMBERS, RunDir, RunStore, run_state
 from ablate.study import Reference, parse_reference
 
 PENDING = "pending"
@@ -35,21 +35,9 @@ ID_COLUMNS = ["run_id", "name", "variant", "seed", "status"]
 RESERVED = {*ID_COLUMNS, "study", "step", "metric", "value", "held fixed"}
 # summary fields in display order; any other scalar field a run writes is kept after these
 SUMMARY_FIELDS = [
-    "final_val_loss",
-    "best_val_loss",
-    "final_val_ppl",
-    "final_val_bpc",
-    "steps",
-    "diverged_step",
+    *SUMMARY_NUMBERS[:6],  # losses, steps, diverged_step
     "stopped_early",
-    "wall_time_s",
-    "tokens_per_s",
-    "params",
-    "params_non_embedding",
-    "flops_per_token",
-    "vocab_size",
-    "lr",
-    "resumed_from_step",
+    *SUMMARY_NUMBERS[6:],  # cost, size, lr, resume
     "error",
 ]
 _SKIP_FIELDS = {"status", "name", "variant", "seed", "axes", "run_id", "study", "wandb_dir"}
