@@ -16,7 +16,7 @@ export ABLATE_DATA_DIR
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test run report bench bench-quick bench-gpu lint clean
+.PHONY: install test run report bench bench-quick bench-gpu bench-chaos lint clean
 
 install: $(STAMP)
 
@@ -47,6 +47,10 @@ bench-quick: install
 # the GPU acceptance bench (reports/bench_gpu.md); on a machine without CUDA it says so, exit 0
 bench-gpu: install
 	$(BIN)/ablate bench --gpu
+
+# crash safety: kill -9 workers and drivers (local, Ray) until a 24-run study completes (~10 min)
+bench-chaos: install
+	$(BIN)/ablate bench --chaos
 
 lint: install
 	$(BIN)/ruff check ablate tests

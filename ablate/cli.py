@@ -314,8 +314,24 @@ def bench(
         bool,
         typer.Option(help="The GPU acceptance bench (reports/bench_gpu.md); no CUDA: says so."),
     ] = False,
+    chaos: Annotated[
+        bool,
+        typer.Option(
+            help="Crash safety: kill -9 workers and drivers of a 24-run study (local and Ray) "
+            "until it completes; reports/bench_chaos.md and section 6 of bench.md."
+        ),
+    ] = False,
 ) -> None:
     """Measure framework overhead, model speed, time-to-quality and efficiency."""
+    if chaos:
+        from ablate.bench.chaos import run_chaos
+
+        default = out == Path("reports/bench.md")
+        try:
+            run_chaos(quick=quick, out=Path("reports/bench_chaos.md") if default else out)
+        except RuntimeError as err:
+            fail(err, code=1)
+        return
     if gpu:
         from ablate.bench.gpu import run_gpu_bench
 

@@ -216,6 +216,10 @@ def run_bench(
     results["machine"]["load_avg_end"] = _load()
     results["wall_s"] = time.perf_counter() - t_start
     report.write(results, out)
+    if not quick:  # `ablate bench --chaos` measures section 6 on its own; keep it
+        from ablate.bench.chaos_report import carry_over
+
+        carry_over(out)
     say(f"wrote {out} ({results['wall_s'] / 60:.1f} min)")
     if results["errors"]:
         raise RuntimeError(f"bench sections failed: {results['errors']}")

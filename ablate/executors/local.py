@@ -8,12 +8,19 @@ workers (``max(1, cores // workers)`` unless ``train.threads`` is set).
 Ctrl-C: workers ignore the terminal's SIGINT; the parent sends each one SIGUSR1, which stops its
 run at the next step boundary (an ``interrupted`` checkpoint, status ``running``), cancels the
 queued runs and waits for the workers, so the same command resumes every run.
+
+A driver killed outright (``kill -9``, the OOM killer) cannot do that: its workers would train
+their queued runs for nobody and then wait forever on the dead pool, holding their memory (and
+GPU). Each worker watches its parent instead; once orphaned it stops its run the same way
+(checkpoint, lease released) and exits, so the same command resumes at once.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -25,6 +32,8 @@ from ablate.executors import ExecutorOptions, Progress, RunTask
 from ablate.store import RunDir
 
 POLL_S = 0.5  # how often the wait loop wakes to call progress.poll()
+PARENT_POLL_S = 0.5  # how often a worker checks that its driver is alive
+ORPHAN_STOP_S = 60.0  # how long an orphaned worker waits for its run's checkpoint
 
 
 @dataclass(frozen=True)
@@ -107,6 +116,7 @@ def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) 
 
 _in_run = False
 _stop_event = None  # set by the parent after a Ctrl-C: queued runs are not started
+_orphaned = threading.Event()  # the driver died: start nothing, stop the run, exit
 
 
 def _stop_handler(signum, frame):  # noqa: ARG001 - signal handler signature
@@ -126,6 +136,7 @@ def _init_worker(threads: int, stop_event, slots) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "SIGUSR1"):
         signal.signal(signal.SIGUSR1, _stop_handler)
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     slot: Slot = slots.get()  # each worker takes one slot, once, before CUDA starts
     if slot.cuda_visible_devices is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = slot.cuda_visible_devices
@@ -136,6 +147,21 @@ def _init_worker(threads: int, stop_event, slots) -> None:
         torch.cuda.set_per_process_memory_fraction(slot.memory_fraction, 0)
 
 
+def _watch_parent(parent: int) -> None:
+    """Wait until this worker's driver is gone (we get re-parented), then stop like a Ctrl-C:
+    SIGUSR1 to ourselves stops the run at its next step boundary (the handler runs on the main
+    thread), and once it saved its checkpoint and released its lease, exit."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    _orphaned.set()
+    if _in_run and hasattr(signal, "SIGUSR1"):
+        os.kill(os.getpid(), signal.SIGUSR1)
+    deadline = time.monotonic() + ORPHAN_STOP_S
+    while _in_run and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os._exit(1)
+
+
 def _worker_run(
     cfg, path: str, meta: dict[str, Any], progress: bool, grace: float
 ) -> tuple[str, dict[str, Any]]:
@@ -143,7 +169,7 @@ def _worker_run(
     from ablate.runner import INTERRUPTED, execute_run
 
     run_dir = RunDir(Path(path))
-    if _stop_event is not None and _stop_event.is_set():
+    if _orphaned.is_set() or (_stop_event is not None and _stop_event.is_set()):
         return INTERRUPTED, run_dir.read_summary() or {}  # queued before the Ctrl-C
     _in_run = True
     try:

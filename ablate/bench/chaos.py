@@ -1,0 +1,491 @@
+"""``ablate bench --chaos``: kill -9 workers and the driver until a study completes; count losses.
+
+A 24-run tiny study (:data:`STUDY`, on a generated corpus: no data needed) is trained by the
+real CLI (``ablate run`` in a subprocess) into fresh stores, once per executor undisturbed and
+once under chaos:
+
+* ``local``: ``--workers 4`` on this machine;
+* ``ray``: a local Ray cluster started like a user's (``ray start --head --num-cpus 4``), the
+  study sent to it with ``--ray-address``, so killing the driver leaves the cluster up.
+
+Chaos: a thread follows a seeded schedule of worker kills and driver kills, one every few
+seconds, each a ``kill -9`` (a worker: a pool process or a Ray task's process that is training).
+Whenever the driver is gone (killed, or done with runs left to others) the same command starts
+again, until the store says every run finished or the time limit passes.
+
+Everything is counted from the store and ``/proc``, not from the CLI's output:
+
+* lost: planned runs not finished at the end;
+* trained twice to completion: a monitor thread reads every run's ``summary.json`` every
+  0.2 s and records each completion by the attempt that finished it (pid, start time); a run
+  finished by two attempts, or started again after it finished, counts (a second training
+  takes seconds, so polling cannot miss it);
+* stuck: runs whose lease still looks held once every process we started is gone;
+* left behind: processes of a killed driver still alive 15 s after it died;
+* final losses against the undisturbed store (resumed runs continue from checkpoints).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ablate.store import FINISHED
+
+MONITOR_S = 0.2
+LEFT_BEHIND_S = 15.0  # how long a killed driver's workers get to checkpoint and exit
+
+# Each run ~200 steps of a 1-layer model: a few seconds, so kills land mid-run and resumes
+# from the 20-step checkpoints matter. 2 x 2 x 2 variants x 3 seeds = 24 runs.
+STUDY: dict[str, Any] = {
+    "name": "chaos",
+    "base": {
+        "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "max_seq_len": 32},
+        "data": {"tokenizer": "char", "seq_len": 32, "batch_size": 8},
+        "optim": {"lr": 3.0e-3, "warmup_ratio": 0.0},
+        "train": {
+            "max_steps": 200,
+            "eval_interval": 100,
+            "eval_batches": 2,
+            "final_eval_batches": 4,
+            "checkpoint_interval": 20,
+            "threads": 1,
+            "progress": False,
+        },
+        "tracking": {"wandb": False},
+    },
+    "grid": {
+        "model.activation": ["gelu", "relu"],
+        "model.norm_placement": ["pre", "post"],
+        "optim.lr": [1.0e-3, 3.0e-3],
+    },
+    "seeds": [0, 1, 2],
+}
+
+
+@dataclass(frozen=True)
+class ChaosPlan:
+    """How hard to shake one executor."""
+
+    worker_kills: int = 6
+    driver_kills: int = 3
+    interval_s: tuple[float, float] = (4.0, 9.0)
+    limit_s: float = 900.0
+    seed: int = 0
+    max_steps: int = 200
+    seeds: tuple[int, ...] = (0, 1, 2)
+    workers: int = 4  # local workers; Ray gets as many CPUs
+
+    @classmethod
+    def make(cls, quick: bool) -> ChaosPlan:
+        if quick:  # 8 short runs, one kill of each kind: a smoke test of the machinery
+            return cls(1, 1, (3.0, 5.0), 300.0, max_steps=60, seeds=(0,), workers=2)
+        return cls()
+
+    def schedule(self) -> list[str]:
+        """The kills in order, shuffled with ``seed`` (a pure function of the plan)."""
+        kills = ["worker"] * self.worker_kills + ["driver"] * self.driver_kills
+        random.Random(self.seed).shuffle(kills)
+        return kills
+
+
+def write_study(folder: Path, plan: ChaosPlan) -> Path:
+    """The chaos study and its corpus (random lines of a small word list) under ``folder``."""
+    import yaml
+
+    rng = random.Random(0)
+    words = "the king and queen of a to my lord that is in with thou not me be his your".split()
+    lines = [" ".join(rng.choices(words, k=rng.randint(4, 12))) for _ in range(4000)]
+    corpus = folder / "corpus.txt"
+    corpus.write_text("\n".join(lines) + "\n")
+    study = json.loads(json.dumps(STUDY))
+    study["base"]["data"]["dataset"] = str(corpus)
+    study["base"]["train"]["max_steps"] = plan.max_steps
+    study["base"]["train"]["eval_interval"] = max(1, plan.max_steps // 2)
+    study["seeds"] = list(plan.seeds)
+    path = folder / "chaos.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    return path
+
+
+# --- processes, from /proc ---------------------------------------------------------------------
+
+
+def processes() -> dict[int, tuple[int, str]]:
+    """Every live process: pid -> (session id, command line)."""
+    out: dict[int, tuple[int, str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()  # after "(comm)": state ppid pgrp session ...
+        if fields[0] in ("Z", "X"):
+            continue
+        out[int(entry)] = (int(fields[3]), cmd)
+    return out
+
+
+def session_members(sid: int) -> list[int]:
+    """Live processes of session ``sid`` but its leader."""
+    return sorted(pid for pid, (s, _) in processes().items() if s == sid and pid != sid)
+
+
+def kill(pid: int) -> bool:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+# --- what the store says -----------------------------------------------------------------------
+
+
+def _summary(run: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((run / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class Monitor:
+    """Watches the runs' summaries: who finished each run, and any training after that."""
+
+    runs: list[Path]
+    finished_by: dict[str, set] = field(default_factory=dict)
+    restarted_after_finish: set = field(default_factory=set)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def look(self) -> None:
+        for run in self.runs:
+            s = _summary(run)
+            if not s:
+                continue
+            last = (s.get("attempts") or [{}])[-1]
+            key = (last.get("host"), last.get("pid"), last.get("started"))
+            done = self.finished_by.setdefault(run.name, set())
+            if s.get("status") in FINISHED:
+                done.add(key)
+            elif done:
+                self.restarted_after_finish.add(run.name)
+
+    def loop(self) -> None:
+        while not self.stop.wait(MONITOR_S):
+            self.look()
+
+    def trained_twice(self) -> list[str]:
+        twice = {r for r, keys in self.finished_by.items() if len(keys) > 1}
+        return sorted(twice | self.restarted_after_finish)
+
+
+def outcome(runs: list[Path], monitor: Monitor | None = None) -> dict[str, Any]:
+    """Lost, twice and stuck runs of a store (call once no process of ours is left)."""
+    from ablate.store import RunDir, run_state
+
+    states = {run.name: run_state(RunDir(run)) for run in runs}
+    summaries = {run.name: _summary(run) or {} for run in runs}
+    starts = sum(len(s.get("attempts") or []) for s in summaries.values())
+    return {
+        "runs": len(runs),
+        "lost": sorted(r for r, st in states.items() if st not in FINISHED),
+        "stuck": sorted(r for r, st in states.items() if st == "running"),
+        "twice": monitor.trained_twice() if monitor else [],
+        "starts": starts,
+        "resumed": sum(1 for s in summaries.values() if s.get("resumed_from_step") is not None),
+        "losses": {r: s.get("final_val_loss") for r, s in summaries.items()},
+    }
+
+
+def loss_agreement(a: dict[str, float | None], b: dict[str, float | None]) -> dict[str, Any]:
+    """How far the chaos store's final losses are from the undisturbed store's."""
+    diffs = [abs(a[r] - b[r]) for r in a if a.get(r) is not None and b.get(r) is not None]
+    return {
+        "compared": len(diffs),
+        "max_abs_diff": max(diffs) if diffs else None,
+        "within_1e-4": sum(d <= 1e-4 for d in diffs),
+    }
+
+
+# --- one executor, undisturbed or shaken -------------------------------------------------------
+
+
+@dataclass
+class Executor:
+    """How to run the study on one executor (the CLI options after ``ablate run STUDY``)."""
+
+    name: str
+    args: list[str]
+
+
+def training(runs: list[Path]) -> list[int]:
+    """Pids of the processes training a run now: a run's lease holder that has started it
+    (the summary's last attempt is its own), not one still importing torch."""
+    from ablate.lease import holder
+
+    pids = set()
+    for r in runs:
+        h = holder(r)
+        s = _summary(r) or {}
+        last = (s.get("attempts") or [{}])[-1]
+        if h and s.get("status") == "running" and last.get("pid") == h.get("pid"):
+            pids.add(h["pid"])
+    alive = processes()
+    return sorted(p for p in pids if p in alive)
+
+
+def _command(study: Path, store: Path, ex: Executor) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "ablate",
+        "run",
+        str(study),
+        "--store",
+        str(store),
+        "--no-progress",
+        *ex.args,
+    ]
+
+
+def _complete(runs: list[Path]) -> bool:
+    return all((_summary(r) or {}).get("status") in FINISHED for r in runs)
+
+
+def undisturbed(study: Path, store: Path, ex: Executor, log_file: Path) -> dict[str, Any]:
+    """One plain ``ablate run``: its wall time and exit code."""
+    t0 = time.perf_counter()
+    with open(log_file, "ab") as log:
+        cmd = _command(study, store, ex)
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+    return {"wall_s": time.perf_counter() - t0, "rc": rc}
+
+
+@dataclass
+class _Shaker:
+    """The chaos thread: kills by the schedule while the study trains."""
+
+    runs: list[Path]
+    schedule: list[str]
+    interval_s: tuple[float, float]
+    rng: random.Random
+    driver: subprocess.Popen | None = None
+    killed: dict[str, int] = field(default_factory=lambda: {"worker": 0, "driver": 0})
+    killed_drivers: list[int] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        for action in self.schedule:
+            if self.stop.wait(self.rng.uniform(*self.interval_s)):
+                return
+            while not self.stop.is_set() and not self._kill(action):
+                self.stop.wait(0.5)  # nothing to kill right now (a driver starting): try again
+
+    def _kill(self, action: str) -> bool:
+        """One kill while some run trains (so it interrupts training); False: not now."""
+        driver, workers = self.driver, training(self.runs)
+        if driver is None or driver.poll() is not None or not workers:
+            return False
+        if action == "driver":
+            if kill(driver.pid):
+                self.killed["driver"] += 1
+                self.killed_drivers.append(driver.pid)
+                return True
+            return False
+        if kill(self.rng.choice(workers)):
+            self.killed["worker"] += 1
+            return True
+        return False
+
+
+def shaken(
+    study: Path, store: Path, runs: list[Path], ex: Executor, plan: ChaosPlan, log_file: Path
+) -> dict[str, Any]:
+    """Run the study to completion while :class:`_Shaker` kills workers and drivers."""
+    shaker = _Shaker(runs, plan.schedule(), plan.interval_s, random.Random(plan.seed))
+    monitor = Monitor(runs)
+    threads = [threading.Thread(target=t, daemon=True) for t in (shaker.run, monitor.loop)]
+    for t in threads:
+        t.start()
+    commands, t0 = 0, time.perf_counter()
+    with open(log_file, "ab") as log:
+        while not _complete(runs) and time.perf_counter() - t0 < plan.limit_s:
+            shaker.driver = subprocess.Popen(
+                _command(study, store, ex),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its workers stay findable by session once orphaned
+            )
+            commands += 1
+            shaker.driver.wait()
+    wall = time.perf_counter() - t0
+    shaker.stop.set()
+    time.sleep(LEFT_BEHIND_S if shaker.killed_drivers else 0)
+    left = [p for sid in shaker.killed_drivers for p in session_members(sid)]
+    for pid in left:  # counted, then cleaned up so they do not skew what follows
+        kill(pid)
+    monitor.stop.set()
+    for t in threads:
+        t.join(timeout=5)
+    monitor.look()
+    return {
+        "wall_s": wall,
+        "commands": commands,
+        "killed": dict(shaker.killed),
+        "left_behind": len(left),
+        **outcome(runs, monitor),
+    }
+
+
+# --- Ray: a local cluster like a user's ---------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RayCluster:
+    """``ray start --head --block`` in its own session; stopped (the whole session) on exit."""
+
+    def __init__(self, cpus: int, folder: Path):
+        self.cpus, self.folder = cpus, folder
+        self.port = _free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self) -> RayCluster:
+        ray = Path(sys.executable).with_name("ray")
+        cmd = [str(ray), "start", "--head", "--block", f"--port={self.port}"]
+        cmd += [f"--num-cpus={self.cpus}", "--num-gpus=0", "--include-dashboard=false"]
+        cmd += ["--disable-usage-stats", "--node-ip-address=127.0.0.1"]
+        with open(self.folder / "ray.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return self
+            except OSError:
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.5)
+        self.__exit__()
+        raise RuntimeError(f"ray start failed; see {self.folder / 'ray.log'}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGTERM)  # `ray start --block` stops the cluster on TERM
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        for pid in session_members(self.proc.pid):
+            kill(pid)
+        self.proc = None
+
+
+# --- the bench ----------------------------------------------------------------------------------
+
+
+def _executor(name: str, plan: ChaosPlan, cluster: RayCluster | None) -> Executor:
+    if name == "local":
+        return Executor("local", ["--workers", str(plan.workers)])
+    assert cluster is not None
+    return Executor("ray", ["--executor", "ray", "--ray-address", cluster.address])
+
+
+def _measure(name: str, study: Path, folder: Path, ids: list[str], plan: ChaosPlan, say) -> dict:
+    from contextlib import nullcontext
+
+    cluster_cm = RayCluster(plan.workers, folder) if name == "ray" else nullcontext()
+    with cluster_cm as cluster:
+        ex = _executor(name, plan, cluster)
+        calm_store, chaos_store = folder / f"{name}-calm", folder / f"{name}-chaos"
+        say(f"{name}: undisturbed ...")
+        calm = undisturbed(study, calm_store, ex, folder / f"{name}.log")
+        calm.update(outcome([calm_store / "chaos" / i for i in ids]))
+        say(f"{name}: undisturbed {calm['wall_s']:.0f} s, {len(calm['lost'])} not finished")
+        say(f"{name}: under chaos ({len(plan.schedule())} kills) ...")
+        runs = [chaos_store / "chaos" / i for i in ids]
+        chaos = shaken(study, chaos_store, runs, ex, plan, folder / f"{name}.log")
+        chaos["agreement"] = loss_agreement(chaos.pop("losses"), calm.pop("losses"))
+        say(
+            f"{name}: under chaos {chaos['wall_s']:.0f} s, {chaos['commands']} commands, "
+            f"lost {len(chaos['lost'])}, twice {len(chaos['twice'])}, "
+            f"stuck {len(chaos['stuck'])}, left behind {chaos['left_behind']}"
+        )
+    return {"undisturbed": calm, "chaos": chaos}
+
+
+def run_chaos(
+    quick: bool = False,
+    out: Path = Path("reports/bench_chaos.md"),
+    executors: tuple[str, ...] = ("local", "ray"),
+    say: Callable[[str], None] = print,
+    keep: Path | None = None,
+) -> dict[str, Any]:
+    """Measure every executor, write ``out`` (+ ``.json``) and the section in ``bench.md``
+    beside it; returns the results. Raises if a must-be-zero count is not zero. ``keep``: work
+    in this folder (stores, logs) and leave it, instead of a temporary one."""
+    from ablate.bench.chaos_report import write
+    from ablate.study import load_study
+
+    plan = ChaosPlan.make(quick)
+    os.environ.setdefault("WANDB_SILENT", "true")
+    results: dict[str, Any] = {"quick": quick, "plan": plan.__dict__, "executors": {}}
+    results["schedule"] = plan.schedule()
+    results["started"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    with tempfile.TemporaryDirectory(prefix="ablate-chaos-") as tmp:
+        folder = Path(keep or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        study = write_study(folder, plan)
+        ids = [r.run_id for r in load_study(study).runs]
+        results["runs"] = len(ids)
+        for name in executors:
+            results["executors"][name] = _measure(name, study, folder, ids, plan, say)
+    results["load_avg_end"] = os.getloadavg()[0]
+    write(results, out)
+    say(f"wrote {out}")
+    bad = failures(results)
+    if bad:
+        raise RuntimeError("chaos bench: " + "; ".join(bad))
+    return results
+
+
+def failures(results: dict[str, Any]) -> list[str]:
+    """Every must-be-zero count that is not zero, as text."""
+    bad = []
+    for name, r in results["executors"].items():
+        c = r["chaos"]
+        for key in ("lost", "twice", "stuck"):
+            if c[key]:
+                bad.append(f"{name}: {key} {len(c[key])} ({', '.join(c[key][:3])})")
+        if c["left_behind"]:
+            bad.append(f"{name}: {c['left_behind']} processes left behind by killed drivers")
+    return bad
