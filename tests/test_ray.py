@@ -103,3 +103,33 @@ def test_auto_without_a_running_cluster_says_how_to_start_one(tmp_path, monkeypa
     (tmp_path / "none").write_text("127.0.0.1:9\n")  # a cluster that has gone away
     with pytest.raises(ConfigError, match="no Ray cluster answers at 127.0.0.1:9"):
         ray_executor.check_address("auto")
+
+
+@pytest.mark.parametrize(
+    ("mode", "token_file", "token_env", "expected"),
+    [
+        (None, False, False, None),  # no token anywhere: Ray's default, untouched
+        (None, True, False, "token"),  # `ray start --head` enabled auth with this token
+        (None, False, True, "token"),
+        ("disabled", True, False, "disabled"),  # the user's choice stands
+    ],
+)
+def test_an_explicit_address_sends_the_auth_token_when_there_is_one(
+    monkeypatch, tmp_path, mode, token_file, token_env, expected
+):
+    """`ray start --head` turns token auth on when ~/.ray/auth_token exists, but ray.init only
+    sends the token to a cluster it found itself ("auto"), not to HOST:PORT."""
+    from ablate.executors.ray import AUTH_MODE_ENV, _token_auth_if_available
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in (AUTH_MODE_ENV, "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    if mode:
+        monkeypatch.setenv(AUTH_MODE_ENV, mode)
+    if token_file:
+        (tmp_path / ".ray").mkdir()
+        (tmp_path / ".ray" / "auth_token").write_text("x" * 32)
+    if token_env:
+        monkeypatch.setenv("RAY_AUTH_TOKEN", "x" * 32)
+    _token_auth_if_available()
+    assert os.environ.get(AUTH_MODE_ENV) == expected

@@ -28,6 +28,7 @@ log = logging.getLogger("ablate")
 POLL_S = 0.5
 CONNECT_TIMEOUT_S = 3.0
 STOP_WAIT_S = 120.0  # how long a Ctrl-C waits for cancelled runs to save their checkpoints
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
 
 
 def _address_file() -> Path:
@@ -108,6 +109,28 @@ def _train_task(cfg: RunConfig, path: str, meta: dict, grace: float | None, frac
         return INTERRUPTED, run_dir.read_summary() or {}
 
 
+def _token_auth_if_available() -> None:
+    """Send the Ray auth token to an explicit address, like ``ray.init`` does for ``auto``.
+
+    ``ray start --head`` turns token authentication on when a token exists (``ray.init()``
+    writes ``~/.ray/auth_token`` for every local cluster), but Ray only sends the token to a
+    cluster it found itself: ``--ray-address HOST:PORT`` would be refused for 20 s and then
+    fail. A cluster without authentication ignores the token. ``RAY_AUTH_MODE`` set by the user
+    is left alone.
+    """
+    if AUTH_MODE_ENV in os.environ:
+        return
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token"
+    if os.environ.get("RAY_AUTH_TOKEN") or Path(path).is_file():
+        os.environ[AUTH_MODE_ENV] = "token"
+        try:  # Ray read its config at import: re-read it (private API, so guarded)
+            from ray._raylet import Config
+
+            Config.initialize("")
+        except Exception as err:  # noqa: BLE001 - an older Ray without token auth
+            log.debug("ray config refresh: %s", err)
+
+
 def connect(opts: ExecutorOptions):
     """``ray`` after ``ray.init`` (an existing session is reused); True if we started it."""
     import ray
@@ -118,6 +141,7 @@ def connect(opts: ExecutorOptions):
     if opts.ray_address:
         check_address(opts.ray_address)
         kwargs["address"] = opts.ray_address
+        _token_auth_if_available()
     try:
         ray.init(**kwargs)
     except (ConnectionError, RuntimeError, TimeoutError) as err:
