@@ -287,7 +287,7 @@ def test_lr_exponent_claim_and_table(tmp_path):
     md = path.read_text()
     assert "**sqrt** (lr_exponent, expect equivalent 0.5): square-root rule → **reproduces**" in md
     assert "**linear** (lr_exponent, expect equivalent 1): linear rule → **contradicted**" in md
-    assert "| 8 | 0.001, 0.002, 0.004, 0.008, 0.016 | 0.002 | yes | 0.002 [" in md
+    assert "| 8 | 0.001, 0.002, 0.004, 0.008, 0.016 | 0.002 | yes (per seed: 3/3) | 0.002 [" in md
 
 
 def test_lr_exponent_is_not_claimed_when_the_optimum_is_not_bracketed(tmp_path):

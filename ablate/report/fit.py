@@ -60,7 +60,7 @@ def exponent(batches: np.ndarray, log_lr_star: np.ndarray) -> float:
 class LrFit:
     per_batch: pd.DataFrame
     """One row per batch size: lrs swept, best lr of the mean curve, interior, lr* mean and
-    t-interval over seeds, n."""
+    t-interval over seeds, n (seeds with a fit), seeds."""
     alphas: dict
     """seed -> alpha."""
 
@@ -96,6 +96,7 @@ def lr_fit(runs: pd.DataFrame, metric: str = "final_val_loss") -> LrFit:
                 "lr_lo": 10**lo if math.isfinite(lo) else math.nan,
                 "lr_hi": 10**hi if math.isfinite(hi) else math.nan,
                 "n": sum(1 for v in stars.values() if math.isfinite(v)),
+                "seeds": len(stars),
             }
         )
     alphas = {

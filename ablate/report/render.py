@@ -381,7 +381,8 @@ def _against_the_paper(study: StudyData, checks: list, unit: str) -> list[Block]
                 table,
                 "Optimum LR per batch size: the vertex of a quadratic in log10(lr) fitted per "
                 "seed around the sweep's lowest loss; mean over seeds with its 95% t-interval. "
-                "An optimum at the edge of the sweep is not bracketed and gives no fit.",
+                "An optimum at the edge of the sweep is not bracketed and gives no fit; "
+                "'per seed: k/n' counts the seeds whose own sweep brackets (and fits) it.",
             )
         )
     if study.findings:

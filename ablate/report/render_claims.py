@@ -79,7 +79,12 @@ def lr_table(study: StudyData) -> pd.DataFrame | None:
                 "batch": f"{r['batch']:g}",
                 "LRs swept": ", ".join(f"{x:g}" for x in r["lrs"]),
                 "best LR (mean)": f"{r['best_lr']:g}" if math.isfinite(r["best_lr"]) else "—",
-                "optimum bracketed": "yes" if r["interior"] else "NO: best LR at the edge",
+                # per seed too: a mean curve can bend where single seeds still sit at the edge
+                "optimum bracketed": (
+                    f"yes (per seed: {int(r['n'])}/{int(r['seeds'])})"
+                    if r["interior"]
+                    else "NO: best LR at the edge"
+                ),
                 "fitted lr* [95% t-CI]": star,
                 "n": int(r["n"]),
             }
