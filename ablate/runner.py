@@ -180,6 +180,10 @@ def run_study(
     runs_store = RunStore(store)
     console = _console()
     dirs = {r.run_id: runs_store.run(study.name, r.run_id) for r in study.runs}
+    fetch_datasets(
+        [r for r in study.runs if rerun_stale or dirs[r.run_id].status not in FINISHED],
+        source=study.path,
+    )
     if rerun_stale:
         from ablate.provenance import archive_stale
 
@@ -227,6 +231,19 @@ def run_study(
     results = _collect(study, dirs)
     print_summary(study, results, console, elapsed=time.time() - t0)
     return results
+
+
+def fetch_datasets(runs: Sequence[Any], source: Path | None = None) -> None:
+    """Fetch the registered datasets ``runs`` need once, here, before any run starts: without a
+    network (or with a bad checksum) that is one ``ConfigError`` naming the study, not every run
+    failing with it in its worker."""
+    from ablate.data import DATASETS, resolve_dataset
+
+    for name in sorted({r.config.data.dataset for r in runs} & set(DATASETS)):
+        try:
+            resolve_dataset(name)
+        except ConfigError as err:
+            raise ConfigError(err.message, key=err.key, source=source) from None
 
 
 def _n_workers(opts: ExecutorOptions, tasks: list[RunTask]) -> int:

@@ -546,3 +546,23 @@ def test_lightning_resume_sees_the_same_batches(text_file, tmp_path):
     trainer.save_checkpoint(tmp_path / "mid.ckpt")
     rest, _ = fit(50, tmp_path / "mid.ckpt")
     assert first + rest == full
+
+
+def test_a_study_fetches_its_registered_dataset_before_any_run(server, monkeypatch, tmp_path):
+    """No network (here: a missing file on the loopback server) is one line naming the study,
+    before a run directory exists, not every run failing with it in its worker."""
+    from ablate.runner import run_study
+
+    register(monkeypatch, "tiny", server.url("/missing.txt"), server.sha)
+    monkeypatch.delenv("ABLATE_DATA_DIR", raising=False)
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        "name: s\nbase:\n  data: {dataset: tiny, tokenizer: char, seq_len: 8, batch_size: 2}\n"
+        "  model: {n_layers: 1, d_model: 16, n_heads: 2, max_seq_len: 8}\n"
+        "  tracking: {wandb: false}\nseeds: [0, 1]\n"
+    )
+    store = tmp_path / "store"
+    with pytest.raises(ConfigError, match="could not download") as err:
+        run_study(spec, store=store, progress=False)
+    assert err.value.key == "data.dataset" and str(err.value).startswith(str(spec))
+    assert not store.exists() and server.hits == 1  # fetched once, not once per run
