@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from ablate.config import ConfigError
+from ablate.executors import ExecutorFailed
 from ablate.store import StoreWriteError
 
 app = typer.Typer(
@@ -207,7 +208,7 @@ def run(
             results = run_study(study, **kwargs)
     except ConfigError as err:
         fail(err)
-    except StoreWriteError as err:  # e.g. a full disk: one line, not a chained traceback
+    except (StoreWriteError, ExecutorFailed) as err:  # a full disk, dying workers: one line
         fail(err, 1)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None

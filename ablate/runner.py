@@ -35,7 +35,7 @@ from rich.table import Table
 
 from ablate.config import ConfigError, RunConfig
 from ablate.damage import DAMAGED, run_damage
-from ablate.executors import ExecutorOptions, RunTask, check, execute
+from ablate.executors import ExecutorFailed, ExecutorOptions, RunTask, check, execute
 from ablate.progress import LiveProgress
 from ablate.store import FINISHED, RunDir, RunStore, run_state
 from ablate.study import Study, load_study
@@ -212,7 +212,7 @@ def run_study(
     t0 = time.time()
     try:
         execute(tasks, opts=opts, progress=bar)
-    except (KeyboardInterrupt, SystemExit):
+    except (KeyboardInterrupt, SystemExit, ExecutorFailed) as err:
         bar.close()
         results = _collect(study, dirs)
         print_summary(study, results, console, elapsed=time.time() - t0)
@@ -226,6 +226,8 @@ def run_study(
             ),
             soft_wrap=True,
         )
+        if isinstance(err, ExecutorFailed):
+            raise
         raise KeyboardInterrupt from None
     bar.close()
     results = _collect(study, dirs)

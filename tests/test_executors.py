@@ -174,3 +174,60 @@ def test_a_killed_worker_does_not_stop_the_study(tmp_path):
     runs = [json.loads(open(p).read()) for p in glob.glob(str(store / "s" / "*" / "summary.json"))]
     assert sorted(r["status"] for r in runs) == ["completed", "completed"]
     assert victim in {a["pid"] for r in runs for a in r["attempts"][:-1]}  # and it was retried
+
+
+def test_a_pool_that_keeps_breaking_stops_with_one_line(monkeypatch, tmp_path):
+    """Breaks with a run finished in between are retried without limit; max_retries + 1 breaks
+    in a row with no progress (a run that kills its worker every time) stop the study with
+    ExecutorFailed, which the CLI prints as one line, exit code 1."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    import ablate.executors.local as local
+    from ablate.executors import ExecutorFailed
+
+    class Quiet:
+        lines: list[str] = []
+
+        def write(self, line):
+            self.lines.append(line)
+
+    def breaking(pattern):
+        calls = iter(pattern)
+
+        def one_pool(left, slots, opts, progress):
+            if next(calls) == "progress":
+                left.pop()  # a run finished, then a worker died
+            raise BrokenProcessPool("killed")
+
+        return one_pool
+
+    opts = ExecutorOptions(max_retries=2)
+    tasks = list(range(10))
+    # 4 breaks, each after progress: the pool is tried again each time; then the 4th break counts
+    # as the first in a row, two more without progress make 3 > max_retries
+    monkeypatch.setattr(local, "_one_pool", breaking(["progress"] * 4 + ["none"] * 2))
+    with pytest.raises(ExecutorFailed, match="died 3 times in a row"):
+        local._run_pool(list(tasks), [], opts, Quiet())
+    assert len(Quiet.lines) == 5  # one "restarting" line per fresh pool
+
+    def fail_at_once(tasks, *, opts, progress):
+        raise ExecutorFailed("a worker process died 4 times in a row")
+
+    monkeypatch.setattr("ablate.runner.execute", fail_at_once)
+    study = tmp_path / "s.yaml"
+    study.write_text(
+        "name: s\nbase:\n  data: {dataset: " + str(_corpus(tmp_path)) + ", seq_len: 8}\n"
+        "  model: {n_layers: 1, d_model: 16, n_heads: 2, max_seq_len: 8}\n"
+    )
+    result = CliRunner().invoke(app, ["run", str(study), "--store", str(tmp_path / "r")])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines()[-1] == (
+        "error: a worker process died 4 times in a row"
+    )
+    assert "Resume with" in result.output
+
+
+def _corpus(folder):
+    path = folder / "corpus.txt"
+    path.write_text("the king shall not love my lord thee good queen\n" * 200)
+    return path

@@ -35,6 +35,10 @@ EXECUTORS = ("local", "ray", "slurm")
 EXTRAS = {"ray": "ray", "slurm": "submitit"}  # extra name -> module it installs
 
 
+class ExecutorFailed(RuntimeError):
+    """The executor cannot go on (e.g. workers keep dying); one line, the study resumes."""
+
+
 class ExecutorOptions(BaseModel):
     """Where and how the runs of a study train (``ablate run --executor ...``)."""
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.config import ConfigError
-from ablate.executors import ExecutorOptions, Progress, RunTask
+from ablate.executors import ExecutorFailed, ExecutorOptions, Progress, RunTask
 from ablate.store import RunDir
 
 POLL_S = 0.5  # how often the wait loop wakes to call progress.poll()
@@ -185,18 +185,27 @@ def _run_pool(
     tasks: list[RunTask], slots: list[Slot], opts: ExecutorOptions, progress: Progress
 ) -> None:
     """Train ``tasks`` on a pool of ``len(slots)`` workers. A worker that dies (``kill -9``, out
-    of memory) breaks the pool: the runs not yet reported go to a fresh pool, up to
-    ``opts.max_retries`` times; the dead worker's run takes its lease over and resumes."""
+    of memory) breaks the pool: the runs not yet reported go to a fresh pool and the dead
+    worker's run takes its lease over and resumes. After ``opts.max_retries`` breaks in a row
+    with no run finished in between (a run that kills its worker every time), stop with
+    :class:`ExecutorFailed` (one line; the same command resumes)."""
     from concurrent.futures.process import BrokenProcessPool
 
     left = list(tasks)
-    for attempt in range(opts.max_retries + 1):
+    breaks = 0
+    while True:
+        before = len(left)
         try:
             _one_pool(left, slots, opts, progress)
             return
         except BrokenProcessPool:
-            if attempt == opts.max_retries:
-                raise
+            breaks = 1 if len(left) < before else breaks + 1  # progress resets the count
+            if breaks > opts.max_retries:
+                raise ExecutorFailed(
+                    f"a worker process died {breaks} times in a row with no run finished "
+                    "(killed or out of memory); stopping. Run the same command to resume "
+                    "(--max-retries sets how often a fresh pool is tried)"
+                ) from None
             progress.write(
                 f"a worker process died (killed or out of memory): restarting {len(left)} "
                 "unfinished run(s) in a fresh pool"
