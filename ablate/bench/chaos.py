@@ -461,6 +461,8 @@ def run_chaos(
     results: dict[str, Any] = {"quick": quick, "plan": plan.__dict__, "executors": {}}
     results["schedule"] = plan.schedule()
     results["started"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    results["cores"] = os.cpu_count()
+    results["load_avg_start"] = os.getloadavg()[0]  # other work on the machine skews the times
     with tempfile.TemporaryDirectory(prefix="ablate-chaos-") as tmp:
         folder = Path(keep or tmp)
         folder.mkdir(parents=True, exist_ok=True)

@@ -72,7 +72,7 @@ def section(results: dict[str, Any]) -> str:
         "stuck",
         "left behind",
         "runs resumed",
-        "max |Δ final loss| vs undisturbed (≤1e-4)",
+        "max abs Δ final loss vs undisturbed (runs ≤ 1e-4)",
     ]
     lines += [table(header, rows), ""]
     ex = results["executors"]
@@ -87,11 +87,27 @@ def section(results: dict[str, Any]) -> str:
             ]
     from ablate.bench.chaos import failures
 
+    lines += [
+        "Why chaos costs the two executors differently: a killed local worker breaks the whole "
+        "pool (Python's `concurrent.futures`), so the other workers' runs stop as well and "
+        "resume from their checkpoints in a fresh pool, which pays the workers' start-up "
+        "(importing torch) again; a killed Ray task is retried alone. A killed driver costs "
+        "both a new command.",
+        "",
+    ]
     bad = failures(results)
     lines.append("**Result: " + ("FAILED, " + "; ".join(bad) if bad else "nothing lost") + ".**")
-    load = results.get("load_avg_end")
-    if load is not None:
-        lines += ["", f"1-minute load average at the end: {load:.1f} (2 cores)."]
+    start, end = results.get("load_avg_start"), results.get("load_avg_end")
+    if end is not None:
+        cores = results.get("cores") or "?"
+        load = (
+            f"{start:.1f} at the start, {end:.1f} at the end"
+            if start is not None
+            else f"{end:.1f} at the end"
+        )
+        lines += ["", f"1-minute load average: {load} ({cores} cores)."]
+    if results.get("background"):  # noted by whoever ran it: what else the machine did
+        lines[-1] += f" Running beside the bench: {results['background']}."
     return "\n".join(lines) + "\n"
 
 
