@@ -23,6 +23,7 @@ def local_ray():
     """One logical GPU on a CPU machine: Ray schedules by declared resources, not hardware."""
     if not ray.is_initialized():
         ray.init(
+            address="local",  # a new cluster, whatever /tmp/ray's address file says
             num_cpus=2,
             num_gpus=1,
             include_dashboard=False,

@@ -32,7 +32,7 @@ def test_smoke_config_keeps_shapes_and_moves_gpu_paths_to_the_cpu():
 
 def test_smoke_runs_one_run_per_code_path():
     study = load_study("studies/batch_lr_scaling.yaml", "gpu", check_device=False)
-    assert len(study.runs) == 60 and len(smoke_runs(study)) == 1  # lr/batch/seed grid
+    assert len(study.runs) == 72 and len(smoke_runs(study)) == 1  # lr/batch/seed grid
     pos = load_study("studies/positional_encoding.yaml", "gpu", check_device=False)
     assert [r.axes["model.pos_encoding"] for r, _ in smoke_runs(pos)] == [
         "sinusoidal",

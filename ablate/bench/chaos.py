@@ -381,6 +381,9 @@ class RayCluster:
         cmd = [str(ray), "start", "--head", "--block", f"--port={self.port}"]
         cmd += [f"--num-cpus={self.cpus}", "--num-gpus=0", "--include-dashboard=false"]
         cmd += ["--disable-usage-stats", "--node-ip-address=127.0.0.1"]
+        # its own temp dir: the address file it writes must not outlive it in /tmp/ray, where a
+        # later ray.init() would try to join the dead cluster
+        cmd += [f"--temp-dir={self.folder / 'ray'}"]
         with open(self.folder / "ray.log", "ab") as log:
             self.proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

@@ -137,7 +137,10 @@ def connect(opts: ExecutorOptions):
 
     if ray.is_initialized():
         return ray, False
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    # no address: a new local Ray for this study ("local"), never whatever cluster the address
+    # file in /tmp/ray names (it outlives a `ray start` that was not stopped with `ray stop`)
+    kwargs: dict[str, Any] = {"address": "local", "include_dashboard": False}
+    kwargs["log_to_driver"] = False
     if opts.ray_address:
         check_address(opts.ray_address)
         kwargs["address"] = opts.ray_address
