@@ -228,14 +228,6 @@ def loss_agreement(a: dict[str, float | None], b: dict[str, float | None]) -> di
 # --- one executor, undisturbed or shaken -------------------------------------------------------
 
 
-@dataclass
-class Executor:
-    """How to run the study on one executor (the CLI options after ``ablate run STUDY``)."""
-
-    name: str
-    args: list[str]
-
-
 def training(runs: list[Path]) -> list[int]:
     """Pids of the processes training a run now: a run's lease holder that has started it
     (the summary's last attempt is its own), not one still importing torch."""
@@ -252,7 +244,7 @@ def training(runs: list[Path]) -> list[int]:
     return sorted(p for p in pids if p in alive)
 
 
-def _command(study: Path, store: Path, ex: Executor) -> list[str]:
+def _command(study: Path, store: Path, ex: list[str]) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -262,7 +254,7 @@ def _command(study: Path, store: Path, ex: Executor) -> list[str]:
         "--store",
         str(store),
         "--no-progress",
-        *ex.args,
+        *ex,
     ]
 
 
@@ -270,7 +262,7 @@ def _complete(runs: list[Path]) -> bool:
     return all((_summary(r) or {}).get("status") in FINISHED for r in runs)
 
 
-def undisturbed(study: Path, store: Path, ex: Executor, log_file: Path) -> dict[str, Any]:
+def undisturbed(study: Path, store: Path, ex: list[str], log_file: Path) -> dict[str, Any]:
     """One plain ``ablate run``: its wall time and exit code."""
     t0 = time.perf_counter()
     with open(log_file, "ab") as log:
@@ -317,7 +309,7 @@ class _Shaker:
 
 
 def shaken(
-    study: Path, store: Path, runs: list[Path], ex: Executor, plan: ChaosPlan, log_file: Path
+    study: Path, store: Path, runs: list[Path], ex: list[str], plan: ChaosPlan, log_file: Path
 ) -> dict[str, Any]:
     """Run the study to completion while :class:`_Shaker` kills workers and drivers."""
     shaker = _Shaker(runs, plan.schedule(), plan.interval_s, random.Random(plan.seed))
@@ -416,11 +408,12 @@ class RayCluster:
 # --- the bench ----------------------------------------------------------------------------------
 
 
-def _executor(name: str, plan: ChaosPlan, cluster: RayCluster | None) -> Executor:
+def _executor(name: str, plan: ChaosPlan, cluster: RayCluster | None) -> list[str]:
+    """The ``ablate run`` options that send the study to executor ``name``."""
     if name == "local":
-        return Executor("local", ["--workers", str(plan.workers)])
+        return ["--workers", str(plan.workers)]
     assert cluster is not None
-    return Executor("ray", ["--executor", "ray", "--ray-address", cluster.address])
+    return ["--executor", "ray", "--ray-address", cluster.address]
 
 
 def _measure(name: str, study: Path, folder: Path, ids: list[str], plan: ChaosPlan, say) -> dict:
