@@ -29,7 +29,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
+# the import-linter contracts in pyproject.toml (stage layers, no circles) run first
 test: install
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 run: install

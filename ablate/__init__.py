@@ -2,6 +2,14 @@
 
 __version__ = "0.1.0"
 
-from ablate.plugins import register  # noqa: E402 - ``@ablate.register(axis, name)`` for plugins
-
 __all__ = ["__version__", "register"]
+
+
+def __getattr__(name: str):
+    # ``@ablate.register(axis, name)`` for plugins, imported on first use: the model (and so
+    # torch) loads only when something needs it, so bad input is answered before torch loads
+    if name == "register":
+        from ablate.model.plugins import register
+
+        return register
+    raise AttributeError(f"module 'ablate' has no attribute {name!r}")

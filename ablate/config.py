@@ -27,18 +27,14 @@ from pydantic import (
 )
 
 from ablate.accel import attn_backend_problem
+from ablate.errors import ConfigError
+from ablate.registry import check_name
 
 
 def _registered(axis: str) -> AfterValidator:
     """The value must name a class in ``axis``'s registry (built-ins and plugins, checked at
     validation time, so a plugin registered after import is valid)."""
-
-    def check(value: str) -> str:
-        from ablate.plugins import check_name  # lazy: the registries live with the model
-
-        return check_name(axis)(value)
-
-    return AfterValidator(check)
+    return AfterValidator(lambda value: check_name(axis)(value))
 
 
 Arch = Annotated[str, _registered("arch")]
@@ -54,15 +50,6 @@ Precision = Literal["32-true", "bf16-mixed", "16-mixed", "bf16-true"]
 WandbMode = Literal["auto", "online", "offline", "disabled"]
 
 GATED_ACTIVATIONS = ("swiglu", "geglu")
-
-
-class ConfigError(ValueError):
-    """A bad config value. ``str()`` is one line naming the source file (if any) and key path."""
-
-    def __init__(self, message: str, *, key: str = "", source: str | Path | None = None):
-        self.key, self.source, self.message = key, source, message
-        where = ": ".join(p for p in (str(source) if source else "", key) if p)
-        super().__init__(f"{where}: {message}" if where else message)
 
 
 class _Section(BaseModel):
@@ -276,32 +263,21 @@ class RunConfig(_Section):
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
-    def run_id(self) -> str:
-        """Stable id of everything that changes the result (not tracking or display options)."""
+    def run_id(self, content: dict[str, Any] | None = None) -> str:
+        """Stable id of everything that changes the result (not tracking or display options).
+
+        ``content``: what the config names but does not contain (plugin source hashes, a local
+        dataset's content key), computed where runs are planned (``ablate.study.run_content``).
+        """
         d = self.to_dict()
         d.pop("tracking")
         d["train"].pop("progress")
-        extra = run_id_extras(self)
-        if extra:  # only when present: ids of runs without plugins or local files stay as they were
-            d["content"] = extra
+        if (
+            content
+        ):  # only when present: ids of runs without plugins or local files stay as they were
+            d["content"] = content
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-
-def run_id_extras(cfg: RunConfig) -> dict[str, Any]:
-    """What the config names but does not contain: the sha256 of each plugin's source and the
-    content key of a local or ``hf:`` dataset (registered datasets are pinned by checksum)."""
-    from ablate.data.source import data_key
-    from ablate.plugins import plugin_hashes
-
-    out: dict[str, Any] = {}
-    plugins = plugin_hashes(cfg.model)
-    if plugins:
-        out["plugins"] = plugins
-    data = data_key(cfg.data.dataset)
-    if data:
-        out["data"] = data
-    return out
 
 
 # --- building configs from dicts, files and ``key=value`` overrides -------------------------------

@@ -2,24 +2,24 @@
 
 import pytest
 
-from ablate.runner import run_study
+from ablate.execution.runner import run_study
 
 
 def interrupt_first_run_at_step_12(path, store, monkeypatch):
     """Train the study here until its first run is interrupted at step 12 (like a Ctrl-C)."""
-    import ablate.lit
+    import ablate.training.lit
 
-    original = ablate.lit.LitLM.on_train_batch_end
+    original = ablate.training.lit.LitLM.on_train_batch_end
 
     def interrupt_at_12(self, outputs, batch, batch_idx):
         original(self, outputs, batch, batch_idx)
         if self.global_step == 12:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(ablate.lit.LitLM, "on_train_batch_end", interrupt_at_12)
+    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_batch_end", interrupt_at_12)
     with pytest.raises(KeyboardInterrupt):
         run_study(path, store=store, progress=False)
-    monkeypatch.setattr(ablate.lit.LitLM, "on_train_batch_end", original)
+    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_batch_end", original)
 
 
 def assert_same_as_local(results, local):

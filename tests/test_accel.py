@@ -8,16 +8,16 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from typer.testing import CliRunner
 
-import ablate.lit
+import ablate.training.lit
 from ablate.accel import attn_backend_problem, compile_problem, kernel_problem, pick_backend
 from ablate.cli import app
 from ablate.config import ConfigError, ModelConfig, build_config
-from ablate.lit import LitLM, lm_loss
 from ablate.model import build_model
 from ablate.model.transformer import ALiBiPositions, CausalSelfAttention
 from ablate.store import RunStore
 from ablate.study import load_study
-from ablate.train import attn_context, train_run
+from ablate.training.lit import LitLM, lm_loss
+from ablate.training.train import attn_context, train_run
 
 TINY = {
     "model.d_model": 32,
@@ -171,7 +171,7 @@ def test_metrics_stay_fp32_under_bf16_autocast():
 
 
 def test_nan_in_bf16_activations_is_caught_as_divergence(tmp_path, monkeypatch):
-    real_build = ablate.lit.build_model
+    real_build = ablate.training.lit.build_model
     seen = {"calls": 0, "dtypes": set()}
 
     def poisoned_build(cfg, vocab):
@@ -188,7 +188,7 @@ def test_nan_in_bf16_activations_is_caught_as_divergence(tmp_path, monkeypatch):
         model.blocks[0].attn.register_forward_hook(hook)
         return model
 
-    monkeypatch.setattr(ablate.lit, "build_model", poisoned_build)
+    monkeypatch.setattr(ablate.training.lit, "build_model", poisoned_build)
     cfg = build_config({**TINY, "train.precision": "bf16-mixed", "train.eval_interval": 100})
     summary = train_run(cfg, RunStore(tmp_path).run("t", cfg.run_id()))
     assert torch.bfloat16 in seen["dtypes"]  # the NaN was planted in a bf16 tensor

@@ -107,7 +107,7 @@ def test_gpu_peak_table():
 
 
 def test_study_throughput_without_runner(monkeypatch):
-    monkeypatch.setitem(sys.modules, "ablate.runner", None)  # import raises ImportError
+    monkeypatch.setitem(sys.modules, "ablate.execution.runner", None)  # import raises ImportError
     res = study_throughput(_config(), n_runs=2)
     assert res["available"] is False and "runner not available" in res["reason"]
 

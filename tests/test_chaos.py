@@ -20,7 +20,7 @@ from ablate.bench.chaos import (
     write_study,
 )
 from ablate.bench.chaos_report import HEADING, upsert
-from ablate.lease import acquire
+from ablate.store.lease import acquire
 
 
 def _summary(run, status, pid, started=1.0):

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.config import ConfigError
 from ablate.report import build_reports
-from ablate.report.claims import analyse
+from ablate.report.claim_checks import analyse
 from ablate.report.collect import load_study
 from ablate.report.fit import exponent, grad_slope, optimum_log_lr
 from ablate.study import load_study as plan_study

@@ -551,7 +551,7 @@ def test_lightning_resume_sees_the_same_batches(text_file, tmp_path):
 def test_a_study_fetches_its_registered_dataset_before_any_run(server, monkeypatch, tmp_path):
     """No network (here: a missing file on the loopback server) is one line naming the study,
     before a run directory exists, not every run failing with it in its worker."""
-    from ablate.runner import run_study
+    from ablate.execution.runner import run_study
 
     register(monkeypatch, "tiny", server.url("/missing.txt"), server.sha)
     monkeypatch.delenv("ABLATE_DATA_DIR", raising=False)

@@ -6,9 +6,10 @@ import json
 
 import pandas as pd
 
-from ablate.decide import LOG, run_until_decided, undecided_variants
+from ablate.execution.decide import run_until_decided, undecided_variants
 from ablate.report import build_reports
 from ablate.report.collect import load_study
+from ablate.store.rundir import DECISIONS_FILE as LOG
 
 
 def tiny_study(tmp_path):

@@ -7,8 +7,8 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.config import ConfigError, RunConfig
-from ablate.executors import ExecutorOptions, RunTask, check
-from ablate.executors.local import Slot, assign_devices, plan_workers
+from ablate.execution.executors import ExecutorOptions, RunTask, check
+from ablate.execution.executors.local import Slot, assign_devices, plan_workers
 
 
 @pytest.mark.parametrize("n_gpus", [1, 2, 8])
@@ -113,7 +113,7 @@ def test_each_pool_worker_takes_its_own_slot():
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    from ablate.executors.local import _init_worker
+    from ablate.execution.executors.local import _init_worker
 
     ctx = mp.get_context("spawn")
     slots = assign_devices(["4", "7"], 2, 1)
@@ -182,8 +182,8 @@ def test_a_pool_that_keeps_breaking_stops_with_one_line(monkeypatch, tmp_path):
     ExecutorFailed, which the CLI prints as one line, exit code 1."""
     from concurrent.futures.process import BrokenProcessPool
 
-    import ablate.executors.local as local
-    from ablate.executors import ExecutorFailed
+    import ablate.execution.executors.local as local
+    from ablate.execution.executors import ExecutorFailed
 
     class Quiet:
         lines: list[str] = []
@@ -213,7 +213,7 @@ def test_a_pool_that_keeps_breaking_stops_with_one_line(monkeypatch, tmp_path):
     def fail_at_once(tasks, *, opts, progress):
         raise ExecutorFailed("a worker process died 4 times in a row")
 
-    monkeypatch.setattr("ablate.runner.execute", fail_at_once)
+    monkeypatch.setattr("ablate.execution.runner.execute", fail_at_once)
     study = tmp_path / "s.yaml"
     study.write_text(
         "name: s\nbase:\n  data: {dataset: " + str(_corpus(tmp_path)) + ", seq_len: 8}\n"

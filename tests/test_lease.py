@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from ablate.lease import LEASE_PREFIX, acquire, holder
 from ablate.store import RunStore
+from ablate.store.lease import LEASE_PREFIX, acquire, holder
 
 
 def _lease_files(path):
@@ -116,7 +116,7 @@ def test_racers_for_one_stale_lease_exactly_one_wins(tmp_path, racers):
 def test_processes_of_one_slurm_allocation_do_not_share_a_job_id(tmp_path, monkeypatch):
     """`ablate run --workers 4` inside an sbatch job: every process sees the same SLURM_JOB_ID,
     which must not let one take over another's live lease."""
-    from ablate.runner import job_id
+    from ablate.execution.worker import job_id
 
     monkeypatch.setenv("SLURM_JOB_ID", "123")
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "123")

@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 from torch.testing import assert_close
 
+from ablate import registry
 from ablate.config import ModelConfig
 from ablate.model import LSTMLM, TransformerLM, build_model
 from ablate.model.transformer import (
@@ -22,7 +23,6 @@ from ablate.model.transformer import (
     RMSNorm,
     alibi_slopes,
     apply_rope,
-    lookup,
     rope_frequencies,
     sinusoidal_table,
 )
@@ -107,7 +107,7 @@ def test_unknown_registry_name_lists_choices():
     with pytest.raises(
         ValueError, match="unknown norm 'batchnorm'; choose from: layernorm, rmsnorm"
     ):
-        lookup(NORMS, "norm", "batchnorm")
+        registry.lookup("norm", "batchnorm")
 
 
 # --- 3.-5. positional encodings ------------------------------------------------------------------

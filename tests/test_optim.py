@@ -6,7 +6,7 @@ import torch
 from torch.testing import assert_close
 
 from ablate.config import build_config
-from ablate.lit import fused_adamw_supported, make_adamw, use_fused_adamw
+from ablate.training.lit import fused_adamw_supported, make_adamw, use_fused_adamw
 
 
 def _cfg(**kw):
@@ -24,8 +24,8 @@ def test_fused_is_the_default_where_torch_has_it_and_config_wins():
 
 @pytest.mark.skipif(not fused_adamw_supported("cpu"), reason="no fused AdamW on this CPU")
 def test_fused_adamw_matches_the_for_loop_reference():
-    from ablate.lit import decay_groups
     from ablate.model import build_model
+    from ablate.training.lit import decay_groups
 
     cfg = _cfg()
     torch.manual_seed(0)

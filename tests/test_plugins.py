@@ -15,8 +15,8 @@ import ablate
 from ablate.cli import app
 from ablate.config import ConfigError, ModelConfig, build_config
 from ablate.model import build_model
+from ablate.model.plugins import _LOADED, _PLUGINS, check_interface, load_plugin
 from ablate.model.transformer import FFNS, NORMS
-from ablate.plugins import _LOADED, _PLUGINS, check_interface, load_plugin
 from ablate.study import load_study
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -194,7 +194,7 @@ def test_study_plugins_key_errors(tmp_path, clean_registry):
 
 def test_example_study_plans_and_trains(tmp_path, clean_registry):
     """The README's example: a squared-ReLU FFN plugin in a study; plan, then a 2-step run."""
-    from ablate.runner import run_study
+    from ablate.execution.runner import run_study
 
     study = load_study(EXAMPLES / "squared_relu.yaml")
     assert {r.config.model.activation for r in study.runs} == {"relu", "gelu", "relu2"}

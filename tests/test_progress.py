@@ -1,5 +1,5 @@
-"""Live progress through the store (ablate.progress): the file the training process writes, the
-lines the driver draws from it, the study ETA from steps."""
+"""Live progress through the store (ablate.execution.progress): the file the training process
+writes, the lines the driver draws from it, the study ETA from steps."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ablate.progress import (
+from ablate.execution.progress import (
     PROGRESS_FILE,
     LiveProgress,
     RunLine,
     read_progress,
     study_eta,
 )
-from ablate.progress_callback import ProgressFile
+from ablate.training.callbacks import ProgressFile
 
 
 def _record(run: Path, **rec) -> None:
@@ -227,7 +227,7 @@ def test_two_workers_show_live_run_lines_and_ctrl_c_leaves_a_clean_screen(tmp_pa
 def test_a_ctrl_c_while_drawing_is_delivered_after_the_drawing(tmp_path):
     import signal
 
-    from ablate.progress import _sigint_deferred
+    from ablate.execution.progress import _sigint_deferred
 
     drawn = []
     with pytest.raises(KeyboardInterrupt):

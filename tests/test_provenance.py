@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.config import ConfigError, build_config
-from ablate.provenance import PACKAGE, code_fingerprint, is_stale, stale_note
 from ablate.store import RunDir
-from ablate.train import ResumeMismatch, check_resume
+from ablate.store.provenance import PACKAGE, code_fingerprint, is_stale, stale_note
+from ablate.training.train import ResumeMismatch, check_resume
 
 TEXT = "".join(f"Row {i}: some words and more words, line {i % 11}.\n" for i in range(400))
 TINY = [
@@ -111,7 +111,7 @@ def test_vocab_mismatch_names_both_sizes(trained):
 
 
 def test_stale_runs_are_flagged_and_rerun(tmp_path, monkeypatch):
-    from ablate.runner import run_study, store_status
+    from ablate.execution.runner import run_study, store_status
 
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
     corpus = tmp_path / "c.txt"
@@ -143,7 +143,7 @@ def test_stale_runs_are_flagged_and_rerun(tmp_path, monkeypatch):
 
 
 def test_sample_is_deterministic_per_seed(trained):
-    from ablate.sample import sample_run
+    from ablate.training.sample import sample_run
 
     run = str(trained["run"].path)
     a = sample_run(run, prompt="Row", tokens=40, seed=1)
@@ -157,7 +157,7 @@ def test_sample_is_deterministic_per_seed(trained):
 
 
 def test_greedy_sample_matches_a_hand_written_argmax_loop(trained):
-    from ablate.sample import load_run, sample_run
+    from ablate.training.sample import load_run, sample_run
 
     cfg, tok, model = load_run(trained["run"])
     ids = tok.encode("Row 1")

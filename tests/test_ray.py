@@ -8,8 +8,8 @@ import test_runner
 from executor_checks import assert_same_as_local, interrupt_first_run_at_step_12
 
 from ablate.config import ConfigError, RunConfig
-from ablate.executors import ExecutorOptions
-from ablate.runner import run_study
+from ablate.execution.executors import ExecutorOptions
+from ablate.execution.runner import run_study
 
 # the tiny study fixtures of test_runner.py (fixtures are found by name in this module)
 corpus, make_study = test_runner.corpus, test_runner.make_study
@@ -35,7 +35,7 @@ def local_ray():
 
 
 def test_four_runs_at_a_quarter_gpu_share_one_gpu_at_once(local_ray, tmp_path):
-    from ablate.executors.ray import task_options
+    from ablate.execution.executors.ray import task_options
 
     gpu_run = RunConfig.model_validate({"train": {"accelerator": "gpu"}})
     opts = task_options(gpu_run, ExecutorOptions(runs_per_gpu=4), local_ray.cluster_resources())
@@ -95,7 +95,7 @@ def test_a_ray_address_that_does_not_answer_fails_within_seconds(make_study, tmp
 
 
 def test_auto_without_a_running_cluster_says_how_to_start_one(tmp_path, monkeypatch):
-    import ablate.executors.ray as ray_executor
+    import ablate.execution.executors.ray as ray_executor
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setattr(ray_executor, "_address_file", lambda: tmp_path / "none")
@@ -120,7 +120,7 @@ def test_an_explicit_address_sends_the_auth_token_when_there_is_one(
 ):
     """`ray start --head` turns token auth on when ~/.ray/auth_token exists, but ray.init only
     sends the token to a cluster it found itself ("auto"), not to HOST:PORT."""
-    from ablate.executors.ray import AUTH_MODE_ENV, _token_auth_if_available
+    from ablate.execution.executors.ray import AUTH_MODE_ENV, _token_auth_if_available
 
     monkeypatch.setenv("HOME", str(tmp_path))
     for name in (AUTH_MODE_ENV, "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):

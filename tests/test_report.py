@@ -469,7 +469,9 @@ def test_cli_report_on_an_empty_store_exits_2(tmp_path):
 
 
 def test_report_from_a_real_tiny_study(tmp_path):
-    runner = pytest.importorskip("ablate.runner", reason="ablate.runner not available yet")
+    runner = pytest.importorskip(
+        "ablate.execution.runner", reason="ablate.execution.runner not available yet"
+    )
     text = tmp_path / "tiny.txt"
     text.write_text(
         "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(400))

@@ -14,12 +14,12 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-import ablate.checkpoints
-from ablate.checkpoints import atomic_save, select_checkpoint
+import ablate.training.checkpoints
 from ablate.cli import app
-from ablate.runner import run_study
+from ablate.execution.runner import run_study
 from ablate.store import RunStore
 from ablate.study import load_study
+from ablate.training.checkpoints import atomic_save, select_checkpoint
 
 TINY_BASE = {
     "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_seq_len": 16},
@@ -81,7 +81,7 @@ def by_name(results):
 def _enospc_after(monkeypatch, step: int, only: str):
     """Checkpoint writes of run dirs containing ``only`` fail with ENOSPC from ``step`` on,
     after writing half a file (what a full disk does)."""
-    real = ablate.checkpoints._write_checkpoint
+    real = ablate.training.checkpoints._write_checkpoint
 
     def write(checkpoint, f):
         if only in f.name and checkpoint["global_step"] >= step:
@@ -89,7 +89,7 @@ def _enospc_after(monkeypatch, step: int, only: str):
             raise OSError(errno.ENOSPC, "No space left on device")
         real(checkpoint, f)
 
-    monkeypatch.setattr(ablate.checkpoints, "_write_checkpoint", write)
+    monkeypatch.setattr(ablate.training.checkpoints, "_write_checkpoint", write)
 
 
 def test_a_full_disk_fails_the_run_keeps_the_last_good_checkpoint_and_resumes(
@@ -155,7 +155,7 @@ def test_atomic_save_leaves_the_old_checkpoint_whole_and_respects_the_umask(tmp_
         f.write(b"partial")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(ablate.checkpoints, "_write_checkpoint", boom)
+    monkeypatch.setattr(ablate.training.checkpoints, "_write_checkpoint", boom)
     with pytest.raises(OSError, match=r"disk full.*") as info:
         atomic_save({"global_step": 3, "state_dict": {}}, path)
     assert str(path) in str(info.value)
@@ -281,13 +281,13 @@ def test_bad_values_are_rejected_at_plan_time(make_study, tmp_path, top, base, k
 def test_a_gpu_run_without_a_gpu_is_rejected_at_plan_time_unless_bypassed(
     make_study, tmp_path, monkeypatch
 ):
-    import ablate.preflight
+    import ablate.study.preflight
 
-    monkeypatch.setattr(ablate.preflight, "gpu_available", lambda: False)
+    monkeypatch.setattr(ablate.study.preflight, "gpu_available", lambda: False)
     path = make_study(base={"train.accelerator": "gpu"})
     _one_line_exit_2(_cli("plan", path), "base.train.accelerator", "no CUDA GPU")
     assert len(load_study(path, check_device=False).runs) == 2  # e.g. a mode that forces cpu
-    monkeypatch.setattr(ablate.preflight, "gpu_available", lambda: True)
+    monkeypatch.setattr(ablate.study.preflight, "gpu_available", lambda: True)
     assert len(load_study(path).runs) == 2
 
 
@@ -396,11 +396,11 @@ def dead_wandb_server(monkeypatch):
     starts really start. Returns the list of modes tried, in order."""
     import wandb
 
-    import ablate.tracking
+    import ablate.training.tracking
 
     tried: list[tuple[str, float]] = []
     real = wandb.init
-    monkeypatch.setattr(ablate.tracking, "_wandb_unreachable", False)
+    monkeypatch.setattr(ablate.training.tracking, "_wandb_unreachable", False)
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
     delay = {"s": 0.0}
@@ -424,7 +424,7 @@ def test_a_dead_wandb_server_is_tried_once_then_runs_log_offline(
     tmp_path, dead_wandb_server, caplog
 ):
     from ablate.config import TrackingConfig
-    from ablate.tracking import WANDB_INIT_TIMEOUT_S, make_wandb_logger
+    from ablate.training.tracking import WANDB_INIT_TIMEOUT_S, make_wandb_logger
 
     tried, _ = dead_wandb_server
     dirs = []
@@ -455,7 +455,7 @@ def test_the_wandb_wait_is_not_train_time(tmp_path, corpus, dead_wandb_server):
     import time
 
     from ablate.config import build_config
-    from ablate.train import train_run
+    from ablate.training.train import train_run
 
     _, delay = dead_wandb_server
     delay["s"] = 2.0

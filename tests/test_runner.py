@@ -15,9 +15,9 @@ import yaml
 from typer.testing import CliRunner
 
 import ablate.data
-import ablate.lit
+import ablate.training.lit
 from ablate.cli import app
-from ablate.runner import run_study
+from ablate.execution.runner import run_study
 from ablate.store import RunStore
 
 TINY_BASE = {
@@ -152,14 +152,14 @@ def test_failed_run_does_not_stop_the_study_and_is_retried(
 def test_interrupted_run_resumes_with_every_step_once(make_study, tmp_path, monkeypatch, capsys):
     path = make_study(grid={"model.activation": ["relu"]})
     store = tmp_path / "runs"
-    original = ablate.lit.LitLM.on_train_batch_end
+    original = ablate.training.lit.LitLM.on_train_batch_end
 
     def interrupt_at_12(self, outputs, batch, batch_idx):
         original(self, outputs, batch, batch_idx)
         if self.global_step == 12:
             raise KeyboardInterrupt  # what Ctrl-C raises
 
-    monkeypatch.setattr(ablate.lit.LitLM, "on_train_batch_end", interrupt_at_12)
+    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_batch_end", interrupt_at_12)
     with pytest.raises(KeyboardInterrupt):
         run_study(path, store=store, progress=False)
     out = capsys.readouterr().out
@@ -169,7 +169,7 @@ def test_interrupted_run_resumes_with_every_step_once(make_study, tmp_path, monk
     assert not d.is_locked()  # the lock went with the interrupted attempt
     assert CliRunner().invoke(app, ["status", "--store", str(store)]).output.count("interrupted")
 
-    monkeypatch.setattr(ablate.lit.LitLM, "on_train_batch_end", original)
+    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_batch_end", original)
     (result,) = run_study(path, store=store, progress=False)
     assert result["status"] == "completed" and result["steps"] == 20
     assert result["resumed_from_step"] == 12 and len(result["attempts"]) == 2
@@ -189,7 +189,7 @@ def test_ctrl_c_inside_an_optimizer_step_resumes_bit_exactly(make_study, tmp_pat
 
     path = make_study(grid={"model.activation": ["relu"]})
     store = tmp_path / "runs"
-    original = ablate.lit.LitLM.on_train_start
+    original = ablate.training.lit.LitLM.on_train_start
 
     def arm(self):
         original(self)
@@ -200,14 +200,14 @@ def test_ctrl_c_inside_an_optimizer_step_resumes_bit_exactly(make_study, tmp_pat
 
         self.trainer.optimizers[0].register_step_post_hook(after_update)
 
-    monkeypatch.setattr(ablate.lit.LitLM, "on_train_start", arm)
+    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_start", arm)
     with pytest.raises(KeyboardInterrupt):
         run_study(path, store=store, progress=False)
     (d,) = RunStore(store).runs("tiny")
     assert d.read_summary()["status"] == "running"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler given back
 
-    monkeypatch.setattr(ablate.lit.LitLM, "on_train_start", original)
+    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_start", original)
     (result,) = run_study(path, store=store, progress=False)
     (fresh,) = run_study(path, store=tmp_path / "fresh", progress=False)
     assert result["final_val_loss"] == pytest.approx(fresh["final_val_loss"], abs=1e-6)
@@ -393,7 +393,7 @@ def test_wandb_logger_starts_without_deprecation_warnings(tmp_path, monkeypatch)
     import wandb
 
     from ablate.config import TrackingConfig
-    from ablate.tracking import make_wandb_logger
+    from ablate.training.tracking import make_wandb_logger
 
     warned: list[str] = []
     monkeypatch.setattr(wandb, "termwarn", lambda msg, *a, **k: warned.append(str(msg)))

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from ablate.schedules import lr_at
+from ablate.training.schedules import lr_at
 
 
 def lr(step, decay, warmup=0.1, min_lr=0.0, cycles=0.5, total=100, base=1.0):

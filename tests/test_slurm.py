@@ -8,10 +8,10 @@ import pytest
 import test_runner
 from executor_checks import assert_same_as_local, interrupt_first_run_at_step_12
 
-from ablate.executors import ExecutorOptions, RunTask
-from ablate.lease import holder
-from ablate.runner import run_study
+from ablate.execution.executors import ExecutorOptions, RunTask
+from ablate.execution.runner import run_study
 from ablate.store import RunStore
+from ablate.store.lease import holder
 from ablate.study import load_study
 
 # the tiny study fixtures of test_runner.py (fixtures are found by name in this module)
@@ -41,7 +41,7 @@ def test_a_study_trains_as_a_job_array_like_it_does_locally(
 
 
 def test_a_preempted_job_is_requeued_and_resumes_from_its_checkpoint(make_study, tmp_path):
-    from ablate.executors.slurm import submit
+    from ablate.execution.executors.slurm import submit
 
     # long enough to be caught mid-run, short per step
     path = make_study(base={"train.max_steps": 200, "train.checkpoint_interval": 10})

@@ -8,9 +8,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import ablate.train
+import ablate.training.train
 from ablate.cli import app
-from ablate.smoke import smoke_config, smoke_runs, smoke_study
+from ablate.execution.smoke import smoke_config, smoke_runs, smoke_study
 from ablate.study import load_study
 
 STUDIES = sorted(Path("studies").glob("*.yaml"))
@@ -59,7 +59,7 @@ def test_smoke_exits_nonzero_when_a_run_fails(tmp_path, monkeypatch):
     def broken(cfg, run_dir, meta=None, *, progress=None):
         return {"status": "failed", "error": "RuntimeError: boom"}
 
-    monkeypatch.setattr(ablate.train, "train_run", broken)
+    monkeypatch.setattr(ablate.training.train, "train_run", broken)
     res = CliRunner().invoke(
         app, ["run", "studies/reference_nanogpt_cpu.yaml", "--profile", "gpu", "--smoke"]
     )

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.config import ConfigError, build_config
-from ablate.study import load_study
+from ablate.study import load_study, planned_run_id
 from ablate.study import load_study as _load_study
 
 STUDIES = sorted((Path(__file__).resolve().parents[1] / "studies").glob("*.yaml"))
@@ -169,12 +169,12 @@ def test_run_ids_are_stable_and_seed_sensitive(write):
     assert [r.run_id for r in a.runs] == [r.run_id for r in b.runs]
     assert len({r.run_id for r in a.runs}) == 4  # different seed or activation: different id
     run = a.runs[0]
-    assert run.run_id == run.config.run_id()
+    assert run.run_id == planned_run_id(run.config)
     # the same config reached another way (plain build_config) has the same id
     same = build_config(
         {"data.dataset": run.config.data.dataset, "model.activation": "relu", "train.seed": 0}
     )
-    assert same.run_id() == run.run_id
+    assert planned_run_id(same) == run.run_id
     # display-only options do not change the id
     c = load_study(path, overrides=["train.progress=false", "tracking.wandb=false"])
     assert [r.run_id for r in c.runs] == [r.run_id for r in a.runs]

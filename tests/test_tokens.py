@@ -10,8 +10,9 @@ import torch
 import ablate.data.source as source
 from ablate.config import ConfigError, DataConfig, build_config
 from ablate.data import LMDataModule
+from ablate.data.token_cache import token_splits
 from ablate.data.tokenizers import CharTokenizer, WordTokenizer, train_bpe
-from ablate.data.tokens import token_splits
+from ablate.study import planned_run_id, run_content
 
 TEXT = "".join(
     f"Line {i}: the quick brown fox {'jumps' if i % 3 else 'naps'} over dog {i % 7}.\n"
@@ -85,21 +86,19 @@ def test_bpe_streamed_in_chunks_round_trips(corpus, monkeypatch):
 
 def test_changed_file_is_a_new_cache_entry_and_run_id(corpus):
     c1 = build_config({"data.dataset": str(corpus)})
-    id1, s1 = c1.run_id(), token_splits(c1.data)
+    id1, s1 = planned_run_id(c1), token_splits(c1.data)
     before = (s1.path / "tokens.bin").read_bytes()
     st = corpus.stat()
     corpus.write_text(TEXT.replace("fox", "cat"), encoding="utf-8")  # same size
     os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns + 1))
     c2 = build_config({"data.dataset": str(corpus)})
     s2 = token_splits(c2.data)
-    assert id1 != c2.run_id() and s1.path != s2.path
+    assert id1 != planned_run_id(c2) and s1.path != s2.path
     assert (s1.path / "tokens.bin").read_bytes() == before  # the old entry is untouched
 
 
 def test_registered_dataset_adds_nothing_to_the_run_id():
-    from ablate.config import run_id_extras
-
-    assert run_id_extras(build_config({})) == {}
+    assert run_content(build_config({})) == {}
 
 
 def test_bad_utf8_is_one_line_with_the_offset(tmp_path):
@@ -130,7 +129,7 @@ def test_hf_dataset_through_the_hf_prefix(hf_dir):
     assert s.tokens["val"].tolist() == ref.encode(TEXT[a:])
     run_cfg = build_config({"data.dataset": spec})
     key = source.data_key(spec)
-    assert key.startswith("hf:") and run_cfg.run_id() != build_config({}).run_id()
+    assert key.startswith("hf:") and planned_run_id(run_cfg) != planned_run_id(build_config({}))
     dm = LMDataModule(
         DataConfig(dataset=spec, seq_len=8, batch_size=4, shuffle=True), seed=3
     ).prepare()

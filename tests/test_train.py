@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 
-import ablate.lit
+import ablate.training.lit
 from ablate.config import build_config
 from ablate.data import LMDataModule, unigram_entropy
 from ablate.store import RunStore
-from ablate.train import train_run
+from ablate.training.train import train_run
 
 TINY = {
     "model.d_model": 32,
@@ -106,7 +106,7 @@ def test_same_seed_same_run_other_seed_differs(tmp_path):
 
 
 def test_non_finite_loss_marks_the_run_diverged(tmp_path, monkeypatch):
-    real = ablate.lit.lm_loss
+    real = ablate.training.lit.lm_loss
     calls = {"n": 0}
 
     def poisoned(logits, targets):
@@ -114,7 +114,7 @@ def test_non_finite_loss_marks_the_run_diverged(tmp_path, monkeypatch):
         loss = real(logits, targets)
         return loss * float("nan") if calls["n"] > 7 else loss
 
-    monkeypatch.setattr(ablate.lit, "lm_loss", poisoned)
+    monkeypatch.setattr(ablate.training.lit, "lm_loss", poisoned)
     cfg = build_config({**TINY, "train.eval_interval": 100})
     run = RunStore(tmp_path).run("t", cfg.run_id())
     summary = train_run(cfg, run)
@@ -129,14 +129,14 @@ def test_resume_continues_to_the_same_result(tmp_path, monkeypatch):
     cfg = build_config(TINY)
     straight = train_run(cfg, store.run("a", "x"))
 
-    class Stop(ablate.lit.LitLM):
+    class Stop(ablate.training.lit.LitLM):
         def on_train_batch_end(self, outputs, batch, batch_idx):
             super().on_train_batch_end(outputs, batch, batch_idx)
             if self.global_step == 13:
                 raise KeyboardInterrupt
 
     run = store.run("b", "x")
-    monkeypatch.setattr("ablate.train.LitLM", Stop)
+    monkeypatch.setattr("ablate.training.train.LitLM", Stop)
     with pytest.raises((KeyboardInterrupt, SystemExit)):
         train_run(cfg, run)
     assert run.read_summary()["status"] == "running"

@@ -144,8 +144,8 @@ def test_plan_and_status_take_several_studies(tmp_path):
 
 
 def test_train_run_name_comes_from_the_overrides():
-    from ablate.commands import train_run_name
     from ablate.config import load_run_config
+    from ablate.execution.train_one import train_run_name
 
     sets = ["model.d_model=64", "optim.lr=0.003", "train.seed=2", "model.d_model=48"]
     cfg = load_run_config(None, sets)
@@ -159,7 +159,7 @@ def test_train_run_name_comes_from_the_overrides():
 
 
 def test_an_identical_train_on_a_finished_run_only_reports_it(tmp_path, monkeypatch):
-    import ablate.train
+    import ablate.training.train
 
     sets = [
         "model.d_model=16", "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=16",
@@ -181,7 +181,7 @@ def test_an_identical_train_on_a_finished_run_only_reports_it(tmp_path, monkeypa
     def no_training(*a, **k):
         raise AssertionError("a finished run must not be trained or evaluated again")
 
-    monkeypatch.setattr(ablate.train, "train_run", no_training)
+    monkeypatch.setattr(ablate.training.train, "train_run", no_training)
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0, again.output
     loss = json.loads(before)["final_val_loss"]

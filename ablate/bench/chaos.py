@@ -231,7 +231,7 @@ def loss_agreement(a: dict[str, float | None], b: dict[str, float | None]) -> di
 def training(runs: list[Path]) -> list[int]:
     """Pids of the processes training a run now: a run's lease holder that has started it
     (the summary's last attempt is its own), not one still importing torch."""
-    from ablate.lease import holder
+    from ablate.store.lease import holder
 
     pids = set()
     for r in runs:
@@ -449,7 +449,7 @@ def run_chaos(
     """Measure every executor, write ``out`` (+ ``.json``) and the section in ``bench.md``
     beside it; returns the results. Raises if a must-be-zero count is not zero. ``keep``: work
     in this folder (stores, logs) and leave it, instead of a temporary one."""
-    from ablate.bench.chaos_report import write
+    from ablate.bench.chaos_report import failures, write
     from ablate.study import load_study
 
     plan = ChaosPlan.make(quick)
@@ -474,16 +474,3 @@ def run_chaos(
     if bad:
         raise RuntimeError("chaos bench: " + "; ".join(bad))
     return results
-
-
-def failures(results: dict[str, Any]) -> list[str]:
-    """Every must-be-zero count that is not zero, as text."""
-    bad = []
-    for name, r in results["executors"].items():
-        c = r["chaos"]
-        for key in ("lost", "twice", "stuck"):
-            if c[key]:
-                bad.append(f"{name}: {key} {len(c[key])} ({', '.join(c[key][:3])})")
-        if c["left_behind"]:
-            bad.append(f"{name}: {c['left_behind']} processes left behind by killed drivers")
-    return bad

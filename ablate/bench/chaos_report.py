@@ -85,8 +85,6 @@ def section(results: dict[str, Any]) -> str:
                 "per-task overhead; it pays when the runs need more machines than one.",
                 "",
             ]
-    from ablate.bench.chaos import failures
-
     lines += [
         "Why chaos costs the two executors differently: a killed local worker breaks the whole "
         "pool (Python's `concurrent.futures`), so the other workers' runs stop as well and "
@@ -141,3 +139,16 @@ def write(results: dict[str, Any], out: Path) -> None:
     out.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     if not results.get("quick"):  # a smoke run never replaces the measured section
         upsert(out.parent / "bench.md", text)
+
+
+def failures(results: dict[str, Any]) -> list[str]:
+    """Every must-be-zero count that is not zero, as text."""
+    bad = []
+    for name, r in results["executors"].items():
+        c = r["chaos"]
+        for key in ("lost", "twice", "stuck"):
+            if c[key]:
+                bad.append(f"{name}: {key} {len(c[key])} ({', '.join(c[key][:3])})")
+        if c["left_behind"]:
+            bad.append(f"{name}: {c['left_behind']} processes left behind by killed drivers")
+    return bad

@@ -43,9 +43,9 @@ import torch
 from ablate.bench.machine import sync, torch_threads
 from ablate.config import RunConfig, build_config
 from ablate.data import LMDataModule
-from ablate.lit import lm_loss, make_adamw
 from ablate.model import build_model
-from ablate.schedules import lr_at
+from ablate.training.lit import lm_loss, make_adamw
+from ablate.training.schedules import lr_at
 
 # nanoGPT's shakespeare-char CPU settings (its README: val loss 1.88 after 2000 iterations).
 # nanoGPT trains with bias=False and weight decay 0.1; its cosine runs from lr down to min_lr
@@ -179,7 +179,7 @@ class StepTimer(pl.Callback):
 def extra_callbacks(*callbacks: pl.Callback, profiler: Any = None) -> Iterator[None]:
     """While active, every trainer ``train_run`` builds also runs ``callbacks`` (and, when
     given, reports to ``profiler``, a Lightning ``Profiler``)."""
-    import ablate.train as train_mod
+    import ablate.training.train as train_mod
 
     original = train_mod.make_trainer
 
@@ -223,7 +223,7 @@ def ablate_loop(
     """Train ``cfg`` with ``train_run`` (everything on) and time every step; ``callbacks`` and
     ``profiler`` are added to its trainer. ``timer.t_call``/``t_return`` bracket the call."""
     from ablate.store import RunStore
-    from ablate.train import train_run
+    from ablate.training.train import train_run
 
     timer = StepTimer(sync_at, budget_s)
     with tempfile.TemporaryDirectory(prefix="ablate-bench-") as tmp:

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from ablate.runner import cpu_count
-from ablate.train import torch_threads  # noqa: F401 - re-exported for the bench sections
+from ablate.execution.worker import cpu_count
+from ablate.training.train import torch_threads  # noqa: F401 - re-exported for the bench sections
 
 # dense (no sparsity) bf16 tensor-core peaks, FLOP/s, from the vendors' data sheets
 GPU_BF16_PEAK: dict[str, float] = {

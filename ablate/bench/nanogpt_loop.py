@@ -27,10 +27,10 @@ import torch
 
 from ablate.config import RunConfig
 from ablate.data import LMDataModule
-from ablate.lit import decay_groups, lm_loss
 from ablate.model import build_model
 from ablate.study import load_study
-from ablate.train import evaluate, torch_threads
+from ablate.training.lit import decay_groups, lm_loss
+from ablate.training.train import evaluate, torch_threads
 
 
 def nanogpt_lr(t: int, *, lr: float, min_lr: float, warmup: int, total: int) -> float:

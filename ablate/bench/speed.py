@@ -42,8 +42,8 @@ from torch.utils._pytree import tree_flatten
 
 from ablate.bench.machine import device, has_gpu, sync
 from ablate.config import ModelConfig
-from ablate.lit import lm_loss
 from ablate.model import build_model
+from ablate.training.lit import lm_loss
 
 VOCAB = 65  # tiny shakespeare's characters
 

@@ -1,4 +1,4 @@
-"""Study throughput: runs per hour of ``ablate.runner.run_study`` with 1 worker against N.
+"""Study throughput: runs per hour of ``ablate.execution.runner.run_study`` with 1 worker against N.
 
 A small study (``n_runs`` seeds of one short run) is trained into a fresh store once per worker
 count; the runner gives each of N workers ``cores // N`` torch threads. Each measurement is the
@@ -37,7 +37,7 @@ def study_throughput(
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     try:
-        from ablate.runner import run_study
+        from ablate.execution.runner import run_study
     except ImportError as err:
         return {"available": False, "reason": f"runner not available ({err})"}
     base = _flat(cfg)

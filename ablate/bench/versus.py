@@ -85,7 +85,7 @@ def _judge(cfg: RunConfig, snapshots, target: float, dm) -> dict[str, Any]:
     """Score snapshots on the whole val split from the last backwards; the reach point is the
     earliest snapshot of the final run at or below ``target``."""
     from ablate.model import build_model
-    from ablate.train import evaluate
+    from ablate.training.train import evaluate
 
     model = build_model(cfg.model, dm.vocab_size)
     scored: dict[int, float] = {}
@@ -270,7 +270,7 @@ def _timed(profiler) -> Iterator[None]:
     run inside other actions: Lightning's closure runs inside ``optimizer.step``)."""
     import torch.optim.adam as adam_mod
 
-    from ablate.tracking import StoreLogger
+    from ablate.training.tracking import StoreLogger
 
     patched: list[tuple[Any, str, Any]] = []
 
@@ -284,7 +284,7 @@ def _timed(profiler) -> Iterator[None]:
         patched.append((owner, attr, original))
         setattr(owner, attr, timed)
 
-    import ablate.train as train_mod
+    import ablate.training.train as train_mod
 
     wrap(adam_mod, "adam", "optimizer update")
     wrap(train_mod, "make_wandb_logger", "W&B start")

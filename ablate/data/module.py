@@ -3,9 +3,9 @@
 Pipeline (``prepare()``, also run by ``setup()``; idempotent, so the trainer can call it early
 to learn ``vocab_size`` and Lightning's own ``setup("fit")`` is then free):
 
-1-2. ``token_splits`` (``ablate.data.tokens``): stream the text (download/verify, strict UTF-8),
-   split and tokenize once into a memory-mapped token file, cached by data content. Where the
-   split happens is chosen per tokenizer:
+1-2. ``token_splits`` (``ablate.data.token_cache``): stream the text (download/verify, strict
+   UTF-8), split and tokenize once into a memory-mapped token file, cached by data content.
+   Where the split happens is chosen per tokenizer:
    - char, bpe: the TEXT is split at character positions (``split_sequence``), then each part is
      encoded on its own. For char this is identical to splitting the token stream (one token per
      character: nanoGPT's 90/10); bpe must split first because it is trained on train only.
@@ -46,8 +46,8 @@ from ablate.config import ConfigError, DataConfig
 from ablate.data.batching import batchify, get_batch, window_starts
 from ablate.data.datasets import resolve_dataset
 from ablate.data.source import is_hf, load_hf
+from ablate.data.token_cache import token_splits
 from ablate.data.tokenizers import BaseTokenizer
-from ablate.data.tokens import token_splits
 
 SPLITS = ("train", "val", "test")
 

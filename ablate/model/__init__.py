@@ -7,16 +7,19 @@ Per-layer parameter names: ``blocks.{i}.`` (transformer) and ``lstm.*_l{i}`` (LS
 
 from __future__ import annotations
 
+from ablate import registry
 from ablate.config import ModelConfig
 from ablate.model.lstm import LSTMLM
-from ablate.model.transformer import LanguageModel, TransformerLM, lookup
+from ablate.model.transformer import LanguageModel, TransformerLM
 
-ARCHS: dict[str, type[LanguageModel]] = {"transformer": TransformerLM, "lstm": LSTMLM}
+ARCHS: dict[str, type[LanguageModel]] = registry.define(
+    "arch", {"transformer": TransformerLM, "lstm": LSTMLM}
+)
 
 
 def build_model(cfg: ModelConfig, vocab_size: int) -> LanguageModel:
     """The model ``cfg`` describes, freshly initialised from torch's global RNG."""
-    return lookup(ARCHS, "arch", cfg.arch)(cfg, vocab_size)
+    return registry.lookup("arch", cfg.arch)(cfg, vocab_size)
 
 
 __all__ = ["ARCHS", "LSTMLM", "LanguageModel", "TransformerLM", "build_model"]

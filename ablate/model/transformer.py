@@ -14,25 +14,13 @@ lists it once, as ``tok_emb.weight``.
 from __future__ import annotations
 
 import math
-from typing import TypeVar
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ablate import registry
 from ablate.config import ModelConfig
-
-T_ = TypeVar("T_")
-
-
-def lookup(registry: dict[str, T_], kind: str, name: str) -> T_:
-    """``registry[name]``, or a ``ValueError`` listing the valid names."""
-    try:
-        return registry[name]
-    except KeyError:
-        choices = ", ".join(registry)
-        raise ValueError(f"unknown {kind} '{name}'; choose from: {choices}") from None
-
 
 # --- norms ----------------------------------------------------------------------------------------
 
@@ -63,11 +51,13 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps)
 
 
-NORMS: dict[str, type[nn.Module]] = {"layernorm": LayerNorm, "rmsnorm": RMSNorm}
+NORMS: dict[str, type[nn.Module]] = registry.define(
+    "norm", {"layernorm": LayerNorm, "rmsnorm": RMSNorm}
+)
 
 
 def build_norm(cfg: ModelConfig) -> nn.Module:
-    return lookup(NORMS, "norm", cfg.norm)(cfg)
+    return registry.lookup("norm", cfg.norm)(cfg)
 
 
 # --- positional encodings -------------------------------------------------------------------------
@@ -224,13 +214,16 @@ class ALiBiPositions(NoPositions):
         return alibi_bias(slopes, seq_len) + causal_mask(seq_len, device)  # (H, T, T)
 
 
-POSITIONS: dict[str, type[NoPositions]] = {
-    "sinusoidal": SinusoidalPositions,
-    "learned": LearnedPositions,
-    "rope": RotaryPositions,
-    "alibi": ALiBiPositions,
-    "none": NoPositions,
-}
+POSITIONS: dict[str, type[NoPositions]] = registry.define(
+    "pos_encoding",
+    {
+        "sinusoidal": SinusoidalPositions,
+        "learned": LearnedPositions,
+        "rope": RotaryPositions,
+        "alibi": ALiBiPositions,
+        "none": NoPositions,
+    },
+)
 
 
 # --- attention ------------------------------------------------------------------------------------
@@ -293,7 +286,7 @@ class FeedForward(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.act = lookup(ACTIVATIONS, "activation", cfg.activation)
+        self.act = ACTIVATIONS[cfg.activation]
         self.w1 = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=cfg.bias)
         self.w2 = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -309,7 +302,7 @@ class GatedFeedForward(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.act = lookup(ACTIVATIONS, "activation", cfg.activation)
+        self.act = ACTIVATIONS[cfg.activation]
         self.w1 = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=cfg.bias)
         self.w3 = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=cfg.bias)
         self.w2 = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=cfg.bias)
@@ -319,12 +312,15 @@ class GatedFeedForward(nn.Module):
         return self.dropout(self.w2(self.act(self.w1(x)) * self.w3(x)))
 
 
-FFNS: dict[str, type[nn.Module]] = {
-    "relu": FeedForward,
-    "gelu": FeedForward,
-    "swiglu": GatedFeedForward,
-    "geglu": GatedFeedForward,
-}
+FFNS: dict[str, type[nn.Module]] = registry.define(
+    "activation",
+    {
+        "relu": FeedForward,
+        "gelu": FeedForward,
+        "swiglu": GatedFeedForward,
+        "geglu": GatedFeedForward,
+    },
+)
 
 
 # --- block ----------------------------------------------------------------------------------------
@@ -341,7 +337,7 @@ class Block(nn.Module):
         self.attn_norm = build_norm(cfg)
         self.attn = CausalSelfAttention(cfg)
         self.ffn_norm = build_norm(cfg)
-        self.ffn = lookup(FFNS, "activation", cfg.activation)(cfg)
+        self.ffn = registry.lookup("activation", cfg.activation)(cfg)
 
 
 class PostNormBlock(Block):
@@ -370,7 +366,9 @@ class PreNormBlock(Block):
         return x + self.ffn(self.ffn_norm(x))
 
 
-BLOCKS: dict[str, type[Block]] = {"post": PostNormBlock, "pre": PreNormBlock}
+BLOCKS: dict[str, type[Block]] = registry.define(
+    "norm_placement", {"post": PostNormBlock, "pre": PreNormBlock}
+)
 
 
 # --- model ----------------------------------------------------------------------------------------
@@ -485,9 +483,9 @@ class TransformerLM(LanguageModel):
 
     def __init__(self, cfg: ModelConfig, vocab_size: int):
         super().__init__(cfg, vocab_size)
-        self.pos = lookup(POSITIONS, "pos_encoding", cfg.pos_encoding)(cfg)
+        self.pos = registry.lookup("pos_encoding", cfg.pos_encoding)(cfg)
         self.drop = nn.Dropout(cfg.dropout)
-        block = lookup(BLOCKS, "norm_placement", cfg.norm_placement)
+        block = registry.lookup("norm_placement", cfg.norm_placement)
         self.blocks = nn.ModuleList(block(cfg) for _ in range(cfg.n_layers))
         self.final_norm = build_norm(cfg) if block.final_norm else nn.Identity()
         self.init_weights()

@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from ablate.report.claims import analyse
+from ablate.report.claim_checks import analyse
 from ablate.report.collect import StudyData, load_study, resolve_studies, results_frame
 from ablate.report.plots import make_figures
 from ablate.report.render import Block, build_blocks, progress_line, to_html, to_markdown

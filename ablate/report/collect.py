@@ -25,7 +25,7 @@ import yaml
 
 from ablate.config import ConfigError
 from ablate.store import RUN_STATES, SUMMARY_NUMBERS, RunDir, RunStore, run_state
-from ablate.study import Reference, parse_reference
+from ablate.study import Reference, parse_reference, read_study_yaml
 
 PENDING = "pending"
 ORDERED_STATUSES = RUN_STATES  # the store's one vocabulary, decided by store.run_state
@@ -71,7 +71,7 @@ class StudyData:
     yaml_path: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     claims: list = field(default_factory=list)
-    """The study YAML's ``claims:`` (:class:`ablate.claims.Claim`), checked by the report."""
+    """The study YAML's ``claims:`` (:class:`ablate.study.claims.Claim`), checked by the report."""
     equivalence_margin: float = 0.01
     """The study YAML's ``equivalence_margin`` (nats) for TOST and claims."""
 
@@ -100,20 +100,6 @@ def axis_column(key: str) -> str:
 def length_multiple(column: str) -> float:
     """``'val_loss_at_2x'`` -> 2.0."""
     return float(column[len(LENGTH_PREFIX) : -1])
-
-
-def read_study_yaml(path: Path) -> dict[str, Any]:
-    """The study YAML as a dict (only ``name`` and ``description`` are used here)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError("file not found", source=path)
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"invalid YAML ({getattr(err, 'problem', err)})", source=path) from None
-    if not isinstance(data, dict):
-        raise ConfigError("a study YAML must be a mapping", source=path)
-    return data
 
 
 def _is_yaml_arg(arg: str) -> bool:
@@ -254,7 +240,7 @@ def _study_description(store_dir: Path, yaml_data: dict[str, Any], metas: list[d
 
 
 def _expand(yaml_path: Path | None, profile: str | None):
-    """The study YAML expanded by ``ablate.study`` (None if it cannot be). A bad ``claims`` or
+    """The study YAML expanded by ``ablate.study.load`` (None if it cannot be). A bad ``claims`` or
     ``equivalence_margin`` is an error here too (one line naming the key)."""
     if yaml_path is None:
         return None
@@ -352,7 +338,7 @@ def load_study(store: Path, name: str, yaml_path: Path | None = None) -> StudyDa
 
 def damaged_runs(run_dirs: list[RunDir]) -> dict[Path, str]:
     """``{run path: '<file>: <reason>'}`` for the runs whose files cannot be read."""
-    from ablate.damage import run_damage
+    from ablate.store import run_damage
 
     out = {}
     for run in run_dirs:

@@ -404,7 +404,7 @@ def build_blocks(
     partial = progress_line(study)
     if partial:
         blocks.append(Block("note", f"**{partial}**"))
-    from ablate.provenance import stale_note  # runs made by other model/training code
+    from ablate.store.provenance import stale_note  # runs made by other model/training code
 
     if stale := stale_note(study.path):
         blocks.append(Block("note", f"**{stale}**"))

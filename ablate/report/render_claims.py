@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from ablate.report.claims import INCONCLUSIVE, ClaimCheck
+from ablate.report.claim_checks import INCONCLUSIVE, ClaimCheck
 from ablate.report.collect import StudyData
 from ablate.report.fit import lr_fit
 from ablate.report.stats import _num, _p, verdict
@@ -94,12 +94,12 @@ def lr_table(study: StudyData) -> pd.DataFrame | None:
 
 def extra_seed_items(study: StudyData) -> list[str]:
     """``--until-decided`` rounds from the store's log: which variants got which seed, why."""
-    from ablate.decide import LOG, read_log
+    from ablate.store.rundir import DECISIONS_FILE, read_decisions
 
-    path = study.path / LOG
+    path = study.path / DECISIONS_FILE
     if not path.is_file():
         return []
-    log = read_log(path)
+    log = read_decisions(path)
     items = []
     for i, r in enumerate(log.get("rounds", []), 1):
         for variant, seed in r.get("seeds", {}).items():

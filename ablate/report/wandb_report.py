@@ -18,7 +18,7 @@ import pandas as pd
 from ablate.config import TrackingConfig
 from ablate.report.collect import StudyData, results_frame
 from ablate.store import RunDir
-from ablate.tracking import wandb_mode
+from ablate.training.tracking import wandb_mode
 
 log = logging.getLogger("ablate")
 

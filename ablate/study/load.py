@@ -13,7 +13,7 @@ A study file::
     equivalence_margin: 0.01        # optional: TOST margin in nats for the report (default 0.01)
     claims:                         # optional: the paper's statements, checked by the report
       - {id: post-needs-warmup, text: ..., expect: better, a: {optim.warmup_ratio: 0.1},
-         b: {optim.warmup_ratio: 0}, where: {model.norm_placement: post}}   # see ablate.claims
+         b: {optim.warmup_ratio: 0}, where: {model.norm_placement: post}}  # ablate/study/claims.py
     base:                           # partial run config (nested sections or dotted keys)
       model: {n_layers: 6}
       optim.lr: 2e-3
@@ -63,6 +63,7 @@ from functools import cache
 from pathlib import Path
 from typing import Annotated, Any
 
+import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from ablate.config import (
@@ -93,6 +94,43 @@ TOP_LEVEL = (
 )
 VARIANT_KEYS = ("name", "set")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+
+
+def read_study_yaml(path: Path) -> dict[str, Any]:
+    """The study YAML as a plain dict, unvalidated (for its ``name`` and ``description``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("file not found", source=path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"invalid YAML ({getattr(err, 'problem', err)})", source=path) from None
+    if not isinstance(data, dict):
+        raise ConfigError("a study YAML must be a mapping", source=path)
+    return data
+
+
+def run_content(cfg: RunConfig) -> dict[str, Any]:
+    """What the config names but does not contain, for its run id: the sha256 of each plugin's
+    source and the content key of a local or ``hf:`` dataset (registered datasets are pinned
+    by checksum)."""
+    # imported here: the data and model packages load torch, and a study is checked before that
+    from ablate.data.source import data_key
+    from ablate.model.plugins import plugin_hashes
+
+    out: dict[str, Any] = {}
+    plugins = plugin_hashes(cfg.model)
+    if plugins:
+        out["plugins"] = plugins
+    data = data_key(cfg.data.dataset)
+    if data:
+        out["data"] = data
+    return out
+
+
+def planned_run_id(cfg: RunConfig) -> str:
+    """The run id of ``cfg`` with its plugin and data content keys."""
+    return cfg.run_id(run_content(cfg))
 
 
 @dataclass(frozen=True)
@@ -171,7 +209,7 @@ class Study:
     plugins: tuple[str, ...] = ()
     """Plugin modules/absolute paths the runs need (imported again by ``train_run``)."""
     claims: list = field(default_factory=list)
-    """The study's ``claims:`` (:class:`ablate.claims.Claim`), checked by the report."""
+    """The study's ``claims:`` (:class:`ablate.study.claims.Claim`), checked by the report."""
     equivalence_margin: float = 0.01
 
     def meta(self, run: PlannedRun) -> dict[str, Any]:
@@ -274,7 +312,7 @@ def fmt_value(value: Any) -> str:
     return str(value)
 
 
-def _short_names(keys: Iterable[str]) -> dict[str, str]:
+def short_names(keys: Iterable[str]) -> dict[str, str]:
     """``model.norm_placement`` -> ``norm_placement`` unless two axes share the last part."""
     keys = list(keys)
     last = [k.rsplit(".", 1)[1] for k in keys]
@@ -613,11 +651,11 @@ def load_study(
     Raises ``ConfigError`` (one line: file and key path) for anything wrong; nothing is
     written. ``check_data`` checks that each run's dataset is registered or an existing file,
     and that each data file is non-empty UTF-8 long enough for its runs; ``check_device`` that
-    a run asking for a GPU has one (see :mod:`ablate.preflight`).
+    a run asking for a GPU has one (see :mod:`ablate.study.preflight`).
     The study's ``plugins:`` (paths relative to the study file) and ``plugins`` (``--plugin``
     options, paths relative to the working directory) are imported before validation.
     ``extra_seeds`` maps a variant label to seeds run in addition to the study's (added by
-    ``ablate run --until-decided``, :mod:`ablate.decide`).
+    ``ablate run --until-decided``, :mod:`ablate.execution.decide`).
     """
     source = Path(path)
     raw = load_yaml(source)
@@ -634,14 +672,16 @@ def load_study(
                 source=source,
             )
 
-    from ablate.plugins import load_plugins, plugin_paths
-
-    load_plugins(list(plugins), key="--plugin")
     study_plugins = raw.get("plugins") or []
-    load_plugins(study_plugins, base=source.parent, source=source)
-    all_plugins = tuple(
-        plugin_paths(list(plugins)) + plugin_paths(list(study_plugins), source.parent)
-    )
+    all_plugins: tuple[str, ...] = ()
+    if plugins or study_plugins:  # the model package loads torch: only when there are plugins
+        from ablate.model.plugins import load_plugins, plugin_paths
+
+        load_plugins(list(plugins), key="--plugin")
+        load_plugins(study_plugins, base=source.parent, source=source)
+        all_plugins = tuple(
+            plugin_paths(list(plugins)) + plugin_paths(list(study_plugins), source.parent)
+        )
 
     name = raw.get("name", source.stem)
     if not isinstance(name, str) or not _NAME.match(name):
@@ -710,7 +750,7 @@ def load_study(
                     source=source,
                 )
 
-    short = _short_names(grid)
+    short = short_names(grid)
     points = [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
     runs: list[PlannedRun] = []
     checked: set[str] = set()
@@ -751,7 +791,7 @@ def load_study(
                     axes=axes,
                     seed=seed_value,
                     config=cfg,
-                    run_id=cfg.run_id(),
+                    run_id=planned_run_id(cfg),
                 )
                 if run.name in by_name:
                     raise ConfigError(f"duplicate run name {run.name!r}", key="grid", source=source)
@@ -766,7 +806,7 @@ def load_study(
                 by_name[run.name] = by_id[run.run_id] = run
                 runs.append(run)
 
-    from ablate.preflight import check_runs
+    from ablate.study.preflight import check_runs
 
     check_runs(resolved, source, data=check_data, device=check_device)
     claims, margin = _claims(raw, source, grid, [n for n, _ in variants], runs)
@@ -785,8 +825,8 @@ def load_study(
 
 
 def _claims(raw: dict, source: Path, grid: dict, variant_names: list, runs: list) -> tuple:
-    """(claims, equivalence margin), validated against the study's axes (ablate.claims)."""
-    from ablate.claims import parse_claims, parse_margin
+    """(claims, equivalence margin), validated against the study's axes (ablate.study.claims)."""
+    from ablate.study.claims import parse_claims, parse_margin
 
     axes = ({"variant": variant_names} if variant_names else {}) | dict(grid)
     lengths = {float(x) for x in runs[0].config.train.eval_lengths} if runs else None

@@ -43,7 +43,7 @@ def find_run(ref: str, store: str | Path = "runs") -> RunDir:
 def load_run(run_dir: RunDir, plugins: list[str] = ()) -> tuple[RunConfig, Any, torch.nn.Module]:
     """``(config, tokenizer, model with the last checkpoint's weights)`` of a run."""
     from ablate.model import build_model
-    from ablate.plugins import load_plugins
+    from ablate.model.plugins import load_plugins
 
     data = run_dir.read_run()
     load_plugins(list(plugins), key="--plugin")

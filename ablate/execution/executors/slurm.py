@@ -20,7 +20,7 @@ from typing import Any
 import submitit
 
 from ablate.config import ConfigError
-from ablate.executors import ExecutorOptions, Progress, RunTask
+from ablate.execution.executors import ExecutorOptions, Progress, RunTask
 from ablate.store import RunDir
 
 log = logging.getLogger("ablate")
@@ -35,7 +35,7 @@ class RunJob(submitit.helpers.Checkpointable):
     def __call__(self, cfg, path: str, meta: dict, grace: float | None) -> tuple[str, dict]:
         import torch
 
-        from ablate.runner import INTERRUPTED, execute_run
+        from ablate.execution.worker import INTERRUPTED, execute_run
 
         env = submitit.JobEnvironment()
         os.environ["ABLATE_JOB_ID"] = f"submitit:{env.job_id}"  # kept across requeues
@@ -92,7 +92,7 @@ def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) 
 
 def wait(jobs: list[submitit.Job], tasks: list[RunTask], progress: Progress) -> None:
     """Report each job as it ends; Ctrl-C cancels the jobs still queued or running."""
-    from ablate.runner import INTERRUPTED, TRAINED
+    from ablate.execution.worker import INTERRUPTED, TRAINED
 
     pending = dict(zip(jobs, tasks, strict=True))
     try:

@@ -1,4 +1,5 @@
-"""Damaged run directories: which file of a run cannot be read, and why.
+"""Run states and damaged run directories: what state a run is in, read without writing, and
+which file of a damaged run cannot be read, and why.
 
 A store outlives disks, editors and copies; a run whose ``run.yaml``, ``summary.json`` or
 ``metrics.csv`` is damaged (binary bytes, a JSON list where a mapping belongs, a non-numeric
@@ -17,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from ablate.store import STATUSES, SUMMARY_NUMBERS, RunDir
+from ablate.store.rundir import STATUSES, SUMMARY_NUMBERS, RunDir
 
 DAMAGED = "damaged"
 
@@ -101,3 +102,24 @@ def run_damage(run: RunDir) -> str | None:
         except (OSError, ValueError) as err:
             return f"{path}: {err}"
     return None
+
+
+def run_state(run_dir: RunDir) -> str:
+    """The state of a run, one of :data:`RUN_STATES`, read from the store without writing.
+
+    ``pending``: never started (no directory or no summary); ``running``: the summary says
+    running and a process holds the run's lock; ``interrupted``: it says running and no process
+    holds it; ``completed``/``diverged``/``failed``: as the summary says; ``damaged``: one of
+    its files cannot be read (:func:`run_damage` says which and why).
+    """
+    if not run_dir.path.is_dir():
+        return "pending"
+    if run_damage(run_dir) is not None:
+        return "damaged"
+    status = (run_dir.read_summary() or {}).get("status")
+    if status not in STATUSES:
+        return "pending"
+    if status == "running":
+        # the lock file exists once a run started, so checking it creates nothing new
+        return "running" if run_dir.is_locked() else "interrupted"
+    return status

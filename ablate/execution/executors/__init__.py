@@ -4,8 +4,8 @@ Every executor has one signature::
 
     execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) -> None
 
-and runs ``ablate.runner.execute_run`` once per task wherever it places it (the lease protocol,
-resume and the store are the same everywhere). Each finished task is reported through
+and runs ``ablate.execution.worker.execute_run`` once per task wherever it places it (the lease
+protocol, resume and the store are the same everywhere). Each finished task is reported through
 ``progress.finished(task.run, outcome, summary)``; while waiting an executor calls
 ``progress.poll()`` at least once a second. A stop (Ctrl-C) raises ``KeyboardInterrupt`` after
 the runs in progress were asked to checkpoint, so the same command resumes them.
@@ -178,12 +178,12 @@ def check(opts: ExecutorOptions) -> None:
         return
     require_extra(opts.executor)
     if opts.executor == "ray" and opts.ray_address:
-        from ablate.executors.ray import check_address
+        from ablate.execution.executors.ray import check_address
 
         check_address(opts.ray_address)
 
 
 def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) -> None:
     """Train ``tasks`` with the executor ``opts`` names."""
-    module = importlib.import_module(f"ablate.executors.{opts.executor}")
+    module = importlib.import_module(f"ablate.execution.executors.{opts.executor}")
     module.execute(tasks, opts=opts, progress=progress)

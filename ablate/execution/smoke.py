@@ -121,7 +121,7 @@ def smoke_study(
 ) -> list[dict[str, Any]]:
     """Plan the study (``ConfigError`` on bad input), train each smoke run into a temporary
     store that is deleted afterwards, print a table; returns one row per run."""
-    from ablate.train import train_run
+    from ablate.training.train import train_run
 
     study = load_study(study_path, profile, overrides, check_device=False)  # it trains on the CPU
     check_compile(study)

@@ -33,76 +33,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ablate.config import ConfigError, RunConfig
-from ablate.damage import DAMAGED, run_damage
-from ablate.executors import ExecutorFailed, ExecutorOptions, RunTask, check, execute
-from ablate.progress import LiveProgress
-from ablate.store import FINISHED, RunDir, RunStore, run_state
+from ablate.config import ConfigError
+from ablate.execution.executors import ExecutorFailed, ExecutorOptions, RunTask, check, execute
+from ablate.execution.progress import LiveProgress
+from ablate.execution.worker import INTERRUPTED, LOCKED, TRAINED
+from ablate.store import DAMAGED, FINISHED, RunDir, RunStore, run_damage, run_state
 from ablate.study import Study, load_study
-
-# outcomes of one attempt at a run
-TRAINED = "trained"
-SKIPPED = "skipped"  # already finished
-LOCKED = "locked"  # another process holds the run
-INTERRUPTED = "interrupted"
 
 
 def _console() -> Console:
     # a log file or a pipe gets wide tables rather than rich's 80 columns
     return Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 160)
-
-
-def cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - macOS / Windows
-        return os.cpu_count() or 1
-
-
-# --- one run -----------------------------------------------------------------------------------
-
-
-def job_id() -> str | None:
-    """This run's executor job id (Ray task, submitit job), kept across retries and requeues.
-
-    Only set by the executors, once per run (``ABLATE_JOB_ID``): never derived from
-    ``SLURM_JOB_ID``, which every process of one allocation shares (a lease with our job id may
-    be taken over, see ablate/lease.py, so it must name one run's job alone).
-    """
-    return os.environ.get("ABLATE_JOB_ID") or None
-
-
-def execute_run(
-    cfg: RunConfig,
-    run_dir: RunDir,
-    meta: dict[str, Any],
-    *,
-    progress: bool = False,
-    lease_grace_s: float | None = None,
-) -> tuple[str, dict[str, Any]]:
-    """Train one run under the lease protocol; returns ``(outcome, summary)``.
-
-    Every executor calls this in the process that trains. The lease is renewed by a heartbeat
-    thread while the run trains. Re-raises KeyboardInterrupt/SystemExit (after train_run saved
-    a checkpoint and the lease is released) so the caller can stop the study.
-    """
-    summary = run_dir.read_summary() or {}
-    if summary.get("status") in FINISHED:
-        return SKIPPED, summary
-    lease_opts = {"grace": lease_grace_s, "job_id": job_id()}
-    lease = run_dir.try_lock(**{k: v for k, v in lease_opts.items() if v is not None})
-    if lease is None:
-        return LOCKED, summary
-    try:
-        summary = run_dir.read_summary() or {}  # another process may have finished it meanwhile
-        if summary.get("status") in FINISHED:
-            return SKIPPED, summary
-        from ablate.train import train_run
-
-        lease.start_heartbeat()
-        return TRAINED, train_run(cfg, run_dir, meta, progress=progress and cfg.train.progress)
-    finally:
-        lease.release()
 
 
 # --- the study ---------------------------------------------------------------------------------
@@ -165,16 +106,16 @@ def run_study(
     The study and the executor options are fully validated first (``ConfigError``; nothing is
     written). ``workers`` is shorthand for ``ExecutorOptions(workers=...)``. Ctrl-C stops the
     study, prints how to resume and re-raises ``KeyboardInterrupt``. ``rerun_stale``: runs made
-    by other model/training code are moved aside (``ablate.provenance``) and trained again.
+    by other model/training code are moved aside (``ablate.store.provenance``) and trained again.
     ``extra_seeds`` (variant label -> seeds) adds runs beyond the study's seeds
-    (``--until-decided``, :mod:`ablate.decide`).
+    (``--until-decided``, :mod:`ablate.execution.decide`).
     """
     opts = executor or ExecutorOptions()
     if workers is not None:
         opts = opts.model_copy(update={"workers": workers})
     study = load_study(study_path, profile, overrides, plugins=plugins, extra_seeds=extra_seeds)
     check(opts)
-    from ablate.smoke import check_compile
+    from ablate.execution.smoke import check_compile
 
     check_compile(study)  # train.compile without a C++ compiler: one line now, not per run
     runs_store = RunStore(store)
@@ -185,7 +126,7 @@ def run_study(
         source=study.path,
     )
     if rerun_stale:
-        from ablate.provenance import archive_stale
+        from ablate.store.provenance import archive_stale
 
         moved = [p for d in dirs.values() if not d.is_locked() and (p := archive_stale(d))]
         if moved:
@@ -203,8 +144,8 @@ def run_study(
         + (f", {where}" if where else "")
     )
     # live lines only on a terminal: in a log file the per-run lines say it all. Every run's
-    # line comes from its progress.json (ablate.progress), whatever the executor, so Lightning's
-    # own bar stays off; the serial path polls from a thread while this process trains.
+    # line comes from its progress.json (ablate.execution.progress), whatever the executor, so
+    # Lightning's own bar stays off; the serial path polls from a thread while this process trains.
     serial = opts.executor == "local" and not where
     bar = LiveProgress.for_study(
         study, dirs, enabled=progress, background=serial, describe=_describe
@@ -252,7 +193,7 @@ def _n_workers(opts: ExecutorOptions, tasks: list[RunTask]) -> int:
     """Runs training at once on this machine (1 for Ray/SLURM, whose layout is the cluster's)."""
     if opts.executor != "local" or not tasks:
         return 1
-    from ablate.executors.local import plan_workers, visible_gpus
+    from ablate.execution.executors.local import plan_workers, visible_gpus
 
     return len(plan_workers(tasks, opts, visible_gpus()))
 
@@ -266,7 +207,7 @@ def _where(opts: ExecutorOptions, tasks: list[RunTask]) -> str:
         return "on SLURM" if cluster == "slurm" else f"on submitit's {cluster} executor"
     if not tasks:
         return ""
-    from ablate.executors.local import plan_workers, visible_gpus
+    from ablate.execution.executors.local import plan_workers, visible_gpus
 
     slots = plan_workers(tasks, opts, visible_gpus())
     if len(slots) == 1 and slots[0].memory_fraction is None:
@@ -495,7 +436,7 @@ def store_status(
             key=lambda md: (str(md[0].get("profile")), str(md[0].get("name", md[1].run_id))),
         )
         damaged = []
-        from ablate.provenance import is_stale
+        from ablate.store.provenance import is_stale
 
         for meta, d in runs:
             s = d.read_summary() or {}
@@ -527,6 +468,6 @@ def _study_name(arg: str) -> str:
     """A study name, or the name a study YAML stores its runs under (``name:``, else the stem)."""
     if not arg.endswith((".yaml", ".yml")):
         return arg
-    from ablate.report.collect import read_study_yaml
+    from ablate.study import read_study_yaml
 
     return str(read_study_yaml(Path(arg)).get("name") or Path(arg).stem)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from ablate.config import RunConfig
 from ablate.model import build_model
-from ablate.schedules import lr_at
+from ablate.training.schedules import lr_at
 
 _LAYER = re.compile(r"(?:^|\.)blocks\.(\d+)\.|_l(\d+)(?:_reverse)?$")
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.config import ConfigError
-from ablate.executors import ExecutorFailed, ExecutorOptions, Progress, RunTask
+from ablate.execution.executors import ExecutorFailed, ExecutorOptions, Progress, RunTask
 from ablate.store import RunDir
 
 POLL_S = 0.5  # how often the wait loop wakes to call progress.poll()
@@ -97,7 +97,7 @@ def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) 
         return
     slots = plan_workers(tasks, opts, visible_gpus())
     if len(slots) == 1 and slots[0].memory_fraction is None:
-        from ablate.runner import execute_run
+        from ablate.execution.worker import execute_run
 
         for t in tasks:  # in this process: per-run bars, Ctrl-C straight to the run
             outcome, summary = execute_run(
@@ -123,7 +123,7 @@ def _stop_handler(signum, frame):  # noqa: ARG001 - signal handler signature
     """SIGUSR1 from the parent after a Ctrl-C: stop the run in progress like a Ctrl-C (at the
     next step boundary while it trains)."""
     if _in_run:
-        from ablate.train import request_stop
+        from ablate.training.train import request_stop
 
         request_stop()
 
@@ -166,7 +166,7 @@ def _worker_run(
     cfg, path: str, meta: dict[str, Any], progress: bool, grace: float
 ) -> tuple[str, dict[str, Any]]:
     global _in_run
-    from ablate.runner import INTERRUPTED, execute_run
+    from ablate.execution.worker import INTERRUPTED, execute_run
 
     run_dir = RunDir(Path(path))
     if _orphaned.is_set() or (_stop_event is not None and _stop_event.is_set()):
@@ -219,7 +219,7 @@ def _one_pool(
     import multiprocessing as mp
     from concurrent.futures.process import BrokenProcessPool
 
-    from ablate.runner import INTERRUPTED, cpu_count
+    from ablate.execution.worker import INTERRUPTED, cpu_count
 
     slots = slots[: len(tasks)]
     threads = max(1, cpu_count() // len(slots))

@@ -1,4 +1,4 @@
-"""Registries of the model's ablation axes, and plugins that add names to them.
+"""Plugins: modules that add names to the model's axis registries (``ablate.registry``).
 
 Each axis of ``ModelConfig`` that picks a class is a registry (name -> class) the model looks
 up at build time: ``arch`` (``ARCHS``: a ``LanguageModel``, built as ``cls(cfg, vocab_size)``),
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ablate.config import ConfigError
+from ablate.errors import ConfigError
+from ablate.registry import AXES, table
 
-AXES = ("arch", "norm_placement", "norm", "pos_encoding", "activation")
 C = TypeVar("C", bound=type)
 
 
@@ -52,41 +52,6 @@ class PluginInfo:
 
 _PLUGINS: dict[tuple[str, str], PluginInfo] = {}
 _LOADED: dict[str, str] = {}  # plugin spec (module name or resolved path) -> module name
-
-
-def registry(axis: str) -> dict[str, type]:
-    """The mutable name -> class registry of ``axis`` (the dict the model builds from)."""
-    from ablate.model import ARCHS
-    from ablate.model.transformer import BLOCKS, FFNS, NORMS, POSITIONS
-
-    regs = {
-        "arch": ARCHS,
-        "norm_placement": BLOCKS,
-        "norm": NORMS,
-        "pos_encoding": POSITIONS,
-        "activation": FFNS,
-    }
-    if axis not in regs:
-        raise PluginError(f"unknown axis {axis!r}; valid: {', '.join(AXES)}")
-    return regs[axis]
-
-
-def choices_text(names: Sequence[str]) -> str:
-    """``'a', 'b' or 'c'``: how pydantic lists the values of a Literal."""
-    quoted = [f"'{n}'" for n in names]
-    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
-
-
-def check_name(axis: str) -> Callable[[str], str]:
-    """A pydantic after-validator: the value must be a name in ``axis``'s registry."""
-
-    def check(value: str) -> str:
-        names = list(registry(axis))
-        if value not in names:
-            raise ValueError(f"Input should be {choices_text(names)}")
-        return value
-
-    return check
 
 
 def plugin_hashes(model_cfg: Any) -> dict[str, str]:
@@ -131,7 +96,10 @@ def register(axis: str, name: str) -> Callable[[C], C]:
     ``model.norm: scalenorm`` selects it. Raises ``PluginError`` for an unknown axis, a name
     already taken by another class, or a class that does not fit the axis's interface.
     """
-    reg = registry(axis)
+    try:
+        reg = table(axis)
+    except ConfigError as err:
+        raise PluginError(err.message) from None
     if not isinstance(name, str) or not name or "," in name or "=" in name:
         raise PluginError(f"bad {axis} name {name!r}: use a plain non-empty string")
 

@@ -1,4 +1,4 @@
-"""Check a study's claims (:mod:`ablate.claims`) against its runs, at report time.
+"""Check a study's claims (:mod:`ablate.study.claims`) against its runs, at report time.
 
 Each claim becomes one :class:`~ablate.report.stats.Comparison` (arm a vs arm b, paired by seed
 where both arms share the seeds), Holm-corrected together with the report's axis comparisons,
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ablate.claims import Claim
 from ablate.report.collect import StudyData, axis_column, format_value
 from ablate.report.fit import init_ffn_grad_slope, lr_fit
 from ablate.report.stats import ALPHA, FINISHED, Comparison, compare, compare_groups, seeds_needed
+from ablate.study.claims import Claim
 
 SLOPE = "ffn_grad_slope@init"
 

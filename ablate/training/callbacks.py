@@ -1,7 +1,7 @@
 """The training side of the live progress lines: a Lightning callback writing ``progress.json``.
 
-Kept apart from :mod:`ablate.progress` (the driver side) so that the driver, which validates
-input before anything heavy is imported, never imports Lightning just to draw a line.
+Kept apart from :mod:`ablate.execution.progress` (the driver side) so that the driver, which
+validates input before anything heavy is imported, never imports Lightning just to draw a line.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 
-from ablate.progress import PROGRESS_FILE, write_progress
+from ablate.store.rundir import PROGRESS_FILE, write_progress
 
 
 class ProgressFile(pl.Callback):

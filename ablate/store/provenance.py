@@ -1,4 +1,5 @@
-"""What made a run: ablate version, git commit, code fingerprint, data and plugin keys.
+"""What made a run: ablate version, git commit, code fingerprint, data and plugin keys, and the
+environment its numbers depend on (threads, workers, device, library versions).
 
 ``provenance(cfg)`` goes into each run's ``run.yaml`` meta and W&B config. ``code_fingerprint()``
 hashes the source files that decide a run's numbers (``CODE_FILES``: the model, the training
@@ -12,6 +13,8 @@ not called stale: there is nothing to compare.
 from __future__ import annotations
 
 import hashlib
+import os
+import platform
 import subprocess
 import time
 from functools import cache
@@ -19,19 +22,44 @@ from pathlib import Path
 from typing import Any
 
 import ablate
-from ablate.store import RunDir
+from ablate.store.rundir import RunDir
 
 PACKAGE = Path(ablate.__file__).resolve().parent
 CODE_FILES = (
     "model/*.py",
-    "lit.py",
-    "schedules.py",
+    "training/lit.py",
+    "training/schedules.py",
     "data/batching.py",
     "data/module.py",
     "data/tokenizers.py",
-    "data/tokens.py",
+    "data/token_cache.py",
 )
 STALE_DIR = ".stale"
+
+WORKERS_ENV = "ABLATE_WORKERS"
+"""Set by the runner: how many runs train at once (the worker layout)."""
+
+
+def environment(accelerator: str = "cpu") -> dict[str, Any]:
+    """Threads, workers, device and library versions of the current process."""
+    import numpy
+    import pytorch_lightning
+    import torch
+
+    device = "cpu"
+    if accelerator != "cpu" and torch.cuda.is_available():
+        device = torch.cuda.get_device_name(0)
+    return {
+        "torch_threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
+        "workers": int(os.environ.get(WORKERS_ENV, "1") or 1),
+        "device": device,
+        "cpu": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "lightning": pytorch_lightning.__version__,
+        "numpy": numpy.__version__,
+    }
 
 
 @cache
@@ -69,7 +97,7 @@ def provenance(cfg: Any = None) -> dict[str, Any]:
     out["code_fingerprint"] = code_fingerprint()
     if cfg is not None:
         from ablate.data.source import data_key
-        from ablate.plugins import plugins_used
+        from ablate.model.plugins import plugins_used
 
         key = data_key(cfg.data.dataset)
         if key:

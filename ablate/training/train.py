@@ -25,19 +25,19 @@ from pytorch_lightning.callbacks import (
 )
 
 from ablate.accel import pick_backend
-from ablate.checkpoints import (
+from ablate.config import ConfigError, RunConfig
+from ablate.data import LMDataModule
+from ablate.store import RunDir, StoreWriteError, write_final_summary
+from ablate.store.provenance import environment
+from ablate.training.callbacks import ProgressFile
+from ablate.training.checkpoints import (
     AtomicCheckpointIO,
     ExceptionCheckpoint,
     FinalCheckpoint,
     select_checkpoint,
 )
-from ablate.config import ConfigError, RunConfig
-from ablate.data import LMDataModule
-from ablate.environment import environment
-from ablate.lit import LitLM, lm_loss
-from ablate.progress_callback import ProgressFile
-from ablate.store import RunDir, StoreWriteError, write_final_summary
-from ablate.tracking import StoreLogger, make_wandb_logger
+from ablate.training.lit import LitLM, lm_loss
+from ablate.training.tracking import StoreLogger, make_wandb_logger
 
 log = logging.getLogger("ablate")
 
@@ -239,8 +239,8 @@ def train_run(
     non-finite loss ends the run as ``diverged`` with the step; an exception ends it as
     ``failed`` with the error (re-raised for KeyboardInterrupt so the caller can stop).
     """
-    from ablate.plugins import load_plugins
-    from ablate.provenance import provenance
+    from ablate.model.plugins import load_plugins
+    from ablate.store.provenance import provenance
 
     # another process (a worker, a cluster job) imports the study's plugins again
     load_plugins((meta or {}).get("plugins"), key="meta.plugins", source=run_dir.run_file)

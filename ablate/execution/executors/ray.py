@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.config import ConfigError, RunConfig
-from ablate.executors import ExecutorOptions, Progress, RunTask
+from ablate.execution.executors import ExecutorOptions, Progress, RunTask
 from ablate.store import RunDir
 
 log = logging.getLogger("ablate")
@@ -94,7 +94,7 @@ def _train_task(cfg: RunConfig, path: str, meta: dict, grace: float | None, frac
     import ray
     import torch
 
-    from ablate.runner import INTERRUPTED, execute_run
+    from ablate.execution.worker import INTERRUPTED, execute_run
 
     # the task id survives retries: a retried run may take its dead attempt's lease over
     os.environ["ABLATE_JOB_ID"] = f"ray:{ray.get_runtime_context().get_task_id()}"
@@ -166,7 +166,7 @@ def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) 
 
 
 def _run(ray, tasks: list[RunTask], opts: ExecutorOptions, progress: Progress) -> None:
-    from ablate.runner import INTERRUPTED, TRAINED
+    from ablate.execution.worker import INTERRUPTED, TRAINED
 
     remote = ray.remote(_train_task)
     cluster = ray.cluster_resources()

@@ -9,7 +9,7 @@ Layout::
         progress.json    step/total/loss while training, for live progress lines (display only)
         checkpoints/     Lightning checkpoints (``last.ckpt``) for resume
         wandb/           the W&B (offline) run directory
-        run.lease.<n>    who trains the run, renewed by a heartbeat (ablate/lease.py)
+        run.lease.<n>    who trains the run, renewed by a heartbeat (store/lease.py)
 
 Every file that is replaced is written to a temporary file in the same directory, flushed,
 fsynced and renamed over the old one, so a crash leaves either the old or the new file, never
@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from ablate.lease import Lease, acquire, holder
+from ablate.store.lease import Lease, acquire, holder
 
 STATUSES = ("completed", "diverged", "failed", "running")  # what summary.json may say
 FINISHED = ("completed", "diverged")  # a re-run skips these; it retries failed and resumes running
@@ -144,12 +144,53 @@ def atomic_write_json(path: Path, obj: Any) -> None:
 
 def read_json(path: Path) -> dict[str, Any] | None:
     """The JSON mapping in ``path``; None when missing or unreadable (binary bytes, invalid
-    JSON, not a mapping: ``ablate.damage`` says which)."""
+    JSON, not a mapping: ``ablate.store.states`` says which)."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (FileNotFoundError, ValueError):  # ValueError: JSON and UTF-8 decode errors
         return None
     return data if isinstance(data, dict) else None
+
+
+PROGRESS_FILE = "progress.json"
+
+
+def write_progress(path: Path, data: dict[str, Any]) -> None:
+    """Replace ``path`` atomically (rename), without fsync: a reader sees a whole file, and a
+    crash losing the last update costs nothing (the file is only a display hint)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def read_progress(path: Path) -> dict[str, Any] | None:
+    """The progress record at ``path``; None when missing or unreadable (never raises)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("step"), int):
+        return None
+    return data
+
+
+DECISIONS_FILE = "until_decided.json"
+"""``<store>/<study>/until_decided.json``: the rounds of ``ablate run --until-decided``."""
+
+
+def read_decisions(path: Path) -> dict[str, Any]:
+    """The ``--until-decided`` log at ``path``; no rounds when missing or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {"rounds": []}
+
+
+def write_decisions(path: Path, log: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(log, indent=1))
+    os.replace(tmp, path)  # never half-written
 
 
 @dataclass(frozen=True)
@@ -302,29 +343,6 @@ class RunDir:
             self.checkpoint_dir.glob("*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True
         )
         return ckpts[0] if ckpts else None
-
-
-def run_state(run_dir: RunDir) -> str:
-    """The state of a run, one of :data:`RUN_STATES`, read from the store without writing.
-
-    ``pending``: never started (no directory or no summary); ``running``: the summary says
-    running and a process holds the run's lock; ``interrupted``: it says running and no process
-    holds it; ``completed``/``diverged``/``failed``: as the summary says; ``damaged``: one of
-    its files cannot be read (:func:`ablate.damage.run_damage` says which and why).
-    """
-    if not run_dir.path.is_dir():
-        return "pending"
-    from ablate.damage import run_damage  # damage.py builds on this module
-
-    if run_damage(run_dir) is not None:
-        return "damaged"
-    status = (run_dir.read_summary() or {}).get("status")
-    if status not in STATUSES:
-        return "pending"
-    if status == "running":
-        # the lock file exists once a run started, so checking it creates nothing new
-        return "running" if run_dir.is_locked() else "interrupted"
-    return status
 
 
 class RunStore:

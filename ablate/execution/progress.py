@@ -1,7 +1,8 @@
 """Live progress through the run store, whatever the executor.
 
 The training process writes ``<run dir>/progress.json`` (step, total steps, last train loss,
-timestamps) at the log interval (:class:`ProgressFile`, a Lightning callback). The driver
+timestamps) at the log interval (``ablate.training.callbacks.ProgressFile``, writing through
+``ablate.store.rundir.write_progress``). The driver
 (``ablate run``, ``ablate train``) polls the progress files of the runs in flight and shows one
 live line per run under the study line (:class:`LiveProgress`). Local worker processes, Ray
 actors and SLURM jobs all write into the store, so the driver needs nothing from the executor
@@ -15,8 +16,6 @@ resumed step with its known total, and its rate counts only the steps trained si
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import sys
 import threading
@@ -27,30 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PROGRESS_FILE = "progress.json"
-
-
-# --- the training side -----------------------------------------------------------------------
-
-
-def write_progress(path: Path, data: dict[str, Any]) -> None:
-    """Replace ``path`` atomically (rename), without fsync: a reader sees a whole file, and a
-    crash losing the last update costs nothing (the file is only a display hint)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
-
-
-def read_progress(path: Path) -> dict[str, Any] | None:
-    """The progress record at ``path``; None when missing or unreadable (never raises)."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("step"), int):
-        return None
-    return data
-
+from ablate.store.rundir import PROGRESS_FILE, read_progress
 
 # --- the driver side -------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Plain functions behind the CLI commands that are not part of a larger module."""
+"""`ablate train`: one run from a config YAML and overrides, outside any study."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ def train_run_name(config: Path | None, overrides: Sequence[str], cfg: RunConfig
     """The run's name from what was asked for, like a study run's from its axes:
     ``ablate train --set model.d_model=64 --set optim.lr=0.003`` -> ``d_model=64,lr=0.003,seed=0``
     (a config YAML adds its stem first; nothing at all gives ``transformer,seed=0``)."""
-    from ablate.study import _short_names, fmt_value
+    from ablate.study import fmt_value, short_names
 
     asked = dict(parse_override(o) for o in overrides)  # later wins, as in load_run_config
     asked.pop("train.seed", None)  # the seed always comes last
-    short = _short_names(asked)
+    short = short_names(asked)
     parts = [config.stem] if config is not None else []
     # a path value (a dataset file) is named by its file name, not its directory
     parts += [f"{short[k]}={fmt_value(v).rstrip('/').rsplit('/', 1)[-1]}" for k, v in asked.items()]
@@ -39,13 +39,15 @@ def train_one(
     A run already finished in the store (same config, so same run id) is reported as it is and
     nothing else happens: no re-evaluation, no new W&B run.
     """
-    from ablate.plugins import load_plugins, plugin_paths
+    if plugins:  # their names are valid values in the config (the model package loads torch)
+        from ablate.model.plugins import load_plugins
 
-    load_plugins(list(plugins), key="--plugin")  # their names are valid values in the config
+        load_plugins(list(plugins), key="--plugin")
     cfg = load_run_config(config, overrides)  # before importing torch: bad input answers fast
     from ablate.data import resolve_dataset
     from ablate.data.source import is_hf, load_hf
-    from ablate.preflight import check_runs
+    from ablate.study import planned_run_id
+    from ablate.study.preflight import check_runs
 
     # a missing or corrupt dataset is bad input: exit 2 now
     load_hf(cfg.data.dataset) if is_hf(cfg.data.dataset) else resolve_dataset(cfg.data.dataset)
@@ -55,17 +57,19 @@ def train_one(
 
         if problem := compile_problem():
             raise ConfigError(problem, key="train.compile", source=config)
-    run_dir = RunStore(store).run(study, cfg.run_id())
+    run_dir = RunStore(store).run(study, planned_run_id(cfg))
     summary = run_dir.read_summary() or {}
     if summary.get("status") in FINISHED:
         print(_result_line(summary, run_dir.path, already=True))
         return summary
-    from ablate.progress import LiveProgress
-    from ablate.train import train_run
+    from ablate.execution.progress import LiveProgress
+    from ablate.training.train import train_run
 
     name = train_run_name(config, overrides, cfg)
     meta: dict[str, Any] = {"name": name, "variant": name.rsplit(",seed=", 1)[0]}
     if plugins:
+        from ablate.model.plugins import plugin_paths
+
         meta["plugins"] = plugin_paths(list(plugins))
     # the run's live line comes from its progress.json, as in `ablate run`
     bar = LiveProgress(

@@ -1,7 +1,7 @@
 """``ablate run STUDY --until-decided``: add seeds only where a comparison is still undecided.
 
 After the study's own seeds, each round analyses the store exactly as the report does
-(:func:`ablate.report.claims.analyse`: paired/Welch tests, Holm, TOST, claims), takes the
+(:func:`ablate.report.claim_checks.analyse`: paired/Welch tests, Holm, TOST, claims), takes the
 variants of every *inconclusive* comparison or claim, and trains one more seed for each (the
 variant's next unused seed number, so variants given seeds in the same rounds stay paired by
 seed). It stops when nothing is inconclusive or every such variant has ``max_seeds`` seeds.
@@ -13,8 +13,6 @@ round's variants and why, which the report shows.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,13 +20,13 @@ from typing import Any
 import pandas as pd
 
 from ablate.config import ConfigError
+from ablate.execution.runner import run_study
 from ablate.report import collect
-from ablate.report.claims import INCONCLUSIVE, analyse
+from ablate.report.claim_checks import INCONCLUSIVE, analyse
 from ablate.report.stats import verdict
-from ablate.runner import run_study
+from ablate.store.rundir import DECISIONS_FILE, read_decisions, write_decisions
 from ablate.study import load_study
 
-LOG = "until_decided.json"
 Undecided = Callable[[collect.StudyData], dict[str, list[str]]]
 
 
@@ -71,20 +69,6 @@ def extra_seeds_in_store(store: Path, name: str, study_seeds: set[int]) -> dict[
     return {v: sorted(set(s)) for v, s in out.items()}
 
 
-def read_log(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {"rounds": []}
-
-
-def _write_log(path: Path, log: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(log, indent=1))
-    os.replace(tmp, path)  # never half-written
-
-
 def run_until_decided(
     study_path: str | Path,
     *,
@@ -106,8 +90,8 @@ def run_until_decided(
     plan = load_study(study_path, profile, overrides, plugins=plugins)
     study_seeds = {r.seed for r in plan.runs}
     extra = extra_seeds_in_store(store, plan.name, study_seeds)
-    log_path = store / plan.name / LOG
-    log = read_log(log_path)
+    log_path = store / plan.name / DECISIONS_FILE
+    log = read_decisions(log_path)
     log["max_seeds"] = max_seeds
     while True:
         results = run_study(
@@ -132,7 +116,7 @@ def run_until_decided(
         todo = {v: r for v, r in open_.items() if len(planned(v)) < max_seeds}
         if not todo:
             log["stopped"] = "decided" if not open_ else f"max_seeds {max_seeds} reached"
-            _write_log(log_path, log)
+            write_decisions(log_path, log)
             return results
         added = {}
         for v in todo:
@@ -140,4 +124,4 @@ def run_until_decided(
             extra.setdefault(v, []).append(seed)
             added[v] = seed
         log["rounds"].append({"seeds": added, "why": todo})
-        _write_log(log_path, log)
+        write_decisions(log_path, log)
