@@ -23,6 +23,7 @@ from pytorch_lightning.callbacks import (
     ModelCheckpoint,
     TQDMProgressBar,
 )
+from pytorch_lightning.plugins.environments import LightningEnvironment
 
 from ablate.accel import pick_backend
 from ablate.config import ConfigError, RunConfig
@@ -221,7 +222,14 @@ def make_trainer(
         enable_model_summary=False,
         deterministic=t.deterministic and t.accelerator == "cpu",
         default_root_dir=str(run_dir.path),
-        plugins=[AtomicCheckpointIO()],  # same-directory temp file + fsync + rename
+        plugins=[
+            AtomicCheckpointIO(),  # same-directory temp file + fsync + rename
+            # one process per run wherever it trains (a local worker, a Ray task, a SLURM array
+            # task): ablate, not Lightning's SLURM detection, decides that; so a login node with
+            # `srun` on the PATH prints no srun warning into the live progress lines, and a SLURM
+            # requeue is submitit's (USR2), not Lightning's auto-requeue
+            LightningEnvironment(),
+        ],
     )
 
 
@@ -256,90 +264,20 @@ def train_run(
     prior = run_dir.read_summary() or {}
     base_wall = prior.get("wall_time_s") if prior.get("status") == "running" else 0.0
     base_wall = float(base_wall) if isinstance(base_wall, int | float) else 0.0  # damaged: 0
-    if not isinstance(prior.get("attempts"), list):
-        prior["attempts"] = []
-    summary: dict[str, Any] = {
-        "status": "running",
-        "name": meta.get("name", run_dir.run_id),
-        "variant": meta.get("variant"),
-        "seed": cfg.train.seed,
-        "axes": meta.get("axes") or {},
-        "run_id": run_dir.run_id,
-        "study": meta["study"],
-        # one entry per start (fresh, resumed, retried): which process trained the run when
-        "attempts": [
-            *(prior.get("attempts") or []),
-            {"pid": os.getpid(), "host": socket.gethostname(), "started": round(t0, 3)},
-        ],
-    }
+    summary = _start_summary(cfg, run_dir, meta, prior, t0)
     write_final_summary(run_dir, summary)
     wandb_logger = None
-    wandb_wait = 0.0
+    wandb_wait = 0.0  # a slow or dead W&B server is not train time
     stop = StepBoundaryStop()
     try:
         with torch_threads(cfg.train.threads):
-            pl.seed_everything(cfg.train.seed, workers=True, verbose=False)
-            dm = LMDataModule(cfg.data, seed=cfg.train.seed)
-            dm.setup("fit")
-            torch.manual_seed(cfg.train.seed)
-            lit = LitLM(cfg, dm.vocab_size, bits_per_token=dm.is_char)
-            counts = lit.model.param_counts()
-            summary.update(
-                params=counts["total"],
-                params_non_embedding=counts["non_embedding"],
-                flops_per_token=lit.model.flops_per_token(cfg.data.seq_len),
-                vocab_size=dm.vocab_size,
-                lr=cfg.lr,
-                environment=environment(cfg.train.accelerator),  # threads/workers/versions
-            )
-            run_dir.update_summary(**summary)
-            ckpt_path, step, set_aside = select_checkpoint(run_dir.checkpoint_dir)
-            if set_aside:  # corrupt checkpoints were renamed *.corrupt; say so in the summary
-                summary["corrupt_checkpoints"] = [
-                    *(prior.get("corrupt_checkpoints") or []),
-                    *set_aside,
-                ]
-            summary["tokenizer_sha256"] = tokenizer_digest(dm.tokenizer)
-            if not (run_dir.path / "tokenizer.json").is_file():  # for `ablate sample`
-                dm.tokenizer.save(run_dir.path / "tokenizer.json")
-            if ckpt_path is not None:
-                ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-                check_resume(ckpt, dm, prior, run_dir)  # same vocabulary and tokenizer
-                del ckpt
-                run_dir.truncate_metrics_after(step)
-                summary["resumed_from_step"] = step
-            elif run_dir.metrics_file.exists():
-                run_dir.truncate_metrics_after(-1)  # a fresh start replays every step
-            loggers: list = [StoreLogger(run_dir)]
+            dm, lit, ckpt_path = _prepare(cfg, run_dir, summary, prior)
             t_wandb = time.time()
-            wandb_logger = make_wandb_logger(
-                cfg.tracking,
-                run_dir,
-                run_config={**cfg.to_dict(), "meta": meta},
-                group=meta["study"],
-                job_type=meta.get("variant") or summary["name"],
-                name=summary["name"],
-                tags=[f"{k}={v}" for k, v in (meta.get("axes") or {}).items()],
-            )
-            if wandb_logger is not None:
-                loggers.append(wandb_logger)
-                summary["wandb_dir"] = str(wandb_logger.experiment.dir)
-            wandb_wait += time.time() - t_wandb  # a slow or dead W&B server is not train time
+            wandb_logger = _wandb_logger(cfg, run_dir, meta, summary)
+            wandb_wait += time.time() - t_wandb
+            loggers = [StoreLogger(run_dir), *([wandb_logger] if wandb_logger else [])]
             trainer = make_trainer(cfg, run_dir, loggers, progress=progress, stop=stop)
-            if cfg.train.compile:
-                # in place: the state_dict keys stay those of the eager model (no "_orig_mod."),
-                # so checkpoints move freely between compiled and eager runs
-                lit.model.compile()
-            device = trainer.strategy.root_device
-            summary["attn_kernel"] = (
-                attn_kernel(cfg, device) if cfg.model.arch == "transformer" else None
-            )
-            with attn_context(cfg, device):
-                with _stoppable(stop):
-                    trainer.fit(lit, datamodule=dm, ckpt_path=str(ckpt_path) if ckpt_path else None)
-                # the final evaluation under the training precision (autocast), like validation
-                with trainer.precision_plugin.forward_context():
-                    summary.update(_finish(cfg, lit, dm, trainer))
+            _fit(cfg, lit, dm, trainer, ckpt_path, stop, summary)
     except ResumeMismatch:
         # bad input, not a failed run: put back what the store said and touch nothing else
         if prior:
@@ -369,6 +307,104 @@ def train_run(
     if stop.requested:  # asked to stop during the last step: the run finished, the study stops
         raise KeyboardInterrupt
     return summary
+
+
+def _start_summary(
+    cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], prior: dict[str, Any], t0: float
+) -> dict[str, Any]:
+    """The ``running`` summary of this attempt, keeping the attempts of earlier ones."""
+    attempts = prior.get("attempts") if isinstance(prior.get("attempts"), list) else []
+    return {
+        "status": "running",
+        "name": meta.get("name", run_dir.run_id),
+        "variant": meta.get("variant"),
+        "seed": cfg.train.seed,
+        "axes": meta.get("axes") or {},
+        "run_id": run_dir.run_id,
+        "study": meta["study"],
+        # one entry per start (fresh, resumed, retried): which process trained the run when
+        "attempts": [
+            *attempts,
+            {"pid": os.getpid(), "host": socket.gethostname(), "started": round(t0, 3)},
+        ],
+    }
+
+
+def _prepare(
+    cfg: RunConfig, run_dir: RunDir, summary: dict[str, Any], prior: dict[str, Any]
+) -> tuple[LMDataModule, LitLM, Any]:
+    """Data, model and the checkpoint to resume from (checked against the data), with the
+    run's sizes recorded in the summary; metrics after the resumed step are dropped."""
+    pl.seed_everything(cfg.train.seed, workers=True, verbose=False)
+    dm = LMDataModule(cfg.data, seed=cfg.train.seed)
+    dm.setup("fit")
+    torch.manual_seed(cfg.train.seed)
+    lit = LitLM(cfg, dm.vocab_size, bits_per_token=dm.is_char)
+    counts = lit.model.param_counts()
+    summary.update(
+        params=counts["total"],
+        params_non_embedding=counts["non_embedding"],
+        flops_per_token=lit.model.flops_per_token(cfg.data.seq_len),
+        vocab_size=dm.vocab_size,
+        lr=cfg.lr,
+        environment=environment(cfg.train.accelerator),  # threads/workers/versions
+    )
+    run_dir.update_summary(**summary)
+    ckpt_path, step, set_aside = select_checkpoint(run_dir.checkpoint_dir)
+    if set_aside:  # corrupt checkpoints were renamed *.corrupt; say so in the summary
+        summary["corrupt_checkpoints"] = [*(prior.get("corrupt_checkpoints") or []), *set_aside]
+    summary["tokenizer_sha256"] = tokenizer_digest(dm.tokenizer)
+    if not (run_dir.path / "tokenizer.json").is_file():  # for `ablate sample`
+        dm.tokenizer.save(run_dir.path / "tokenizer.json")
+    if ckpt_path is not None:
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        check_resume(ckpt, dm, prior, run_dir)  # same vocabulary and tokenizer
+        del ckpt
+        run_dir.truncate_metrics_after(step)
+        summary["resumed_from_step"] = step
+    elif run_dir.metrics_file.exists():
+        run_dir.truncate_metrics_after(-1)  # a fresh start replays every step
+    return dm, lit, ckpt_path
+
+
+def _wandb_logger(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], summary: dict[str, Any]):
+    """The run's W&B logger (None when tracking is off), named and grouped like the run."""
+    wandb_logger = make_wandb_logger(
+        cfg.tracking,
+        run_dir,
+        run_config={**cfg.to_dict(), "meta": meta},
+        group=meta["study"],
+        job_type=meta.get("variant") or summary["name"],
+        name=summary["name"],
+        tags=[f"{k}={v}" for k, v in (meta.get("axes") or {}).items()],
+    )
+    if wandb_logger is not None:
+        summary["wandb_dir"] = str(wandb_logger.experiment.dir)
+    return wandb_logger
+
+
+def _fit(
+    cfg: RunConfig,
+    lit: LitLM,
+    dm: LMDataModule,
+    trainer: pl.Trainer,
+    ckpt_path: Any,
+    stop: StepBoundaryStop,
+    summary: dict[str, Any],
+) -> None:
+    """Fit (from ``ckpt_path`` when resuming) and evaluate at the end, into ``summary``."""
+    if cfg.train.compile:
+        # in place: the state_dict keys stay those of the eager model (no "_orig_mod."),
+        # so checkpoints move freely between compiled and eager runs
+        lit.model.compile()
+    device = trainer.strategy.root_device
+    summary["attn_kernel"] = attn_kernel(cfg, device) if cfg.model.arch == "transformer" else None
+    with attn_context(cfg, device):
+        with _stoppable(stop):
+            trainer.fit(lit, datamodule=dm, ckpt_path=str(ckpt_path) if ckpt_path else None)
+        # the final evaluation under the training precision (autocast), like validation
+        with trainer.precision_plugin.forward_context():
+            summary.update(_finish(cfg, lit, dm, trainer))
 
 
 class ResumeMismatch(ConfigError):
