@@ -227,7 +227,7 @@ def plan(
     plugin: PluginOpt = None,
 ) -> None:
     """Print the expanded runs of studies (name, id, status, key params) without training."""
-    from ablate.execution.runner import plan_studies
+    from ablate.execution.tables import plan_studies
 
     try:
         plan_studies(
@@ -246,7 +246,7 @@ def status(
     store: StoreOpt = Path("runs"),
 ) -> None:
     """List the studies in the store and the state of their runs."""
-    from ablate.execution.runner import store_status
+    from ablate.execution.tables import store_status
 
     try:
         store_status(store, studies or [])

@@ -111,7 +111,8 @@ def test_vocab_mismatch_names_both_sizes(trained):
 
 
 def test_stale_runs_are_flagged_and_rerun(tmp_path, monkeypatch):
-    from ablate.execution.runner import run_study, store_status
+    from ablate.execution.runner import run_study
+    from ablate.execution.tables import store_status
 
     monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
     corpus = tmp_path / "c.txt"

@@ -38,9 +38,10 @@ def clip(name: str, width: int = NAME_WIDTH) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
-def fmt_duration(seconds: float | None) -> str:
+def fmt_duration(seconds: float | None, missing: str = "?") -> str:
+    """``42s``, ``3m07s``, ``2h05m``; ``missing`` for an unknown (None, NaN, inf) duration."""
     if seconds is None or seconds != seconds or seconds == float("inf"):
-        return "?"
+        return missing
     seconds = max(0, int(round(seconds)))
     if seconds < 60:
         return f"{seconds}s"

@@ -32,7 +32,7 @@ def job_id() -> str | None:
 
     Only set by the executors, once per run (``ABLATE_JOB_ID``): never derived from
     ``SLURM_JOB_ID``, which every process of one allocation shares (a lease with our job id may
-    be taken over, see ablate/lease.py, so it must name one run's job alone).
+    be taken over, see ablate/store/lease.py, so it must name one run's job alone).
     """
     return os.environ.get("ABLATE_JOB_ID") or None
 

@@ -7,6 +7,7 @@ Layout::
         summary.json     status and headline numbers, replaced atomically
         metrics.csv      long-form ``step,metric,value`` rows, append-only
         progress.json    step/total/loss while training, for live progress lines (display only)
+        error.log        the traceback of the last failed attempt (the summary keeps one line)
         checkpoints/     Lightning checkpoints (``last.ckpt``) for resume
         wandb/           the W&B (offline) run directory
         run.lease.<n>    who trains the run, renewed by a heartbeat (store/lease.py)
@@ -67,6 +68,7 @@ RUN_FILE = "run.yaml"
 SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.csv"
 CHECKPOINT_DIR = "checkpoints"
+ERROR_FILE = "error.log"
 
 
 class StoreWriteError(OSError):
@@ -222,6 +224,10 @@ class RunDir:
     @property
     def checkpoint_dir(self) -> Path:
         return self.path / CHECKPOINT_DIR
+
+    @property
+    def error_file(self) -> Path:
+        return self.path / ERROR_FILE
 
     @property
     def wandb_dir(self) -> Path:

@@ -11,6 +11,7 @@ import signal
 import socket
 import threading
 import time
+import traceback
 import warnings
 from collections.abc import Iterable
 from contextlib import contextmanager, nullcontext
@@ -30,6 +31,7 @@ from ablate.config import ConfigError, RunConfig
 from ablate.data import LMDataModule
 from ablate.store import RunDir, StoreWriteError, write_final_summary
 from ablate.store.provenance import environment
+from ablate.store.rundir import atomic_write_text
 from ablate.training.callbacks import ProgressFile
 from ablate.training.checkpoints import (
     AtomicCheckpointIO,
@@ -56,6 +58,9 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", ".*LeafSpec.*")
     # a cpu-profile run on a GPU machine: the study chose the CPU (seen on an H100 host)
     warnings.filterwarnings("ignore", ".*GPU available but not used.*")
+    # a machine with SLURM installed (a login node): every run is one process by ablate's choice
+    # (make_trainer), yet a fresh fit still asks Lightning's SLURM detection, which warns
+    warnings.filterwarnings("ignore", ".*The `srun` command is available on your system.*")
 
 
 @contextmanager
@@ -295,6 +300,7 @@ def train_run(
         else:
             log.exception("run %s failed", run_dir.run_id)
         summary.update(status="failed", error=f"{type(err).__name__}: {err}")
+        _write_error_log(run_dir)
     finally:
         if wandb_logger is not None:
             t_close = time.time()
@@ -405,6 +411,15 @@ def _fit(
         # the final evaluation under the training precision (autocast), like validation
         with trainer.precision_plugin.forward_context():
             summary.update(_finish(cfg, lit, dm, trainer))
+
+
+def _write_error_log(run_dir: RunDir) -> None:
+    """The traceback of the exception being handled, into the run's ``error.log``: the summary
+    and the tables show one line of it; a full disk must not hide the run's own error."""
+    try:
+        atomic_write_text(run_dir.error_file, traceback.format_exc())
+    except OSError:
+        log.error("cannot write %s", run_dir.error_file)
 
 
 class ResumeMismatch(ConfigError):

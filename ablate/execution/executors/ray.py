@@ -4,7 +4,7 @@ Resources per run: ``num_gpus = gpus_per_run / runs_per_gpu`` (so k runs share o
 capped at 1/k of its memory) when the cluster has GPUs and the run trains on one, else 0; and
 ``num_cpus`` = the run's torch threads on CPU, or its share of the CPUs that come with a GPU.
 ``max_retries`` re-queues a run whose worker process or node died; the retry takes the lease
-over (same Ray task id, see ablate/lease.py) and resumes from the last checkpoint.
+over (same Ray task id, see ablate/store/lease.py) and resumes from the last checkpoint.
 
 Ctrl-C cancels every task (a running one gets a KeyboardInterrupt, which stops its run at the
 next step boundary with an ``interrupted`` checkpoint) and waits for them, so every run resumes.
