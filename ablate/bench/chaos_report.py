@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ablate.bench.report import seconds, table
+from ablate.bench.markdown import seconds, table, upsert, write
 
 HEADING = "## 6. Crash safety (`ablate bench --chaos`)"
 
@@ -109,20 +109,6 @@ def section(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def upsert(md: Path, text: str) -> None:
-    """Put ``text`` (a section starting with :data:`HEADING`) into ``md``: replace the section
-    if present (up to the next ``## ``), else append it."""
-    old = md.read_text() if md.exists() else ""
-    start = old.find(HEADING)
-    if start < 0:
-        new = old.rstrip("\n") + ("\n\n" if old else "") + text
-    else:
-        end = old.find("\n## ", start + len(HEADING))
-        rest = old[end + 1 :] if end >= 0 else ""
-        new = old[:start] + text + ("\n" + rest if rest else "")
-    md.write_text(new)
-
-
 def carry_over(md: Path) -> None:
     """Put the last chaos measurement (``bench_chaos.json`` beside ``md``) back into ``md``
     after ``ablate bench`` rewrote it."""
@@ -131,12 +117,10 @@ def carry_over(md: Path) -> None:
         upsert(md, section(json.loads(saved.read_text())))
 
 
-def write(results: dict[str, Any], out: Path) -> None:
+def write_chaos(results: dict[str, Any], out: Path) -> None:
     """``out`` (markdown), ``out.json``, and the section in ``bench.md`` beside ``out``."""
-    out.parent.mkdir(parents=True, exist_ok=True)
     text = section(results)
-    out.write_text("# ablate bench --chaos\n\n" + text.removeprefix(HEADING + "\n\n"))
-    out.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    write(out, "# ablate bench --chaos\n\n" + text.removeprefix(HEADING + "\n\n"), results)
     if not results.get("quick"):  # a smoke run never replaces the measured section
         upsert(out.parent / "bench.md", text)
 
