@@ -263,35 +263,17 @@ def _quality(q: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def _vs(label: str, ablate: float, nanogpt: float) -> list[str]:
+    """A breakdown row: ablate's and nanoGPT's figure and their difference."""
+    return [label, f"{ablate:.2f}", f"{nanogpt:.2f}", f"{ablate - nanogpt:+.2f}"]
+
+
 def _breakdown(b: dict[str, Any]) -> str:
-    rows = [
-        [
-            r["component"],
-            f"{r['ablate_ms']:.2f}",
-            f"{r['nanogpt_ms']:.2f}",
-            f"{r['ablate_ms'] - r['nanogpt_ms']:+.2f}",
-        ]
-        for r in b["rows"]
-    ]
+    rows = [_vs(r["component"], r["ablate_ms"], r["nanogpt_ms"]) for r in b["rows"]]
     rows += [[f"  {r['component']}", f"({r['ablate_ms']:.2f})", "", ""] for r in b["details"]]
     t = b["total"]
-    rows.append(
-        [
-            "**total per step**",
-            f"{t['ablate_ms']:.2f}",
-            f"{t['nanogpt_ms']:.2f}",
-            f"{t['ablate_ms'] - t['nanogpt_ms']:+.2f}",
-        ]
-    )
-    fixed = [
-        [
-            f["what"],
-            f"{f['ablate']:.2f}",
-            f"{f['nanogpt']:.2f}",
-            f"{f['ablate'] - f['nanogpt']:+.2f}",
-        ]
-        for f in b["fixed_s"]
-    ]
+    rows.append(_vs("**total per step**", t["ablate_ms"], t["nanogpt_ms"]))
+    fixed = [_vs(f["what"], f["ablate"], f["nanogpt"]) for f in b["fixed_s"]]
     return "\n".join(
         [
             f"Where the time goes: one more run of each arm ({b['steps']} steps), ablate under "
@@ -473,15 +455,21 @@ def render(r: dict[str, Any]) -> str:
         "gpu_paths": lambda g: _gpu(g, r["machine"].get("gpu")),
     }
     sections: list[Section] = [(k, heading, bodies[k]) for k, heading in HEADINGS.items()]
+    if "chaos" in r:  # measured by `ablate bench --chaos`, numbered 6 before section 7 existed
+        from ablate.bench.chaos_report import HEADING, section
+
+        chaos = (
+            "chaos",
+            HEADING,
+            lambda c: section(c).removeprefix(HEADING + "\n\n").rstrip("\n"),
+        )
+        sections.insert(list(HEADINGS).index("data"), chaos)
     return document(head, sections, r)
 
 
 def write(results: dict[str, Any], out: Path, carry_chaos: bool = True) -> None:
     """``out`` and its JSON; with ``carry_chaos``, section 6 from ``bench_chaos.json`` beside
     it (``ablate bench --chaos`` measures that section on its own)."""
-    markdown.write(out, render(results), results)
     saved = Path(out).with_name("bench_chaos.json")
-    if carry_chaos and saved.is_file():
-        from ablate.bench.chaos_report import section
-
-        markdown.upsert(out, section(json.loads(saved.read_text())))
+    chaos = {"chaos": json.loads(saved.read_text())} if carry_chaos and saved.is_file() else {}
+    markdown.write(out, render({**results, **chaos}), results)

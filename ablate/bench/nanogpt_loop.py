@@ -92,6 +92,23 @@ def _estimate(model, tokens, cfg: RunConfig, gen, iters: int, dev) -> float:
     return float(total) / iters
 
 
+def _update(cfg: RunConfig, model, step_model, opt, batch, lap: _Phases) -> torch.Tensor:
+    """Forward, backward, clipping and the AdamW step of one batch, each phase timed."""
+    x, y = batch
+    with autocast_context(cfg.train.precision, x.device):
+        loss = lm_loss(step_model(x), y)
+    lap.lap("forward")
+    loss.backward()
+    lap.lap("backward")
+    if cfg.optim.grad_clip is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+    lap.lap("clip")
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    lap.lap("optimizer")
+    return loss
+
+
 def nanogpt_train(
     cfg: RunConfig,
     *,
@@ -124,13 +141,10 @@ def nanogpt_train(
         gen = gen if gen is not None else torch.Generator().manual_seed(t.seed)
         torch.manual_seed(t.seed)
         model = build_model(cfg.model, dm.vocab_size).to(dev)
-        opt = torch.optim.AdamW(
-            decay_groups(model, o.weight_decay),
-            lr=o.lr,
-            betas=(o.beta1, o.beta2),
-            eps=o.eps,
-            fused=(dev.type == "cuda") or None,
-        )
+        # AdamW as nanoGPT builds it: fused on CUDA only
+        fused = (dev.type == "cuda") or None
+        groups = decay_groups(model, o.weight_decay)
+        opt = torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, fused=fused)
         step_model = torch.compile(model) if t.compile else model
         warmup = round(o.warmup_ratio * t.max_steps)
         best_val, off_clock = math.inf, 0.0
@@ -173,17 +187,7 @@ def nanogpt_train(
                 x, y = random_windows(train, d.batch_size, d.seq_len, gen)
                 x, y = x.to(dev), y.to(dev)
                 lap.lap("data")
-                with autocast_context(t.precision, dev):
-                    loss = lm_loss(step_model(x), y)
-                lap.lap("forward")
-                loss.backward()
-                lap.lap("backward")
-                if o.grad_clip is not None:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip)
-                lap.lap("clip")
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                lap.lap("optimizer")
+                loss = _update(cfg, model, step_model, opt, (x, y), lap)
                 losses.append(loss.detach())
                 if log_interval and step % log_interval == 0:
                     loss.item()  # nanoGPT's lossf: a host sync on a GPU
