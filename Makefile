@@ -16,7 +16,7 @@ export ABLATE_DATA_DIR
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test run report bench bench-quick bench-gpu bench-chaos lint clean
+.PHONY: install test run report bench bench-quick bench-section bench-gpu bench-chaos lint clean
 
 install: $(STAMP)
 
@@ -45,6 +45,10 @@ bench: install
 
 bench-quick: install
 	$(BIN)/ablate bench --quick --out $(STORE)/bench-quick.md
+
+# one section of reports/bench.md measured again, e.g. `make bench-section SECTION=data`
+bench-section: install
+	$(BIN)/ablate bench --section $(SECTION)
 
 # the GPU acceptance bench (reports/bench_gpu.md); on a machine without CUDA it says so, exit 0
 bench-gpu: install

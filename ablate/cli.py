@@ -322,12 +322,19 @@ def bench(
             "until it completes; reports/bench_chaos.md and section 6 of bench.md."
         ),
     ] = False,
+    section: Annotated[
+        str | None,
+        typer.Option(
+            help="Measure one section of the CPU bench (overhead, speed, quality, efficiency, "
+            "study, data) and put it into the existing report."
+        ),
+    ] = None,
 ) -> None:
     """Measure framework overhead, model speed, time-to-quality and efficiency."""
+    default = out == Path("reports/bench.md")
     if chaos:
         from ablate.bench.chaos import run_chaos
 
-        default = out == Path("reports/bench.md")
         try:
             run_chaos(quick=quick, out=Path("reports/bench_chaos.md") if default else out)
         except RuntimeError as err:
@@ -336,12 +343,15 @@ def bench(
     if gpu:
         from ablate.bench.gpu import run_gpu_bench
 
-        default = out == Path("reports/bench.md")
         run_gpu_bench(quick=quick, out=Path("reports/bench_gpu.md") if default else out)
         return
-    from ablate.bench import run_bench
+    from ablate.bench.cpu import check_section, run_bench
 
-    run_bench(quick=quick, out=out)
+    try:
+        check_section(section)
+    except ValueError as err:
+        fail(err)
+    run_bench(quick=quick, out=out, only=section)
 
 
 def main() -> None:  # pragma: no cover - console entry point

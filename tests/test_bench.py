@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from ablate.bench import TINY, run_bench
+from ablate.bench.cpu import TINY, run_bench
+from ablate.bench.cpu_report import SECTIONS
 from ablate.bench.loops import NANOGPT_CPU, ablate_loop, bench_config, loss_parity, raw_loop
 from ablate.bench.machine import gpu_peak_bf16
-from ablate.bench.report import SECTIONS
 from ablate.bench.speed import MODELS, PeakTensorBytes, Size, param_count
 from ablate.bench.throughput import study_throughput
 
@@ -62,7 +62,7 @@ def test_quick_bench_writes_every_section_with_ratios(tmp_path):
         assert heading in text, heading
     sections = re.split(r"\n(?=## )", text)
     numbered = [s for s in sections if re.match(r"## \d\.", s)]
-    assert len(numbered) == 5
+    assert len(numbered) == 6  # 1-5 and 7 (section 6 is `ablate bench --chaos`)
     for body in numbered:
         if body.startswith("## 5.") and "n/a (runner not available" in body:
             continue
@@ -75,6 +75,8 @@ def test_quick_bench_writes_every_section_with_ratios(tmp_path):
         assert len({m["params"] for m in row["models"].values()}) == 1  # same architecture
         assert all(m["peak_bytes"] > 0 for m in row["models"].values())
     assert 0 < results["efficiency"]["rows"][0]["fraction"]
+    assert all(r["peak_rss_anon"] > 0 for r in results["data"]["rows"])
+    assert set(results["data"]["ratio"]) == {"builds the cache", "cached"}
 
 
 def test_three_implementations_have_the_same_parameter_count():
@@ -99,10 +101,10 @@ def test_peak_tensor_bytes_counts_live_storages():
 
 
 def test_gpu_peak_table():
-    assert gpu_peak_bf16("NVIDIA H100 80GB HBM3") == 989e12
-    assert gpu_peak_bf16("NVIDIA H100 PCIe") == 756e12
-    assert gpu_peak_bf16("NVIDIA H200") == 989e12
-    assert gpu_peak_bf16("NVIDIA A100-SXM4-40GB") == 312e12
+    assert gpu_peak_bf16("NVIDIA H100 80GB HBM3")[0] == 989e12
+    assert gpu_peak_bf16("NVIDIA H100 PCIe")[0] == 756e12
+    assert gpu_peak_bf16("NVIDIA H200")[0] == 989e12
+    assert gpu_peak_bf16("NVIDIA A100-SXM4-40GB")[0] == 312e12
     assert gpu_peak_bf16("Some Future GPU") is None
 
 
@@ -114,7 +116,7 @@ def test_study_throughput_without_runner(monkeypatch):
 
 @pytest.mark.parametrize("quick", [True, False])
 def test_plans_are_consistent(quick):
-    from ablate.bench import Plan
+    from ablate.bench.cpu import Plan
 
     plan = Plan.make(quick, gpu=False, threads=2)
     assert plan.overhead_steps > plan.overhead_warmup + 1
@@ -174,3 +176,25 @@ def test_nanogpt_train_keeps_its_cadence_snapshots_and_checkpoint(tmp_path):
     assert len(trace.stamps) == len(trace.losses) == 10
     assert {"data", "forward", "backward", "clip", "optimizer", "eval"} <= set(trace.phases)
     assert (tmp_path / "ckpt.pt").is_file()  # val improved after step 0
+
+
+def test_bench_section_must_be_known():
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+
+    res = CliRunner().invoke(app, ["bench", "--section", "nope"])
+    assert res.exit_code == 2
+    assert "unknown bench section 'nope'; choose from: overhead, speed" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+
+def test_one_section_goes_into_the_existing_report(tmp_path):
+    """``--section``: the other sections of the last run stay; the re-measured one says so."""
+    out = tmp_path / "bench.md"
+    out.with_suffix(".json").write_text(json.dumps({"quick": True, "started": "then", "study": {}}))
+    results = run_bench(quick=True, out=out, only="efficiency")
+    assert results["study"] == {} and results["efficiency"]["rows"] == []
+    text = out.read_text()
+    assert "re-measured alone by `ablate bench --section efficiency`" in text
+    assert "## 1. Framework overhead\n\nnot run" in text

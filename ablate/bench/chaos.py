@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ablate.bench.machine import kill, load_avg, processes, session_members
 from ablate.store import FINISHED
 
 MONITOR_S = 0.2
@@ -118,42 +119,6 @@ def write_study(folder: Path, plan: ChaosPlan) -> Path:
     path = folder / "chaos.yaml"
     path.write_text(yaml.safe_dump(study, sort_keys=False))
     return path
-
-
-# --- processes, from /proc ---------------------------------------------------------------------
-
-
-def processes() -> dict[int, tuple[int, str]]:
-    """Every live process: pid -> (session id, command line)."""
-    out: dict[int, tuple[int, str]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()  # after "(comm)": state ppid pgrp session ...
-        if fields[0] in ("Z", "X"):
-            continue
-        out[int(entry)] = (int(fields[3]), cmd)
-    return out
-
-
-def session_members(sid: int) -> list[int]:
-    """Live processes of session ``sid`` but its leader."""
-    return sorted(pid for pid, (s, _) in processes().items() if s == sid and pid != sid)
-
-
-def kill(pid: int) -> bool:
-    try:
-        os.kill(pid, signal.SIGKILL)
-        return True
-    except ProcessLookupError:
-        return False
 
 
 # --- what the store says -----------------------------------------------------------------------
@@ -449,7 +414,7 @@ def run_chaos(
     """Measure every executor, write ``out`` (+ ``.json``) and the section in ``bench.md``
     beside it; returns the results. Raises if a must-be-zero count is not zero. ``keep``: work
     in this folder (stores, logs) and leave it, instead of a temporary one."""
-    from ablate.bench.chaos_report import failures, write
+    from ablate.bench.chaos_report import failures, write_chaos
     from ablate.study import load_study
 
     plan = ChaosPlan.make(quick)
@@ -458,7 +423,7 @@ def run_chaos(
     results["schedule"] = plan.schedule()
     results["started"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     results["cores"] = os.cpu_count()
-    results["load_avg_start"] = os.getloadavg()[0]  # other work on the machine skews the times
+    results["load_avg_start"] = load_avg()  # other work on the machine skews the times
     with tempfile.TemporaryDirectory(prefix="ablate-chaos-") as tmp:
         folder = Path(keep or tmp)
         folder.mkdir(parents=True, exist_ok=True)
@@ -467,8 +432,8 @@ def run_chaos(
         results["runs"] = len(ids)
         for name in executors:
             results["executors"][name] = _measure(name, study, folder, ids, plan, say)
-    results["load_avg_end"] = os.getloadavg()[0]
-    write(results, out)
+    results["load_avg_end"] = load_avg()
+    write_chaos(results, out)
     say(f"wrote {out}")
     bad = failures(results)
     if bad:

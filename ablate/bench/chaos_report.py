@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from ablate.bench.report import seconds, table
+from ablate.bench.markdown import seconds, table, upsert, write
 
 HEADING = "## 6. Crash safety (`ablate bench --chaos`)"
 
@@ -16,29 +15,10 @@ def _runs_per_min(r: dict[str, Any], n: int) -> float | None:
     return n / wall * 60 if wall else None
 
 
-def section(results: dict[str, Any]) -> str:
-    """The section's markdown: one row per executor, then throughput and what was checked."""
-    plan, n = results["plan"], results["runs"]
-    kills = f"{plan['worker_kills']} worker and {plan['driver_kills']} driver kills"
-    lines = [
-        HEADING,
-        "",
-        f"A {n}-run tiny study ({plan['max_steps']} steps, a checkpoint every 20) trained by "
-        f"the real CLI with {plan['workers']} local workers, and on a local Ray cluster "
-        f"(`ray start --head --num-cpus {plan['workers']}`, then `--ray-address`), once "
-        f"undisturbed and once while a thread `kill -9`s ({kills}, one every "
-        f"{plan['interval_s'][0]:.0f}-{plan['interval_s'][1]:.0f} s, seeded) and the same "
-        "command is started again whenever the driver is gone, until the store says every run "
-        "finished. Counted from the store and /proc: *lost* (not finished), *twice* (finished "
-        "by two attempts, or started again after finishing; every summary read each 0.2 s), "
-        "*stuck* (lease still held once our processes are gone), *left behind* (processes of "
-        "a killed driver alive 15 s later). The first four must be 0.",
-        "",
-    ]
-    if results.get("quick"):
-        lines += ["**--quick: toy sizes, the numbers measure nothing.**", ""]
+def _table(executors: dict[str, Any]) -> str:
+    """One row per executor: undisturbed against under chaos, and the must-be-zero counts."""
     rows = []
-    for name, r in results["executors"].items():
+    for name, r in executors.items():
         calm, c = r["undisturbed"], r["chaos"]
         agree = c["agreement"]
         diff = agree["max_abs_diff"]
@@ -74,7 +54,31 @@ def section(results: dict[str, Any]) -> str:
         "runs resumed",
         "max abs Δ final loss vs undisturbed (runs ≤ 1e-4)",
     ]
-    lines += [table(header, rows), ""]
+    return table(header, rows)
+
+
+def section(results: dict[str, Any]) -> str:
+    """The section's markdown: one row per executor, then throughput and what was checked."""
+    plan, n = results["plan"], results["runs"]
+    kills = f"{plan['worker_kills']} worker and {plan['driver_kills']} driver kills"
+    lines = [
+        HEADING,
+        "",
+        f"A {n}-run tiny study ({plan['max_steps']} steps, a checkpoint every 20) trained by "
+        f"the real CLI with {plan['workers']} local workers, and on a local Ray cluster "
+        f"(`ray start --head --num-cpus {plan['workers']}`, then `--ray-address`), once "
+        f"undisturbed and once while a thread `kill -9`s ({kills}, one every "
+        f"{plan['interval_s'][0]:.0f}-{plan['interval_s'][1]:.0f} s, seeded) and the same "
+        "command is started again whenever the driver is gone, until the store says every run "
+        "finished. Counted from the store and /proc: *lost* (not finished), *twice* (finished "
+        "by two attempts, or started again after finishing; every summary read each 0.2 s), "
+        "*stuck* (lease still held once our processes are gone), *left behind* (processes of "
+        "a killed driver alive 15 s later). The first four must be 0.",
+        "",
+    ]
+    if results.get("quick"):
+        lines += ["**--quick: toy sizes, the numbers measure nothing.**", ""]
+    lines += [_table(results["executors"]), ""]
     ex = results["executors"]
     if "local" in ex and "ray" in ex:
         local, ray = _runs_per_min(ex["local"], n), _runs_per_min(ex["ray"], n)
@@ -109,34 +113,10 @@ def section(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def upsert(md: Path, text: str) -> None:
-    """Put ``text`` (a section starting with :data:`HEADING`) into ``md``: replace the section
-    if present (up to the next ``## ``), else append it."""
-    old = md.read_text() if md.exists() else ""
-    start = old.find(HEADING)
-    if start < 0:
-        new = old.rstrip("\n") + ("\n\n" if old else "") + text
-    else:
-        end = old.find("\n## ", start + len(HEADING))
-        rest = old[end + 1 :] if end >= 0 else ""
-        new = old[:start] + text + ("\n" + rest if rest else "")
-    md.write_text(new)
-
-
-def carry_over(md: Path) -> None:
-    """Put the last chaos measurement (``bench_chaos.json`` beside ``md``) back into ``md``
-    after ``ablate bench`` rewrote it."""
-    saved = md.with_name("bench_chaos.json")
-    if saved.is_file():
-        upsert(md, section(json.loads(saved.read_text())))
-
-
-def write(results: dict[str, Any], out: Path) -> None:
+def write_chaos(results: dict[str, Any], out: Path) -> None:
     """``out`` (markdown), ``out.json``, and the section in ``bench.md`` beside ``out``."""
-    out.parent.mkdir(parents=True, exist_ok=True)
     text = section(results)
-    out.write_text("# ablate bench --chaos\n\n" + text.removeprefix(HEADING + "\n\n"))
-    out.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    write(out, "# ablate bench --chaos\n\n" + text.removeprefix(HEADING + "\n\n"), results)
     if not results.get("quick"):  # a smoke run never replaces the measured section
         upsert(out.parent / "bench.md", text)
 

@@ -1,51 +1,53 @@
-"""Data pipeline benchmark: tokenizing a corpus into the memmap cache, reading training windows,
-and peak RSS, for tiny shakespeare and a synthetic text file of ``--mb`` megabytes.
+"""Memory against corpus size: peak anonymous memory of ``ablate train`` on a small and a large
+local text corpus (section 7 of ``bench.md``).
 
-Each measurement runs in a fresh process with an empty ablate cache, so tokenization is timed
-from scratch and ``ru_maxrss`` is that corpus's own peak. Goal: peak RSS independent of corpus
-size (the corpus is streamed and the tokens memory-mapped), and window reading far faster than a
-training step consumes tokens. Run: ``python -m ablate.bench.data [--mb 200] [--out FILE]``.
+Each corpus is generated into a temporary folder (lines of random words from a 5,000-word
+vocabulary) and deleted afterwards. Each is trained twice by ``ablate train`` in a fresh process
+with a fresh token cache (``$ABLATE_CACHE_DIR``): the first run builds the cache (reads the text,
+tokenizes it into the memory-mapped token file), the second finds it built. The parent samples
+the child's ``RssAnon`` (its heap: the page cache of the memory-mapped tokens is not counted)
+every ``SAMPLE_S`` seconds; the peak is the largest sample. Goal (issue 21): the large corpus's
+peak at most ``GOAL`` x the small one's, i.e. memory independent of corpus size.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import subprocess
-import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-_CHILD = """
-import json, resource, sys, time
-from ablate.config import DataConfig
-from ablate.data import LMDataModule
-args = json.loads(sys.argv[1])
-t0 = time.perf_counter()
-dm = LMDataModule(DataConfig(dataset=args["dataset"], tokenizer=args["tokenizer"],
-                             seq_len=args["seq_len"], batch_size=args["batch_size"])).prepare()
-t1 = time.perf_counter()
-n_tokens = sum(dm.tokens(s).numel() for s in ("train", "val", "test"))
-loader, tokens, n = dm.train_dataloader(), 0, 0
-t2 = time.perf_counter()
-while n < args["batches"]:  # a small corpus has fewer windows than that: epochs repeat
-    for x, y in loader:
-        tokens, n = tokens + x.numel(), n + 1
-        if n == args["batches"]:
-            break
-t3 = time.perf_counter()
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"tokens": n_tokens, "tokenize_s": t1 - t0,
-                  "read_tokens_per_s": tokens / (t3 - t2), "peak_rss_mb": rss}))
-"""
+from ablate.bench.loops import train_command
+from ablate.bench.machine import rss_anon
+
+SAMPLE_S = 0.05
+GOAL = 1.2
+RUNS = ("builds the cache", "cached")
+
+# a tiny model and few steps: the memory of interest is the data's, not the model's
+TRAIN: dict[str, Any] = {
+    "model.n_layers": 1,
+    "model.d_model": 32,
+    "model.n_heads": 2,
+    "model.max_seq_len": 64,
+    "data.tokenizer": "char",
+    "data.seq_len": 64,
+    "data.batch_size": 8,
+    "train.eval_batches": 1,
+    "train.final_eval_batches": 2,
+    "train.threads": 1,
+    "train.progress": False,
+    "tracking.wandb": False,
+}
 
 
 def synthetic_corpus(path: Path, mb: float, seed: int = 0) -> Path:
-    """``mb`` megabytes of lines of random words (a 5,000-word vocabulary), written in 1 MB
+    """``mb`` megabytes of lines of random words (a 5,000-word vocabulary), written in ~1 MB
     blocks so the writer's memory does not grow with the file."""
     rng = np.random.default_rng(seed)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
@@ -61,58 +63,46 @@ def synthetic_corpus(path: Path, mb: float, seed: int = 0) -> Path:
     return path
 
 
-def measure(dataset: str, *, tokenizer: str = "char", batches: int = 500) -> dict[str, Any]:
-    """One fresh process: tokenize ``dataset`` into an empty cache, then read ``batches``
-    training batches (64 x 256)."""
-    args = {"dataset": dataset, "tokenizer": tokenizer, "seq_len": 256, "batch_size": 64}
-    args["batches"] = batches
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "ABLATE_CACHE_DIR": cache}
-        out = subprocess.run(
-            [sys.executable, "-c", _CHILD, json.dumps(args)],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-    if out.returncode:
-        raise RuntimeError(f"data benchmark of {dataset} failed: {out.stderr.strip()[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def peak_rss_anon(cmd: list[str], env: dict[str, str], log_file: Path) -> dict[str, Any]:
+    """Run ``cmd`` (its output to ``log_file``); its wall time and the largest ``RssAnon``
+    sample (bytes)."""
+    t = time.perf_counter()
+    with log_file.open("wb") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, rss_anon(proc.pid))
+            time.sleep(SAMPLE_S)
+    if proc.returncode:
+        tail = log_file.read_text(errors="replace").strip()[-1000:]
+        raise RuntimeError(f"ablate train failed ({proc.returncode}): {tail}")
+    return {"peak_rss_anon": peak, "wall_s": time.perf_counter() - t}
 
 
-def run(mb: float = 200.0, batches: int = 500) -> str:
-    """The markdown section: one row per corpus."""
+def corpus_memory(
+    sizes_mb: tuple[float, float], steps: int, log: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """Peak ``RssAnon`` of ``ablate train`` (``steps`` steps) on a generated corpus of each
+    size, building the token cache and then with it built; the ratio large / small per run."""
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        big = synthetic_corpus(Path(tmp) / "synthetic.txt", mb)
-        for label, dataset in (
-            ("tiny shakespeare", "tinyshakespeare"),
-            (f"synthetic {mb:g} MB", str(big)),
-        ):
-            r = measure(dataset, batches=batches)
-            rows.append(
-                f"| {label} | {r['tokens']:,} | {r['tokens'] / r['tokenize_s']:,.0f} | "
-                f"{r['read_tokens_per_s']:,.0f} | {r['peak_rss_mb']:,.0f} |"
-            )
-    head = [
-        "## Data pipeline (char tokenizer, fresh cache, 64 x 256 batches)",
-        "",
-        "| corpus | tokens | tokenize tokens/s | window read tokens/s | peak RSS MB |",
-        "| --- | ---: | ---: | ---: | ---: |",
-    ]
-    return "\n".join(head + rows) + "\n"
-
-
-def main() -> None:  # pragma: no cover - a command-line entry point
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--mb", type=float, default=200.0, help="Size of the synthetic corpus.")
-    p.add_argument("--batches", type=int, default=500, help="Training batches read per corpus.")
-    p.add_argument("--out", type=Path, help="Also write the section to this file.")
-    a = p.parse_args()
-    text = run(a.mb, a.batches)
-    print(text)
-    if a.out:
-        a.out.write_text(text)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+    flat = {**TRAIN, "train.max_steps": steps, "train.eval_interval": steps + 1}
+    with tempfile.TemporaryDirectory(prefix="ablate-bench-data-") as tmp:
+        for mb in sizes_mb:
+            t = time.perf_counter()
+            corpus = synthetic_corpus(Path(tmp) / f"corpus-{mb:g}mb.txt", mb)
+            log(f"  {mb:g} MB corpus generated in {time.perf_counter() - t:.0f} s")
+            env = {**os.environ, "ABLATE_CACHE_DIR": str(Path(tmp) / f"cache-{mb:g}")}
+            cmd = train_command({**flat, "data.dataset": str(corpus)}, Path(tmp) / "store", "data")
+            for run in RUNS:
+                got = peak_rss_anon(cmd, env, Path(tmp) / "train.log")
+                row = {"corpus_mb": mb, "run": run, **got}
+                rows.append(row)
+                log(
+                    f"  {mb:g} MB, {run}: peak RssAnon {row['peak_rss_anon'] / 2**20:,.0f} MiB "
+                    f"({row['wall_s']:.0f} s)"
+                )
+            corpus.unlink()
+    small, large = sizes_mb
+    peak = {(r["corpus_mb"], r["run"]): r["peak_rss_anon"] for r in rows}
+    ratio = {run: peak[large, run] / peak[small, run] for run in RUNS}
+    return {"sizes_mb": list(sizes_mb), "steps": steps, "rows": rows, "ratio": ratio, "goal": GOAL}

@@ -3,7 +3,8 @@
 Sections (each within a time budget; a failing one is recorded in the report, the others run):
 
 0. the device: name, driver, torch/CUDA/cuDNN versions, the dense bf16 peak (vendor table
-   ``PEAKS``, else a measured 8192^3 bf16 matmul) and the measured matmul rate beside it;
+   ``machine.GPU_BF16_PEAK``, else a measured 8192^3 bf16 matmul) and the measured matmul
+   rate beside it;
 1. attention kernels: every (backend, encoding, precision, head size) the model can ask SDPA
    for, run forward + backward on CUDA, against ``ablate.accel.kernel_problem``'s prediction;
 2. training MFU and tokens/s of each shipped study's gpu-profile model and a GPT-2-small-sized
@@ -13,7 +14,10 @@ Sections (each within a time budget; a failing one is recorded in the report, th
 4. packing: k = 1, 2, 4, 8 ``ablate train`` processes of a small model at once on the one GPU:
    runs/hour, aggregate tokens/s, GPU utilisation sampled with nvidia-smi;
 5. time to quality: nanoGPT's GPU shakespeare-char config (the gpu profile of
-   ``studies/reference_nanogpt_cpu.yaml``), wall time and the full-split validation loss
+   ``studies/reference_nanogpt_cpu.yaml``) trained by ``train_run`` exactly as a user runs
+   it, evaluated every 500 steps on a fixed 50-batch subset of the validation split and on the
+   whole split at the end: wall time (the clock starts when training starts; the target counts
+   as reached at the end of the first evaluation at or below it) and the full-split loss
    against nanoGPT's published 1.4697.
 
 MFU = model FLOPs per token (``flops_per_token``: 6 N + attention, PaLM's accounting) x tokens/s
@@ -23,15 +27,11 @@ MFU = model FLOPs per token (``flops_per_token``: 6 N + attention, PaLM's accoun
 from __future__ import annotations
 
 import json
-import os
-import platform
-import shutil
+import math
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -39,23 +39,23 @@ from typing import Any
 
 import torch
 
-from ablate.bench.loops import GPU_OVERRIDES, NANOGPT_CPU, bench_config, compare_loops, raw_loop
+from ablate.bench.loops import (
+    GPU_OVERRIDES,
+    NANOGPT_CPU,
+    ablate_loop,
+    bench_config,
+    compare_loops,
+    overhead_config,
+    raw_loop,
+    train_command,
+)
+from ablate.bench.machine import gpu_info, matmul_flops, nvidia_smi
+from ablate.bench.sections import Sections
+from ablate.config import RunConfig, flatten
 
 NANOGPT_GPU_VAL_LOSS = 1.4697  # nanoGPT README, shakespeare-char on one A100, 5000 iters
 REFERENCE_STUDY = Path(__file__).resolve().parents[2] / "studies" / "reference_nanogpt_cpu.yaml"
 STUDIES = Path(__file__).resolve().parents[2] / "studies"
-
-# dense (no sparsity) bf16 tensor-core peak, TFLOP/s, and where the number comes from: the
-# data sheets quote "with sparsity" figures; dense is half of those
-PEAKS: dict[str, tuple[float, str]] = {
-    "H200": (989.0, "NVIDIA H200 datasheet: BF16 1,979 TFLOPS with sparsity"),
-    "H100 PCIe": (756.0, "NVIDIA H100 datasheet (PCIe): BF16 1,513 TFLOPS with sparsity"),
-    "H100 NVL": (835.0, "NVIDIA H100 datasheet (NVL): BF16 1,671 TFLOPS with sparsity"),
-    "H100": (989.0, "NVIDIA H100 datasheet (SXM): BF16 1,979 TFLOPS with sparsity"),
-    "A100": (312.0, "NVIDIA A100 datasheet: BF16 312 TFLOPS dense (624 with sparsity)"),
-    "L40S": (362.0, "NVIDIA L40S datasheet: BF16 362 TFLOPS dense (733 with sparsity)"),
-    "L4": (121.0, "NVIDIA L4 datasheet: BF16 242 TFLOPS with sparsity"),
-}
 
 GPT2_SMALL: dict[str, Any] = {
     "model.n_layers": 12,
@@ -74,87 +74,6 @@ SMALL_PACKED: dict[str, Any] = {  # under 10M parameters: what packing is for
     "data.seq_len": 256,
     "data.batch_size": 64,
 }
-
-
-def peak_from_table(name: str) -> tuple[float, str] | None:
-    """``(TFLOP/s, source)`` for a CUDA device name, the longest matching key first."""
-    for key in sorted(PEAKS, key=len, reverse=True):
-        if all(part in name for part in key.split()):
-            return PEAKS[key]
-    return None
-
-
-def _sync() -> None:
-    torch.cuda.synchronize()
-
-
-# --- 0. the device ----------------------------------------------------------------------------
-
-
-def _nvidia_smi(query: str) -> str | None:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        out = subprocess.run(
-            [exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def matmul_tflops(n: int, reps: int = 20) -> float:
-    """Measured dense bf16 ``n x n @ n x n`` rate (best of 3 timed blocks), TFLOP/s."""
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
-    _sync()
-    best = float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        for _ in range(reps):
-            a @ b
-        _sync()
-        best = min(best, time.perf_counter() - t)
-    return 2 * n**3 * reps / best / 1e12
-
-
-def device_info(matmul_n: int) -> dict[str, Any]:
-    import pytorch_lightning as pl
-
-    p = torch.cuda.get_device_properties(0)
-    measured = matmul_tflops(matmul_n)
-    table = peak_from_table(p.name)
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = None
-    return {
-        "name": p.name,
-        "capability": f"{p.major}.{p.minor}",
-        "memory_gib": p.total_memory / 2**30,
-        "sms": p.multi_processor_count,
-        "driver": _nvidia_smi("driver_version"),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version(),
-        "triton": triton_version,
-        "lightning": pl.__version__,
-        "python": platform.python_version(),
-        "cpu_cores": os.cpu_count(),
-        "matmul_n": matmul_n,
-        "matmul_tflops": measured,
-        "peak_tflops": table[0] if table else measured,
-        "peak_source": table[1] if table else f"measured {matmul_n}^3 bf16 matmul (not in table)",
-        "peak_table": {k: v[0] for k, v in PEAKS.items()},
-    }
 
 
 # --- 1. attention kernels ---------------------------------------------------------------------
@@ -203,7 +122,7 @@ def attention_kernels(quick: bool) -> list[dict[str, Any]]:
                             ),
                         ):
                             attn(x, None, bias).float().sum().backward()
-                        _sync()
+                        torch.cuda.synchronize()
                         error = None
                     except RuntimeError as err:
                         error = str(err).strip().splitlines()[0][:160]
@@ -243,8 +162,7 @@ def _study_models() -> list[tuple[str, dict[str, Any]]]:
             key = (m.n_layers, m.d_model, m.n_heads, d.seq_len, d.batch_size, m.pos_encoding)
             if key not in seen:
                 seen.add(key)
-                flat = {f"{s}.{k}": v for s, sub in c.to_dict().items() for k, v in sub.items()}
-                out.append((f"{study.name} ({m.n_layers}L/{m.d_model}d)", flat))
+                out.append((f"{study.name} ({m.n_layers}L/{m.d_model}d)", flatten(c.to_dict())))
             break
     return out
 
@@ -336,13 +254,11 @@ def training_mfu(
 def gpu_overhead(quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
     flat = _nanogpt_gpu_flat()
     steps, warmup, reps = (30, 10, 1) if quick else (320, 20, 2)
-    cfg = bench_config(
+    cfg = overhead_config(
         {**flat, **GPU_OVERRIDES},
+        steps,
         **{
             "train.compile": False,
-            "train.max_steps": steps,
-            "train.eval_interval": steps + 1,
-            "train.final_eval_batches": 1,
             "train.progress": False,
             "tracking.mode": "offline",
             "tracking.wandb": _wandb_importable(),
@@ -363,8 +279,7 @@ def _wandb_importable() -> bool:
 def _nanogpt_gpu_flat() -> dict[str, Any]:
     from ablate.study import load_study
 
-    cfg = load_study(REFERENCE_STUDY, "gpu").runs[0].config
-    return {f"{s}.{k}": v for s, sub in cfg.to_dict().items() for k, v in sub.items()}
+    return flatten(load_study(REFERENCE_STUDY, "gpu").runs[0].config.to_dict())
 
 
 # --- 4. packing -------------------------------------------------------------------------------
@@ -379,7 +294,7 @@ class UtilSampler(threading.Thread):
 
     def run(self) -> None:
         while not self._halt.is_set():
-            value = _nvidia_smi("utilization.gpu")
+            value = nvidia_smi("utilization.gpu")
             if value is None:
                 try:
                     value = torch.cuda.utilization()
@@ -417,23 +332,7 @@ def packing(quick: bool, log: Callable[[str], None]) -> list[dict[str, Any]]:
     for k in ks:
         with tempfile.TemporaryDirectory(prefix="ablate-pack-") as tmp:
             cmds = [
-                [
-                    sys.executable,
-                    "-m",
-                    "ablate",
-                    "train",
-                    "--store",
-                    tmp,
-                    "--name",
-                    f"pack{i}",
-                    "--no-progress",
-                ]
-                + [
-                    a
-                    for key, v in {**flat, "train.seed": i}.items()
-                    for a in ("--set", f"{key}={_yaml(v)}")
-                ]
-                for i in range(k)
+                train_command({**flat, "train.seed": i}, Path(tmp), f"pack{i}") for i in range(k)
             ]
             sampler = UtilSampler()
             sampler.start()
@@ -475,16 +374,55 @@ def packing(quick: bool, log: Callable[[str], None]) -> list[dict[str, Any]]:
     return rows
 
 
-def _yaml(v: Any) -> str:
-    return "null" if v is None else json.dumps(v) if isinstance(v, (list, bool)) else str(v)
-
-
 # --- 5. time to quality -----------------------------------------------------------------------
 
 
-def gpu_quality(quick: bool, budget_s: float) -> dict[str, Any]:
-    from ablate.bench.quality import time_to_quality
+def time_to_quality(cfg: RunConfig, target: float, budget_s: float | None = None) -> dict[str, Any]:
+    """Train ``cfg`` and time it to ``target``; training stops early after ``budget_s``."""
+    result, timer = ablate_loop(
+        cfg, name="time-to-quality", progress=cfg.train.progress, budget_s=budget_s
+    )
+    summary = result.summary
+    t0 = timer.train_start
+    evals = timer.evals
+    end = timer.train_end
+    eval_s = [e["t_end"] - e["t_start"] for e in evals]
+    train_s = (end - t0) - sum(eval_s)
+    steps = int(summary["steps"])
+    tokens = steps * cfg.data.batch_size * cfg.data.seq_len
+    out: dict[str, Any] = {
+        "target": target,
+        "steps": steps,
+        "eval_interval": cfg.train.eval_interval,
+        "eval_batches": cfg.train.eval_batches,
+        "evals": [{"step": e["step"], "val_loss": e["val_loss"]} for e in evals],
+        "fit_wall_s": end - t0,
+        "train_s": train_s,
+        "eval_s": sum(eval_s),
+        "run_wall_s": summary.get("wall_time_s"),
+        "tokens_per_s": tokens / train_s,
+        "final_val_loss": summary.get("final_val_loss"),
+        "best_subset_val_loss": min((e["val_loss"] for e in evals), default=math.nan),
+        "flops_per_token": summary.get("flops_per_token"),
+        "reached": False,
+        "out_of_time": timer.out_of_time,
+        "budget_s": budget_s,
+    }
+    for i, e in enumerate(evals):
+        if e["val_loss"] <= target:
+            out.update(
+                reached=True,
+                reached_step=e["step"],
+                reached_wall_s=e["t_end"] - t0,
+                reached_train_s=e["t_end"] - t0 - sum(eval_s[: i + 1]),
+            )
+            break
+    final = out["final_val_loss"]
+    out["final_reached"] = final is not None and final <= target
+    return out
 
+
+def gpu_quality(quick: bool, budget_s: float) -> dict[str, Any]:
     flat = _nanogpt_gpu_flat()
     over: dict[str, Any] = {
         "train.eval_interval": 500,
@@ -532,51 +470,27 @@ def run_gpu_bench(
             "nothing measured"
         )
         return None
-    from rich.console import Console
-
     from ablate.bench import gpu_report
 
-    console = Console(highlight=False)
-    say = console.print
-    os.environ.setdefault("WANDB_SILENT", "true")
     torch.backends.cuda.matmul.allow_tf32 = True
-    r: dict[str, Any] = {
-        "quick": quick,
-        "started": datetime.now().isoformat(timespec="seconds"),
-        "errors": {},
-        "section_s": {},
-    }
-    t_start = time.perf_counter()
-
-    def section(key: str, title: str, fn: Callable[[], Any]) -> None:
-        console.rule(f"[bold]{title}")
-        t = time.perf_counter()
-        try:
-            r[key] = fn()
-        except Exception as err:  # noqa: BLE001 - record it, run the other sections
-            say(traceback.format_exc())
-            r["errors"][key] = f"{type(err).__name__}: {err}"
-        r["section_s"][key] = time.perf_counter() - t
-        r["wall_s"] = time.perf_counter() - t_start
-        gpu_report.write(r, out)
-        say(f"[dim]{title}: {r['section_s'][key]:.0f} s (total {r['wall_s']:.0f} s)[/]")
-
-    section("device", "0. device", lambda: device_info(1024 if quick else 8192))
+    r: dict[str, Any] = {"quick": quick, "started": datetime.now().isoformat(timespec="seconds")}
+    run = Sections(r, after=lambda: gpu_report.write(r, out))
+    say = run.say
+    run.run("device", "0. device", lambda: gpu_info(1024 if quick else 8192))
     dev = r.get("device") or {}
     say(
-        f"{dev.get('name')}: peak {dev.get('peak_tflops', float('nan')):.0f} TFLOP/s "
-        f"({dev.get('peak_source')}), "
-        f"measured matmul {dev.get('matmul_tflops', float('nan')):.0f}"
+        f"{dev.get('name')}: peak {dev.get('peak_tflops', math.nan):.0f} TFLOP/s "
+        f"({dev.get('peak_source')}), measured matmul {dev.get('matmul_tflops', math.nan):.0f}"
     )
-    peak = dev.get("peak_tflops") or matmul_tflops(4096)
-    section("attention", "1. attention kernels", lambda: attention_kernels(quick))
+    peak = dev.get("peak_tflops") or matmul_flops(4096)["best"] / 1e12
+    run.run("attention", "1. attention kernels", lambda: attention_kernels(quick))
     if r.get("attention"):
         bad = [a for a in r["attention"] if not a["agree"]]
         say(f"{len(r['attention'])} combinations, {len(bad)} disagree with the plan-time rule")
-    section("mfu", "2. training MFU", lambda: training_mfu(peak, quick, 20 if quick else 100, say))
-    section("overhead", "3. framework overhead", lambda: gpu_overhead(quick, say))
-    section("packing", "4. packing runs on one GPU", lambda: packing(quick, say))
-    section(
+    run.run("mfu", "2. training MFU", lambda: training_mfu(peak, quick, 20 if quick else 100, say))
+    run.run("overhead", "3. framework overhead", lambda: gpu_overhead(quick, say))
+    run.run("packing", "4. packing runs on one GPU", lambda: packing(quick, say))
+    run.run(
         "quality",
         "5. time to quality (nanoGPT GPU config)",
         lambda: gpu_quality(quick, 60 if quick else 140),

@@ -6,20 +6,13 @@ sections on disk; a failed section shows its error in place of its table.
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import Any
 
-from ablate.bench.report import _jsonable, table
+from ablate.bench import markdown
+from ablate.bench.markdown import Section, document, num, table
 
 GOALS = {"mfu_gpt2": 0.40, "overhead": 1.05, "packing_k4": 3.0}
-
-
-def _f(v: Any, fmt: str = "{:,.0f}") -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "n/a"
-    return fmt.format(v)
 
 
 def _device(d: dict[str, Any]) -> str:
@@ -34,7 +27,7 @@ def _device(d: dict[str, Any]) -> str:
             "torch / CUDA / cuDNN / Triton",
             f"{d['torch']} / {d['cuda']} / {d['cudnn']} / {d.get('triton')}",
         ],
-        ["Lightning / Python / CPU cores", f"{d['lightning']} / {d['python']} / {d['cpu_cores']}"],
+        ["Lightning / Python / CPU cores", f"{d['lightning']} / {d['python']} / {d['cores']}"],
         [
             "dense bf16 peak (the MFU denominator)",
             f"{d['peak_tflops']:.0f} TFLOP/s: {d['peak_source']}",
@@ -101,12 +94,12 @@ def _mfu(rows: list[dict[str, Any]]) -> str:
                 r["model"],
                 "yes" if r["compile"] else "no",
                 r["shape"],
-                _f(r["params"]),
+                num(r["params"]),
                 r["attn"],
-                _f(r["ms_per_step"], "{:.1f}"),
-                _f(r["tokens_per_s"]),
+                num(r["ms_per_step"], "{:.1f}"),
+                num(r["tokens_per_s"]),
                 f"**{r['mfu']:.1%}**",
-                _f(r["peak_mem_gib"], "{:.1f}"),
+                num(r["peak_mem_gib"], "{:.1f}"),
                 "",
             ]
         )
@@ -160,12 +153,12 @@ def _packing(rows: list[dict[str, Any]]) -> str:
         [
             r["k"],
             f"{r['completed']}/{r['k']}",
-            _f(r["wall_s"], "{:.1f}"),
-            _f(r["runs_per_hour"]),
-            _f(r.get("vs_k1"), "x{:.2f}"),
-            _f(r["tokens_per_s"]),
-            _f(r["in_run_tokens_per_s"]),
-            _f(r["gpu_util_mean"], "{:.0f}%"),
+            num(r["wall_s"], "{:.1f}"),
+            num(r["runs_per_hour"]),
+            num(r.get("vs_k1"), "x{:.2f}"),
+            num(r["tokens_per_s"]),
+            num(r["in_run_tokens_per_s"]),
+            num(r["gpu_util_mean"], "{:.0f}%"),
             "; ".join(r.get("errors") or [])[:150],
         ]
         for r in rows
@@ -201,7 +194,7 @@ def _quality(q: dict[str, Any]) -> str:
         f"{q['config']}. Wall time of training (evaluations included): {q['fit_wall_s']:.0f} s "
         f"({q['train_s']:.0f} s training, {q['eval_s']:.0f} s evaluation); {q['steps']} steps, "
         f"{q['tokens_per_s']:,.0f} tokens/s. **Final full-split val loss "
-        f"{_f(q['final_val_loss'], '{:.4f}')}** (nanoGPT README: 1.4697); {reached}."
+        f"{num(q['final_val_loss'], '{:.4f}')}** (nanoGPT README: 1.4697); {reached}."
         + (" Stopped by the time budget." if q.get("out_of_time") else "")
         + "\n\n"
         + table(
@@ -210,40 +203,25 @@ def _quality(q: dict[str, Any]) -> str:
     )
 
 
-SECTIONS = (
+SECTIONS: list[Section] = [
     ("device", "## 0. Device", _device),
     ("attention", "## 1. Attention kernels vs the plan-time rule", _attention),
     ("mfu", "## 2. Training MFU", _mfu),
     ("overhead", "## 3. Framework overhead on the GPU", _overhead),
     ("packing", "## 4. Packing runs on one GPU", _packing),
     ("quality", "## 5. Time to quality", _quality),
-)
+]
 
 
 def render(r: dict[str, Any]) -> str:
-    out = [
+    head = [
         "# ablate GPU bench"
         + (" (--quick: toy sizes, not measurements)" if r.get("quick") else ""),
         f"Started {r['started']}, {r.get('wall_s', 0) / 60:.1f} min, "
         "one process (`ablate bench --gpu`).",
     ]
-    for key, title, fn in SECTIONS:
-        out.append(title)
-        if key in r["errors"]:
-            out.append(f"**Failed**: `{r['errors'][key]}`")
-        elif key in r:
-            try:
-                out.append(fn(r[key]))
-            except Exception as err:  # noqa: BLE001 - a rendering bug must not lose the json
-                out.append(f"(could not render: {type(err).__name__}: {err}; see the .json)")
-        else:
-            out.append("not run")
-        if key in r.get("section_s", {}):
-            out.append(f"_{r['section_s'][key]:.0f} s_")
-    return "\n\n".join(out) + "\n"
+    return document(head, SECTIONS, r)
 
 
 def write(r: dict[str, Any], out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(r, indent=1, default=_jsonable) + "\n")
-    out.write_text(render(r))
+    markdown.write(out, render(r), r)

@@ -2,14 +2,16 @@
 
 Both arms get the same ``RunConfig`` and so train
 
-- the same model: ``build_model(cfg.model, vocab)`` right after ``torch.manual_seed(seed)``,
-  which is what ``train_run`` does, so the initial weights are identical;
+- the same model: ``LitLM(cfg, vocab)`` right after ``torch.manual_seed(seed)``, which is what
+  ``train_run`` does, so the initial weights are identical;
 - on the same batches: ``LMDataModule(cfg.data, seed).train_dataloader()``, the seeded window
   order of the real data pipeline;
-- with the same optimizer: AdamW over ``decay_groups``, the ``LambdaLR`` of ``lr_at``, and
-  ``clip_grad_norm_`` over the parameters in group order, as Lightning's clipping does;
+- with the same optimizer: ``LitLM.configure_optimizers`` (AdamW over ``decay_groups``, the
+  ``LambdaLR`` of ``lr_at``), and ``clip_grad_norm_`` over the parameters in group order, as
+  ``LitLM`` clips;
 - under the same torch settings: threads, deterministic algorithms (set by Lightning's
-  ``deterministic`` flag), precision (autocast for ``bf16-mixed``), SDPA backend, compile.
+  ``deterministic`` flag), precision (autocast for ``bf16-mixed``), the SDPA kernel
+  (``train.attn_context``), compile.
 
 The ablate arm is ``train_run`` itself, untouched: Lightning ``Trainer``, ``ModelCheckpoint``,
 the TQDM progress bar, ``StoreLogger`` (``metrics.csv``), ``WandbLogger`` (offline), per-layer
@@ -27,8 +29,10 @@ checkpoints are *included* (they are part of the loop a user runs).
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -41,11 +45,10 @@ import pytorch_lightning as pl
 import torch
 
 from ablate.bench.machine import sync, torch_threads
-from ablate.config import RunConfig, build_config
+from ablate.config import RunConfig, build_config, flatten
 from ablate.data import LMDataModule
-from ablate.model import build_model
-from ablate.training.lit import lm_loss, make_adamw
-from ablate.training.schedules import lr_at
+from ablate.training.lit import LitLM, lm_loss
+from ablate.training.train import attn_context
 
 # nanoGPT's shakespeare-char CPU settings (its README: val loss 1.88 after 2000 iterations).
 # nanoGPT trains with bias=False and weight decay 0.1; its cosine runs from lr down to min_lr
@@ -95,13 +98,20 @@ GPU_OVERRIDES: dict[str, Any] = {
 def bench_config(base: dict[str, Any] | RunConfig, **overrides: Any) -> RunConfig:
     """``base`` (flat dotted keys, or a config) updated with dotted-key ``overrides``
     (``**{"model.d_model": 64}``), validated."""
-    flat = dict(base) if isinstance(base, dict) else _flatten(base)
+    flat = dict(base) if isinstance(base, dict) else flatten(base.to_dict())
     flat.update(overrides)
     return build_config(flat)
 
 
-def _flatten(cfg: RunConfig) -> dict[str, Any]:
-    return {f"{s}.{k}": v for s, sub in cfg.to_dict().items() for k, v in sub.items()}
+def train_command(flat: dict[str, Any], store: Path, name: str) -> list[str]:
+    """The command line of ``ablate train`` of the dotted-key config ``flat`` into ``store``
+    (a run in its own process, as a user starts it)."""
+    cmd = [sys.executable, "-m", "ablate", "train", "--store", str(store), "--name", name]
+    cmd.append("--no-progress")
+    for key, v in flat.items():
+        text = "null" if v is None else json.dumps(v) if isinstance(v, (list, bool)) else str(v)
+        cmd += ["--set", f"{key}={text}"]
+    return cmd
 
 
 # --- one timed run of each arm ----------------------------------------------------------------
@@ -242,7 +252,7 @@ def ablate_loop(
     return LoopResult("ablate", timer.stamps, losses, summary), timer
 
 
-def _device_of(cfg: RunConfig) -> torch.device:
+def device_of(cfg: RunConfig) -> torch.device:
     acc = cfg.train.accelerator
     if acc == "gpu" or (acc == "auto" and torch.cuda.is_available()):
         return torch.device("cuda")
@@ -259,18 +269,6 @@ def deterministic_algorithms(on: bool) -> Iterator[None]:
         torch.use_deterministic_algorithms(old)
 
 
-def attn_context(backend: str):
-    """SDPA restricted to one backend, as ``train_run`` does (``auto``: no restriction)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    chosen = {
-        "flash": SDPBackend.FLASH_ATTENTION,
-        "efficient": SDPBackend.EFFICIENT_ATTENTION,
-        "math": SDPBackend.MATH,
-    }.get(backend)
-    return nullcontext() if chosen is None else sdpa_kernel([chosen])
-
-
 def autocast_context(precision: str, dev: torch.device):
     if precision == "32-true":
         return nullcontext()
@@ -282,17 +280,19 @@ def autocast_context(precision: str, dev: torch.device):
 def raw_loop(cfg: RunConfig, *, sync_at: set[int] | None = None) -> LoopResult:
     """The minimal PyTorch loop: ``cfg.train.max_steps`` steps, nothing else."""
     t, o = cfg.train, cfg.optim
-    dev = _device_of(cfg)
+    dev = device_of(cfg)
     sync_at = sync_at or set()
     on_cpu = dev.type == "cpu"
     with torch_threads(t.threads), deterministic_algorithms(t.deterministic and on_cpu):
         dm = LMDataModule(cfg.data, seed=t.seed)
         dm.setup("fit")
         torch.manual_seed(t.seed)
-        model = build_model(cfg.model, dm.vocab_size).to(dev)
-        opt = make_adamw(model, cfg)
-        factor = _lr_factor(cfg)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        # the LightningModule only builds the model, AdamW and the LR schedule, as for ablate;
+        # the loop below is plain PyTorch
+        lit = LitLM(cfg, dm.vocab_size).to(dev)
+        model = lit.model
+        optimizers = lit.configure_optimizers()
+        opt, sched = optimizers["optimizer"], optimizers["lr_scheduler"]["scheduler"]
         params = [p for group in opt.param_groups for p in group["params"]]
         step_model = torch.compile(model) if t.compile else model
         model.train()
@@ -300,7 +300,7 @@ def raw_loop(cfg: RunConfig, *, sync_at: set[int] | None = None) -> LoopResult:
         stamps: list[float] = []
         losses: list[torch.Tensor] = []
         non_blocking = dev.type == "cuda"
-        with attn_context(t.attn_backend):
+        with attn_context(cfg, dev):
             for step in range(t.max_steps):
                 x, y = next(batches)
                 if step in sync_at:
@@ -317,24 +317,6 @@ def raw_loop(cfg: RunConfig, *, sync_at: set[int] | None = None) -> LoopResult:
                 sched.step()
                 losses.append(loss.detach())
     return LoopResult("raw", stamps, [float(x) for x in losses])
-
-
-def _lr_factor(cfg: RunConfig) -> Callable[[int], float]:
-    o = cfg.optim
-
-    def factor(step: int) -> float:
-        lr = lr_at(
-            step,
-            total_steps=cfg.train.max_steps,
-            base_lr=cfg.lr,
-            warmup_ratio=o.warmup_ratio,
-            min_lr=o.min_lr,
-            decay=o.decay,
-            cycles=o.cycles,
-        )
-        return lr / cfg.lr
-
-    return factor
 
 
 def _endless(loader) -> Iterator:

@@ -1,4 +1,5 @@
-"""The machine the bench runs on: what it is, and how fast it multiplies dense matrices.
+"""The machine the bench runs on: what it is, how fast it multiplies dense matrices, and its
+processes (read from ``/proc``).
 
 The matmul rate is the denominator of every efficiency figure. On a CPU it is *measured*
 (fp32 ``torch.mm`` of ``n x n`` squares, ``2 n^3`` FLOPs each, timed in the same process as the
@@ -10,7 +11,10 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
+import signal
 import statistics
+import subprocess
 import time
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -20,17 +24,21 @@ import torch
 from ablate.execution.worker import cpu_count
 from ablate.training.train import torch_threads  # noqa: F401 - re-exported for the bench sections
 
-# dense (no sparsity) bf16 tensor-core peaks, FLOP/s, from the vendors' data sheets
-GPU_BF16_PEAK: dict[str, float] = {
-    "H200": 989e12,
-    "H100 SXM": 989e12,
-    "H100 PCIe": 756e12,
-    "H100": 989e12,  # an unqualified name: the SXM part
-    "A100": 312e12,
-    "L40S": 362e12,
-    "A10G": 70e12,
-    "L4": 121e12,
+# dense (no sparsity) bf16 tensor-core peak, FLOP/s, and where the number comes from: the data
+# sheets quote "with sparsity" figures; dense is half of those
+GPU_BF16_PEAK: dict[str, tuple[float, str]] = {
+    "H200": (989e12, "NVIDIA H200 datasheet: BF16 1,979 TFLOPS with sparsity"),
+    "H100 PCIe": (756e12, "NVIDIA H100 datasheet (PCIe): BF16 1,513 TFLOPS with sparsity"),
+    "H100 NVL": (835e12, "NVIDIA H100 datasheet (NVL): BF16 1,671 TFLOPS with sparsity"),
+    "H100": (989e12, "NVIDIA H100 datasheet (SXM): BF16 1,979 TFLOPS with sparsity"),
+    "A100": (312e12, "NVIDIA A100 datasheet: BF16 312 TFLOPS dense (624 with sparsity)"),
+    "L40S": (362e12, "NVIDIA L40S datasheet: BF16 362 TFLOPS dense (733 with sparsity)"),
+    "A10G": (70e12, "NVIDIA A10G (AWS G5): BF16 70 TFLOPS dense"),
+    "L4": (121e12, "NVIDIA L4 datasheet: BF16 242 TFLOPS with sparsity"),
 }
+
+# the same helper the runner uses, so the bench measures what it does
+usable_cores = cpu_count
 
 
 def has_gpu() -> bool:
@@ -47,8 +55,9 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-# the same helpers the runner and the training loop use, so the bench measures what they do
-usable_cores = cpu_count
+def load_avg() -> float | None:
+    """The 1-minute load average (runnable processes; above the core count = contention)."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
 def cpu_model() -> str:
@@ -62,15 +71,33 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def gpu_peak_bf16(name: str) -> float | None:
-    """The table's dense bf16 peak for a CUDA device name, longest matching key first."""
+def gpu_peak_bf16(name: str) -> tuple[float, str] | None:
+    """``(FLOP/s, source)`` of the table's dense bf16 peak for a CUDA device name, the longest
+    matching key first."""
     for key in sorted(GPU_BF16_PEAK, key=len, reverse=True):
         if all(part in name for part in key.split()):
             return GPU_BF16_PEAK[key]
     return None
 
 
-def machine_info(threads: int) -> dict[str, Any]:
+def nvidia_smi(query: str) -> str | None:
+    """One ``nvidia-smi --query-gpu`` value of the first GPU (None: no nvidia-smi or no answer)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout else None
+
+
+def machine_info(threads: int | None) -> dict[str, Any]:
     import pytorch_lightning as pl
 
     info: dict[str, Any] = {
@@ -88,14 +115,43 @@ def machine_info(threads: int) -> dict[str, Any]:
     except PackageNotFoundError:  # an optional comparison (a dev dependency)
         info["x_transformers"] = None
     if has_gpu():
-        name = torch.cuda.get_device_name()
-        info["gpu"] = name
-        info["gpu_bf16_peak"] = gpu_peak_bf16(name)
-    info["load_avg_start"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        info["gpu"] = torch.cuda.get_device_name()
+        peak = gpu_peak_bf16(info["gpu"])
+        info["gpu_bf16_peak"] = peak[0] if peak else None
+    info["load_avg_start"] = load_avg()
     return info
 
 
-def matmul_flops(n: int, *, trials: int = 5, min_time: float = 0.2) -> dict[str, float]:
+def gpu_info(matmul_n: int) -> dict[str, Any]:
+    """``machine_info`` and the CUDA device: versions, the dense bf16 peak (the table's, else
+    the measured ``matmul_n``^3 bf16 rate) and the measured rate beside it."""
+    p = torch.cuda.get_device_properties(0)
+    measured = matmul_flops(matmul_n, trials=3)["best"]
+    table = gpu_peak_bf16(p.name)
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    return machine_info(None) | {
+        "name": p.name,
+        "capability": f"{p.major}.{p.minor}",
+        "memory_gib": p.total_memory / 2**30,
+        "sms": p.multi_processor_count,
+        "driver": nvidia_smi("driver_version"),
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "triton": triton_version,
+        "matmul_n": matmul_n,
+        "matmul_tflops": measured / 1e12,
+        "peak_tflops": (table[0] if table else measured) / 1e12,
+        "peak_source": table[1] if table else f"measured {matmul_n}^3 bf16 matmul (not in table)",
+        "peak_table": {k: v[0] / 1e12 for k, v in GPU_BF16_PEAK.items()},
+    }
+
+
+def matmul_flops(n: int, *, trials: int = 5, min_time: float = 0.2) -> dict[str, Any]:
     """Dense matmul rate (FLOP/s) of ``n x n`` squares: fp32 on CPU, bf16 on GPU.
 
     Each trial times enough back-to-back ``torch.mm`` calls to last ``min_time`` seconds;
@@ -127,3 +183,52 @@ def matmul_flops(n: int, *, trials: int = 5, min_time: float = 0.2) -> dict[str,
         "best": max(rates),
         "median": statistics.median(rates),
     }
+
+
+# --- processes, from /proc ----------------------------------------------------------------------
+
+
+def processes() -> dict[int, tuple[int, str]]:
+    """Every live process: pid -> (session id, command line)."""
+    out: dict[int, tuple[int, str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()  # after "(comm)": state ppid pgrp session ...
+        if fields[0] in ("Z", "X"):
+            continue
+        out[int(entry)] = (int(fields[3]), cmd)
+    return out
+
+
+def session_members(sid: int) -> list[int]:
+    """Live processes of session ``sid`` but its leader."""
+    return sorted(pid for pid, (s, _) in processes().items() if s == sid and pid != sid)
+
+
+def rss_anon(pid: int) -> int:
+    """Anonymous resident memory of ``pid`` in bytes (its heap: not the page cache of files it
+    maps, such as a memory-mapped token cache); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def kill(pid: int) -> bool:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        return True
+    except ProcessLookupError:
+        return False

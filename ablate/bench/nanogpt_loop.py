@@ -4,11 +4,9 @@ Trains ablate's model (at nanoGPT's settings it is nanoGPT's GPT: same layers, i
 parameter count) with nanoGPT's *procedure* instead of ablate's: every batch is ``batch_size``
 windows at independent uniformly random offsets of the training tokens (with replacement), the
 LR is ``nanogpt_lr``, the optimizer and clipping are set by hand; no Lightning, store or logger.
-It reports the loss on the whole validation split (the windows ablate's final evaluation uses)
-and nanoGPT's own printed estimate (the mean over ``estimate_batches`` random validation
-batches).
-
-    python -m ablate.bench.nanogpt_loop --seed 0 --seed 1 > nanogpt_loop.txt
+``nanogpt_run`` reports the loss on the whole validation split (the windows ablate's final
+evaluation uses) and nanoGPT's own printed estimate (the mean over ``estimate_batches`` random
+validation batches); ``nanogpt_train`` is the nanoGPT arm of section 3 (``versus``).
 
 If this loop lands where ``ablate run studies/reference_nanogpt_cpu.yaml`` lands, any gap to
 nanoGPT's published number is not something ablate's training adds.
@@ -16,7 +14,6 @@ nanoGPT's published number is not something ablate's training adds.
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from dataclasses import dataclass, field
@@ -25,12 +22,12 @@ from typing import Any
 
 import torch
 
+from ablate.bench.loops import autocast_context, device_of
 from ablate.config import RunConfig
 from ablate.data import LMDataModule
 from ablate.model import build_model
-from ablate.study import load_study
 from ablate.training.lit import decay_groups, lm_loss
-from ablate.training.train import evaluate, torch_threads
+from ablate.training.train import attn_context, evaluate, torch_threads
 
 
 def nanogpt_lr(t: int, *, lr: float, min_lr: float, warmup: int, total: int) -> float:
@@ -95,6 +92,23 @@ def _estimate(model, tokens, cfg: RunConfig, gen, iters: int, dev) -> float:
     return float(total) / iters
 
 
+def _update(cfg: RunConfig, model, step_model, opt, batch, lap: _Phases) -> torch.Tensor:
+    """Forward, backward, clipping and the AdamW step of one batch, each phase timed."""
+    x, y = batch
+    with autocast_context(cfg.train.precision, x.device):
+        loss = lm_loss(step_model(x), y)
+    lap.lap("forward")
+    loss.backward()
+    lap.lap("backward")
+    if cfg.optim.grad_clip is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
+    lap.lap("clip")
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    lap.lap("optimizer")
+    return loss
+
+
 def nanogpt_train(
     cfg: RunConfig,
     *,
@@ -118,24 +132,19 @@ def nanogpt_train(
     follow ``cfg.train``. Batches are drawn from ``gen`` (default: a generator seeded with
     ``cfg.train.seed``; nanoGPT's evaluation batches come from the same stream).
     """
-    from ablate.bench.loops import _device_of, attn_context, autocast_context
-
     d, o, t = cfg.data, cfg.optim, cfg.train
     trace = NanoGPTTrace(t_call=time.perf_counter())
-    dev = _device_of(cfg)
+    dev = device_of(cfg)
     with torch_threads(t.threads):
         dm = LMDataModule(d, seed=t.seed).prepare()
         train, val = dm.tokens("train"), dm.tokens("val")
         gen = gen if gen is not None else torch.Generator().manual_seed(t.seed)
         torch.manual_seed(t.seed)
         model = build_model(cfg.model, dm.vocab_size).to(dev)
-        opt = torch.optim.AdamW(
-            decay_groups(model, o.weight_decay),
-            lr=o.lr,
-            betas=(o.beta1, o.beta2),
-            eps=o.eps,
-            fused=(dev.type == "cuda") or None,
-        )
+        # AdamW as nanoGPT builds it: fused on CUDA only
+        fused = (dev.type == "cuda") or None
+        groups = decay_groups(model, o.weight_decay)
+        opt = torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, fused=fused)
         step_model = torch.compile(model) if t.compile else model
         warmup = round(o.warmup_ratio * t.max_steps)
         best_val, off_clock = math.inf, 0.0
@@ -166,7 +175,7 @@ def nanogpt_train(
             off_clock += time.perf_counter() - now
 
         model.train()
-        with attn_context(t.attn_backend):
+        with attn_context(cfg, dev):
             for step in range(t.max_steps):
                 if eval_interval and step % eval_interval == 0:
                     evaluate_now(step)
@@ -178,17 +187,7 @@ def nanogpt_train(
                 x, y = random_windows(train, d.batch_size, d.seq_len, gen)
                 x, y = x.to(dev), y.to(dev)
                 lap.lap("data")
-                with autocast_context(t.precision, dev):
-                    loss = lm_loss(step_model(x), y)
-                lap.lap("forward")
-                loss.backward()
-                lap.lap("backward")
-                if o.grad_clip is not None:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip)
-                lap.lap("clip")
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                lap.lap("optimizer")
+                loss = _update(cfg, model, step_model, opt, (x, y), lap)
                 losses.append(loss.detach())
                 if log_interval and step % log_interval == 0:
                     loss.item()  # nanoGPT's lossf: a host sync on a GPU
@@ -224,26 +223,3 @@ def nanogpt_run(cfg: RunConfig, *, estimate_batches: int = 20) -> dict[str, Any]
         "train_losses": trace.losses,
         "train_s": trace.t_end - trace.stamps[0],
     }
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seed", type=int, action="append", required=True)
-    ap.add_argument("--study", default="studies/reference_nanogpt_cpu.yaml")
-    ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args(argv)
-    base = load_study(args.study).runs[0].config
-    for seed in args.seed:
-        cfg = base.model_copy(
-            update={"train": base.train.model_copy(update={"seed": seed, "threads": args.threads})}
-        )
-        r = nanogpt_run(cfg)
-        print(
-            f"seed={seed} full val {r['full_val_loss']:.4f}  nanoGPT 20-batch estimate "
-            f"{r['nanogpt_estimate']:.4f}  ({r['train_s']:.0f} s training)",
-            flush=True,
-        )
-
-
-if __name__ == "__main__":
-    main()

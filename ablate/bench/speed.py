@@ -234,6 +234,36 @@ def _timed(step: Callable[[], None], k: int) -> list[float]:
     return times
 
 
+def _prepare(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, compile_: bool, block_s: float
+) -> tuple[dict[str, Any], Callable[[], None]]:
+    """A model's row (parameters, step memory, steps per timed block) and its step, warmed up."""
+    row: dict[str, Any] = {"params": param_count(model), "compiled": False}
+    if compile_:
+        try:
+            model = torch.compile(model)
+            row["compiled"] = True
+        except Exception as err:  # noqa: BLE001 - report, fall back to eager
+            row["compile_error"] = f"{type(err).__name__}: {err}"
+    step = _make_step(model, x, y)
+    if compile_:
+        step()  # compile outside the memory measurement
+    t = time.perf_counter()
+    row["peak_bytes"] = step_memory(step)  # also the warm-up step
+    est = time.perf_counter() - t
+    # plain warm-up steps (the tracked one is slower, and the first ever is slower still); a
+    # step that already takes 10 s is its own warm-up
+    for _ in range(0 if est >= 10.0 else 3):
+        sync()
+        t = time.perf_counter()
+        step()
+        sync()
+        est = min(est, time.perf_counter() - t)
+    row["steps_per_block"] = max(1, round(block_s / max(est, 1e-6)))
+    row["blocks"] = []
+    return row, step
+
+
 def measure_speed(
     sizes: list[Size],
     *,
@@ -259,30 +289,8 @@ def measure_speed(
             except ImportError as err:  # x-transformers is a dev dependency
                 log(f"  {size.name} {name:>14}: skipped ({err})")
                 continue
-            row: dict[str, Any] = {"params": param_count(model), "compiled": False}
-            if compile_models:
-                try:
-                    model = torch.compile(model)
-                    row["compiled"] = True
-                except Exception as err:  # noqa: BLE001 - report, fall back to eager
-                    row["compile_error"] = f"{type(err).__name__}: {err}"
-            step = _make_step(model, x, y)
-            if compile_models:
-                step()  # compile outside the memory measurement
-            t = time.perf_counter()
-            row["peak_bytes"] = step_memory(step)  # also the warm-up step
-            est = time.perf_counter() - t
-            # plain warm-up steps (the tracked one is slower, and the first ever is slower
-            # still); a step that already takes 10 s is its own warm-up
-            for _ in range(0 if est >= 10.0 else 3):
-                sync()
-                t = time.perf_counter()
-                step()
-                sync()
-                est = min(est, time.perf_counter() - t)
-            row["steps_per_block"] = max(1, round(block_s / max(est, 1e-6)))
-            row["blocks"] = []
-            rows[name], steps[name] = row, step
+            rows[name], steps[name] = _prepare(model, x, y, compile_models, block_s)
+            row = rows[name]
             log(
                 f"  {size.name} {name:>14}: {row['params']:,} params, "
                 f"step memory {row['peak_bytes'] / 2**20:.1f} MiB"

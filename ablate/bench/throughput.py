@@ -22,11 +22,7 @@ from typing import Any
 import yaml
 
 from ablate.bench.machine import usable_cores
-from ablate.config import RunConfig
-
-
-def _flat(cfg: RunConfig) -> dict[str, Any]:
-    return {f"{s}.{k}": v for s, sub in cfg.to_dict().items() for k, v in sub.items()}
+from ablate.config import RunConfig, flatten
 
 
 def study_throughput(
@@ -40,7 +36,7 @@ def study_throughput(
         from ablate.execution.runner import run_study
     except ImportError as err:
         return {"available": False, "reason": f"runner not available ({err})"}
-    base = _flat(cfg)
+    base = flatten(cfg.to_dict())
     base.pop("train.seed")
     base.pop("train.threads")  # the runner splits the cores between its workers
     study = {"name": "bench_throughput", "base": base, "seeds": list(range(n_runs))}

@@ -2,59 +2,29 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-SECTIONS = (
-    "## Machine",
-    "## 1. Framework overhead",
-    "## 2. Model speed",
-    "## 3. Time to quality",
-    "## 4. Efficiency",
-    "## 5. Study throughput",
-    "## GPU paths",
-)
+from ablate.bench import markdown
+from ablate.bench.markdown import Section, document, mib, seconds, si, table, x
 
 OVERHEAD_GOAL = 1.05
+HEADINGS = {
+    "machine": "## Machine",
+    "overhead": "## 1. Framework overhead",
+    "speed": "## 2. Model speed",
+    "quality": "## 3. Time to quality",
+    "efficiency": "## 4. Efficiency",
+    "study": "## 5. Study throughput",
+    "data": "## 7. Memory vs corpus size",
+    "gpu_paths": "## GPU paths",
+}
+SECTIONS = tuple(HEADINGS.values())
 
 
-def table(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def x(ratio: float | None, digits: int = 3) -> str:
-    """A ratio: ``1.023``; n/a when missing."""
-    if ratio is None or (isinstance(ratio, float) and not math.isfinite(ratio)):
-        return "n/a"
-    return f"{ratio:.{digits}f}"
-
-
-def si(value: float | None, unit: str = "") -> str:
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.2f} {prefix}{unit}"
-    return f"{value:.2f} {unit}".rstrip()
-
-
-def mib(n_bytes: float) -> str:
-    return f"{n_bytes / 2**20:.1f}"
-
-
-def seconds(s: float | None) -> str:
-    if s is None or not math.isfinite(s):
-        return "n/a"
-    return f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min"
-
-
-def _machine(r: dict[str, Any]) -> str:
-    m, mm = r["machine"], r.get("matmul") or {}
+def _machine(m: dict[str, Any], mm: dict[str, Any]) -> str:
     rows = [
         ["CPU", m["cpu"]],
         ["usable cores / torch threads", f"{m['cores']} / {m['threads']}"],
@@ -293,35 +263,17 @@ def _quality(q: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def _vs(label: str, ablate: float, nanogpt: float) -> list[str]:
+    """A breakdown row: ablate's and nanoGPT's figure and their difference."""
+    return [label, f"{ablate:.2f}", f"{nanogpt:.2f}", f"{ablate - nanogpt:+.2f}"]
+
+
 def _breakdown(b: dict[str, Any]) -> str:
-    rows = [
-        [
-            r["component"],
-            f"{r['ablate_ms']:.2f}",
-            f"{r['nanogpt_ms']:.2f}",
-            f"{r['ablate_ms'] - r['nanogpt_ms']:+.2f}",
-        ]
-        for r in b["rows"]
-    ]
+    rows = [_vs(r["component"], r["ablate_ms"], r["nanogpt_ms"]) for r in b["rows"]]
     rows += [[f"  {r['component']}", f"({r['ablate_ms']:.2f})", "", ""] for r in b["details"]]
     t = b["total"]
-    rows.append(
-        [
-            "**total per step**",
-            f"{t['ablate_ms']:.2f}",
-            f"{t['nanogpt_ms']:.2f}",
-            f"{t['ablate_ms'] - t['nanogpt_ms']:+.2f}",
-        ]
-    )
-    fixed = [
-        [
-            f["what"],
-            f"{f['ablate']:.2f}",
-            f"{f['nanogpt']:.2f}",
-            f"{f['ablate'] - f['nanogpt']:+.2f}",
-        ]
-        for f in b["fixed_s"]
-    ]
+    rows.append(_vs("**total per step**", t["ablate_ms"], t["nanogpt_ms"]))
+    fixed = [_vs(f["what"], f["ablate"], f["nanogpt"]) for f in b["fixed_s"]]
     return "\n".join(
         [
             f"Where the time goes: one more run of each arm ({b['steps']} steps), ablate under "
@@ -425,8 +377,7 @@ def _study(s: dict[str, Any]) -> str:
     )
 
 
-def _gpu(r: dict[str, Any]) -> str:
-    g = r["gpu_paths"]
+def _gpu(g: dict[str, Any], name: str | None) -> str:
     if not g["present"]:
         return (
             "No GPU present: everything above ran on the CPU in fp32. On a GPU the bench runs "
@@ -436,9 +387,40 @@ def _gpu(r: dict[str, Any]) -> str:
             "efficiency against the GPU's dense bf16 peak."
         )
     return (
-        f"GPU present ({r['machine']['gpu']}): ran with "
+        f"GPU present ({name}): ran with "
         f"{', '.join(f'`{k}={v}`' for k, v in g['overrides'].items())}; section 2 compiled all "
         "three models under bf16 autocast; efficiency is against the dense bf16 peak."
+    )
+
+
+def _data(d: dict[str, Any]) -> str:
+    small, large = d["sizes_mb"]
+    rows = [
+        [
+            f"{r['corpus_mb']:g} MB",
+            r["run"],
+            f"{r['peak_rss_anon'] / 2**20:,.0f}",
+            seconds(r["wall_s"]),
+        ]
+        for r in d["rows"]
+    ]
+    ratios = "; ".join(
+        f"{run}: **{x(v, 2)}** ({'meets' if v <= d['goal'] else 'misses'})"
+        for run, v in d["ratio"].items()
+    )
+    return "\n".join(
+        [
+            f"Peak anonymous memory (`RssAnon`, sampled every 50 ms; the memory-mapped token "
+            f"cache's pages are not counted) of `ablate train` ({d['steps']} steps of a 1-layer "
+            f"model, char tokenizer) on a generated {small:g} MB and {large:g} MB local text "
+            "corpus, each in a fresh process with a fresh token cache: first the run that builds "
+            "the cache, then a run that finds it built.",
+            "",
+            table(["corpus", "run", "peak RssAnon MiB", "wall"], rows),
+            "",
+            f"{large:g} MB ÷ {small:g} MB peak (goal ≤ {d['goal']}x: memory independent of "
+            f"corpus size): {ratios}.",
+        ]
     )
 
 
@@ -446,7 +428,6 @@ def render(r: dict[str, Any]) -> str:
     mode = "quick (smoke-test sizes: not meaningful as measurements)" if r["quick"] else "full"
     head = [
         "# ablate benchmark",
-        "",
         f"`ablate bench` run of {r['started']} ({mode}); {seconds(r['wall_s'])} in all. Every "
         "figure is a ratio of measurements taken side by side in this one process (or a "
         "fraction of a peak measured in it), so that the load of a shared machine cancels as "
@@ -455,51 +436,40 @@ def render(r: dict[str, Any]) -> str:
     loads = [v for pair in r.get("load", {}).values() for v in pair if v is not None]
     cores = r["machine"]["cores"]
     if loads and max(loads) > cores + 0.5:
-        head += [
-            "",
+        head.append(
             f"**Busy machine:** the 1-minute load average reached {max(loads):.1f} on "
             f"{cores} cores during this run (per section, start/end: "
             + ", ".join(f"{k} {x(a, 1)}/{x(b, 1)}" for k, (a, b) in r["load"].items())
             + "). Other processes competed for the CPU; the ratios cancel much of it, "
-            "absolute times do not.",
-        ]
-    body = {
-        "## Machine": lambda: _machine(r),
-        "## 1. Framework overhead": lambda: _overhead(r["overhead"]),
-        "## 2. Model speed": lambda: _speed(r["speed"], bool(r["machine"].get("gpu"))),
-        "## 3. Time to quality": lambda: _quality(r["quality"]),
-        "## 4. Efficiency": lambda: _efficiency(r["efficiency"]),
-        "## 5. Study throughput": lambda: _study(r["study"]),
-        "## GPU paths": lambda: _gpu(r),
+            "absolute times do not."
+        )
+    gpu = bool(r["machine"].get("gpu"))
+    bodies = {
+        "machine": lambda m: _machine(m, r.get("matmul") or {}),
+        "overhead": _overhead,
+        "speed": lambda rows: _speed(rows, gpu),
+        "quality": _quality,
+        "efficiency": _efficiency,
+        "study": _study,
+        "data": _data,
+        "gpu_paths": lambda g: _gpu(g, r["machine"].get("gpu")),
     }
-    key = {
-        "## 1. Framework overhead": "overhead",
-        "## 2. Model speed": "speed",
-        "## 3. Time to quality": "quality",
-        "## 4. Efficiency": "efficiency",
-        "## 5. Study throughput": "study",
-    }
-    out = head
-    for heading in SECTIONS:
-        out += ["", heading, ""]
-        err = r.get("errors", {}).get(key.get(heading, ""))
-        if err:
-            out.append(f"FAILED: `{err}`")
-        else:
-            out.append(body[heading]())
-    return "\n".join(out) + "\n"
+    sections: list[Section] = [(k, heading, bodies[k]) for k, heading in HEADINGS.items()]
+    if "chaos" in r:  # measured by `ablate bench --chaos`, numbered 6 before section 7 existed
+        from ablate.bench.chaos_report import HEADING, section
+
+        chaos = (
+            "chaos",
+            HEADING,
+            lambda c: section(c).removeprefix(HEADING + "\n\n").rstrip("\n"),
+        )
+        sections.insert(list(HEADINGS).index("data"), chaos)
+    return document(head, sections, r)
 
 
-def _jsonable(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj):
-        return dataclasses.asdict(obj)
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
-
-
-def write(results: dict[str, Any], out: Path) -> None:
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(results))
-    out.with_suffix(".json").write_text(json.dumps(results, indent=1, default=_jsonable))
+def write(results: dict[str, Any], out: Path, carry_chaos: bool = True) -> None:
+    """``out`` and its JSON; with ``carry_chaos``, section 6 from ``bench_chaos.json`` beside
+    it (``ablate bench --chaos`` measures that section on its own)."""
+    saved = Path(out).with_name("bench_chaos.json")
+    chaos = {"chaos": json.loads(saved.read_text())} if carry_chaos and saved.is_file() else {}
+    markdown.write(out, render({**results, **chaos}), results)
