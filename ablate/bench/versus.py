@@ -288,7 +288,7 @@ def _timed(profiler) -> Iterator[None]:
 
     wrap(adam_mod, "adam", "optimizer update")
     wrap(train_mod, "make_wandb_logger", "W&B start")
-    wrap(train_mod, "_close_wandb", "W&B finish")
+    wrap(train_mod, "close_wandb", "W&B finish")
     wrap(train_mod, "evaluate", "final evaluation")
     wrap(StoreLogger, "log_metrics", "logger StoreLogger")
     try:

@@ -304,7 +304,7 @@ def train_run(
     finally:
         if wandb_logger is not None:
             t_close = time.time()
-            _close_wandb(wandb_logger, summary)
+            close_wandb(wandb_logger, summary)
             wandb_wait += time.time() - t_close
     summary["wall_time_s"] = base_wall + time.time() - t0 - wandb_wait
     if wandb_wait:
@@ -503,7 +503,7 @@ def lit_metrics(trainer: pl.Trainer) -> list[tuple[int, str, float]]:
     return []
 
 
-def _close_wandb(logger, summary: dict[str, Any]) -> None:
+def close_wandb(logger, summary: dict[str, Any]) -> None:
     try:
         run = logger.experiment
         for k in ("status", "final_val_loss", "best_val_loss", "steps", "params", "diverged_step"):
