@@ -67,7 +67,7 @@ def wandb_tables(study: StudyData, comps: list, checks: list) -> dict:
     from ablate.report.plots import loss_unit
     from ablate.report.render import comparisons_table, where_text
     from ablate.report.render_claims import numbers
-    from ablate.report.stats import verdict
+    from ablate.report.verdicts import verdict
 
     unit = loss_unit(study).split("/")[0]
     verdicts = [(c, verdict(c, unit=unit, where=where_text(c, study))) for c in comps]

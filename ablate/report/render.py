@@ -24,18 +24,12 @@ from ablate.report.collect import (
     value_order,
     variant_order,
 )
+from ablate.report.comparisons import Comparison
 from ablate.report.plots import FigureFile, loss_unit, short_names
 from ablate.report.render_claims import claim_items, extra_seed_items, lr_table
 from ablate.report.repro import environment_table, reproducibility_text
-from ablate.report.stats import (
-    ALPHA,
-    SEED,
-    Comparison,
-    Verdict,
-    one_sample,
-    summarize,
-    verdict,
-)
+from ablate.report.stats import ALPHA, SEED, one_sample, summarize
+from ablate.report.verdicts import Verdict, verdict
 from ablate.store import UNFINISHED_STATES
 
 PRIMARY = "final_val_loss"

@@ -9,7 +9,7 @@ import pandas as pd
 from ablate.report.claim_checks import INCONCLUSIVE, ClaimCheck
 from ablate.report.collect import StudyData
 from ablate.report.fit import lr_fit
-from ablate.report.stats import _num, _p, verdict
+from ablate.report.verdicts import fmt_num, fmt_p, verdict
 
 
 def _where(check: ClaimCheck) -> str:
@@ -30,9 +30,10 @@ def numbers(check: ClaimCheck, unit: str) -> str:
             return check.detail or "fewer than 2 seeds with an optimum at every batch size"
         v = claim.value
         text = (
-            f"alpha = {_num(c.mean_a)} (95% CI [{_num(v + c.ci_lo)}, {_num(v + c.ci_hi)}] over "
-            f"{c.n_a} seeds; against {v:g}: {c.test}, {_p(c.p)}, Holm {_p(c.p_adj)}; "
-            f"TOST ±{_num(c.margin)}: Holm {_p(c.p_tost_adj, 'p')})"
+            f"alpha = {fmt_num(c.mean_a)} (95% CI [{fmt_num(v + c.ci_lo)}, "
+            f"{fmt_num(v + c.ci_hi)}] over {c.n_a} seeds; against {v:g}: {c.test}, "
+            f"{fmt_p(c.p)}, Holm {fmt_p(c.p_adj)}; "
+            f"TOST ±{fmt_num(c.margin)}: Holm {fmt_p(c.p_tost_adj, 'p')})"
         )
         return f"{text}; {check.detail}" if check.detail else text
     if claim.metric.endswith("@init"):  # a slope of gradient norms over layers, not a loss
