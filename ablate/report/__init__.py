@@ -64,7 +64,7 @@ def wandb_tables(study: StudyData, comps: list, checks: list) -> dict:
     """The verdicts and claims as tables for W&B (the same rows as report.md)."""
     import pandas as pd
 
-    from ablate.report.plots import loss_unit
+    from ablate.report.collect import loss_unit
     from ablate.report.render import comparisons_table, where_text
     from ablate.report.render_claims import numbers
     from ablate.report.verdicts import verdict

@@ -31,10 +31,11 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from ablate.report.collect import (  # noqa: E402
-    RESERVED,
     StudyData,
+    display_names,
     format_value,
     length_multiple,
+    loss_unit,
     value_order,
     variant_order,
 )
@@ -56,24 +57,9 @@ class FigureFile:
     caption: str
 
 
-def short_names(axes: list[str]) -> dict[str, str]:
-    """Display names of axes: the last part of the dotted key unless two axes share it."""
-    last = [a.split(".")[-1] for a in axes]
-    return {
-        a: (s if last.count(s) == 1 and s not in RESERVED else a)
-        for a, s in zip(axes, last, strict=True)
-    }
-
-
-def loss_unit(study: StudyData) -> str:
-    tok = study.runs.get("cfg.tokenizer")
-    kind = tok.dropna().iloc[0] if tok is not None and tok.notna().any() else None
-    return {"char": "nats/char", "word": "nats/word"}.get(kind, "nats/token")
-
-
 def _labelled(df: pd.DataFrame, study: StudyData) -> tuple[pd.DataFrame, dict[str, list[str]]]:
     """A copy with every axis as an ordered string column under its short name."""
-    names = short_names(study.axes)
+    names = display_names(study.axes)
     out = df.copy()
     orders: dict[str, list[str]] = {}
     for axis, name in names.items():
@@ -91,7 +77,7 @@ def _context(df: pd.DataFrame, study: StudyData, exclude: list[str]) -> str | No
     None when no other axis varies. Used to facet figures so runs that differ in another axis
     are never pooled into one band.
     """
-    names = short_names(study.axes)
+    names = display_names(study.axes)
     others = [a for a in study.varying_axes if a not in exclude]
     if not others:
         return None
@@ -112,7 +98,7 @@ def _context(df: pd.DataFrame, study: StudyData, exclude: list[str]) -> str | No
 
 def _layout(study: StudyData) -> tuple[str, str | None]:
     """Display columns (primary, secondary): 1 axis: (a, None); 2 axes: (a, b); else variant."""
-    names = short_names(study.axes)
+    names = display_names(study.axes)
     varying = [names[a] for a in study.varying_axes]
     if len(varying) in (1, 2):
         return varying[0], (varying[1] if len(varying) == 2 else None)
@@ -336,7 +322,7 @@ def heatmap_batch_lr(
         contexts = [
             (
                 ", ".join(
-                    f"{short_names(study.axes)[a]}={format_value(v)}"
+                    f"{display_names(study.axes)[a]}={format_value(v)}"
                     for a, v in zip(others, k, strict=True)
                 ),
                 g,
@@ -443,7 +429,7 @@ def grad_norm_layers(study: StudyData, out: Path) -> FigureFile | None:
     if step == 0:
         df = df.drop_duplicates(["seed", "layer", *init_axes])
     df, orders = _labelled(df, study)
-    names = short_names(study.axes)
+    names = display_names(study.axes)
     hue = names[axis]
     blind = [a for a in study.varying_axes if a not in init_axes] if step == 0 else []
     col = _context(df, study, [axis, *blind])
@@ -506,7 +492,7 @@ def length_extrapolation(study: StudyData, out: Path) -> FigureFile | None:
     done = runs[runs["status"] == "completed"]
     if not cols or done.empty:
         return None
-    names = short_names(study.axes)
+    names = display_names(study.axes)
     long = done.melt(
         id_vars=[c for c in done.columns if c not in cols],
         value_vars=cols,

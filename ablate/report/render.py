@@ -19,13 +19,15 @@ import pandas as pd
 
 from ablate.report.collect import (
     StudyData,
+    display_names,
     format_value,
     length_multiple,
+    loss_unit,
     value_order,
     variant_order,
 )
 from ablate.report.comparisons import Comparison
-from ablate.report.plots import FigureFile, loss_unit, short_names
+from ablate.report.plots import FigureFile
 from ablate.report.render_claims import claim_items, extra_seed_items, lr_table
 from ablate.report.repro import environment_table, reproducibility_text
 from ablate.report.stats import ALPHA, SEED, one_sample, summarize
@@ -106,7 +108,7 @@ def fmt_stat(r: pd.Series, col: str, f) -> str:
 def where_text(c: Comparison, study: StudyData) -> str:
     if not c.context:
         return ""
-    names = short_names(study.axes)
+    names = display_names(study.axes)
     return "at " + ", ".join(f"{names[k]}={format_value(v)}" for k, v in c.context.items())
 
 
@@ -127,7 +129,7 @@ def _status_cells(row: pd.Series) -> tuple[str, str]:
 def variant_tables(study: StudyData) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(quality table, cost table), one row per variant, formatted as strings."""
     runs = study.runs
-    names = short_names(study.axes)
+    names = display_names(study.axes)
     axes = study.varying_axes
     quality = [(c, h, d) for c, h, d in QUALITY if c in runs and runs[c].notna().any()]
     cost = [c for c in COST if c in runs]
@@ -234,7 +236,7 @@ def length_table(study: StudyData) -> pd.DataFrame | None:
 
 
 def comparisons_table(comps: list[tuple[Comparison, Verdict]], study: StudyData) -> pd.DataFrame:
-    names = short_names(study.axes)
+    names = display_names(study.axes)
     rows = []
     for c, v in comps:
         rows.append(
@@ -392,7 +394,7 @@ def build_blocks(
     checks: list | None = None,
 ) -> list[Block]:
     unit = loss_unit(study).split("/")[0]
-    names = short_names(study.axes)
+    names = display_names(study.axes)
     verdicts = [(c, verdict(c, unit=unit, where=where_text(c, study))) for c in comps]
     blocks = [Block("h1", f"{study.name}: ablation report")]
     partial = progress_line(study)
