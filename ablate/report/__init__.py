@@ -15,10 +15,11 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from ablate.report.blocks import build_blocks, progress_line
 from ablate.report.claim_checks import analyse
 from ablate.report.collect import StudyData, load_study, resolve_studies, results_frame
 from ablate.report.plots import make_figures
-from ablate.report.render import Block, build_blocks, progress_line, to_html, to_markdown
+from ablate.report.render import Block, to_html, to_markdown
 from ablate.report.wandb_report import log_report
 
 __all__ = ["build_report", "build_reports", "load_study"]
@@ -64,9 +65,9 @@ def wandb_tables(study: StudyData, comps: list, checks: list) -> dict:
     """The verdicts and claims as tables for W&B (the same rows as report.md)."""
     import pandas as pd
 
+    from ablate.report.claims_section import numbers
     from ablate.report.collect import loss_unit
-    from ablate.report.render import comparisons_table, where_text
-    from ablate.report.render_claims import numbers
+    from ablate.report.tables import comparisons_table, where_text
     from ablate.report.verdicts import verdict
 
     unit = loss_unit(study).split("/")[0]

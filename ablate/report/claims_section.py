@@ -1,4 +1,9 @@
-"""The report's "Against the paper" lines and the LR-optimum table, from checked claims."""
+"""The report's claim sections: "Against the paper" (one line per checked claim with its numbers,
+the LR-optimum table, the hand-written commentary) and the ``--until-decided`` seed rounds.
+
+The claims are checked (verdicts computed) in :mod:`ablate.report.claim_checks`; this module
+only words them.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import pandas as pd
 from ablate.report.claim_checks import INCONCLUSIVE, ClaimCheck
 from ablate.report.collect import StudyData
 from ablate.report.fit import lr_fit
+from ablate.report.render import Block
 from ablate.report.verdicts import fmt_num, fmt_p, verdict
 
 
@@ -91,6 +97,55 @@ def lr_table(study: StudyData) -> pd.DataFrame | None:
             }
         )
     return pd.DataFrame(rows)
+
+
+def against_the_paper(study: StudyData, checks: list, unit: str) -> list[Block]:
+    """Claims checked by the engine (computed now), then the hand-written commentary."""
+    if not checks and not study.findings:
+        return []
+    out = [Block("h2", "Against the paper")]
+    if checks:
+        out.append(
+            Block(
+                "p",
+                "Each claim from the study YAML, checked against the runs when this report was "
+                f"built (Holm-corrected with the comparisons below, margin ±"
+                f"{study.equivalence_margin:g} unless a claim sets its own):",
+            )
+        )
+        out.append(Block("ul", claim_items(checks, unit)))
+    table = lr_table(study)
+    if table is not None:
+        out.append(
+            Block(
+                "table",
+                table,
+                "Optimum LR per batch size: the vertex of a quadratic in log10(lr) fitted per "
+                "seed around the sweep's lowest loss; mean over seeds with its 95% t-interval. "
+                "An optimum at the edge of the sweep is not bracketed and gives no fit; "
+                "'per seed: k/n' counts the seeds whose own sweep brackets (and fits) it.",
+            )
+        )
+    if study.findings:
+        lead = "**Commentary** (hand-written): " if checks else ""
+        out.append(Block("p", lead + study.findings))
+    return out
+
+
+def extra_seeds_section(study: StudyData) -> list[Block]:
+    """Which variants ``ablate run --until-decided`` gave extra seeds, round by round."""
+    extra = extra_seed_items(study)
+    if not extra:
+        return []
+    return [
+        Block("h2", "Extra seeds (--until-decided)"),
+        Block(
+            "p",
+            "After the study's seeds, `ablate run --until-decided` added seeds only to the "
+            "variants of inconclusive comparisons or claims, re-analysing after each round:",
+        ),
+        Block("ul", extra),
+    ]
 
 
 def extra_seed_items(study: StudyData) -> list[str]:
