@@ -507,7 +507,7 @@ seeds: [0, 1]
 
 
 def test_val_curve_ends_at_the_full_split_final_loss(built):
-    from ablate.report.plots import with_final_points
+    from ablate.report.figure_data import with_final_points
 
     root, _ = built
     study = load_study(root / "runs", "norm_pos")
