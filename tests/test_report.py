@@ -13,10 +13,9 @@ from scipy import stats
 from ablate.config import ConfigError, build_config
 from ablate.report import build_reports
 from ablate.report.collect import load_study
+from ablate.report.comparisons import adjust, compare
 from ablate.report.stats import (
-    adjust,
     bootstrap_diff_ci,
-    compare,
     holm,
     mean_ci,
     one_sample,
@@ -24,10 +23,10 @@ from ablate.report.stats import (
     seeds_needed,
     summarize,
     tost,
-    verdict,
     welch,
     welch_diff,
 )
+from ablate.report.verdicts import verdict
 from ablate.store import RunStore
 
 # --- statistics, by hand ----------------------------------------------------------------------
@@ -508,7 +507,7 @@ seeds: [0, 1]
 
 
 def test_val_curve_ends_at_the_full_split_final_loss(built):
-    from ablate.report.plots import with_final_points
+    from ablate.report.figure_data import with_final_points
 
     root, _ = built
     study = load_study(root / "runs", "norm_pos")

@@ -195,7 +195,7 @@ def test_an_identical_train_on_a_finished_run_only_reports_it(tmp_path, monkeypa
 def test_html_tables_fit_short_headers_unwrapped_numbers_own_scroll():
     import pandas as pd
 
-    from ablate.report.render import _CSS, _html_table
+    from ablate.report.render import CSS, html_table
 
     df = pd.DataFrame(
         {
@@ -204,13 +204,13 @@ def test_html_tables_fit_short_headers_unwrapped_numbers_own_scroll():
             "verdict": ["pre is lower by 0.30 nats; significant after Holm correction " * 2, "—"],
         }
     )
-    out = _html_table(df)
+    out = html_table(df)
     assert out.startswith('<div class="table-wrap"><table>')
     assert '<th title="final val loss">final loss</th>' in out and "<th>variant</th>" in out
     assert '<td class="num">1.9012 ± 0.0123 [1.8706, 1.9318]</td>' in out
     assert '<td class="text">pre is lower' in out  # prose may wrap
     assert '<p class="legend">final loss = final val loss</p>' in out
-    css = _CSS.replace("\n", "")
+    css = CSS.replace("\n", "")
     assert ".table-wrap{overflow-x:auto" in css and "td.num{white-space:nowrap}" in css
 
 

@@ -23,7 +23,7 @@ from ablate.config import ConfigError
 from ablate.execution.runner import run_study
 from ablate.report import collect
 from ablate.report.claim_checks import INCONCLUSIVE, analyse
-from ablate.report.stats import verdict
+from ablate.report.verdicts import verdict
 from ablate.store.rundir import DECISIONS_FILE, read_decisions, write_decisions
 from ablate.study import load_study
 

@@ -5,6 +5,16 @@
 ``report.html`` (figures embedded as base64 PNG) and the PNG figures. The folder is built in a
 temporary directory next to it and swapped in by rename, so a half-built report never replaces
 a good one. Reports read only the store and can be rebuilt at any time, also mid-study.
+
+The stage, in the order a report is built:
+
+* ``collect``: the store -> :class:`~ablate.report.collect.StudyData` (runs and metrics tables).
+* ``stats`` (numbers on per-seed values) -> ``comparisons`` (two groups of runs, Holm over the
+  report) -> ``verdicts`` (the sentences); ``claim_checks`` checks the study's claims with them,
+  ``fit`` fits the LR optimum.
+* ``tables``, ``claims_section``, ``repro`` (text and tables) and ``figure_data`` -> ``plots``
+  (the PNGs) are put in order by ``blocks`` and written as Markdown and HTML by ``render``;
+  ``wandb_report`` logs the same to W&B.
 """
 
 from __future__ import annotations
@@ -15,10 +25,22 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
+
+from ablate.report.blocks import build_blocks, progress_line
 from ablate.report.claim_checks import analyse
-from ablate.report.collect import StudyData, load_study, resolve_studies, results_frame
+from ablate.report.claims_section import numbers
+from ablate.report.collect import (
+    StudyData,
+    load_study,
+    loss_unit,
+    resolve_studies,
+    results_frame,
+)
 from ablate.report.plots import make_figures
-from ablate.report.render import Block, build_blocks, progress_line, to_html, to_markdown
+from ablate.report.render import Block, to_html, to_markdown
+from ablate.report.tables import comparisons_table, where_text
+from ablate.report.verdicts import verdict
 from ablate.report.wandb_report import log_report
 
 __all__ = ["build_report", "build_reports", "load_study"]
@@ -62,13 +84,6 @@ def damaged_blocks(study: StudyData) -> list[Block]:
 
 def wandb_tables(study: StudyData, comps: list, checks: list) -> dict:
     """The verdicts and claims as tables for W&B (the same rows as report.md)."""
-    import pandas as pd
-
-    from ablate.report.plots import loss_unit
-    from ablate.report.render import comparisons_table, where_text
-    from ablate.report.render_claims import numbers
-    from ablate.report.stats import verdict
-
     unit = loss_unit(study).split("/")[0]
     verdicts = [(c, verdict(c, unit=unit, where=where_text(c, study))) for c in comps]
     table = comparisons_table(verdicts, study)

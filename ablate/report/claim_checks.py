@@ -1,21 +1,29 @@
 """Check a study's claims (:mod:`ablate.study.claims`) against its runs, at report time.
 
-Each claim becomes one :class:`~ablate.report.stats.Comparison` (arm a vs arm b, paired by seed
-where both arms share the seeds), Holm-corrected together with the report's axis comparisons,
-and an outcome: *reproduces*, *contradicted*, or *inconclusive* with the seeds that would
-decide it. ``diverges`` claims count diverged runs instead.
+Each claim becomes one :class:`~ablate.report.comparisons.Comparison` (arm a vs arm b, paired
+by seed where both arms share the seeds), Holm-corrected together with the report's axis
+comparisons, and an outcome: *reproduces*, *contradicted*, or *inconclusive* with the seeds
+that would decide it. ``diverges`` claims count diverged runs instead.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
 from ablate.report.collect import StudyData, axis_column, format_value
+from ablate.report.comparisons import (
+    FINISHED,
+    Comparison,
+    adjust,
+    axis_comparisons,
+    compare,
+    compare_groups,
+)
 from ablate.report.fit import init_ffn_grad_slope, lr_fit
-from ablate.report.stats import ALPHA, FINISHED, Comparison, compare, compare_groups, seeds_needed
+from ablate.report.stats import ALPHA, seeds_needed
 from ablate.study.claims import Claim
 
 SLOPE = "ffn_grad_slope@init"
@@ -194,10 +202,6 @@ def _decide(check: ClaimCheck, alpha: float) -> None:
 def analyse(study: StudyData) -> tuple[list[Comparison], list[ClaimCheck]]:
     """Every comparison of a report, Holm-corrected as one family: the axis comparisons and
     the claims (a claim that is the same comparison as an axis one is counted once)."""
-    from dataclasses import replace
-
-    from ablate.report.stats import adjust, axis_comparisons
-
     margin = study.equivalence_margin
     comps = axis_comparisons(study.runs, study.varying_axes, margin=margin)
     checks = build_comparisons(study, study.claims, margin)

@@ -25,7 +25,7 @@ import yaml
 
 from ablate.config import ConfigError
 from ablate.store import RUN_STATES, SUMMARY_NUMBERS, RunDir, RunStore, run_state
-from ablate.study import Reference, parse_reference, read_study_yaml
+from ablate.study import Reference, parse_reference, read_study_yaml, short_names
 
 PENDING = "pending"
 ORDERED_STATUSES = RUN_STATES  # the store's one vocabulary, decided by store.run_state
@@ -91,6 +91,20 @@ class StudyData:
         return sorted(cols, key=length_multiple)
 
 
+def display_names(axes: list[str]) -> dict[str, str]:
+    """Axis names in tables and figures: :func:`ablate.study.short_names` (the last part of the
+    dotted key unless two axes share it), except that a name the report already uses for a
+    column (:data:`RESERVED`, e.g. ``seed``) keeps the full key."""
+    return {a: (a if s in RESERVED else s) for a, s in short_names(axes).items()}
+
+
+def loss_unit(study: StudyData) -> str:
+    """``nats/char``, ``nats/word`` or ``nats/token``, from the runs' tokenizer."""
+    tok = study.runs.get("cfg.tokenizer")
+    kind = tok.dropna().iloc[0] if tok is not None and tok.notna().any() else None
+    return {"char": "nats/char", "word": "nats/word"}.get(kind, "nats/token")
+
+
 def axis_column(key: str) -> str:
     """The runs-table column of an axis: its key, or ``axis.<key>`` if that is taken (e.g. the
     study's ``variant`` axis, which would clash with the variant label column)."""
@@ -150,15 +164,15 @@ def resolve_studies(args: list[str], store: Path) -> list[tuple[str, Path | None
     return out
 
 
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{key}."))
-        else:
-            out[key] = v
-    return out
+def _config_value(config: dict[str, Any], key: str) -> Any:
+    """``config["model"]["pos_encoding"]`` for ``"model.pos_encoding"``; None when absent.
+
+    Not :func:`ablate.config.flatten`: that rejects keys this code does not know, and a store
+    may hold runs written by another version of it (the report must still read them).
+    """
+    section, name = key.split(".", 1)
+    sub = config.get(section)
+    return sub.get(name) if isinstance(sub, dict) else None
 
 
 def _scalar(v: Any) -> bool:
@@ -203,14 +217,18 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
         row[f"env.{k}"] = v
     for mult, loss in (summary.get("val_loss_at_length") or {}).items():
         row[f"{LENGTH_PREFIX}{float(mult):g}x"] = loss
-    flat = _flat(config)
     for key, col in CONFIG_COLUMNS.items():
-        row[col] = flat.get(key)
+        row[col] = _config_value(config, key)
     return row, axes, meta
 
 
 def format_value(v: Any) -> str:
-    """An axis value as a short label: ``0.001`` -> ``'0.001'``, True -> ``'true'``."""
+    """An axis value as a short label: ``0.001`` -> ``'0.001'``, True -> ``'true'``.
+
+    Not :func:`ablate.study.fmt_value`, on purpose: that one names runs and must tell every
+    value apart (``repr`` floats, ``null``); a report label is short (``1.0`` -> ``'1'``) and
+    shows a missing value (None, NaN) as ``'-'``.
+    """
     if isinstance(v, bool):
         return str(v).lower()
     if isinstance(v, float):

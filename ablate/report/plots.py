@@ -31,12 +31,20 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from ablate.report.collect import (  # noqa: E402
-    RESERVED,
     StudyData,
-    format_value,
+    display_names,
     length_multiple,
+    loss_unit,
     value_order,
-    variant_order,
+)
+from ablate.report.figure_data import (  # noqa: E402
+    display_columns,
+    heatmap_cells,
+    heatmap_panels,
+    held_fixed_column,
+    labelled,
+    seed_counts,
+    with_final_points,
 )
 from ablate.report.stats import SEED, t_errorbar  # noqa: E402
 
@@ -56,81 +64,65 @@ class FigureFile:
     caption: str
 
 
-def short_names(axes: list[str]) -> dict[str, str]:
-    """Display names of axes: the last part of the dotted key unless two axes share it."""
-    last = [a.split(".")[-1] for a in axes]
-    return {
-        a: (s if last.count(s) == 1 and s not in RESERVED else a)
-        for a, s in zip(axes, last, strict=True)
-    }
-
-
-def loss_unit(study: StudyData) -> str:
-    tok = study.runs.get("cfg.tokenizer")
-    kind = tok.dropna().iloc[0] if tok is not None and tok.notna().any() else None
-    return {"char": "nats/char", "word": "nats/word"}.get(kind, "nats/token")
-
-
-def _labelled(df: pd.DataFrame, study: StudyData) -> tuple[pd.DataFrame, dict[str, list[str]]]:
-    """A copy with every axis as an ordered string column under its short name."""
-    names = short_names(study.axes)
-    out = df.copy()
-    orders: dict[str, list[str]] = {}
-    for axis, name in names.items():
-        order = [format_value(v) for v in value_order(study.runs[axis])]
-        out[name] = pd.Categorical(out[axis].map(format_value), categories=order, ordered=True)
-        orders[name] = order
-    orders["variant"] = variant_order(study.runs)
-    out["variant"] = pd.Categorical(out["variant"], categories=orders["variant"], ordered=True)
-    return out, orders
-
-
-def _context(df: pd.DataFrame, study: StudyData, exclude: list[str]) -> str | None:
-    """Add an ordered ``held fixed`` column naming the other varying axes' values; its name.
-
-    None when no other axis varies. Used to facet figures so runs that differ in another axis
-    are never pooled into one band.
-    """
-    names = short_names(study.axes)
-    others = [a for a in study.varying_axes if a not in exclude]
-    if not others:
-        return None
-    orders = [{v: i for i, v in enumerate(value_order(study.runs[a]))} for a in others]
-    keys = df[others].apply(
-        lambda r: tuple(o.get(v, len(o)) for o, v in zip(orders, r, strict=True)), axis=1
-    )
-    labels = df[others].apply(
-        lambda r: ", ".join(
-            f"{names[a]}={format_value(v)}" for a, v in zip(others, r, strict=True)
-        ),
-        axis=1,
-    )
-    cats = list(dict.fromkeys(lab for _, lab in sorted(zip(keys, labels, strict=True))))
-    df["held fixed"] = pd.Categorical(labels, categories=cats, ordered=True)
-    return "held fixed"
-
-
-def _layout(study: StudyData) -> tuple[str, str | None]:
-    """Display columns (primary, secondary): 1 axis: (a, None); 2 axes: (a, b); else variant."""
-    names = short_names(study.axes)
-    varying = [names[a] for a in study.varying_axes]
-    if len(varying) in (1, 2):
-        return varying[0], (varying[1] if len(varying) == 2 else None)
-    return "variant", None
-
-
-def _save(g_or_fig, path: Path) -> None:
-    fig = getattr(g_or_fig, "figure", g_or_fig)
+def _finish(
+    plot,
+    study: StudyData,
+    out: Path,
+    name: str,
+    title: str,
+    key: str,
+    caption: str,
+    *,
+    after_title: str = "",
+) -> FigureFile:
+    """Every figure's last steps: the title (``title — study``, then ``key``: what marks, lines
+    and bands show) over the figure, ``out/<name>.png`` written, the figure closed."""
+    fig = getattr(plot, "figure", plot)
+    text = f"{title} — {study.name}{after_title}\n{key}"
+    if isinstance(plot, plt.Figure):  # plain subplots: tight_layout makes room for the title
+        fig.suptitle(text, fontsize=10)
+        fig.tight_layout()
+    else:  # a seaborn grid: the title sits on top of its axes
+        fig.suptitle(text, y=1.0, va="bottom", fontsize=10)
+    path = out / f"{name}.png"
     fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
+    return FigureFile(path, title, caption)
 
 
-def _counts(study: StudyData, by: str) -> str:
-    per = study.runs.groupby("variant", sort=False)["status"]
-    n = per.apply(lambda s: int((s == "completed").sum()))
-    n = n[n > 0] if (n > 0).any() else n
-    lo, hi = int(n.min()), int(n.max())
-    return f"n={lo} seeds per {by}" if lo == hi else f"n={lo}–{hi} seeds per {by}"
+def _line_facets(
+    df: pd.DataFrame,
+    *,
+    x: str,
+    y: str,
+    hue: str | None,
+    hue_order: list | None,
+    col: str | None,
+    n_col: int,
+    aspect: float,
+    col_title: str = "{col_name}",
+    **kwargs,
+) -> sns.FacetGrid:
+    """The opening the line figures share: a seaborn line plot per ``col`` value (wrapped after
+    three panels), each panel titled and gridded. ``kwargs`` go to ``sns.relplot``."""
+    g = sns.relplot(
+        data=df,
+        kind="line",
+        x=x,
+        y=y,
+        hue=hue,
+        hue_order=hue_order,
+        col=col,
+        col_wrap=min(3, n_col) if col and n_col > 1 else None,
+        height=3.4,
+        aspect=aspect,
+        **kwargs,
+    )
+    if col:
+        g.set_titles(col_template=col_title)
+    for ax in g.axes.flat:
+        ax.grid(alpha=0.3)
+    return g
 
 
 def _reference_line(study: StudyData, axes: list) -> str:
@@ -155,22 +147,6 @@ def _reference_line(study: StudyData, axes: list) -> str:
     return f" Dashed line: {ref.label} ({ref.value:g})."
 
 
-def with_final_points(df: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """``val/loss`` rows with each completed run's last point replaced by its full-split
-    ``final_val_loss`` at its final step (the periodic evaluations use a few batches)."""
-    if "final_val_loss" not in runs or "steps" not in runs:
-        return df
-    done = runs[(runs["status"] == "completed") & runs["final_val_loss"].notna()]
-    finals = done.set_index("run_id")[["final_val_loss", "steps"]]
-    keep = ~(df["run_id"].isin(finals.index) & (df["step"] >= df["run_id"].map(finals["steps"])))
-    last = df[df["run_id"].isin(finals.index)].sort_values("step").groupby("run_id").tail(1)
-    last = last.assign(
-        step=last["run_id"].map(finals["steps"]).astype(int),
-        value=last["run_id"].map(finals["final_val_loss"]).astype(float),
-    )
-    return pd.concat([df[keep], last], ignore_index=True).sort_values(["run_id", "step"])
-
-
 def val_loss_curves(study: StudyData, out: Path) -> FigureFile | None:
     """Validation loss vs step: line = mean over seeds, band = 95% t-interval over seeds; a
     completed run's last point is its full-split ``final_val_loss``."""
@@ -180,70 +156,47 @@ def val_loss_curves(study: StudyData, out: Path) -> FigureFile | None:
     if df.empty:
         return None
     df = with_final_points(df, study.runs)
-    df, orders = _labelled(df, study)
-    primary, secondary = _layout(study)
+    df, orders = labelled(df, study)
+    primary, secondary = display_columns(study)
     hue = primary if primary != "variant" or df["variant"].nunique() > 1 else None
     col = secondary
     n_col = len(orders[col]) if col else 1
     few_points = df.groupby("run_id")["step"].nunique().max() <= 12
-    g = sns.relplot(
-        data=df,
-        kind="line",
+    g = _line_facets(
+        df,
         x="step",
         y="value",
         hue=hue,
         hue_order=orders.get(hue) if hue else None,
         col=col,
+        n_col=n_col,
+        aspect=1.4,
+        col_title=f"{col} = {{col_name}}",
         col_order=orders.get(col) if col else None,
-        col_wrap=min(3, n_col) if col and n_col > 1 else None,
         errorbar=t_errorbar,
         marker="o" if few_points else None,
         markersize=4,
-        height=3.4,
-        aspect=1.4,
         facet_kws={"sharey": True},
     )
     unit = loss_unit(study)
     g.set_axis_labels("training step", f"validation loss ({unit})")
-    if col:
-        g.set_titles(col_template=f"{col} = {{col_name}}")
-    for ax in g.axes.flat:
-        ax.grid(alpha=0.3)
     ref = _reference_line(study, list(g.axes.flat))
     n_div = int((study.runs["status"] == "diverged").sum())
     div = f"; {n_div} diverged run(s) left out" if n_div else ""
     title = "Validation loss during training"
-    g.figure.suptitle(
-        f"{title} — {study.name}\n"
-        f"line: mean over seeds; {CI_BANDS} ({_counts(study, 'variant')}){div}",
-        y=1.0,
-        va="bottom",
-        fontsize=10,
-    )
-    path = out / "val_loss_curves.png"
-    _save(g, path)
+    key = f"line: mean over seeds; {CI_BANDS} ({seed_counts(study, 'variant')}){div}"
     caption = (
         f"{title} per variant. Line: mean over seeds; {CI_BANDS} "
         "(mean ± t·s/√n). The last point of a completed run is its full-split final loss, "
         "the number in the tables. Runs still running are included up to "
         f"their last evaluation{div}.{ref}"
     )
-    return FigureFile(path, title, caption)
+    return _finish(g, study, out, "val_loss_curves", title, key, caption)
 
 
-def final_val_loss(
-    study: StudyData, out: Path, metric: str = "final_val_loss"
-) -> FigureFile | None:
-    """Final validation loss per variant: point = mean, bars = 95% t-interval, dots = seeds."""
-    runs = study.runs
-    done = runs[(runs["status"] == "completed") & runs[metric].notna()]
-    if done.empty:
-        return None
-    df, orders = _labelled(done, study)
-    all_runs, _ = _labelled(runs, study)
-    x, hue = _layout(study)
-    order = orders[x]
-    # diverged counts in the tick labels: diverged runs are never averaged in
+def _diverged_ticks(all_runs: pd.DataFrame, x: str, hue: str | None, order: list) -> list[str]:
+    """Tick labels with the diverged count under each value: diverged runs are never averaged
+    in, so the figure says how many there were."""
     ticks = []
     for v in order:
         grp = all_runs[all_runs[x] == v]
@@ -254,33 +207,19 @@ def final_val_loss(
             if d:
                 notes.append(f"diverged {d}/{fin}" + (f" ({level})" if hue else ""))
         ticks.append("\n".join([str(v), *notes]))
-    n_hue = len(orders[hue]) if hue else 1
-    dodge = 0.8 * (n_hue - 1) / n_hue if hue else False
-    g = sns.catplot(
-        data=df,
-        kind="point",
-        x=x,
-        y=metric,
-        order=order,
-        hue=hue,
-        hue_order=orders.get(hue) if hue else None,
-        errorbar=t_errorbar,
-        capsize=0.12,
-        linestyle="none",
-        dodge=dodge,
-        markers="D",
-        height=4.0,
-        aspect=max(1.2, min(2.6, 0.45 * len(order) * max(1, n_hue / 2))),
-    )
-    ax = g.ax
-    # stripplot jitters with numpy's global RNG: seed it here so a rebuild draws the same dots
+    return ticks
+
+
+def _seed_dots(df: pd.DataFrame, x: str, y: str, orders: dict, hue: str | None, ax) -> None:
+    """One dot per seed over the means. stripplot jitters with numpy's global RNG: it is seeded
+    here (and restored after) so a rebuild draws the same dots."""
     state = np.random.get_state()
     np.random.seed(SEED)
     sns.stripplot(
         data=df,
         x=x,
-        y=metric,
-        order=order,
+        y=y,
+        order=orders[x],
         hue=hue,
         hue_order=orders.get(hue) if hue else None,
         dodge=bool(hue),
@@ -295,29 +234,83 @@ def final_val_loss(
         ax=ax,
     )
     np.random.set_state(state)
+
+
+def final_val_loss(
+    study: StudyData, out: Path, metric: str = "final_val_loss"
+) -> FigureFile | None:
+    """Final validation loss per variant: point = mean, bars = 95% t-interval, dots = seeds."""
+    runs = study.runs
+    done = runs[(runs["status"] == "completed") & runs[metric].notna()]
+    if done.empty:
+        return None
+    df, orders = labelled(done, study)
+    all_runs, _ = labelled(runs, study)
+    x, hue = display_columns(study)
+    order = orders[x]
+    n_hue = len(orders[hue]) if hue else 1
+    g = sns.catplot(
+        data=df,
+        kind="point",
+        x=x,
+        y=metric,
+        order=order,
+        hue=hue,
+        hue_order=orders.get(hue) if hue else None,
+        errorbar=t_errorbar,
+        capsize=0.12,
+        linestyle="none",
+        dodge=0.8 * (n_hue - 1) / n_hue if hue else False,
+        markers="D",
+        height=4.0,
+        aspect=max(1.2, min(2.6, 0.45 * len(order) * max(1, n_hue / 2))),
+    )
+    ax = g.ax
+    _seed_dots(df, x, metric, orders, hue, ax)
     ax.set_xticks(range(len(order)))
-    ax.set_xticklabels(ticks, rotation=30 if x == "variant" and len(order) > 4 else 0)
-    unit = loss_unit(study)
+    ax.set_xticklabels(
+        _diverged_ticks(all_runs, x, hue, order),
+        rotation=30 if x == "variant" and len(order) > 4 else 0,
+    )
     label = metric.replace("_", " ").replace("val", "validation")
-    ax.set_ylabel(f"{label} ({unit})")
+    ax.set_ylabel(f"{label} ({loss_unit(study)})")
     ax.set_xlabel(x)
     ax.grid(axis="y", alpha=0.3)
     ref = _reference_line(study, [ax])
     title = "Final validation loss per variant"
-    g.figure.suptitle(
-        f"{title} — {study.name}\ndiamond: mean over seeds; {CI_BARS}; dots: individual seeds",
-        y=1.0,
-        va="bottom",
-        fontsize=10,
-    )
-    path = out / "final_val_loss.png"
-    _save(g, path)
+    key = f"diamond: mean over seeds; {CI_BARS}; dots: individual seeds"
     caption = (
         f"{title} (completed runs). Diamond: mean over seeds; {CI_BARS} "
         "(mean ± t·s/√n); dots: individual seeds. Diverged runs are "
         f"not plotted; their count is under the tick label.{ref}"
     )
-    return FigureFile(path, title, caption)
+    return _finish(g, study, out, "final_val_loss", title, key, caption)
+
+
+def _heatmap_panel(ax, mean: pd.DataFrame, annot: pd.DataFrame, unit: str, lr_axis: str) -> None:
+    """One batch size × LR heatmap on ``ax``, its lowest mean outlined in red."""
+    sns.heatmap(
+        mean,
+        annot=annot.to_numpy(),
+        fmt="",
+        cmap="viridis_r",
+        ax=ax,
+        linewidths=0.5,
+        linecolor="white",
+        annot_kws={"fontsize": 8},
+        cbar_kws={"label": f"final val loss ({unit})"},
+    )
+    if mean.notna().any().any():  # outline the best cell
+        i, j = np.unravel_index(np.nanargmin(mean.to_numpy()), mean.shape)
+        ax.add_patch(plt.Rectangle((j, i), 1, 1, fill=False, edgecolor="red", lw=2.5))
+    ax.set_facecolor("0.85")
+    ax.set_ylabel("batch size (sequences)")
+    ax.set_xlabel(
+        "peak learning rate (optim.lr)"
+        if lr_axis == "optim.lr"
+        else "LR scaling rule (optim.lr_scaling)"
+    )
+    ax.tick_params(axis="y", rotation=0)
 
 
 def heatmap_batch_lr(
@@ -331,21 +324,7 @@ def heatmap_batch_lr(
     if lr_axis is None:
         return None
     runs = study.runs
-    others = [a for a in axes if a not in ("data.batch_size", lr_axis)]
-    if others:
-        contexts = [
-            (
-                ", ".join(
-                    f"{short_names(study.axes)[a]}={format_value(v)}"
-                    for a, v in zip(others, k, strict=True)
-                ),
-                g,
-            )
-            for k, g in runs.groupby(others, sort=True, dropna=False)
-            for k in [k if isinstance(k, tuple) else (k,)]
-        ]
-    else:
-        contexts = [("", runs)]
+    contexts = heatmap_panels(study, [a for a in axes if a not in ("data.batch_size", lr_axis)])
     rows = value_order(runs["data.batch_size"])
     cols = value_order(runs[lr_axis])
     n = len(contexts)
@@ -354,73 +333,21 @@ def heatmap_batch_lr(
     w = max(5.5, 1.4 * len(cols) + 2.8)
     h = max(3.6, 0.85 * len(rows) + 1.8)
     fig, axs = plt.subplots(nrows, ncols, figsize=(w * ncols, h * nrows), squeeze=False)
-    unit = loss_unit(study)
     for ax, (ctx, g) in zip(axs.flat, contexts, strict=False):
-        mean = pd.DataFrame(
-            np.nan, index=[format_value(r) for r in rows], columns=[format_value(c) for c in cols]
-        )
-        annot = pd.DataFrame("", index=mean.index, columns=mean.columns)
-        for r in rows:
-            for c in cols:
-                cell = g[(g["data.batch_size"] == r) & (g[lr_axis] == c)]
-                if cell.empty:
-                    annot.loc[format_value(r), format_value(c)] = "no run"
-                    continue
-                ok = cell.loc[cell["status"] == "completed", metric].dropna()
-                div = int((cell["status"] == "diverged").sum())
-                fin = int(cell["status"].isin(("completed", "diverged")).sum())
-                text = ""
-                if len(ok):
-                    mean.loc[format_value(r), format_value(c)] = ok.mean()
-                    text = f"{ok.mean():.3f}"
-                    if len(ok) > 1:
-                        text += f"\n±{ok.std(ddof=1):.3f}"
-                if div:
-                    text += f"\ndiverged {div}/{fin}" if text else f"diverged\n{div}/{fin}"
-                if not text:
-                    text = "no finished run"
-                annot.loc[format_value(r), format_value(c)] = text.strip()
-        sns.heatmap(
-            mean,
-            annot=annot.to_numpy(),
-            fmt="",
-            cmap="viridis_r",
-            ax=ax,
-            linewidths=0.5,
-            linecolor="white",
-            annot_kws={"fontsize": 8},
-            cbar_kws={"label": f"final val loss ({unit})"},
-        )
-        if mean.notna().any().any():  # outline the best cell
-            i, j = np.unravel_index(np.nanargmin(mean.to_numpy()), mean.shape)
-            ax.add_patch(plt.Rectangle((j, i), 1, 1, fill=False, edgecolor="red", lw=2.5))
-        ax.set_facecolor("0.85")
-        ax.set_ylabel("batch size (sequences)")
-        ax.set_xlabel(
-            "peak learning rate (optim.lr)"
-            if lr_axis == "optim.lr"
-            else "LR scaling rule (optim.lr_scaling)"
-        )
-        ax.tick_params(axis="y", rotation=0)
+        mean, annot = heatmap_cells(g, rows, cols, lr_axis, metric)
+        _heatmap_panel(ax, mean, annot, loss_unit(study), lr_axis)
         if ctx:
             ax.set_title(ctx, fontsize=9)
     for ax in list(axs.flat)[n:]:
         ax.set_visible(False)
     title = "Final validation loss over batch size × learning rate"
-    fig.suptitle(
-        f"{title} — {study.name}\ncell: mean over completed seeds ± std; red box: lowest; "
-        "grey: no completed run",
-        fontsize=10,
-    )
-    fig.tight_layout()
-    path = out / "heatmap_batch_lr.png"
-    _save(fig, path)
+    key = "cell: mean over completed seeds ± std; red box: lowest; grey: no completed run"
     caption = (
         f"{title}. Cell: mean final validation loss over completed seeds ± sample std "
         "(lower is better; red box: lowest mean); diverged seeds are counted in the cell, "
         "not averaged; grey cells have no completed run."
     )
-    return FigureFile(path, title, caption)
+    return _finish(fig, study, out, "heatmap_batch_lr", title, key, caption)
 
 
 def grad_norm_layers(study: StudyData, out: Path) -> FigureFile | None:
@@ -442,49 +369,36 @@ def grad_norm_layers(study: StudyData, out: Path) -> FigureFile | None:
     init_axes = [a for a in study.varying_axes if not a.startswith(STEP0_BLIND)]
     if step == 0:
         df = df.drop_duplicates(["seed", "layer", *init_axes])
-    df, orders = _labelled(df, study)
-    names = short_names(study.axes)
+    df, orders = labelled(df, study)
+    names = display_names(study.axes)
     hue = names[axis]
     blind = [a for a in study.varying_axes if a not in init_axes] if step == 0 else []
-    col = _context(df, study, [axis, *blind])
+    col = held_fixed_column(df, study, [axis, *blind])
     n_col = df[col].nunique() if col else 1
     df["seed "] = df["seed"].astype(str)
-    g = sns.relplot(
-        data=df,
-        kind="line",
+    g = _line_facets(
+        df,
         x="layer",
         y="value",
         hue=hue,
         hue_order=orders[hue],
+        col=col,
+        n_col=n_col,
+        aspect=1.3,
         units="seed ",
         estimator=None,
         marker="o",
         markersize=4,
         alpha=0.75,
-        col=col,
-        col_wrap=min(3, n_col) if col and n_col > 1 else None,
-        height=3.4,
-        aspect=1.3,
     )
     layers = sorted(df["layer"].unique())
     if len(layers) > 12:
         layers = layers[:: math.ceil(len(layers) / 12)]
     for ax in g.axes.flat:
         ax.set_xticks(layers)
-        ax.grid(alpha=0.3)
-    if col:
-        g.set_titles(col_template="{col_name}")
     when = "initialisation (step 0)" if step == 0 else f"step {step} (first logged)"
     g.set_axis_labels("layer index (0 = nearest the input)", "gradient L2 norm of the layer")
     title = f"Per-layer gradient norm at {when}"
-    g.figure.suptitle(
-        f"{title} — {study.name}\none line per seed",
-        y=1.0,
-        va="bottom",
-        fontsize=10,
-    )
-    path = out / "grad_norm_layers.png"
-    _save(g, path)
     caption = (
         f"{title}, by norm placement (cf. Xiong et al. 2020, Fig. 3: Post-LN's gradients are "
         "large near the output at init, Pre-LN's are not). Norms before clipping. One line "
@@ -496,35 +410,18 @@ def grad_norm_layers(study: StudyData, out: Path) -> FigureFile | None:
             else ""
         )
     )
-    return FigureFile(path, title, caption)
+    return _finish(g, study, out, "grad_norm_layers", title, "one line per seed", caption)
 
 
-def length_extrapolation(study: StudyData, out: Path) -> FigureFile | None:
-    """Validation loss vs evaluation length (multiples of the training length)."""
-    cols = study.length_columns
-    runs = study.runs
-    done = runs[runs["status"] == "completed"]
-    if not cols or done.empty:
-        return None
-    names = short_names(study.axes)
-    long = done.melt(
-        id_vars=[c for c in done.columns if c not in cols],
-        value_vars=cols,
-        var_name="col",
-        value_name="loss",
-    )
-    long["mult"] = long["col"].map(length_multiple)
-    df, orders = _labelled(long, study)
-    if "model.pos_encoding" in study.varying_axes:
-        hue = names["model.pos_encoding"]
-    else:
-        hue = _layout(study)[0]
-    # levels with no finite loss past 1x: say why in the legend
-    max_mult = max(length_multiple(c) for c in cols)
+def _without_long_evals(
+    df: pd.DataFrame, hue: str, levels: list[str], max_mult: float
+) -> tuple[dict[str, str], dict[str, str], int]:
+    """The hue levels with no finite loss past 1×, to say why in the legend: (level -> its
+    relabelled name, relabelled name -> why, how many of them are learned positions)."""
     relabel: dict[str, str] = {}
     why_na: dict[str, str] = {}
     n_learned_na = 0
-    for level in orders[hue]:
+    for level in levels:
         sub = df[df[hue] == level]
         past = sub[(sub["mult"] > 1) & sub["loss"].notna()]
         if len(sub) and past.empty and max_mult > 1:
@@ -534,47 +431,19 @@ def length_extrapolation(study: StudyData, out: Path) -> FigureFile | None:
                 "no positions past\nmax_seq_len" if learned else "not evaluated\npast 1×"
             )
             n_learned_na += int(learned)
-    df = df[df["loss"].notna()].copy()
-    if df.empty:
-        return None
-    hue_order = [relabel.get(v, v) for v in orders[hue]]
-    df[hue] = pd.Categorical(
-        df[hue].astype(str).map(lambda v: relabel.get(v, v)), categories=hue_order
-    )
-    col = _context(
-        df, study, ["model.pos_encoding"] if hue == names.get("model.pos_encoding") else []
-    )
-    if hue == "variant":
-        col = None
-    n_col = df[col].nunique() if col else 1
-    g = sns.relplot(
-        data=df,
-        kind="line",
-        x="mult",
-        y="loss",
-        hue=hue,
-        hue_order=hue_order,
-        style=hue,
-        style_order=hue_order,
-        markers=True,
-        dashes=False,
-        markersize=8,
-        col=col,
-        col_wrap=min(3, n_col) if col and n_col > 1 else None,
-        errorbar=t_errorbar,
-        height=3.4,
-        aspect=1.3,
-    )
-    if col:
-        g.set_titles(col_template="{col_name}")
-    mults = sorted({length_multiple(c) for c in cols})
+    return relabel, why_na, n_learned_na
+
+
+def _length_axes(
+    g, df: pd.DataFrame, hue: str, col: str | None, mults: list, why_na: dict[str, str]
+) -> None:
+    """Log₂ length axis ticked at the evaluated multiples; an arrow to each n/a level's lone
+    1× point, which is often hidden under another line's."""
     for ax in g.axes.flat:
         ax.set_xscale("log", base=2)
         ax.set_xticks(mults)
         ax.set_xticklabels([f"{v:g}×" for v in mults])
         ax.minorticks_off()
-        ax.grid(alpha=0.3)
-        # the n/a levels have only their 1x point, often hidden under another: point at it
         for level, why in why_na.items():
             sel = (df[hue] == level) & (df["mult"] == min(mults))
             if col:
@@ -590,18 +459,64 @@ def length_extrapolation(study: StudyData, out: Path) -> FigureFile | None:
                     arrowprops={"arrowstyle": "->", "lw": 0.8, "color": "0.3"},
                     color="0.25",
                 )
+
+
+def length_extrapolation(study: StudyData, out: Path) -> FigureFile | None:
+    """Validation loss vs evaluation length (multiples of the training length)."""
+    cols = study.length_columns
+    runs = study.runs
+    done = runs[runs["status"] == "completed"]
+    if not cols or done.empty:
+        return None
+    names = display_names(study.axes)
+    long = done.melt(
+        id_vars=[c for c in done.columns if c not in cols],
+        value_vars=cols,
+        var_name="col",
+        value_name="loss",
+    )
+    long["mult"] = long["col"].map(length_multiple)
+    df, orders = labelled(long, study)
+    if "model.pos_encoding" in study.varying_axes:
+        hue = names["model.pos_encoding"]
+    else:
+        hue = display_columns(study)[0]
+    max_mult = max(length_multiple(c) for c in cols)
+    relabel, why_na, n_learned_na = _without_long_evals(df, hue, orders[hue], max_mult)
+    df = df[df["loss"].notna()].copy()
+    if df.empty:
+        return None
+    hue_order = [relabel.get(v, v) for v in orders[hue]]
+    df[hue] = pd.Categorical(
+        df[hue].astype(str).map(lambda v: relabel.get(v, v)), categories=hue_order
+    )
+    col = held_fixed_column(
+        df, study, ["model.pos_encoding"] if hue == names.get("model.pos_encoding") else []
+    )
+    if hue == "variant":
+        col = None
+    n_col = df[col].nunique() if col else 1
+    g = _line_facets(
+        df,
+        x="mult",
+        y="loss",
+        hue=hue,
+        hue_order=hue_order,
+        col=col,
+        n_col=n_col,
+        aspect=1.3,
+        style=hue,
+        style_order=hue_order,
+        markers=True,
+        dashes=False,
+        markersize=8,
+        errorbar=t_errorbar,
+    )
+    _length_axes(g, df, hue, col, sorted({length_multiple(c) for c in cols}), why_na)
     seq = done["cfg.seq_len"].dropna()
     train_len = f"; trained at {int(seq.iloc[0])} tokens" if len(seq) and seq.nunique() == 1 else ""
     g.set_axis_labels("evaluation length (× training)", f"validation loss ({loss_unit(study)})")
     title = "Validation loss vs evaluation length"
-    g.figure.suptitle(
-        f"{title} — {study.name}{train_len}\nline: mean over seeds; {CI_BANDS}",
-        y=1.0,
-        va="bottom",
-        fontsize=10,
-    )
-    path = out / "length_extrapolation.png"
-    _save(g, path)
     note = (
         " Learned absolute positions have no embedding past max_seq_len, so they cannot be "
         "evaluated past 1× and have the 1× point only (n/a in the table)."
@@ -609,7 +524,10 @@ def length_extrapolation(study: StudyData, out: Path) -> FigureFile | None:
         else ""
     )
     caption = f"{title} (completed runs). Line: mean over seeds; {CI_BANDS}.{note}"
-    return FigureFile(path, title, caption)
+    key = f"line: mean over seeds; {CI_BANDS}"
+    return _finish(
+        g, study, out, "length_extrapolation", title, key, caption, after_title=train_len
+    )
 
 
 FIGURES = (

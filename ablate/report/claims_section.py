@@ -1,4 +1,9 @@
-"""The report's "Against the paper" lines and the LR-optimum table, from checked claims."""
+"""The report's claim sections: "Against the paper" (one line per checked claim with its numbers,
+the LR-optimum table, the hand-written commentary) and the ``--until-decided`` seed rounds.
+
+The claims are checked (verdicts computed) in :mod:`ablate.report.claim_checks`; this module
+only words them.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ import pandas as pd
 from ablate.report.claim_checks import INCONCLUSIVE, ClaimCheck
 from ablate.report.collect import StudyData
 from ablate.report.fit import lr_fit
-from ablate.report.stats import _num, _p, verdict
+from ablate.report.render import Block
+from ablate.report.verdicts import fmt_num, fmt_p, verdict
 
 
 def _where(check: ClaimCheck) -> str:
@@ -30,9 +36,10 @@ def numbers(check: ClaimCheck, unit: str) -> str:
             return check.detail or "fewer than 2 seeds with an optimum at every batch size"
         v = claim.value
         text = (
-            f"alpha = {_num(c.mean_a)} (95% CI [{_num(v + c.ci_lo)}, {_num(v + c.ci_hi)}] over "
-            f"{c.n_a} seeds; against {v:g}: {c.test}, {_p(c.p)}, Holm {_p(c.p_adj)}; "
-            f"TOST ±{_num(c.margin)}: Holm {_p(c.p_tost_adj, 'p')})"
+            f"alpha = {fmt_num(c.mean_a)} (95% CI [{fmt_num(v + c.ci_lo)}, "
+            f"{fmt_num(v + c.ci_hi)}] over {c.n_a} seeds; against {v:g}: {c.test}, "
+            f"{fmt_p(c.p)}, Holm {fmt_p(c.p_adj)}; "
+            f"TOST ±{fmt_num(c.margin)}: Holm {fmt_p(c.p_tost_adj, 'p')})"
         )
         return f"{text}; {check.detail}" if check.detail else text
     if claim.metric.endswith("@init"):  # a slope of gradient norms over layers, not a loss
@@ -90,6 +97,55 @@ def lr_table(study: StudyData) -> pd.DataFrame | None:
             }
         )
     return pd.DataFrame(rows)
+
+
+def against_the_paper(study: StudyData, checks: list, unit: str) -> list[Block]:
+    """Claims checked by the engine (computed now), then the hand-written commentary."""
+    if not checks and not study.findings:
+        return []
+    out = [Block("h2", "Against the paper")]
+    if checks:
+        out.append(
+            Block(
+                "p",
+                "Each claim from the study YAML, checked against the runs when this report was "
+                f"built (Holm-corrected with the comparisons below, margin ±"
+                f"{study.equivalence_margin:g} unless a claim sets its own):",
+            )
+        )
+        out.append(Block("ul", claim_items(checks, unit)))
+    table = lr_table(study)
+    if table is not None:
+        out.append(
+            Block(
+                "table",
+                table,
+                "Optimum LR per batch size: the vertex of a quadratic in log10(lr) fitted per "
+                "seed around the sweep's lowest loss; mean over seeds with its 95% t-interval. "
+                "An optimum at the edge of the sweep is not bracketed and gives no fit; "
+                "'per seed: k/n' counts the seeds whose own sweep brackets (and fits) it.",
+            )
+        )
+    if study.findings:
+        lead = "**Commentary** (hand-written): " if checks else ""
+        out.append(Block("p", lead + study.findings))
+    return out
+
+
+def extra_seeds_section(study: StudyData) -> list[Block]:
+    """Which variants ``ablate run --until-decided`` gave extra seeds, round by round."""
+    extra = extra_seed_items(study)
+    if not extra:
+        return []
+    return [
+        Block("h2", "Extra seeds (--until-decided)"),
+        Block(
+            "p",
+            "After the study's seeds, `ablate run --until-decided` added seeds only to the "
+            "variants of inconclusive comparisons or claims, re-analysing after each round:",
+        ),
+        Block("ul", extra),
+    ]
 
 
 def extra_seed_items(study: StudyData) -> list[str]:

@@ -1,0 +1,246 @@
+"""The report as a list of blocks, in its order: title, partial-results marker, description,
+against the paper, how to read, headline verdicts, extra seeds, tables, figures with captions,
+reproducibility and the list of runs. :mod:`ablate.report.render` writes the blocks out as
+Markdown and HTML.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ablate.report.claims_section import against_the_paper, extra_seeds_section
+from ablate.report.collect import StudyData, display_names, format_value, loss_unit, value_order
+from ablate.report.comparisons import Comparison
+from ablate.report.plots import FigureFile
+from ablate.report.render import Block
+from ablate.report.repro import environment_table, reproducibility_text
+from ablate.report.stats import ALPHA, SEED
+from ablate.report.tables import (
+    comparisons_table,
+    length_table,
+    reference_table,
+    runs_table,
+    variant_tables,
+    where_text,
+)
+from ablate.report.verdicts import Verdict, verdict
+from ablate.store import UNFINISHED_STATES
+
+
+def progress_line(study: StudyData) -> str | None:
+    """``'PARTIAL: 4 of 12 runs finished; 1 running, 2 pending'`` or None when all finished."""
+    c = study.status_counts()
+    present = sum(c.values())
+    total = max(present, study.expected_runs or 0)
+    finished = c["completed"] + c["diverged"]
+    if finished >= total:
+        return None
+    c["pending"] += total - present  # planned runs not in the store yet
+    rest = [f"{c[s]} {s}" for s in UNFINISHED_STATES if c[s]]
+    line = f"PARTIAL: {finished} of {total} runs finished; {', '.join(rest)}"
+    if c["failed"]:
+        line += " (re-run `ablate run` to retry failed runs)"
+    return line + ". Numbers below use the finished runs only."
+
+
+HOW_TO_READ = (
+    "**How to read this report.** Each number is the mean over seeds ± the sample standard "
+    "deviation, then the 95% t-interval over seeds [lo, hi] (mean ± t·s/√n); n is the number of "
+    "seeds behind it. Lower loss is better. Comparisons pair variants that differ in one axis "
+    "only, everything else fixed: a paired t-test on per-seed differences when both sides have "
+    "the same seeds (same data order), else Welch's t-test; the interval is the 95% t-interval "
+    "of the difference. p-values are Holm–Bonferroni corrected over every comparison and claim "
+    f"of the report and verdicts use the corrected p (α = {ALPHA:g}): *better*/*worse* when it "
+    "is below α, *equivalent within ±m* when the two one-sided tests (TOST) against the study's "
+    "equivalence margin m pass, otherwise *inconclusive*, with the seeds per variant that would "
+    "decide it at 80% power. Diverged runs are counted and reported, never averaged in. Figure "
+    "bands and bars are the same 95% t-intervals over seeds; the percentile bootstrap CI (seed "
+    f"{SEED}) is a secondary column only."
+)
+
+
+def _axes_line(study: StudyData) -> str:
+    parts = []
+    for a in study.axes:
+        vals = ", ".join(format_value(v) for v in value_order(study.runs[a]))
+        parts.append(f"`{a}` ({vals})" if a in study.varying_axes else f"`{a}` = {vals}")
+    n_var = study.runs["variant"].nunique()
+    seeds = study.runs.groupby("variant")["seed"].nunique()
+    seed_txt = (
+        f"{int(seeds.iloc[0])} seeds"
+        if seeds.nunique() == 1
+        else f"{seeds.min()}–{seeds.max()} seeds"
+    )
+    axes = "; axes: " + "; ".join(parts) if parts else ""
+    return (
+        f"{len(study.runs)} runs: {n_var} variant(s) × {seed_txt}{axes}. "
+        f"Compared metric: final validation loss ({loss_unit(study)}, from the final "
+        "evaluation after training)."
+    )
+
+
+_ORDER = {"better": 0, "worse": 0, "diverged": 1, "equivalent": 2, "inconclusive": 3, "too_few": 4}
+MAX_HEADLINES = 15
+
+
+def build_blocks(
+    study: StudyData,
+    comps: list[Comparison],
+    figures: list[FigureFile],
+    checks: list | None = None,
+) -> list[Block]:
+    """The whole report, section by section, in the order of this module's docstring."""
+    unit = loss_unit(study).split("/")[0]
+    verdicts = [(c, verdict(c, unit=unit, where=where_text(c, study))) for c in comps]
+    return [
+        *header_blocks(study),
+        *against_the_paper(study, checks or [], unit),
+        Block("p", HOW_TO_READ),
+        Block("p", _axes_line(study)),
+        *verdict_blocks(study, comps, verdicts),
+        *extra_seeds_section(study),
+        *variant_blocks(study),
+        *comparison_blocks(study, verdicts),
+        *figure_blocks(figures),
+        *reproducibility_blocks(study),
+        Block("h2", "Runs"),
+        Block("table", runs_table(study), "Every run in the store for this study."),
+    ]
+
+
+def header_blocks(study: StudyData) -> list[Block]:
+    """Title, the partial-results and stale-code notes, the study's description."""
+    blocks = [Block("h1", f"{study.name}: ablation report")]
+    partial = progress_line(study)
+    if partial:
+        blocks.append(Block("note", f"**{partial}**"))
+    from ablate.store.provenance import stale_note  # runs made by other model/training code
+
+    if stale := stale_note(study.path):
+        blocks.append(Block("note", f"**{stale}**"))
+    if study.description:
+        blocks.append(Block("p", study.description))
+    return blocks
+
+
+def verdict_blocks(
+    study: StudyData, comps: list[Comparison], verdicts: list[tuple[Comparison, Verdict]]
+) -> list[Block]:
+    """The headline verdicts, strongest first, and how many of each kind."""
+    names = display_names(study.axes)
+    blocks = [Block("h2", "Verdicts")]
+    if not verdicts:
+        why = "no axis varies" if not study.varying_axes else "no finished runs to compare yet"
+        blocks.append(Block("p", f"No comparisons: {why}."))
+        return blocks
+    ranked = sorted(verdicts, key=lambda cv: _ORDER[cv[1].kind])
+    shown = ranked[:MAX_HEADLINES]
+    items = [f"**{names.get(c.axis, c.axis)}**: {v.text}" for c, v in shown]
+    if len(ranked) > len(shown):
+        items.append(f"… {len(ranked) - len(shown)} more in the comparisons table below.")
+    for axis in study.varying_axes:
+        if not any(c.axis == axis for c in comps):
+            items.append(
+                f"**{names[axis]}**: no pair of finished runs differs in this axis alone "
+                "(its values never share the other axes' values), so no comparison."
+            )
+    blocks.append(Block("ul", items))
+    named = {"better": "with a winner", "worse": "with a winner", "too_few": "too few seeds"}
+    kinds = pd.Series([named.get(v.kind, v.kind) for _, v in verdicts]).value_counts()
+    blocks.append(
+        Block(
+            "p",
+            f"{len(verdicts)} comparison(s): "
+            + ", ".join(f"{int(n)} {k.replace('_', ' ')}" for k, n in kinds.items())
+            + ".",
+        )
+    )
+    return blocks
+
+
+def variant_blocks(study: StudyData) -> list[Block]:
+    """Quality and cost per variant; against the reference value and over evaluation lengths
+    when the study has them."""
+    quality, cost = variant_tables(study)
+    blocks = [
+        Block("h2", "Results per variant"),
+        Block(
+            "table",
+            quality,
+            "Validation quality per variant: mean ± std [95% t-CI over seeds]; n = completed "
+            "seeds behind the numbers; diverged runs counted (step of divergence), not averaged.",
+        ),
+        Block(
+            "table",
+            cost,
+            "Cost per variant over completed seeds: mean ± std [95% t-CI over seeds]; "
+            "params: per run (the same for every seed).",
+        ),
+    ]
+    if study.reference is not None:
+        ref = study.reference
+        blocks.append(Block("h2", f"Against the reference value ({ref.label}: {ref.value:g})"))
+        blocks.append(
+            Block(
+                "table",
+                reference_table(study),
+                f"Final validation loss per variant minus the reference {ref.value:g} "
+                f"({ref.label}): difference with its 95% t-interval over seeds and the "
+                "two-sided one-sample t-test (scipy.stats.ttest_1samp); negative = below the "
+                "reference. 'not distinguishable' when the interval includes 0.",
+            )
+        )
+    lengths = length_table(study)
+    if lengths is not None:
+        blocks.append(Block("h2", "Length extrapolation"))
+        blocks.append(
+            Block(
+                "table",
+                lengths,
+                "Validation loss when evaluated at multiples of the training length: mean ± std "
+                "[95% t-CI over seeds]. Learned absolute positions have no embedding past "
+                "max_seq_len, so they cannot be evaluated there (n/a).",
+            )
+        )
+    return blocks
+
+
+def comparison_blocks(study: StudyData, verdicts: list[tuple[Comparison, Verdict]]) -> list[Block]:
+    """Every comparison with its numbers (none when nothing could be compared)."""
+    if not verdicts:
+        return []
+    return [
+        Block("h2", "Comparisons"),
+        Block(
+            "table",
+            comparisons_table(verdicts, study),
+            "Each axis, every pair of its values, all other axes held fixed. a − b: "
+            "difference of mean final validation loss (negative = a better) with its 95% "
+            "t-interval (paired t on per-seed differences when both sides have the same "
+            "seeds, else Welch); p raw and Holm-corrected over all comparisons and claims; "
+            "TOST: equivalence within the margin; the percentile bootstrap CI (9999 "
+            f"resamples, seed {SEED}) is secondary and too narrow at few seeds.",
+        ),
+    ]
+
+
+def figure_blocks(figures: list[FigureFile]) -> list[Block]:
+    if not figures:
+        return []
+    return [Block("h2", "Figures"), *(Block("fig", f, f.caption) for f in figures)]
+
+
+def reproducibility_blocks(study: StudyData) -> list[Block]:
+    """How to rebuild the runs, and where they trained."""
+    blocks = [Block("h2", "Reproducibility"), Block("p", reproducibility_text(study))]
+    env = environment_table(study)
+    if env is not None:
+        blocks.append(
+            Block(
+                "table",
+                env,
+                "Where the runs trained: library versions, device, torch threads and how many "
+                "runs trained at once (workers); float results can differ across these.",
+            )
+        )
+    return blocks

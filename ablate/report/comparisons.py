@@ -1,0 +1,246 @@
+"""Two groups of runs on one metric: a :class:`Comparison` with its paired or Welch test,
+TOST and bootstrap CI (:func:`compare`), Holm-adjusted over a report (:func:`adjust`), and every
+one-axis comparison of a study's runs table (:func:`axis_comparisons`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ablate.report.collect import format_value, value_order
+from ablate.report.stats import (
+    SEED,
+    bootstrap_diff_ci,
+    finite,
+    holm,
+    paired_t,
+    tost,
+    welch_diff,
+)
+
+FINISHED = ("completed", "diverged")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two groups of runs (e.g. ``pre`` vs ``post``) on one metric, with diverged runs counted."""
+
+    label_a: str
+    label_b: str
+    a: tuple[float, ...]
+    """Finite metric values of the finished, non-diverged runs of group a."""
+    b: tuple[float, ...]
+    diverged_a: int = 0
+    diverged_b: int = 0
+    diff: float = math.nan
+    """mean(a) - mean(b) (paired: mean of the per-seed differences, the same number)."""
+    ci_lo: float = math.nan
+    """95% t-interval of the difference (paired or Welch–Satterthwaite): the headline CI."""
+    ci_hi: float = math.nan
+    t: float = math.nan
+    df: float = math.nan
+    p: float = math.nan
+    axis: str = ""
+    context: dict[str, Any] = field(default_factory=dict)
+    """The other axes, held fixed, for an axis comparison."""
+    test: str = ""
+    """``paired t`` or ``Welch t``."""
+    sd: float = math.nan
+    margin: float = 0.01
+    """Equivalence margin (± this, in the metric's unit)."""
+    p_tost: float = math.nan
+    p_adj: float = math.nan
+    """Holm-adjusted p over every comparison of the report (set by :func:`adjust`)."""
+    p_tost_adj: float = math.nan
+    family: int = 1
+    """How many comparisons the Holm correction ran over."""
+    boot_lo: float = math.nan
+    """Percentile bootstrap CI (secondary, labelled as such)."""
+    boot_hi: float = math.nan
+    key: tuple = ()
+    """Identity of the two groups (their run ids), so one comparison is counted once."""
+
+    @property
+    def n_a(self) -> int:
+        return len(self.a)
+
+    @property
+    def n_b(self) -> int:
+        return len(self.b)
+
+    @property
+    def total_a(self) -> int:
+        return self.n_a + self.diverged_a
+
+    @property
+    def total_b(self) -> int:
+        return self.n_b + self.diverged_b
+
+    @property
+    def mean_a(self) -> float:
+        return float(np.mean(self.a)) if self.a else math.nan
+
+    @property
+    def mean_b(self) -> float:
+        return float(np.mean(self.b)) if self.b else math.nan
+
+    @property
+    def paired(self) -> bool:
+        return self.test == "paired t"
+
+
+def _pairable(
+    x: Sequence[float], y: Sequence[float], sx: Sequence[Any] | None, sy: Sequence[Any] | None
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Values of a and b aligned by seed, when both arms have exactly the same finite seeds."""
+    if sx is None or sy is None or len(sx) != len(x) or len(sy) != len(y):
+        return None
+    da = {s: v for s, v in zip(sx, x, strict=True) if v is not None and math.isfinite(v)}
+    db = {s: v for s, v in zip(sy, y, strict=True) if v is not None and math.isfinite(v)}
+    if len(da) < 2 or set(da) != set(db) or len(da) != len(finite(x)):
+        return None
+    seeds = sorted(da, key=str)
+    return np.array([da[s] for s in seeds]), np.array([db[s] for s in seeds])
+
+
+def compare(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    label_a: str = "a",
+    label_b: str = "b",
+    seeds_a: Sequence[Any] | None = None,
+    seeds_b: Sequence[Any] | None = None,
+    diverged_a: int = 0,
+    diverged_b: int = 0,
+    margin: float = 0.01,
+    seed: int = SEED,
+    axis: str = "",
+    context: dict[str, Any] | None = None,
+    key: tuple = (),
+) -> Comparison:
+    """``mean(a) - mean(b)``: a paired t-test and interval when both arms have the same finite
+    seeds (``seeds_a``/``seeds_b`` give each value's seed), else Welch; TOST at ``±margin``;
+    and the percentile bootstrap CI as a secondary number. p_adj is filled by :func:`adjust`."""
+    pairs = _pairable(a, b, seeds_a, seeds_b)
+    x, y = finite(a), finite(b)
+    if pairs is not None:
+        x, y = pairs
+        res = paired_t(x, y)
+    else:
+        res = welch_diff(x, y)
+    _, blo, bhi = bootstrap_diff_ci(x, y, seed=seed)
+    p_tost = tost(x, y, margin, pairs is not None)
+    return Comparison(
+        label_a=label_a,
+        label_b=label_b,
+        a=tuple(float(v) for v in x),
+        b=tuple(float(v) for v in y),
+        diverged_a=diverged_a,
+        diverged_b=diverged_b,
+        diff=res.diff,
+        ci_lo=res.lo,
+        ci_hi=res.hi,
+        t=res.t,
+        df=res.df,
+        p=res.p,
+        axis=axis,
+        context=dict(context or {}),
+        test=res.test,
+        sd=res.sd,
+        margin=margin,
+        p_tost=p_tost,
+        p_adj=res.p,
+        p_tost_adj=p_tost,
+        boot_lo=blo,
+        boot_hi=bhi,
+        key=key,
+    )
+
+
+def adjust(comps: Sequence[Comparison]) -> list[Comparison]:
+    """Holm-adjust the difference p-values and, separately, the TOST p-values over ``comps``
+    (one family: every comparison of a report). Returns new comparisons."""
+    p_adj = holm([c.p for c in comps])
+    t_adj = holm([c.p_tost for c in comps])
+    k = sum(1 for c in comps if math.isfinite(c.p))
+    return [
+        replace(c, p_adj=pa, p_tost_adj=ta, family=max(k, 1))
+        for c, pa, ta in zip(comps, p_adj, t_adj, strict=True)
+    ]
+
+
+def compare_groups(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, **kwargs: Any) -> Comparison:
+    """:func:`compare` on two groups of runs of the runs table: completed runs give the values
+    (with their seeds, so equal seed sets are paired), diverged runs are counted, and the run
+    ids identify the comparison (``key``)."""
+    da, db = ga[ga["status"] == "completed"], gb[gb["status"] == "completed"]
+    return compare(
+        pd.to_numeric(da[metric], errors="coerce").tolist() if metric in da else [],
+        pd.to_numeric(db[metric], errors="coerce").tolist() if metric in db else [],
+        seeds_a=da["seed"].tolist(),
+        seeds_b=db["seed"].tolist(),
+        diverged_a=int((ga["status"] == "diverged").sum()),
+        diverged_b=int((gb["status"] == "diverged").sum()),
+        key=(metric, tuple(sorted(map(str, ga["run_id"]))), tuple(sorted(map(str, gb["run_id"])))),
+        **kwargs,
+    )
+
+
+def axis_comparisons(
+    runs: pd.DataFrame,
+    axes: list[str],
+    metric: str = "final_val_loss",
+    seed: int = SEED,
+    margin: float = 0.01,
+) -> list[Comparison]:
+    """For each axis, every pair of its values with all other axes held fixed.
+
+    Runs are matched on the other axes (the "context"); within a context, the finished runs
+    (``completed`` or ``diverged``) of value ``v_i`` are compared with those of ``v_j``:
+    completed runs give the metric values, diverged ones are counted. Runs still running,
+    failed or pending are left out.
+    """
+    done = runs[runs["status"].isin(FINISHED)]
+    out: list[Comparison] = []
+    for axis in axes:
+        values = value_order(runs[axis])
+        if len(values) < 2:
+            continue
+        others = [a for a in axes if a != axis]
+        groups = done.groupby(others, sort=False, dropna=False) if others else [((), done)]
+        contexts = []
+        for key, g in groups:
+            key = key if isinstance(key, tuple) else (key,)
+            contexts.append((dict(zip(others, key, strict=True)), g))
+        for other in others:  # contexts in axis-value order
+            order = {v: i for i, v in enumerate(value_order(runs[other]))}
+            contexts.sort(key=lambda cg, o=other, od=order: od.get(cg[0][o], len(od)))
+        for ctx, g in contexts:
+            present = [
+                v for v in values if (g[axis] == v).any() or (v is None and g[axis].isna().any())
+            ]
+            for va, vb in combinations(present, 2):
+                ga = g[g[axis] == va] if va is not None else g[g[axis].isna()]
+                gb = g[g[axis] == vb] if vb is not None else g[g[axis].isna()]
+                out.append(
+                    compare_groups(
+                        ga,
+                        gb,
+                        metric,
+                        label_a=format_value(va),
+                        label_b=format_value(vb),
+                        margin=margin,
+                        seed=seed,
+                        axis=axis,
+                        context=ctx,
+                    )
+                )
+    return out

@@ -1,0 +1,126 @@
+"""Plain-language verdicts on a :class:`~ablate.report.comparisons.Comparison`: better, worse,
+equivalent within the margin, inconclusive (with the seeds that would decide it), diverged or
+too few seeds, from the Holm-adjusted p-values; and the number formats those sentences use.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ablate.report.comparisons import Comparison
+from ablate.report.stats import ALPHA, seeds_needed
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str
+    """``better`` / ``worse`` (a against b), ``equivalent`` (within ±margin), ``inconclusive``,
+    ``diverged``, ``too_few`` (fewer than 2 finite seeds on a side)."""
+    winner: str | None
+    text: str
+    seeds_needed: int | None = None
+    """For an inconclusive comparison: seeds per variant for 80% power (else None)."""
+
+
+def fmt_num(x: float) -> str:
+    """Three significant digits, ``'nan'`` when not finite, and never ``'-0'``."""
+    if not math.isfinite(x):
+        return "nan"
+    s = f"{x:.3g}"
+    return "0" if s in ("-0", "0") else s
+
+
+def fmt_p(p: float, name: str = "p") -> str:
+    """``'p=0.012'``, ``'p<0.001'``, or ``'p n/a'`` when there was no test."""
+    if not math.isfinite(p):
+        return f"{name} n/a"
+    return f"{name}<0.001" if p < 0.001 else f"{name}={p:.2g}"
+
+
+def _seeds(c: Comparison) -> str:
+    if c.n_a == c.n_b:
+        return f"n={c.n_a} seed{'s' if c.n_a != 1 else ''}"
+    return f"n={c.n_a} vs {c.n_b} seeds"
+
+
+def _diverged(c: Comparison, tail: str) -> Verdict | None:
+    a, b = c.label_a, c.label_b
+    all_a = c.total_a > 0 and c.diverged_a == c.total_a
+    all_b = c.total_b > 0 and c.diverged_b == c.total_b
+    if all_a and all_b:
+        text = (
+            f"both diverged: {a} in {c.diverged_a}/{c.total_a} and "
+            f"{b} in {c.diverged_b}/{c.total_b} seeds{tail}"
+        )
+        return Verdict("diverged", None, text)
+    if all_a or all_b:
+        loser, winner = (a, b) if all_a else (b, a)
+        d, tot = (c.diverged_a, c.total_a) if all_a else (c.diverged_b, c.total_b)
+        wd, wtot = (c.diverged_b, c.total_b) if all_a else (c.diverged_a, c.total_a)
+        text = f"{loser} diverged in {d}/{tot} seeds ({winner}: {wd}/{wtot}){tail}"
+        return Verdict("diverged", winner, text)
+    return None
+
+
+def verdict(
+    c: Comparison,
+    *,
+    unit: str = "nats",
+    lower_is_better: bool = True,
+    alpha: float = ALPHA,
+    where: str = "",
+) -> Verdict:
+    """better / worse / equivalent within ±margin / inconclusive, from the Holm-adjusted p.
+
+    Rules, in order: a side that diverged in every seed loses (both: no winner); fewer than 2
+    finite seeds on a side: no test; Holm-adjusted ``p < alpha``: the side with the better mean
+    wins, quoted with the 95% t-interval of its advantage; Holm-adjusted TOST ``p < alpha``:
+    equivalent within ±margin; otherwise inconclusive, with the seeds per variant that would
+    decide it with 80% power at the corrected level (``alpha / family``, Holm's first step).
+    Partial divergence is appended; ``where`` names what was held fixed.
+    """
+    a, b = c.label_a, c.label_b
+    tail = f" {where}" if where else ""
+    parts = [
+        f"{lab} diverged in {d}/{tot} seeds"
+        for lab, d, tot in ((a, c.diverged_a, c.total_a), (b, c.diverged_b, c.total_b))
+        if d
+    ]
+    div_note = "; " + " and ".join(parts) + " (not averaged)" if parts else ""
+    dv = _diverged(c, tail)
+    if dv is not None:
+        return dv
+    if c.n_a < 2 or c.n_b < 2:
+        text = (
+            f"{a} vs {b}{tail}: too few finite seeds to test ({_seeds(c)}; need at least 2 "
+            f"each){div_note}"
+        )
+        return Verdict("too_few", None, text)
+    test = f"{c.test}, {fmt_p(c.p)}, Holm {fmt_p(c.p_adj)}"
+    m = f"±{fmt_num(c.margin)} {unit}"
+    if math.isfinite(c.p_adj) and c.p_adj < alpha:
+        a_better = (c.diff < 0) if lower_is_better else (c.diff > 0)
+        winner, loser = (a, b) if a_better else (b, a)
+        flip = a_better == lower_is_better  # CI of the winner's advantage: positive
+        lo, hi = (-c.ci_hi, -c.ci_lo) if flip else (c.ci_lo, c.ci_hi)
+        small = f"; the difference is within {m}" if abs(c.diff) < c.margin else ""
+        text = (
+            f"{winner} beats {loser} by {fmt_num(abs(c.diff))} {unit} "
+            f"(95% CI [{fmt_num(lo)}, {fmt_num(hi)}], {test}, {_seeds(c)}){tail}{small}{div_note}"
+        )
+        return Verdict("better" if a_better else "worse", winner, text)
+    ci = f"95% CI [{fmt_num(c.ci_lo)}, {fmt_num(c.ci_hi)}]"
+    if math.isfinite(c.p_tost_adj) and c.p_tost_adj < alpha:
+        text = (
+            f"{a} ≈ {b}{tail}: equivalent within {m}: difference {fmt_num(c.diff)} ({ci}, "
+            f"TOST Holm {fmt_p(c.p_tost_adj)}, {_seeds(c)}){div_note}"
+        )
+        return Verdict("equivalent", None, text)
+    need = seeds_needed(c.diff, c.sd, c.margin, paired=c.paired, alpha=alpha / c.family)
+    more = f"≈{need} seeds per variant would decide it" if need else "add seeds"
+    text = (
+        f"{a} vs {b}{tail}: inconclusive at {_seeds(c)}: difference {fmt_num(c.diff)} {unit} "
+        f"({ci}, {test}; not within {m} by TOST); {more}{div_note}"
+    )
+    return Verdict("inconclusive", None, text, need)
