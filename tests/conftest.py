@@ -1,5 +1,5 @@
-"""What every test module shares: the test environment, and the tiny studies that the
-runner, fault and executor tests train (fixtures, so no test module imports another)."""
+"""What every test module shares: the test environment, and the tiny runs and studies that the
+runner, fault, executor and training tests train (fixtures, so no test module imports another)."""
 
 import copy
 import os
@@ -47,6 +47,34 @@ def wandb_logger():
         )
 
     return make
+
+
+# --- one tiny run, as flat overrides for build_config (test_train.py, test_accel.py) -----------
+
+_TINY_RUN = {
+    "model.d_model": 32,
+    "model.n_layers": 1,
+    "model.n_heads": 2,
+    "model.max_seq_len": 32,
+    "data.seq_len": 32,
+    "data.batch_size": 8,
+    "train.max_steps": 20,
+    "train.eval_interval": 10,
+    "train.eval_batches": 2,
+    "train.final_eval_batches": 4,
+    "train.log_interval": 5,
+    "train.grad_norm_interval": 10,
+    "train.checkpoint_interval": 10,
+    "train.threads": 1,
+    "train.progress": False,
+    "tracking.wandb": False,
+}
+
+
+@pytest.fixture
+def tiny_run() -> dict:
+    """A 20-step run of a one-layer model on tiny shakespeare, in seconds on one CPU thread."""
+    return dict(_TINY_RUN)
 
 
 # --- tiny studies: a base config, a word corpus, the study YAML (runner, faults, executors) ----
