@@ -19,24 +19,13 @@ from ablate.study import load_study
 from ablate.training.lit import LitLM, lm_loss
 from ablate.training.train import attn_context, train_run
 
-TINY = {
-    "model.d_model": 32,
-    "model.n_layers": 1,
-    "model.n_heads": 2,
-    "model.max_seq_len": 32,
-    "data.seq_len": 32,
-    "data.batch_size": 8,
-    "train.max_steps": 20,
-    "train.eval_interval": 10,
-    "train.eval_batches": 2,
-    "train.final_eval_batches": 4,
-    "train.log_interval": 5,
-    "train.grad_norm_interval": 5,
-    "train.checkpoint_interval": 10,
-    "train.threads": 1,
-    "train.progress": False,
-    "tracking.wandb": False,
-}
+
+@pytest.fixture
+def tiny_run(tiny_run):
+    """conftest's tiny run, its gradient norm logged every 5 steps."""
+    return {**tiny_run, "train.grad_norm_interval": 5}
+
+
 KERNELS = {
     "flash": SDPBackend.FLASH_ATTENTION,
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
@@ -71,8 +60,8 @@ def test_cpu_rule_matches_what_sdpa_runs(backend, pos, precision):
 
 
 @pytest.mark.parametrize("pos", ["sinusoidal", "learned", "rope", "alibi", "none"])
-def test_auto_picks_a_kernel_that_runs_every_encoding(pos):
-    cfg = build_config({**TINY, "model.pos_encoding": pos, "train.attn_backend": "auto"})
+def test_auto_picks_a_kernel_that_runs_every_encoding(pos, tiny_run):
+    cfg = build_config({**tiny_run, "model.pos_encoding": pos, "train.attn_backend": "auto"})
     picked = pick_backend("auto", "cpu", precision="32-true", attn_bias=pos == "alibi", head_dim=16)
     assert picked == ("math" if pos == "alibi" else "flash")
     model = build_model(cfg.model, 65)
@@ -102,20 +91,22 @@ def test_auto_on_cuda_prefers_flash_then_efficient():
         ({"train.precision": "32-true", "train.accelerator": "auto"}, "fp16/bf16"),
     ],
 )
-def test_impossible_flash_configs_are_rejected_in_one_line(overrides, why):
+def test_impossible_flash_configs_are_rejected_in_one_line(overrides, why, tiny_run):
     with pytest.raises(ConfigError) as err:
-        build_config({**TINY, "train.attn_backend": "flash", **overrides})
+        build_config({**tiny_run, "train.attn_backend": "flash", **overrides})
     msg = str(err.value)
     assert "train.attn_backend=flash" in msg and why in msg and "\n" not in msg
 
 
-def test_possible_kernel_configs_are_accepted():
-    build_config({**TINY, "train.attn_backend": "flash", "train.precision": "32-true"})  # CPU
+def test_possible_kernel_configs_are_accepted(tiny_run):
+    build_config({**tiny_run, "train.attn_backend": "flash", "train.precision": "32-true"})  # CPU
     gpu = {"train.accelerator": "gpu", "train.precision": "bf16-mixed"}
-    build_config({**TINY, **gpu, "train.attn_backend": "flash"})
-    build_config({**TINY, **gpu, "train.attn_backend": "efficient", "model.pos_encoding": "alibi"})
+    build_config({**tiny_run, **gpu, "train.attn_backend": "flash"})
+    build_config(
+        {**tiny_run, **gpu, "train.attn_backend": "efficient", "model.pos_encoding": "alibi"}
+    )
     for pos in ("alibi", "rope"):  # auto always finds a kernel
-        build_config({**TINY, **gpu, "train.attn_backend": "auto", "model.pos_encoding": pos})
+        build_config({**tiny_run, **gpu, "train.attn_backend": "auto", "model.pos_encoding": pos})
     assert (  # the LSTM has no attention
         attn_backend_problem(
             "flash",
@@ -128,7 +119,7 @@ def test_possible_kernel_configs_are_accepted():
         is None
     )
     with pytest.raises(ConfigError, match="exists on CUDA only"):
-        build_config({**TINY, "train.attn_backend": "efficient"})
+        build_config({**tiny_run, "train.attn_backend": "efficient"})
 
 
 def test_study_plan_rejects_flash_with_alibi_naming_the_key():
@@ -140,25 +131,25 @@ def test_study_plan_rejects_flash_with_alibi_naming_the_key():
 # --- bf16 autocast on the CPU -----------------------------------------------------------------
 
 
-def test_bf16_mixed_trains_on_cpu_close_to_fp32(tmp_path):
+def test_bf16_mixed_trains_on_cpu_close_to_fp32(tmp_path, tiny_run):
     store = RunStore(tmp_path)
     got = {}
     for precision in ("32-true", "bf16-mixed"):
-        cfg = build_config({**TINY, "train.precision": precision, "optim.lr": 3e-3})
+        cfg = build_config({**tiny_run, "train.precision": precision, "optim.lr": 3e-3})
         got[precision] = train_run(cfg, store.run("t", cfg.run_id()))
     fp32, bf16 = got["32-true"], got["bf16-mixed"]
     assert bf16["status"] == "completed" and fp32["status"] == "completed"
     assert bf16["final_val_loss"] < 3.9  # learned something (uniform: ln 65 = 4.17)
     assert bf16["final_val_loss"] == pytest.approx(fp32["final_val_loss"], abs=0.05)
     rows = store.run(
-        "t", build_config({**TINY, "train.precision": "bf16-mixed", "optim.lr": 3e-3}).run_id()
+        "t", build_config({**tiny_run, "train.precision": "bf16-mixed", "optim.lr": 3e-3}).run_id()
     ).read_metrics()
     names = {m for _, m, _ in rows}
     assert {"train/loss", "grad_norm/global", "val/loss"} <= names
 
 
-def test_metrics_stay_fp32_under_bf16_autocast():
-    cfg = build_config({**TINY, "train.precision": "bf16-mixed"})
+def test_metrics_stay_fp32_under_bf16_autocast(tiny_run):
+    cfg = build_config({**tiny_run, "train.precision": "bf16-mixed"})
     lit = LitLM(cfg, 65)
     x, y = torch.randint(0, 65, (2, 32)), torch.randint(0, 65, (2, 32))
     with torch.autocast("cpu", torch.bfloat16):
@@ -170,7 +161,7 @@ def test_metrics_stay_fp32_under_bf16_autocast():
     assert norms and all(v.dtype == torch.float32 for v in norms.values())
 
 
-def test_nan_in_bf16_activations_is_caught_as_divergence(tmp_path, monkeypatch):
+def test_nan_in_bf16_activations_is_caught_as_divergence(tmp_path, monkeypatch, tiny_run):
     real_build = ablate.training.lit.build_model
     seen = {"calls": 0, "dtypes": set()}
 
@@ -189,27 +180,27 @@ def test_nan_in_bf16_activations_is_caught_as_divergence(tmp_path, monkeypatch):
         return model
 
     monkeypatch.setattr(ablate.training.lit, "build_model", poisoned_build)
-    cfg = build_config({**TINY, "train.precision": "bf16-mixed", "train.eval_interval": 100})
+    cfg = build_config({**tiny_run, "train.precision": "bf16-mixed", "train.eval_interval": 100})
     summary = train_run(cfg, RunStore(tmp_path).run("t", cfg.run_id()))
     assert torch.bfloat16 in seen["dtypes"]  # the NaN was planted in a bf16 tensor
     assert summary["status"] == "diverged" and summary["diverged_step"] == 7
 
 
-def test_fused_adamw_with_clipping_under_bf16(tmp_path):
+def test_fused_adamw_with_clipping_under_bf16(tmp_path, tiny_run):
     """Every GPU run (fused AdamW by default, clipping 1.0, bf16-mixed) crashed on its first
     step in Lightning's clipping; the fused kernel also runs on the CPU, so this catches it."""
     cfg = build_config(
-        {**TINY, "train.precision": "bf16-mixed", "optim.fused": True, "optim.grad_clip": 1.0}
+        {**tiny_run, "train.precision": "bf16-mixed", "optim.fused": True, "optim.grad_clip": 1.0}
     )
     summary = train_run(cfg, RunStore(tmp_path).run("t", cfg.run_id()))
     assert summary["status"] == "completed", summary.get("error")
 
 
-def test_clipping_hook_equals_clip_grad_norm():
+def test_clipping_hook_equals_clip_grad_norm(tiny_run):
     """Our clipping hook against torch's clip_grad_norm_ on a copy with the same gradients."""
     import copy
 
-    lit = LitLM(build_config(TINY), 65)
+    lit = LitLM(build_config(tiny_run), 65)
     x, y = torch.randint(0, 65, (2, 32)), torch.randint(0, 65, (2, 32))
     lm_loss(lit.model(x), y).backward()
     ref = copy.deepcopy(lit.model)
@@ -226,8 +217,8 @@ def test_clipping_hook_equals_clip_grad_norm():
 
 
 @pytest.mark.slow
-def test_compiled_model_gives_the_eager_logits_and_keeps_its_keys():
-    cfg = build_config(TINY)
+def test_compiled_model_gives_the_eager_logits_and_keeps_its_keys(tiny_run):
+    cfg = build_config(tiny_run)
     torch.manual_seed(0)
     model = build_model(cfg.model, 65)
     x = torch.randint(0, 65, (2, 32))
@@ -248,9 +239,9 @@ def _copy_last(src, dst, rename=None):
 
 
 @pytest.mark.slow
-def test_checkpoints_move_between_compiled_and_eager_runs(tmp_path):
+def test_checkpoints_move_between_compiled_and_eager_runs(tmp_path, tiny_run):
     store = RunStore(tmp_path)
-    base = {**TINY, "train.checkpoint_interval": 2, "train.eval_interval": 100}
+    base = {**tiny_run, "train.checkpoint_interval": 2, "train.eval_interval": 100}
     eager2 = build_config({**base, "train.max_steps": 2})
     compiled4 = build_config({**base, "train.max_steps": 4, "train.compile": True})
     eager6 = build_config({**base, "train.max_steps": 6})

@@ -126,7 +126,7 @@ def test_each_pool_worker_takes_its_own_slot():
     assert sorted(seen.values()) == ["4", "7"]  # two workers, one per GPU
 
 
-def test_a_killed_worker_does_not_stop_the_study(tmp_path):
+def test_a_killed_worker_does_not_stop_the_study(tmp_path, tiny_base):
     """kill -9 of a pool worker mid-run: its run is re-queued in a fresh pool and, its owner's
     pid being gone, takes the lease over at once (no grace period) and completes."""
     import glob
@@ -138,12 +138,9 @@ def test_a_killed_worker_does_not_stop_the_study(tmp_path):
     import time
 
     import yaml
-    from test_runner import TINY_BASE
 
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("the king shall not love my lord thee good queen\n" * 400)
-    base = json.loads(json.dumps(TINY_BASE))
-    base["data"]["dataset"] = str(corpus)
+    base = tiny_base
+    base["data"]["dataset"] = str(_corpus(tmp_path, 400))
     base["train"].update(max_steps=100, log_interval=5, eval_interval=50)
     study = tmp_path / "s.yaml"
     grid = {"model.activation": ["relu", "gelu"]}
@@ -227,7 +224,7 @@ def test_a_pool_that_keeps_breaking_stops_with_one_line(monkeypatch, tmp_path):
     assert "Resume with" in result.output
 
 
-def _corpus(folder):
+def _corpus(folder, lines=200):
     path = folder / "corpus.txt"
-    path.write_text("the king shall not love my lord thee good queen\n" * 200)
+    path.write_text("the king shall not love my lord thee good queen\n" * lines)
     return path

@@ -4,16 +4,12 @@ import os
 import time
 
 import pytest
-import test_runner
-from executor_checks import assert_same_as_local, interrupt_first_run_at_step_12
 
 from ablate.config import ConfigError, RunConfig
 from ablate.execution.executors import ExecutorOptions
 from ablate.execution.runner import run_study
 
-# the tiny study fixtures of test_runner.py (fixtures are found by name in this module)
-corpus, make_study = test_runner.corpus, test_runner.make_study
-_no_wandb_by_default = test_runner._no_wandb_by_default
+pytestmark = pytest.mark.usefixtures("no_wandb")  # make_study and the executor checks: conftest
 
 ray = pytest.importorskip("ray", reason='pip install "ablate[ray]"')
 
@@ -64,11 +60,11 @@ def test_four_runs_at_a_quarter_gpu_share_one_gpu_at_once(local_ray, tmp_path):
 
 
 def test_a_study_trains_through_ray_like_it_does_locally(
-    local_ray, make_study, tmp_path, capsys, monkeypatch
+    local_ray, make_study, tmp_path, capsys, interrupt_first_run_at_step_12, assert_same_as_local
 ):
     path = make_study()
     store = tmp_path / "ray"
-    interrupt_first_run_at_step_12(path, store, monkeypatch)
+    interrupt_first_run_at_step_12(path, store)
     capsys.readouterr()
     opts = ExecutorOptions(executor="ray", max_retries=1)
     results = run_study(path, store=store, progress=False, executor=opts)

@@ -4,14 +4,12 @@ import errno
 import json
 import logging
 import os
-import random
 import stat
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from typer.testing import CliRunner
 
 import ablate.training.checkpoints
@@ -21,54 +19,19 @@ from ablate.store import RunStore
 from ablate.study import load_study
 from ablate.training.checkpoints import atomic_save, select_checkpoint
 
-TINY_BASE = {
-    "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_seq_len": 16},
-    "data": {"seq_len": 16, "batch_size": 4},
-    "optim": {"lr": 3e-3},
-    "train": {
-        "max_steps": 12,
-        "eval_interval": 10,
-        "eval_batches": 2,
-        "final_eval_batches": 2,
-        "log_interval": 5,
-        "grad_norm_interval": 0,
-        "checkpoint_interval": 5,
-        "threads": 1,
-    },
-    "tracking": {"wandb": False},
-}
-
-
-@pytest.fixture(autouse=True)
-def _no_wandb_by_default(monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "disabled")
+pytestmark = pytest.mark.usefixtures("no_wandb")
+SHORT = {"max_steps": 12, "grad_norm_interval": 0}  # the runner tests' tiny runs, shorter
+CORPUS_LINES = 200
 
 
 @pytest.fixture
-def corpus(tmp_path):
-    rng = random.Random(0)
-    words = ["the", "king", "queen", "shall", "not", "love", "my", "lord", "thee", "good"]
-    text = "\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(200))
-    path = tmp_path / "corpus.txt"
-    path.write_text(text + "\n")
-    return path
+def tiny_base(tiny_studies):
+    return tiny_studies.base(**SHORT)
 
 
 @pytest.fixture
-def make_study(tmp_path, corpus):
-    def _make(name="tiny", base=None, **top):
-        b = json.loads(json.dumps(TINY_BASE))
-        b["data"]["dataset"] = str(corpus)
-        for key, value in (base or {}).items():
-            section, field = key.split(".", 1)
-            b.setdefault(section, {})[field] = value
-        study = {"name": name, "base": b}
-        study.update(top or {"grid": {"model.activation": ["relu", "gelu"]}})
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(study, sort_keys=False))
-        return path
-
-    return _make
+def corpus_lines():
+    return CORPUS_LINES
 
 
 def by_name(results):
@@ -304,18 +267,11 @@ def test_train_checks_the_same_at_start(tmp_path, corpus):
 
 
 @pytest.fixture(scope="module")
-def trained_store(tmp_path_factory):
+def trained_store(tmp_path_factory, tiny_studies):
     """A finished two-run study (trained once for all the damage tests)."""
     root = tmp_path_factory.mktemp("trained")
-    corpus = root / "corpus.txt"
-    rng = random.Random(0)
-    words = ["the", "king", "queen", "shall", "not", "love", "my", "lord", "thee", "good"]
-    corpus.write_text("\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(200)))
-    base = json.loads(json.dumps(TINY_BASE))
-    base["data"]["dataset"] = str(corpus)
-    study = {"name": "tiny", "base": base, "grid": {"model.activation": ["relu", "gelu"]}}
-    path = root / "tiny.yaml"
-    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    corpus = tiny_studies.corpus(root / "corpus.txt", CORPUS_LINES)
+    path = tiny_studies.study(root, tiny_studies.base(**SHORT), corpus)
     mp = pytest.MonkeyPatch()
     mp.setenv("WANDB_MODE", "disabled")
     try:
@@ -421,25 +377,16 @@ def dead_wandb_server(monkeypatch):
 
 
 def test_a_dead_wandb_server_is_tried_once_then_runs_log_offline(
-    tmp_path, dead_wandb_server, caplog
+    tmp_path, dead_wandb_server, caplog, wandb_logger
 ):
-    from ablate.config import TrackingConfig
-    from ablate.training.tracking import WANDB_INIT_TIMEOUT_S, make_wandb_logger
+    from ablate.training.tracking import WANDB_INIT_TIMEOUT_S
 
     tried, _ = dead_wandb_server
     dirs = []
     with caplog.at_level(logging.WARNING, logger="ablate"):
         for run_id in ("run1", "run2"):
             run_dir = RunStore(tmp_path / "runs").run("s", run_id)
-            logger = make_wandb_logger(
-                TrackingConfig(wandb=True, mode="online"),
-                run_dir,
-                run_config={"x": 1},
-                group="s",
-                job_type="base",
-                name=run_id,
-                tags=[],
-            )
+            logger = wandb_logger(run_dir, "online", run_id)
             assert logger is not None
             dirs.append(Path(logger.experiment.dir))
             logger.experiment.finish()
@@ -451,7 +398,7 @@ def test_a_dead_wandb_server_is_tried_once_then_runs_log_offline(
         assert "offline-run-" in str(d)  # what `wandb sync` uploads later
 
 
-def test_the_wandb_wait_is_not_train_time(tmp_path, corpus, dead_wandb_server):
+def test_the_wandb_wait_is_not_train_time(tmp_path, corpus, tiny_base, dead_wandb_server):
     import time
 
     from ablate.config import build_config
@@ -459,7 +406,7 @@ def test_the_wandb_wait_is_not_train_time(tmp_path, corpus, dead_wandb_server):
 
     _, delay = dead_wandb_server
     delay["s"] = 2.0
-    flat = {f"{s}.{k}": v for s, sub in TINY_BASE.items() for k, v in sub.items()}
+    flat = {f"{s}.{k}": v for s, sub in tiny_base.items() for k, v in sub.items()}
     flat.update({"data.dataset": str(corpus), "tracking.wandb": True, "tracking.mode": "online"})
     cfg = build_config(flat)
     t0 = time.time()

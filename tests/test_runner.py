@@ -4,14 +4,12 @@ import collections
 import csv
 import json
 import os
-import random
 import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 import ablate.data
@@ -20,54 +18,20 @@ from ablate.cli import app
 from ablate.execution.runner import run_study
 from ablate.store import RunStore
 
-TINY_BASE = {
-    "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_seq_len": 16},
-    "data": {"seq_len": 16, "batch_size": 4},
-    "optim": {"lr": 3e-3},
-    "train": {
-        "max_steps": 20,
-        "eval_interval": 10,
-        "eval_batches": 2,
-        "final_eval_batches": 2,
-        "log_interval": 5,
-        "grad_norm_interval": 10,
-        "checkpoint_interval": 5,
-        "threads": 1,
-    },
-    "tracking": {"wandb": False},
-}
+pytestmark = pytest.mark.usefixtures("no_wandb")
 
 
-@pytest.fixture(autouse=True)
-def _no_wandb_by_default(monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "disabled")
+def __getattr__(name):
+    """Kept for tests/test_slurm.py only, which still reads ``corpus``, ``make_study`` and
+    ``_no_wandb_by_default`` from this module: delete once it asks conftest.py's fixtures for
+    them (``usefixtures("no_wandb")``), as test_ray.py does."""
+    import conftest
 
-
-@pytest.fixture
-def corpus(tmp_path):
-    rng = random.Random(0)
-    words = ["the", "king", "queen", "shall", "not", "love", "my", "lord", "thee", "good"]
-    text = "\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(400))
-    path = tmp_path / "corpus.txt"
-    path.write_text(text + "\n")
-    return path
-
-
-@pytest.fixture
-def make_study(tmp_path, corpus):
-    def _make(name="tiny", base=None, **top):
-        b = json.loads(json.dumps(TINY_BASE))
-        b["data"]["dataset"] = str(corpus)
-        for key, value in (base or {}).items():
-            section, field = key.split(".", 1)
-            b.setdefault(section, {})[field] = value
-        study = {"name": name, "description": "a tiny test study", "base": b}
-        study.update(top or {"grid": {"model.activation": ["relu", "gelu"]}})
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(study, sort_keys=False))
-        return path
-
-    return _make
+    if name in ("corpus", "make_study"):
+        return getattr(conftest, name)
+    if name == "_no_wandb_by_default":
+        return pytest.fixture(autouse=True, name=name)(lambda no_wandb: None)
+    raise AttributeError(name)
 
 
 def summaries(store: Path, study: str) -> dict[str, dict]:
@@ -149,19 +113,12 @@ def test_failed_run_does_not_stop_the_study_and_is_retried(
     assert len(summaries(store, "tiny")["good,seed=0"]["attempts"]) == 1
 
 
-def test_interrupted_run_resumes_with_every_step_once(make_study, tmp_path, monkeypatch, capsys):
+def test_interrupted_run_resumes_with_every_step_once(
+    make_study, tmp_path, interrupt_first_run_at_step_12, capsys
+):
     path = make_study(grid={"model.activation": ["relu"]})
     store = tmp_path / "runs"
-    original = ablate.training.lit.LitLM.on_train_batch_end
-
-    def interrupt_at_12(self, outputs, batch, batch_idx):
-        original(self, outputs, batch, batch_idx)
-        if self.global_step == 12:
-            raise KeyboardInterrupt  # what Ctrl-C raises
-
-    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_batch_end", interrupt_at_12)
-    with pytest.raises(KeyboardInterrupt):
-        run_study(path, store=store, progress=False)
+    interrupt_first_run_at_step_12(path, store)  # a KeyboardInterrupt, what Ctrl-C raises
     out = capsys.readouterr().out
     assert "Interrupted" in out and f"ablate run {path} --store {store}" in out
     (d,) = RunStore(store).runs("tiny")
@@ -169,7 +126,6 @@ def test_interrupted_run_resumes_with_every_step_once(make_study, tmp_path, monk
     assert not d.is_locked()  # the lock went with the interrupted attempt
     assert CliRunner().invoke(app, ["status", "--store", str(store)]).output.count("interrupted")
 
-    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_batch_end", original)
     (result,) = run_study(path, store=store, progress=False)
     assert result["status"] == "completed" and result["steps"] == 20
     assert result["resumed_from_step"] == 12 and len(result["attempts"]) == 2
@@ -388,26 +344,15 @@ def test_wandb_offline_run_per_run_holds_config_and_metrics(make_study, tmp_path
         assert kinds["exit"] == 1  # finished cleanly
 
 
-def test_wandb_logger_starts_without_deprecation_warnings(tmp_path, monkeypatch):
+def test_wandb_logger_starts_without_deprecation_warnings(tmp_path, monkeypatch, wandb_logger):
     """Lightning passes ``anonymous=None``, which wandb warns about on every run."""
     import wandb
-
-    from ablate.config import TrackingConfig
-    from ablate.training.tracking import make_wandb_logger
 
     warned: list[str] = []
     monkeypatch.setattr(wandb, "termwarn", lambda msg, *a, **k: warned.append(str(msg)))
     monkeypatch.delenv("WANDB_MODE", raising=False)
     run_dir = RunStore(tmp_path / "runs").run("s", "abc123")
-    logger = make_wandb_logger(
-        TrackingConfig(wandb=True, mode="offline"),
-        run_dir,
-        run_config={"x": 1},
-        group="s",
-        job_type="base",
-        name="seed=0",
-        tags=[],
-    )
+    logger = wandb_logger(run_dir, "offline", "seed=0")
     assert logger is not None
     logger.experiment.finish()
     assert not [w for w in warned if "anonymous" in w], warned

@@ -11,30 +11,11 @@ from ablate.data import LMDataModule, unigram_entropy
 from ablate.store import RunStore
 from ablate.training.train import train_run
 
-TINY = {
-    "model.d_model": 32,
-    "model.n_layers": 1,
-    "model.n_heads": 2,
-    "model.max_seq_len": 32,
-    "data.seq_len": 32,
-    "data.batch_size": 8,
-    "train.max_steps": 20,
-    "train.eval_interval": 10,
-    "train.eval_batches": 2,
-    "train.final_eval_batches": 4,
-    "train.log_interval": 5,
-    "train.grad_norm_interval": 10,
-    "train.checkpoint_interval": 10,
-    "train.threads": 1,
-    "train.progress": False,
-    "tracking.wandb": False,
-}
 
-
-def test_200_steps_on_tiny_shakespeare_beat_the_unigram_entropy(tmp_path):
+def test_200_steps_on_tiny_shakespeare_beat_the_unigram_entropy(tmp_path, tiny_run):
     cfg = build_config(
         {
-            **TINY,
+            **tiny_run,
             "model.d_model": 64,
             "model.n_layers": 2,
             "model.n_heads": 4,
@@ -59,8 +40,8 @@ def test_200_steps_on_tiny_shakespeare_beat_the_unigram_entropy(tmp_path):
     assert summary["final_val_bpc"] == pytest.approx(summary["final_val_loss"] / math.log(2))
 
 
-def test_store_gets_config_summary_and_metrics(tmp_path):
-    cfg = build_config(TINY)
+def test_store_gets_config_summary_and_metrics(tmp_path, tiny_run):
+    cfg = build_config(tiny_run)
     run = RunStore(tmp_path).run("t", cfg.run_id())
     summary = train_run(cfg, run, {"name": "tiny", "variant": "tiny", "axes": {"model.norm": "x"}})
     assert run.read_run()["config"]["model"]["d_model"] == 32
@@ -96,16 +77,16 @@ def test_store_gets_config_summary_and_metrics(tmp_path):
     assert (run.checkpoint_dir / "last.ckpt").is_file()
 
 
-def test_same_seed_same_run_other_seed_differs(tmp_path):
+def test_same_seed_same_run_other_seed_differs(tmp_path, tiny_run):
     store = RunStore(tmp_path)
-    a = train_run(build_config(TINY), store.run("a", "x"))
-    b = train_run(build_config(TINY), store.run("b", "x"))
-    c = train_run(build_config({**TINY, "train.seed": 1}), store.run("c", "x"))
+    a = train_run(build_config(tiny_run), store.run("a", "x"))
+    b = train_run(build_config(tiny_run), store.run("b", "x"))
+    c = train_run(build_config({**tiny_run, "train.seed": 1}), store.run("c", "x"))
     assert a["final_val_loss"] == b["final_val_loss"]
     assert a["final_val_loss"] != c["final_val_loss"]
 
 
-def test_non_finite_loss_marks_the_run_diverged(tmp_path, monkeypatch):
+def test_non_finite_loss_marks_the_run_diverged(tmp_path, monkeypatch, tiny_run):
     real = ablate.training.lit.lm_loss
     calls = {"n": 0}
 
@@ -115,7 +96,7 @@ def test_non_finite_loss_marks_the_run_diverged(tmp_path, monkeypatch):
         return loss * float("nan") if calls["n"] > 7 else loss
 
     monkeypatch.setattr(ablate.training.lit, "lm_loss", poisoned)
-    cfg = build_config({**TINY, "train.eval_interval": 100})
+    cfg = build_config({**tiny_run, "train.eval_interval": 100})
     run = RunStore(tmp_path).run("t", cfg.run_id())
     summary = train_run(cfg, run)
     assert summary["status"] == "diverged"
@@ -124,9 +105,9 @@ def test_non_finite_loss_marks_the_run_diverged(tmp_path, monkeypatch):
     assert run.read_summary()["status"] == "diverged"
 
 
-def test_resume_continues_to_the_same_result(tmp_path, monkeypatch):
+def test_resume_continues_to_the_same_result(tmp_path, monkeypatch, tiny_run):
     store = RunStore(tmp_path)
-    cfg = build_config(TINY)
+    cfg = build_config(tiny_run)
     straight = train_run(cfg, store.run("a", "x"))
 
     class Stop(ablate.training.lit.LitLM):
