@@ -9,10 +9,11 @@ stored, so a saved config can't disagree with itself.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import re
+from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -22,12 +23,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    TypeAdapter,
     ValidationError,
     model_validator,
 )
 
 from ablate.accel import attn_backend_problem
-from ablate.errors import ConfigError
+from ablate.errors import ConfigError, check_known, suggest
 from ablate.registry import check_name
 
 
@@ -321,42 +323,50 @@ def yaml_load(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
 
-_SECTIONS = {
+SECTIONS: dict[str, type[BaseModel]] = {
     "model": ModelConfig,
     "data": DataConfig,
     "optim": OptimConfig,
     "train": TrainConfig,
     "tracking": TrackingConfig,
 }
+"""The sections of a ``RunConfig``: the first part of every dotted key."""
 
 
 def valid_keys() -> list[str]:
     """Every dotted key a RunConfig accepts, e.g. ``model.d_model``."""
-    return [f"{s}.{f}" for s, cls in _SECTIONS.items() for f in cls.model_fields]
+    return [f"{s}.{f}" for s, cls in SECTIONS.items() for f in cls.model_fields]
 
 
-def suggest(key: str, choices: list[str]) -> str:
-    close = difflib.get_close_matches(key, choices, n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+@cache
+def field_adapter(key: str) -> TypeAdapter:
+    """A validator of one dotted key's value: its type and range (cross-field rules aside)."""
+    section, name = key.split(".", 1)
+    info = SECTIONS[section].model_fields[name]
+    return TypeAdapter(Annotated[info.annotation, info])
 
 
-def _check_key(key: str, source: str | Path | None) -> None:
-    if key not in valid_keys():
-        section = key.split(".")[0]
-        if section not in _SECTIONS:
-            choices = list(_SECTIONS)
-            raise ConfigError(
-                f"unknown section '{section}'{suggest(section, choices)}; "
-                f"valid: {', '.join(choices)}",
-                key=key,
-                source=source,
-            )
-        raise ConfigError(f"unknown key{suggest(key, valid_keys())}", key=key, source=source)
+def check_key(key: Any, where: str | None = None, source: str | Path | None = None) -> str:
+    """``key`` itself if it is a dotted RunConfig key; else ``ConfigError`` at ``where`` (default:
+    the key) saying what is wrong, with the closest valid name."""
+    where = str(key) if where is None else where
+    if isinstance(key, str) and key in valid_keys():
+        return key
+    if not isinstance(key, str) or "." not in key:
+        raise ConfigError(
+            "expected a dotted config key such as 'model.d_model'"
+            + suggest(str(key), valid_keys()),
+            key=where,
+            source=source,
+        )
+    section = key.split(".", 1)[0]
+    check_known(section, list(SECTIONS), what=f"section '{section}'", key=where, source=source)
+    raise ConfigError(f"unknown key{suggest(key, valid_keys())}", key=where, source=source)
 
 
 def set_dotted(tree: dict[str, Any], key: str, value: Any, source: str | Path | None = None):
     """``tree['a']['b'] = value`` for ``key='a.b'``, after checking the key exists."""
-    _check_key(key, source)
+    check_key(key, source=source)
     section, field = key.split(".", 1)
     sub = tree.setdefault(section, {})
     if not isinstance(sub, dict):
@@ -364,20 +374,42 @@ def set_dotted(tree: dict[str, Any], key: str, value: Any, source: str | Path | 
     sub[field] = value
 
 
-def flatten(tree: dict[str, Any], source: str | Path | None = None) -> dict[str, Any]:
-    """``{'model': {'d_model': 8}}`` -> ``{'model.d_model': 8}``, rejecting unknown keys."""
+def flatten(
+    tree: Any,
+    source: str | Path | None = None,
+    *,
+    where: str = "",
+    extra: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Nested sections and/or dotted keys -> ``{dotted key: value}``, rejecting unknown keys.
+
+    ``{'model': {'d_model': 8}, 'optim.lr': 1e-3}`` -> ``{'model.d_model': 8, 'optim.lr': 1e-3}``;
+    ``None`` -> ``{}``. ``where`` is the mapping's key path in its file (errors name
+    ``<where>.<key>``). Keys named in ``extra`` (e.g. ``derived`` in a study profile) are kept
+    as they are, under their own name, for the caller to take out.
+    """
+    if tree is None:
+        return {}
     if not isinstance(tree, dict):
-        raise ConfigError("run config must be a mapping", source=source)
-    flat = {}
-    for section, sub in tree.items():
-        if section not in _SECTIONS:
-            _check_key(str(section), source)
-        if not isinstance(sub, dict):
-            raise ConfigError("must be a mapping", key=str(section), source=source)
-        for field, value in sub.items():
-            key = f"{section}.{field}"
-            _check_key(key, source)
+        raise ConfigError(
+            f"must be a mapping of config keys, got {type(tree).__name__}", key=where, source=source
+        )
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{where}.{key}" if where else str(key)
+        if key in extra:
             flat[key] = value
+        elif key in SECTIONS:
+            if not isinstance(value, dict):
+                raise ConfigError(
+                    "a section must be a mapping of its keys", key=path, source=source
+                )
+            for sub, v in value.items():
+                flat[check_key(f"{key}.{sub}", f"{path}.{sub}", source)] = v
+        elif isinstance(key, str) and "." not in key:  # neither a section nor an extra: raises
+            check_known(key, [*SECTIONS, *extra], what=f"section '{key}'", key=path, source=source)
+        else:
+            flat[check_key(key, path, source)] = value
     return flat
 
 
@@ -386,8 +418,7 @@ def parse_override(text: str, source: str | Path | None = "--set") -> tuple[str,
     if "=" not in text:
         raise ConfigError(f"expected key=value, got '{text}'", source=source)
     key, raw = text.split("=", 1)
-    key = key.strip()
-    _check_key(key, source)
+    key = check_key(key.strip(), source=source)
     try:
         value = yaml_load(raw) if raw.strip() else None
     except yaml.YAMLError:
@@ -445,7 +476,10 @@ def load_run_config(path: str | Path | None = None, overrides: list[str] = ()) -
     """A run config from an optional YAML file plus ``key=value`` overrides (later wins)."""
     flat: dict[str, Any] = {}
     if path is not None:
-        flat.update(flatten(load_yaml(path) or {}, source=path))
+        tree = load_yaml(path) or {}
+        if not isinstance(tree, dict):
+            raise ConfigError("run config must be a mapping", source=path)
+        flat.update(flatten(tree, source=path))
     for text in overrides:
         key, value = parse_override(text)
         flat[key] = value

@@ -1,6 +1,14 @@
 import pytest
 
-from ablate.config import ConfigError, RunConfig, build_config, load_run_config, parse_override
+from ablate.config import (
+    ConfigError,
+    RunConfig,
+    build_config,
+    check_key,
+    flatten,
+    load_run_config,
+    parse_override,
+)
 
 
 def test_defaults_and_derived_properties():
@@ -55,6 +63,31 @@ def test_yaml_file_errors_name_the_file(tmp_path):
         load_run_config(p)
     with pytest.raises(ConfigError, match="file not found"):
         load_run_config(tmp_path / "missing.yaml")
+
+
+def test_flatten_takes_sections_and_dotted_keys_and_names_the_key_path():
+    tree = {"model": {"d_model": 8}, "optim.lr": 1e-3, "derived": {"x": 1}}
+    assert flatten(tree, extra=("derived",)) == {
+        "model.d_model": 8,
+        "optim.lr": 1e-3,
+        "derived": {"x": 1},
+    }
+    assert flatten(None) == {}
+    assert flatten(RunConfig().to_dict())["model.d_model"] == 128
+    with pytest.raises(ConfigError, match=r"^base\.modle: unknown section 'modle' \(did you mean"):
+        flatten({"modle": {}}, where="base")
+    with pytest.raises(ConfigError, match=r"^x\.yaml: grid\.model\.n_head: unknown key \(did"):
+        flatten({"model": {"n_head": [4]}}, "x.yaml", where="grid")
+    with pytest.raises(ConfigError, match=r"^base: must be a mapping of config keys, got list"):
+        flatten([1], where="base")
+
+
+def test_check_key_says_what_is_wrong():
+    assert check_key("model.d_model") == "model.d_model"
+    with pytest.raises(ConfigError, match=r"^grid.d_model: expected a dotted config key"):
+        check_key("d_model", "grid.d_model")
+    with pytest.raises(ConfigError, match=r"^modle.n_heads: unknown section 'modle' \(did you"):
+        check_key("modle.n_heads")
 
 
 def test_overrides_parse_as_yaml_and_win_over_file(tmp_path):

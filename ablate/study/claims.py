@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ablate.config import ConfigError, suggest
+from ablate.errors import ConfigError, check_known, suggest
 
 KINDS = ("better", "worse", "equivalent", "diverges")
 KEYS = ("id", "text", "expect", "a", "b", "where", "metric", "margin", "value")
@@ -142,43 +142,17 @@ def _metric(raw: Any, where: str, source: Path, axes: dict[str, list[Any]]) -> s
 def parse_claim(
     raw: Any, i: int, source: Path, axes: dict[str, list[Any]], lengths: set[float] | None = None
 ) -> Claim:
+    """Claim ``i`` of the study's list, checked against its ``axes`` and evaluation ``lengths``."""
     where = f"claims[{i}]"
     if not isinstance(raw, dict):
         raise ConfigError(
             "must be a mapping {id, text, expect, a, b, ...}", key=where, source=source
         )
     for k in raw:
-        if k not in KEYS:
-            raise ConfigError(
-                f"unknown key{suggest(str(k), list(KEYS))}; valid: {', '.join(KEYS)}",
-                key=f"{where}.{k}",
-                source=source,
-            )
-    cid = raw.get("id")
-    if not isinstance(cid, str) or not _ID.match(cid):
-        raise ConfigError(
-            "must be a plain word (letters, digits, _ . -)", key=f"{where}.id", source=source
-        )
-    text = raw.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise ConfigError("must be a non-empty string", key=f"{where}.text", source=source)
-    expect = raw.get("expect")
-    if expect not in KINDS:
-        raise ConfigError(
-            f"unknown kind {expect!r}{suggest(str(expect), list(KINDS))}; "
-            f"valid: {', '.join(KINDS)}",
-            key=f"{where}.expect",
-            source=source,
-        )
+        check_known(k, KEYS, key=f"{where}.{k}", source=source)
+    cid, text, expect = _statement(raw, where, source)
     metric = _metric(raw.get("metric"), f"{where}.metric", source, axes)
-    m = LENGTH_METRIC.match(metric)
-    if m and lengths is not None and float(m.group(1)) not in lengths:
-        have = ", ".join(f"{x:g}" for x in sorted(lengths)) or "none"
-        raise ConfigError(
-            f"{metric} is not evaluated by these runs (train.eval_lengths: {have})",
-            key=f"{where}.metric",
-            source=source,
-        )
+    _check_length(metric, lengths, f"{where}.metric", source)
     margin = raw.get("margin")
     margin = None if margin is None else parse_margin(margin, source, f"{where}.margin")
     external, label = (), ""
@@ -188,22 +162,8 @@ def parse_claim(
         b = {}
     else:
         b = _selector(b_raw, f"{where}.b", source, axes)
-    value = raw.get("value")
-    if metric in FITTED:
-        if value is None:
-            raise ConfigError(
-                f"{metric} needs value: (the expected exponent)",
-                key=f"{where}.value",
-                source=source,
-            )
-        value = _number(value, f"{where}.value", source)
-        if expect == "diverges":
-            raise ConfigError(f"{metric} cannot diverge", key=f"{where}.expect", source=source)
-    elif value is not None:
-        raise ConfigError(
-            "only a fitted metric (lr_exponent) takes value:", key=f"{where}.value", source=source
-        )
-    elif expect != "diverges" and not b and not external:
+    value = _value(raw.get("value"), metric, expect, where, source)
+    if metric not in FITTED and expect != "diverges" and not b and not external:
         raise ConfigError("needs b: (the arm to compare a with)", key=f"{where}.b", source=source)
     return Claim(
         id=cid,
@@ -218,6 +178,53 @@ def parse_claim(
         external=external,
         external_label=label,
     )
+
+
+def _statement(raw: dict, where: str, source: Path) -> tuple[str, str, str]:
+    """The claim's ``id``, ``text`` and ``expect``, checked."""
+    cid = raw.get("id")
+    if not isinstance(cid, str) or not _ID.match(cid):
+        raise ConfigError(
+            "must be a plain word (letters, digits, _ . -)", key=f"{where}.id", source=source
+        )
+    text = raw.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError("must be a non-empty string", key=f"{where}.text", source=source)
+    expect = raw.get("expect")
+    check_known(expect, KINDS, what=f"kind {expect!r}", key=f"{where}.expect", source=source)
+    return cid, text, expect
+
+
+def _check_length(metric: str, lengths: set[float] | None, where: str, source: Path) -> None:
+    """A ``loss@<N>x`` metric needs ``N`` among the runs' ``train.eval_lengths``."""
+    m = LENGTH_METRIC.match(metric)
+    if m and lengths is not None and float(m.group(1)) not in lengths:
+        have = ", ".join(f"{x:g}" for x in sorted(lengths)) or "none"
+        raise ConfigError(
+            f"{metric} is not evaluated by these runs (train.eval_lengths: {have})",
+            key=where,
+            source=source,
+        )
+
+
+def _value(raw: Any, metric: str, expect: str, where: str, source: Path) -> float | None:
+    """``value:``, the expected fitted quantity: required by a fitted metric, refused otherwise."""
+    if metric in FITTED:
+        if raw is None:
+            raise ConfigError(
+                f"{metric} needs value: (the expected exponent)",
+                key=f"{where}.value",
+                source=source,
+            )
+        value = _number(raw, f"{where}.value", source)
+        if expect == "diverges":
+            raise ConfigError(f"{metric} cannot diverge", key=f"{where}.expect", source=source)
+        return value
+    if raw is not None:
+        raise ConfigError(
+            "only a fitted metric (lr_exponent) takes value:", key=f"{where}.value", source=source
+        )
+    return None
 
 
 def parse_claims(
