@@ -1,7 +1,9 @@
 """What every test module shares: the test environment, and the tiny runs and studies that the
-runner, fault, executor and training tests train (fixtures, so no test module imports another)."""
+runner, fault, executor and training tests train, and the synthetic stores the report and claim
+tests read (fixtures, so no test module imports another)."""
 
 import copy
+import math
 import os
 import random
 import signal
@@ -10,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import matplotlib
+import numpy as np
 import pytest
 import yaml
 
@@ -206,3 +209,102 @@ def interrupt_first_run_at_step_12(monkeypatch):
 def assert_same_as_local():
     """``assert_same_as_local(results, local_results)``: see the function above."""
     return _assert_same_as_local
+
+
+# --- synthetic stores through the store API (report and claim tests) -----------------------------
+
+from ablate.config import build_config  # noqa: E402 - after the environment above is set
+from ablate.store import RunStore  # noqa: E402
+
+SYNTHETIC_BASE = {
+    "model.d_model": 32,
+    "model.n_layers": 4,
+    "model.n_heads": 2,
+    "model.max_seq_len": 32,
+    "data.seq_len": 32,
+    "train.max_steps": 100,
+    "tracking.wandb": False,
+}
+
+
+def _write_synthetic_run(
+    store, study, axes, seed, status, final, *, layers=4, lengths=None, div_step=None
+):
+    """One run as the runner would leave it: run.yaml, summary.json, metrics.csv."""
+    cfg = build_config(
+        {**SYNTHETIC_BASE, **{k: v for k, v in axes.items() if "." in k}, "train.seed": seed}
+    )
+    variant = "-".join(str(v) for v in axes.values())
+    run = RunStore(store).run(study, cfg.run_id())
+    meta = {"name": f"{variant}-s{seed}", "variant": variant, "axes": axes, "seed": seed}
+    run.write_run(cfg.to_dict(), {**meta, "study": study, "run_id": run.run_id})
+    rng = np.random.default_rng(seed)
+    last = {"running": 50, "diverged": div_step}.get(status, 100)
+    for step in range(0, last + 1, 10):
+        loss = final + 2.5 * math.exp(-step / 30) + 0.01 * rng.standard_normal()
+        row = {"train/loss": loss + 0.05, "lr": 1e-3}
+        if step and step % 25 == 0 or step == 100:
+            row.update({"val/loss": loss, "val/ppl": math.exp(loss)})
+        if step == 0:
+            post = axes.get("model.norm_placement") == "post"
+            for i in range(layers):
+                g = (0.5 + 0.4 * i) if post else (1.2 - 0.2 * i)
+                row[f"grad_norm/layer_{i:02d}"] = g + 0.02 * rng.standard_normal()
+                row[f"grad_norm/ffn_out_{i:02d}"] = g / 2 + 0.01 * rng.standard_normal()
+            row["grad_norm/global"] = 2.0
+        run.append_metrics(step, row)
+    if status == "diverged":
+        run.append_metrics(div_step + 1, {"train/loss": float("nan")})
+    summary = {
+        "status": status,
+        "seed": seed,
+        "axes": axes,
+        "params": 51_000,
+        "params_non_embedding": 49_000,
+        "lr": axes.get("optim.lr", 1e-3),
+        "tokens_per_s": 9000.0 + 100 * seed,
+        "wall_time_s": 12.0 + seed,
+    }
+    if status == "completed":
+        summary.update(
+            steps=100, best_val_loss=final, final_val_loss=final, final_val_ppl=math.exp(final)
+        )
+        if lengths is not None:
+            summary["val_loss_at_length"] = lengths
+    elif status == "diverged":
+        summary.update(steps=div_step, diverged_step=div_step, final_val_loss=None)
+    run.write_summary(summary)
+
+
+def _norm_pos_store(root: Path) -> Path:
+    """2 axes (norm placement × pos encoding) × 3 seeds; one diverged, one still running."""
+    for norm, base in (("post", 1.9), ("pre", 1.6)):
+        for pos in ("learned", "rope"):
+            for seed in range(3):
+                final = base + 0.02 * (seed - 1) + (0.004 if pos == "rope" else 0.0)
+                status = "completed"
+                if (norm, pos, seed) == ("post", "learned", 2):
+                    status = "diverged"
+                if (norm, pos, seed) == ("pre", "rope", 2):
+                    status = "running"
+                if pos == "learned":
+                    lengths = {"1": final, "2": None, "4": None}
+                else:
+                    lengths = {"1": final, "2": final + 0.3, "4": final + 0.9}
+                axes = {"model.norm_placement": norm, "model.pos_encoding": pos}
+                _write_synthetic_run(
+                    root, "norm_pos", axes, seed, status, final, lengths=lengths, div_step=40
+                )
+    return root
+
+
+@pytest.fixture(scope="session")
+def write_run():
+    """``write_run(store, study, axes, seed, status, final, ...)``: one synthetic run."""
+    return _write_synthetic_run
+
+
+@pytest.fixture(scope="session")
+def norm_pos_store():
+    """``norm_pos_store(root) -> root``: a 2-axis x 3-seed synthetic study."""
+    return _norm_pos_store

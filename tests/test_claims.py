@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 import yaml
-from test_report import norm_pos_store, write_run
 from typer.testing import CliRunner
 
 from ablate.cli import app
@@ -88,7 +87,7 @@ def study_yaml(path, claims=CLAIMS, **extra):
 
 
 @pytest.fixture(scope="module")
-def checked(tmp_path_factory):
+def checked(tmp_path_factory, norm_pos_store):
     root = tmp_path_factory.mktemp("claims")
     store = norm_pos_store(root / "runs")
     spec = study_yaml(root / "norm_pos.yaml")
@@ -244,7 +243,7 @@ def test_exponent_is_the_slope_in_log_log():
     assert math.isnan(exponent(b, np.array([np.nan, np.nan, -3.0])))
 
 
-def test_lr_exponent_claim_and_table(tmp_path):
+def test_lr_exponent_claim_and_table(tmp_path, write_run):
     store = tmp_path / "runs"
     lrs = [1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2]
     for bs in (8, 32):
@@ -290,7 +289,7 @@ def test_lr_exponent_claim_and_table(tmp_path):
     assert "| 8 | 0.001, 0.002, 0.004, 0.008, 0.016 | 0.002 | yes (per seed: 3/3) | 0.002 [" in md
 
 
-def test_lr_exponent_is_not_claimed_when_the_optimum_is_not_bracketed(tmp_path):
+def test_lr_exponent_is_not_claimed_when_the_optimum_is_not_bracketed(tmp_path, write_run):
     store, lrs = tmp_path / "runs", [1e-3, 2e-3, 4e-3]
     for bs in (8, 32):
         for lr in lrs:

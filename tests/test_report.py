@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
 
-from ablate.config import ConfigError, build_config
+from ablate.config import ConfigError
 from ablate.report import build_reports
 from ablate.report.collect import load_study
 from ablate.report.comparisons import adjust, compare
@@ -27,7 +26,6 @@ from ablate.report.stats import (
     welch_diff,
 )
 from ablate.report.verdicts import verdict
-from ablate.store import RunStore
 
 # --- statistics, by hand ----------------------------------------------------------------------
 
@@ -227,84 +225,9 @@ def test_summarize_counts_diverged_runs_and_never_averages_them():
 
 # --- synthetic stores through the store API --------------------------------------------------
 
-BASE = {
-    "model.d_model": 32,
-    "model.n_layers": 4,
-    "model.n_heads": 2,
-    "model.max_seq_len": 32,
-    "data.seq_len": 32,
-    "train.max_steps": 100,
-    "tracking.wandb": False,
-}
-
-
-def write_run(store, study, axes, seed, status, final, *, layers=4, lengths=None, div_step=None):
-    """One run as the runner would leave it: run.yaml, summary.json, metrics.csv."""
-    cfg = build_config({**BASE, **{k: v for k, v in axes.items() if "." in k}, "train.seed": seed})
-    variant = "-".join(str(v) for v in axes.values())
-    run = RunStore(store).run(study, cfg.run_id())
-    meta = {"name": f"{variant}-s{seed}", "variant": variant, "axes": axes, "seed": seed}
-    run.write_run(cfg.to_dict(), {**meta, "study": study, "run_id": run.run_id})
-    rng = np.random.default_rng(seed)
-    last = {"running": 50, "diverged": div_step}.get(status, 100)
-    for step in range(0, last + 1, 10):
-        loss = final + 2.5 * math.exp(-step / 30) + 0.01 * rng.standard_normal()
-        row = {"train/loss": loss + 0.05, "lr": 1e-3}
-        if step and step % 25 == 0 or step == 100:
-            row.update({"val/loss": loss, "val/ppl": math.exp(loss)})
-        if step == 0:
-            post = axes.get("model.norm_placement") == "post"
-            for i in range(layers):
-                g = (0.5 + 0.4 * i) if post else (1.2 - 0.2 * i)
-                row[f"grad_norm/layer_{i:02d}"] = g + 0.02 * rng.standard_normal()
-                row[f"grad_norm/ffn_out_{i:02d}"] = g / 2 + 0.01 * rng.standard_normal()
-            row["grad_norm/global"] = 2.0
-        run.append_metrics(step, row)
-    if status == "diverged":
-        run.append_metrics(div_step + 1, {"train/loss": float("nan")})
-    summary = {
-        "status": status,
-        "seed": seed,
-        "axes": axes,
-        "params": 51_000,
-        "params_non_embedding": 49_000,
-        "lr": axes.get("optim.lr", 1e-3),
-        "tokens_per_s": 9000.0 + 100 * seed,
-        "wall_time_s": 12.0 + seed,
-    }
-    if status == "completed":
-        summary.update(
-            steps=100, best_val_loss=final, final_val_loss=final, final_val_ppl=math.exp(final)
-        )
-        if lengths is not None:
-            summary["val_loss_at_length"] = lengths
-    elif status == "diverged":
-        summary.update(steps=div_step, diverged_step=div_step, final_val_loss=None)
-    run.write_summary(summary)
-
-
-def norm_pos_store(root: Path) -> Path:
-    """2 axes (norm placement × pos encoding) × 3 seeds; one diverged, one still running."""
-    for norm, base in (("post", 1.9), ("pre", 1.6)):
-        for pos in ("learned", "rope"):
-            for seed in range(3):
-                final = base + 0.02 * (seed - 1) + (0.004 if pos == "rope" else 0.0)
-                status = "completed"
-                if (norm, pos, seed) == ("post", "learned", 2):
-                    status = "diverged"
-                if (norm, pos, seed) == ("pre", "rope", 2):
-                    status = "running"
-                if pos == "learned":
-                    lengths = {"1": final, "2": None, "4": None}
-                else:
-                    lengths = {"1": final, "2": final + 0.3, "4": final + 0.9}
-                axes = {"model.norm_placement": norm, "model.pos_encoding": pos}
-                write_run(root, "norm_pos", axes, seed, status, final, lengths=lengths, div_step=40)
-    return root
-
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(tmp_path_factory, norm_pos_store):
     root = tmp_path_factory.mktemp("report")
     store = norm_pos_store(root / "runs")
     paths = build_reports([], store=store, out=root / "reports", quiet=True)
@@ -386,7 +309,7 @@ def test_rebuilding_gives_the_same_files(built, tmp_path):
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
 
 
-def test_batch_lr_heatmap(tmp_path):
+def test_batch_lr_heatmap(tmp_path, write_run):
     for bs in (8, 32):
         for lr in (1e-3, 3e-3):
             for seed in range(2):
@@ -528,7 +451,7 @@ def test_t_errorbar_is_the_tables_interval():
     assert t_errorbar([2.0]) == (2.0, 2.0)
 
 
-def test_grad_norm_figure_is_not_repeated_per_optimiser_axis(tmp_path):
+def test_grad_norm_figure_is_not_repeated_per_optimiser_axis(tmp_path, write_run):
     for norm in ("post", "pre"):
         for warm in (0.0, 0.1):
             for seed in range(2):
@@ -540,7 +463,7 @@ def test_grad_norm_figure_is_not_repeated_per_optimiser_axis(tmp_path):
     assert "Optimiser/schedule axes (warmup_ratio) cannot change step 0" in md
 
 
-def test_reproducibility_section_flags_chaotic_variants(tmp_path):
+def test_reproducibility_section_flags_chaotic_variants(tmp_path, write_run):
     from ablate.report.repro import chaotic_variants
 
     for v, spread in (("a", 0.01), ("b", 0.012), ("c", 0.011), ("d", 0.3)):
