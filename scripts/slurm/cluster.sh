@@ -5,8 +5,8 @@
 # controller state, logs and pid files. /etc/slurm is never touched, so a machine that already
 # is a SLURM node keeps its configuration.
 #
-#   scripts/slurm/cluster.sh can-install  exit 0 if the daemons are here or can be installed
-#                                         (root + apt), else print why not and exit 3
+#   scripts/slurm/cluster.sh can-install  exit 0 if a cluster can run here: root, and the daemons
+#                                         installed or apt-get here; else say why not, exit 3
 #   scripts/slurm/cluster.sh install      apt-get install slurmctld slurmd slurm-client munge
 #   scripts/slurm/cluster.sh start        start munged, slurmctld, slurmd; wait for an idle node
 #   scripts/slurm/cluster.sh stop         stop what `start` started (by pid file)
@@ -28,16 +28,15 @@ have_daemons() {
 } >/dev/null 2>&1
 
 can_install() {
-    have_daemons && return 0
     if [[ $(id -u) != 0 ]]; then
-        say "SLURM is not installed and installing it needs root"
+        say "a SLURM cluster for the tests is started as root (slurmctld, slurmd, munged)"
         return 3
     fi
+    have_daemons && return 0
     if ! command -v apt-get >/dev/null; then
         say "SLURM is not installed and this machine has no apt-get"
         return 3
     fi
-    return 0
 }
 
 install() {
@@ -46,7 +45,8 @@ install() {
     say "installing ${PACKAGES[*]} (apt-get)"
     export DEBIAN_FRONTEND=noninteractive
     mkdir -p "$DIR"
-    if ! { apt-get update -q && apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"; } \
+    local apt=(timeout 900 apt-get -q -o Acquire::Retries=1 -o Acquire::http::Timeout=30)
+    if ! { "${apt[@]}" update && "${apt[@]}" install -y "${PACKAGES[@]}"; } \
         >"$DIR/apt.log" 2>&1 </dev/null; then
         tail -n 5 "$DIR/apt.log" >&2
         say "apt-get could not install ${PACKAGES[*]} (log: $DIR/apt.log)"
@@ -63,7 +63,7 @@ write_conf() {
     cat >"$CONF" <<EOF
 # written by scripts/slurm/cluster.sh: a one-node cluster on localhost for the tests
 ClusterName=ablatetest
-SlurmctldHost=$HOST
+SlurmctldHost=$HOST(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -84,7 +84,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 # finished jobs stay visible to squeue for 5 minutes
 MinJobAge=300
-NodeName=$HOST CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
+NodeName=$HOST NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
 PartitionName=debug Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
 EOF
 }
@@ -113,12 +113,7 @@ start_munge() {
 }
 
 start() {
-    can_install || return $?
-    have_daemons || install
-    if [[ $(id -u) != 0 ]]; then
-        say "starting slurmctld/slurmd needs root"
-        return 3
-    fi
+    install || return $?
     mkdir -p "$DIR/state" "$DIR/spool"
     if alive "$DIR/slurmctld.pid" || alive "$DIR/slurmd.pid"; then
         say "already running ($DIR); stop it first"

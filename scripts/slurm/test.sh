@@ -15,8 +15,9 @@ if [[ $rc == 3 ]]; then
 elif [[ $rc != 0 ]]; then
     exit "$rc"
 fi
+"$CLUSTER" stop # a cluster left over by an interrupted earlier run
 trap '"$CLUSTER" stop' EXIT
-"$CLUSTER" start
+"$CLUSTER" start || exit $?
 eval "$("$CLUSTER" env)" # SLURM_CONF: the clients (and the test) talk to this cluster only
 export ABLATE_TEST_SLURM=1
 timeout 1200 "$PYTHON" -m pytest -q -rs -m slurm tests/test_slurm.py "$@"
