@@ -64,7 +64,9 @@ ACTIVE = {
     "STAGE_OUT",
     "SPECIAL_EXIT",
 }
-"""squeue states of a task that will still run (or is being requeued): not ended."""
+"""squeue states of a task that will still run (or is being requeued): not ended. A state that
+may be either (PREEMPTED) counts as running: a task that really ended is caught when it leaves
+the queue, a live one is never reported ended."""
 
 
 def cluster(opts: ExecutorOptions) -> str:
