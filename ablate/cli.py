@@ -133,7 +133,10 @@ def run(
         typer.Option(help="slurm: extra #SBATCH option key=value (repeatable)."),
     ] = None,
     slurm_cluster: Annotated[
-        str | None, typer.Option(help="slurm: submitit cluster (local: test without SLURM).")
+        str | None,
+        typer.Option(
+            help="slurm: slurm (default: needs sbatch on PATH) or local (jobs as local processes)."
+        ),
     ] = None,
     lease_grace: Annotated[
         float | None, typer.Option(help="Seconds without heartbeat before a run is taken over.")

@@ -11,7 +11,8 @@ protocol, resume and the store are the same everywhere). Each finished task is r
 the runs in progress were asked to checkpoint, so the same command resumes them.
 
 ``check(opts)`` validates the options before anything is written: a bad value, a missing extra
-(``pip install "ablate[ray]"``) or a Ray address that does not answer is a ``ConfigError``.
+(``pip install "ablate[ray]"``), a Ray address that does not answer or SLURM's ``sbatch`` missing
+from PATH is a ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ class ExecutorOptions(BaseModel):
     slurm_opts: dict[str, str] = Field(default_factory=dict)
     """slurm: extra ``#SBATCH`` options, e.g. ``account=abc``, ``qos=high``."""
     slurm_cluster: Literal["slurm", "local", "debug"] | None = None
-    """submitit cluster (None: SLURM if available); ``local`` runs jobs as local processes."""
+    """submitit cluster (None: SLURM, whose ``sbatch`` must be on PATH); ``local`` runs the jobs
+    as local processes of this machine, ``debug`` in this process."""
     slurm_folder: str | None = None
     """Where submitit keeps job scripts and logs (default: ``<store>/.submitit/<study>``)."""
     lease_grace_s: float | None = Field(None, gt=0)
@@ -177,6 +179,10 @@ def check(opts: ExecutorOptions) -> None:
             )
         return
     require_extra(opts.executor)
+    if opts.executor == "slurm":
+        from ablate.execution.executors.slurm import check as check_slurm
+
+        check_slurm(opts)
     if opts.executor == "ray" and opts.ray_address:
         from ablate.execution.executors.ray import check_address
 

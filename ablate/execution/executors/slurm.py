@@ -5,15 +5,28 @@ node sees. A job that is preempted or reaches ``--slurm-time`` gets submitit's s
 saves an ``interrupted`` checkpoint, and ``RunJob.checkpoint`` requeues the same task, which
 takes its own lease over (same SLURM job id) and resumes from that checkpoint.
 
-``--slurm-cluster local`` runs the same jobs as local processes (submitit's local executor):
-that is how the tests exercise this module without a SLURM cluster.
+SLURM is never guessed: without ``--slurm-cluster`` the jobs go to SLURM, and SLURM's client
+commands must be on PATH (``check``); submitit's own fallback to local processes is not used.
+``--slurm-cluster local`` runs the same jobs as local processes (submitit's local executor), on
+purpose: that is how the tests exercise this module without a cluster. A driver stopped with
+Ctrl-C or SIGTERM cancels its jobs (SLURM's and local ones alike) before it exits.
+
+The driver learns that a task ended from its result file, and otherwise from ``squeue``, which
+answers on every cluster; ``sacct`` needs accounting (slurmdbd), which many small clusters lack
+(submitit's own polling warns twice on every poll there).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shutil
+import signal
+import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +39,52 @@ from ablate.store import RunDir
 log = logging.getLogger("ablate")
 
 POLL_S = 0.5
+SQUEUE_EVERY_S = 5.0
+"""How often the driver asks ``squeue`` about tasks that have no result yet."""
+RESULT_GRACE_S = 15.0
+"""A task that left the queue may still be writing its result (shared file systems lag)."""
+STOP_WAIT_S = 30.0
+"""How long a stopped driver waits for its local jobs to exit."""
+COMMANDS = ("sbatch", "squeue", "scancel")
+"""SLURM's client commands the driver runs (submit, follow, cancel)."""
+ACTIVE = {
+    "PENDING",
+    "CONFIGURING",
+    "RUNNING",
+    "COMPLETING",
+    "SUSPENDED",
+    "STOPPED",
+    "PREEMPTED",
+    "REQUEUED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "RESIZING",
+    "RESV_DEL_HOLD",
+    "SIGNALING",
+    "STAGE_OUT",
+    "SPECIAL_EXIT",
+}
+"""squeue states of a task that will still run (or is being requeued): not ended. A state that
+may be either (PREEMPTED) counts as running: a task that really ended is caught when it leaves
+the queue, a live one is never reported ended."""
+
+
+def cluster(opts: ExecutorOptions) -> str:
+    """The submitit cluster the jobs go to: ``slurm`` unless ``--slurm-cluster`` says otherwise."""
+    return opts.slurm_cluster or "slurm"
+
+
+def check(opts: ExecutorOptions) -> None:
+    """SLURM's client commands must be here: submitit would otherwise run the jobs locally."""
+    if cluster(opts) != "slurm":
+        return
+    missing = [c for c in COMMANDS if shutil.which(c) is None]
+    if missing:
+        raise ConfigError(
+            f"SLURM's {', '.join(missing)} not found on PATH (is this a SLURM login node?); "
+            "--slurm-cluster local runs the jobs as local processes",
+            key="--executor slurm",
+        )
 
 
 class RunJob(submitit.helpers.Checkpointable):
@@ -53,7 +112,8 @@ class RunJob(submitit.helpers.Checkpointable):
 
 def make_executor(tasks: list[RunTask], opts: ExecutorOptions) -> submitit.AutoExecutor:
     folder = opts.slurm_folder or str(Path(tasks[0].path).parent / ".submitit" / "%j")
-    ex = submitit.AutoExecutor(folder=folder, cluster=opts.slurm_cluster)
+    check(opts)  # never let submitit pick its local executor for a missing SLURM
+    ex = submitit.AutoExecutor(folder=folder, cluster=cluster(opts))
     gpu = any(t.config.train.accelerator != "cpu" for t in tasks)
     params: dict[str, Any] = {
         "name": f"ablate-{Path(tasks[0].path).parent.name}",
@@ -85,37 +145,157 @@ def submit(tasks: list[RunTask], opts: ExecutorOptions) -> list[submitit.Job]:
 def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) -> None:
     if not tasks:
         return
-    jobs = submit(tasks, opts)
-    progress.write(f"submitted job array {jobs[0].job_id.split('_')[0]} ({len(jobs)} runs)")
-    wait(jobs, tasks, progress)
+    with _sigterm_stops():
+        jobs = submit(tasks, opts)
+        progress.write(f"submitted job array {jobs[0].job_id.split('_')[0]} ({len(jobs)} runs)")
+        wait(jobs, tasks, progress)
+
+
+@contextlib.contextmanager
+def _sigterm_stops() -> Iterator[None]:
+    """SIGTERM stops the driver like Ctrl-C does (``wait`` then cancels its jobs); by default it
+    would kill the driver at once and leave local jobs training for nobody."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Queue:
+    """Which SLURM array tasks have ended: their result file, else ``squeue`` (no ``sacct``)."""
+
+    def __init__(self, jobs: list[submitit.Job]) -> None:
+        self.arrays = sorted({j.job_id.split("_")[0] for j in jobs})
+        self.states: dict[str, str] | None = None
+        self.asked = float("-inf")
+        self.gone_since: dict[str, float] = {}
+
+    def refresh(self) -> None:
+        if time.monotonic() - self.asked < SQUEUE_EVERY_S:
+            return
+        self.asked = time.monotonic()
+        cmd = ["squeue", "--noheader", "--array", "--states=all", "--format=%i %T"]
+        try:
+            out = subprocess.run(
+                [*cmd, "--jobs", ",".join(self.arrays)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                stdin=subprocess.DEVNULL,
+            )
+        except (OSError, subprocess.SubprocessError) as err:
+            log.debug("squeue: %s", err)
+            self.states = None  # no answer: nothing is decided on this poll
+            return
+        if out.returncode != 0 and "Invalid job id" not in out.stderr:  # ids purged: none left
+            log.debug("squeue: %s", out.stderr.strip())
+            self.states = None
+            return
+        self.states = dict(
+            line.split(maxsplit=1) for line in out.stdout.splitlines() if len(line.split()) == 2
+        )
+
+    def ended(self, job: submitit.Job) -> str | None:
+        """None while the task may still run; ``""`` once it has a result; else the state it
+        ended in without one (``FAILED``, ``CANCELLED``, ``TIMEOUT``, ``OUT_OF_MEMORY``...)."""
+        if job.paths.result_pickle.exists():
+            return ""
+        if self.states is None:
+            return None
+        state = self.states.get(job.job_id, "GONE").split()[0].rstrip("+")
+        if state in ACTIVE:
+            self.gone_since.pop(job.job_id, None)
+            return None
+        since = self.gone_since.setdefault(job.job_id, time.monotonic())
+        return state if time.monotonic() - since >= RESULT_GRACE_S else None
+
+
+def _ended_without_result(job: submitit.Job, state: str) -> str:
+    """One line for a task that ended without a result: its state and its log's last line."""
+    try:
+        lines = [ln.strip() for ln in (job.stderr() or "").splitlines() if ln.strip()]
+    except OSError:
+        lines = []
+    why = f": {lines[-1]}" if lines else ""
+    where = "left the queue" if state == "GONE" else f"ended {state}"
+    return f"job {job.job_id} {where} without a result{why} (log: {job.paths.stderr})"
 
 
 def wait(jobs: list[submitit.Job], tasks: list[RunTask], progress: Progress) -> None:
-    """Report each job as it ends; Ctrl-C cancels the jobs still queued or running."""
+    """Report each job as it ends; a stop (Ctrl-C, SIGTERM) cancels the jobs still queued or
+    running, and waits for local ones to exit."""
     from ablate.execution.worker import INTERRUPTED, TRAINED
 
     pending = dict(zip(jobs, tasks, strict=True))
+    queue = Queue(jobs) if isinstance(jobs[0], submitit.SlurmJob) else None
     try:
         while pending:
             progress.poll()
-            for job in [j for j in pending if j.done()]:
+            if queue is not None:
+                queue.refresh()
+            for job in list(pending):
+                state = queue.ended(job) if queue is not None else ("" if job.done() else None)
+                if state is None:
+                    continue
                 t = pending.pop(job)
-                try:
-                    outcome, summary = job.result()
-                except Exception as err:  # noqa: BLE001 - the job died: report, go on
+                if state:
                     summary = RunDir(Path(t.path)).read_summary() or {}
-                    lines = [ln for ln in str(err).splitlines() if ln.strip()]
-                    error = f"job {job.job_id}: {lines[-1] if lines else type(err).__name__}"
+                    error = _ended_without_result(job, state)
                     outcome, summary = TRAINED, {**summary, "status": "failed", "error": error}
+                else:
+                    try:
+                        outcome, summary = job.result()
+                    except Exception as err:  # noqa: BLE001 - the job died: report, go on
+                        summary = RunDir(Path(t.path)).read_summary() or {}
+                        lines = [ln for ln in str(err).splitlines() if ln.strip()]
+                        error = f"job {job.job_id}: {lines[-1] if lines else type(err).__name__}"
+                        outcome, summary = TRAINED, {**summary, "status": "failed", "error": error}
                 progress.finished(t.run, outcome, summary)
                 if outcome == INTERRUPTED:
                     raise KeyboardInterrupt
             if pending:
                 time.sleep(POLL_S)
     except BaseException:
-        for job in pending:
+        _cancel(list(pending))
+        raise
+
+
+def _cancel(jobs: list[submitit.Job]) -> None:
+    """Cancel ``jobs``; local ones (processes of this machine) are waited for: submitit's local
+    controller passes the stop on to its task (SIGINT, then SIGKILL a second later) and exits."""
+    with _ignoring_stops():
+        for job in jobs:
             try:
                 job.cancel(check=False)
             except Exception as err:  # noqa: BLE001 - already gone
                 log.debug("cancel %s: %s", job.job_id, err)
-        raise
+        local = [j for j in jobs if isinstance(j, submitit.local.local.LocalJob)]
+        deadline = time.monotonic() + STOP_WAIT_S
+        while local and time.monotonic() < deadline:
+            local = [j for j in local if not j.done()]
+            if local:
+                time.sleep(0.1)
+        for job in local:
+            log.warning("job %s did not stop within %.0f s", job.job_id, STOP_WAIT_S)
+
+
+@contextlib.contextmanager
+def _ignoring_stops() -> Iterator[None]:
+    """A second Ctrl-C/SIGTERM while the jobs are being cancelled must not orphan them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
