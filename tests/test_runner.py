@@ -21,19 +21,6 @@ from ablate.store import RunStore
 pytestmark = pytest.mark.usefixtures("no_wandb")
 
 
-def __getattr__(name):
-    """Kept for tests/test_slurm.py only, which still reads ``corpus``, ``make_study`` and
-    ``_no_wandb_by_default`` from this module: delete once it asks conftest.py's fixtures for
-    them (``usefixtures("no_wandb")``), as test_ray.py does."""
-    import conftest
-
-    if name in ("corpus", "make_study"):
-        return getattr(conftest, name)
-    if name == "_no_wandb_by_default":
-        return pytest.fixture(autouse=True, name=name)(lambda no_wandb: None)
-    raise AttributeError(name)
-
-
 def summaries(store: Path, study: str) -> dict[str, dict]:
     return {d.read_run()["meta"]["name"]: d.read_summary() for d in RunStore(store).runs(study)}
 

@@ -11,9 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-import test_runner
 import yaml
-from executor_checks import assert_same_as_local, interrupt_first_run_at_step_12
 from typer.testing import CliRunner
 
 from ablate.cli import app
@@ -24,9 +22,7 @@ from ablate.store import RunDir, RunStore
 from ablate.store.lease import holder
 from ablate.study import load_study
 
-# the tiny study fixtures of test_runner.py (fixtures are found by name in this module)
-corpus, make_study = test_runner.corpus, test_runner.make_study
-_no_wandb_by_default = test_runner._no_wandb_by_default
+pytestmark = pytest.mark.usefixtures("no_wandb")  # make_study and the executor checks: conftest
 
 pytest.importorskip("submitit", reason='pip install "ablate[slurm]"')
 
@@ -34,11 +30,11 @@ LOCAL = ExecutorOptions(executor="slurm", slurm_cluster="local", slurm_time=5)
 
 
 def test_a_study_trains_as_a_job_array_like_it_does_locally(
-    make_study, tmp_path, capsys, monkeypatch
+    make_study, tmp_path, capsys, interrupt_first_run_at_step_12, assert_same_as_local
 ):
     path = make_study()
     store = tmp_path / "slurm"
-    interrupt_first_run_at_step_12(path, store, monkeypatch)
+    interrupt_first_run_at_step_12(path, store)
     capsys.readouterr()
     results = run_study(path, store=store, progress=False, executor=LOCAL)
     out = capsys.readouterr().out
@@ -245,12 +241,12 @@ def _train_steps(run_dir: Path) -> list[int]:
 
 @pytest.mark.slurm
 def test_a_study_on_a_real_cluster_survives_a_requeue_and_leaves_an_empty_queue(
-    corpus, tmp_path, cluster
+    corpus, tiny_base, tmp_path, cluster
 ):
     """`ablate run --executor slurm` on slurmctld + slurmd (no accounting): one array task is
     requeued mid-run (`scontrol requeue`); every run completes exactly once, the requeued one
     resumes from its checkpoint, the terminal shows ablate's lines only, the queue ends empty."""
-    base = json.loads(json.dumps(test_runner.TINY_BASE))
+    base = json.loads(json.dumps(tiny_base))
     base["data"]["dataset"] = str(corpus)
     base["train"].update(max_steps=1500, checkpoint_interval=50, eval_interval=500)
     study = tmp_path / "tiny.yaml"
