@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +48,6 @@ _PAIRS = [
     ("x best", lambda q: x(q["raw_ms"] / q["best"]["raw"], 2)),
     ("ablate ÷ raw", lambda q: x(q["ratio"])),
 ]
-_ATTRIBUTION = [
-    ("step kind", lambda a: a["kind"]),
-    ("steps in window", lambda a: a["steps"]),
-    ("extra ms per such step", lambda a: f"{a['extra_ms_per_step']:.2f}"),
-    ("share of the extra", lambda a: f"{a['share']:.0%}" if math.isfinite(a["share"]) else "n/a"),
-]
 
 
 def _overhead(o: dict[str, Any]) -> str:
@@ -74,19 +67,11 @@ def _overhead(o: dict[str, Any]) -> str:
         f"- ablate ÷ raw, best of {o['reps']} runs at every step: {bold(o['ratio_best'])} "
         "(blind to stalls from other processes, but on a busy machine it favours the arm that "
         "happened to get more undisturbed runs)",
-        f"- ablate ÷ raw, median over pairs of the median step: {x(o['median_step_ratio'])}",
-        f"- steps stalled by other processes (> 3x the best run of that step): "
-        f"ablate {o['stalls']['ablate']}, raw {o['stalls']['raw']}",
         "",
         "A run slower than its arm's best-per-step mean by more than a few percent was "
         "disturbed by other processes (column 'x best').",
         "",
         columns(_PAIRS, rows, [[*best_row, x(o["ratio_best"])]]),
-        "",
-        "Where the extra time goes (ablate − raw per step, best of the repetitions, grouped by "
-        "what the ablate loop does at that step):",
-        "",
-        columns(_ATTRIBUTION, o["attribution"]),
         "",
         f"Fairness check (first pair): the two loops' training losses over all {p['steps']} "
         f"steps are {'identical' if p['identical'] else 'not identical'} "

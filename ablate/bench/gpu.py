@@ -7,12 +7,12 @@ Sections (each within a time budget; a failing one is recorded in the report, th
    rate beside it;
 1. attention kernels: every (backend, encoding, precision, head size) the model can ask SDPA
    for, forward + backward on CUDA, against ``ablate.accel.kernel_problem``'s prediction;
-2. training MFU and tokens/s of each shipped study's gpu-profile model and a GPT-2-small-sized
-   config (12L/768d/ctx 1024), bf16 autocast + the flash/efficient kernel + fused AdamW, eager
-   and compiled, in the raw PyTorch loop (``loops.raw_loop``), with the peak memory;
+2. training MFU and tokens/s of a GPT-2-small-sized config (12L/768d/ctx 1024), bf16 autocast +
+   the flash kernel + fused AdamW, eager and compiled, in the raw PyTorch loop
+   (``loops.raw_loop``), with the peak memory;
 3. framework overhead on the GPU: ``train_run`` / raw loop (``loops.compare_loops``);
 4. packing: k = 1, 2, 4, 8 ``ablate train`` processes of a small model at once on the one GPU:
-   runs/hour, aggregate tokens/s, GPU utilisation sampled with nvidia-smi;
+   runs/hour and aggregate tokens/s;
 5. time to quality: nanoGPT's GPU shakespeare-char config (the gpu profile of
    ``studies/reference_nanogpt_cpu.yaml``) trained by ``train_run`` exactly as a user runs
    it, evaluated every 500 steps on a fixed 50-batch subset of the validation split and on the
@@ -28,7 +28,6 @@ import itertools
 import math
 import subprocess
 import tempfile
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -45,13 +44,12 @@ from ablate.bench.loops import (
     overhead_config,
     raw_loop,
 )
-from ablate.bench.machine import ablate_command, gpu_info, matmul_flops, nvidia_smi, summary
+from ablate.bench.machine import ablate_command, gpu_info, matmul_flops, summary
 from ablate.bench.markdown import Sections
 from ablate.config import RunConfig, flatten
 
 NANOGPT_GPU_VAL_LOSS = 1.4697  # nanoGPT README, shakespeare-char on one A100, 5000 iters
-STUDIES = Path(__file__).resolve().parents[2] / "studies"
-REFERENCE_STUDY = STUDIES / "reference_nanogpt_cpu.yaml"
+REFERENCE_STUDY = Path(__file__).resolve().parents[2] / "studies" / "reference_nanogpt_cpu.yaml"
 
 GPT2_SMALL: dict[str, Any] = {
     "model.n_layers": 12,
@@ -129,27 +127,6 @@ def attention_kernels(quick: bool) -> list[dict[str, Any]]:
 # --- 2. training MFU --------------------------------------------------------------------------
 
 
-def _study_models() -> list[tuple[str, dict[str, Any]]]:
-    """The first transformer run of each shipped study's gpu profile, one per distinct shape."""
-    from ablate.study import load_study
-
-    out, seen = [], set()
-    for path in sorted(STUDIES.glob("*.yaml")):
-        try:
-            study = load_study(path, "gpu")
-        except Exception:  # noqa: BLE001 - a study without a gpu profile
-            continue
-        c = next((r.config for r in study.runs if r.config.model.arch == "transformer"), None)
-        if c is None:
-            continue
-        m, d = c.model, c.data
-        key = (m.n_layers, m.d_model, m.n_heads, d.seq_len, d.batch_size, m.pos_encoding)
-        if key not in seen:
-            seen.add(key)
-            out.append((f"{study.name} ({m.n_layers}L/{m.d_model}d)", flatten(c.to_dict())))
-    return out
-
-
 def mfu_row(
     name: str, flat: dict[str, Any], *, compile_: bool, steps: int, warmup: int, peak: float
 ) -> dict[str, Any]:
@@ -157,10 +134,8 @@ def mfu_row(
     from ablate.data import LMDataModule
     from ablate.model import build_model
 
-    cfg = {**NANOGPT_CPU, **flat, **GPU_OVERRIDES, **QUIET, "train.compile": compile_}
-    alibi = cfg.get("model.pos_encoding") == "alibi"
-    cfg["train.attn_backend"] = "efficient" if alibi else "flash"
-    cfg = bench_config(cfg, **{"train.max_steps": steps, "train.threads": None})
+    over = {"train.compile": compile_, "train.max_steps": steps, "train.threads": None}
+    cfg = bench_config({**NANOGPT_CPU, **flat, **GPU_OVERRIDES, **QUIET}, **over)
     dm = LMDataModule(cfg.data)
     dm.setup("fit")
     model = build_model(cfg.model, dm.vocab_size)
@@ -189,7 +164,7 @@ def mfu_row(
 
 
 def training_mfu(peak: float, quick: bool, budget_s: float, log) -> list[dict[str, Any]]:
-    models = [("GPT-2 small (12L/768d/ctx 1024)", GPT2_SMALL), *_study_models()]
+    models = [("GPT-2 small (12L/768d/ctx 1024)", GPT2_SMALL)]
     steps, warmup = (8, 3) if quick else (40, 10)
     if quick:
         models = [("tiny", {**SMALL_PACKED, "model.n_layers": 1, "data.batch_size": 8})]
@@ -308,17 +283,6 @@ def gpu_quality(quick: bool, budget_s: float) -> dict[str, Any]:
 # --- 4. packing -------------------------------------------------------------------------------
 
 
-def _gpu_busy(samples: list[float], halt: threading.Event) -> None:
-    """GPU utilisation (%) every 0.5 s from nvidia-smi (else torch.cuda.utilization)."""
-    while not halt.is_set():
-        value = nvidia_smi("utilization.gpu")
-        try:
-            samples.append(float(value if value is not None else torch.cuda.utilization()))
-        except Exception:  # noqa: BLE001 - no NVML: no samples
-            return
-        halt.wait(0.5)
-
-
 def packing(quick: bool, log) -> list[dict[str, Any]]:
     """k ``ablate train`` processes at once (separate processes, one GPU): runs/hour."""
     steps = 30 if quick else 600
@@ -328,9 +292,6 @@ def packing(quick: bool, log) -> list[dict[str, Any]]:
     rows = []
     for k in (1, 2) if quick else (1, 2, 4, 8):
         with tempfile.TemporaryDirectory(prefix="ablate-pack-") as tmp:
-            util, halt = [], threading.Event()
-            sampler = threading.Thread(target=_gpu_busy, args=(util, halt), daemon=True)
-            sampler.start()
             t = time.perf_counter()
             procs = [
                 subprocess.Popen(
@@ -350,8 +311,6 @@ def packing(quick: bool, log) -> list[dict[str, Any]]:
             ]
             outs = [p.communicate()[0] for p in procs]
             wall = time.perf_counter() - t
-            halt.set()
-            sampler.join(timeout=5)
             summaries = [summary(p) or {} for p in Path(tmp).glob("pack*/*")]
         ok = [s for s in summaries if s.get("status") == "completed"]
         tokens = sum(s.get("steps", 0) for s in ok) * flat["data.batch_size"] * flat["data.seq_len"]
@@ -362,8 +321,6 @@ def packing(quick: bool, log) -> list[dict[str, Any]]:
             "runs_per_hour": len(ok) * 3600 / wall,
             "tokens_per_s": tokens / wall,
             "in_run_tokens_per_s": sum(s.get("tokens_per_s") or 0 for s in ok),
-            "gpu_util_mean": sum(util) / len(util) if util else None,
-            "gpu_util_samples": len(util),
             "errors": [
                 o.strip().splitlines()[-1][:200]
                 for p, o in zip(procs, outs, strict=True)
@@ -373,8 +330,7 @@ def packing(quick: bool, log) -> list[dict[str, Any]]:
         rows.append(row)
         log(
             f"  k={k}: {row['completed']}/{k} runs in {wall:.1f} s, "
-            f"{row['runs_per_hour']:.0f} runs/h, {row['tokens_per_s']:,.0f} tok/s, "
-            f"GPU busy {row['gpu_util_mean'] or math.nan:.0f}%"
+            f"{row['runs_per_hour']:.0f} runs/h, {row['tokens_per_s']:,.0f} tok/s"
         )
     base = rows[0]["runs_per_hour"] or None
     for r in rows:

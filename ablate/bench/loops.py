@@ -291,19 +291,16 @@ def compare_loops(
                 f"{got[arm].mean_step(warmup) * 1e3:.2f} ms/step over {steps - 1 - warmup} steps"
             )
         a, r = got["ablate"], got["raw"]
-        median = [statistics.median(times[arm][-1]) for arm in ("ablate", "raw")]
         pairs.append(
             {
                 "ablate_ms": a.mean_step(warmup) * 1e3,
                 "raw_ms": r.mean_step(warmup) * 1e3,
                 "ratio": a.mean_step(warmup) / r.mean_step(warmup),
-                "median_step_ratio": median[0] / median[1],
                 "order": "/".join(order),
             }
         )
         parity = parity or loss_parity(a.losses, r.losses)
     best = {arm: [min(col) for col in zip(*runs, strict=True)] for arm, runs in times.items()}
-    extra = [a - r for a, r in zip(best["ablate"], best["raw"], strict=True)]
     ratios = [p["ratio"] for p in pairs]
     return {
         "steps": steps,
@@ -315,45 +312,9 @@ def compare_loops(
         "ratio_min": min(ratios),
         "ratio_max": max(ratios),
         "ratio_best": sum(best["ablate"]) / sum(best["raw"]),
-        "median_step_ratio": statistics.median(p["median_step_ratio"] for p in pairs),
         "best_ms": {arm: sum(b) / len(b) * 1e3 for arm, b in best.items()},
-        # steps slower than 3x the fastest run of the same step (other processes)
-        "stalls": {
-            arm: sum(t > 3 * b for run in runs for t, b in zip(run, best[arm], strict=True))
-            for arm, runs in times.items()
-        },
-        "attribution": attribute(extra, cfg, first_step=warmup),
         "parity": parity,
     }
-
-
-def attribute(extra: list[float], cfg: RunConfig, first_step: int) -> list[dict[str, Any]]:
-    """Extra seconds of ablate over raw per step (best of the repetitions), grouped by what the
-    ablate loop does at the step besides training (following ``LitLM`` and
-    ``ModelCheckpoint``): where the overhead goes."""
-    t, groups = cfg.train, {}
-    for i, e in enumerate(extra):
-        step = first_step + i
-        kinds = [
-            kind
-            for kind, due in (
-                ("log", (step + 1) % t.log_interval == 0),
-                ("grad norms", t.grad_norm_interval and step % t.grad_norm_interval == 0),
-                ("checkpoint", (step + 1) % t.checkpoint_interval == 0),
-            )
-            if due
-        ]
-        groups.setdefault(" + ".join(kinds) or "plain", []).append(e)
-    total = sum(extra)
-    return [
-        {
-            "kind": kind,
-            "steps": len(v),
-            "extra_ms_per_step": sum(v) / len(v) * 1e3,
-            "share": sum(v) / total if total > 0 else math.nan,
-        }
-        for kind, v in sorted(groups.items(), key=lambda kv: -sum(kv[1]))
-    ]
 
 
 def loss_parity(ablate: list[float], raw: list[float]) -> dict[str, Any]:
