@@ -45,21 +45,14 @@ LEFT_BEHIND_S = 15.0  # how long a killed driver's workers get to checkpoint and
 
 # Each run ~200 steps of a 1-layer model: a few seconds, so kills land mid-run and resumes
 # from the 20-step checkpoints matter. 2 x 2 x 2 variants x 3 seeds = 24 runs.
+TRAIN = {"max_steps": 200, "eval_interval": 100, "eval_batches": 2, "final_eval_batches": 4}
 STUDY: dict[str, Any] = {
     "name": "chaos",
     "base": {
         "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "max_seq_len": 32},
         "data": {"tokenizer": "char", "seq_len": 32, "batch_size": 8},
         "optim": {"lr": 3.0e-3, "warmup_ratio": 0.0},
-        "train": {
-            "max_steps": 200,
-            "eval_interval": 100,
-            "eval_batches": 2,
-            "final_eval_batches": 4,
-            "checkpoint_interval": 20,
-            "threads": 1,
-            "progress": False,
-        },
+        "train": {**TRAIN, "checkpoint_interval": 20, "threads": 1, "progress": False},
         "tracking": {"wandb": False},
     },
     "grid": {

@@ -1,20 +1,18 @@
 """ablate against nanoGPT's training procedure: per-step time and wall time to the same loss.
 
 The nanoGPT arm (``nanogpt_train``) trains ablate's model (at nanoGPT's settings it is nanoGPT's
-GPT: same layers, init and parameter count) with nanoGPT's *procedure* in plain PyTorch: every
-batch is ``batch_size`` windows at independent uniformly random offsets of the training tokens,
-its warmup and cosine (``nanogpt_lr``), AdamW as nanoGPT builds it, ``loss.item()`` every step,
-evaluation every 250 steps on 20 train + 20 val batches, a checkpoint when val improves; no
-Lightning, store or logger. The ablate arm is ``train_run`` exactly as a user runs it. Both get
-the same ``RunConfig`` and seed, so the same initial weights, and the clock of an arm starts when
-it is called (data, model and, for ablate, W&B and Lightning set-up are inside it; imports not).
-Rounds in one process, the order alternating, so a slow drift of a shared machine cancels.
+GPT) with nanoGPT's *procedure* in plain PyTorch: random-offset batches, its warmup and cosine
+(``nanogpt_lr``), AdamW as nanoGPT builds it, ``loss.item()`` every step, evaluation every 250
+steps on 20 train + 20 val batches, a checkpoint when val improves. The ablate arm is
+``train_run`` exactly as a user runs it. Same ``RunConfig`` and seed, so the same initial
+weights; an arm's clock starts when it is called (set-up inside, imports not); rounds in one
+process, the order alternating, so a slow drift of a shared machine cancels.
 
-**Per step**: the median interval between consecutive training-step starts (evaluation and
-checkpoint steps are in the tail the median ignores). **To the same loss**: each arm keeps a copy
-of its weights every ``snapshot_every`` steps and after the last (taken off the clock); the target
-is the nanoGPT run's final loss on the whole validation split, and an arm reaches it at the
-earliest snapshot from which every later one scores at or below it on the whole split.
+**Per step**: the median interval between step starts (evaluation and checkpoint steps are in
+the tail it ignores). **To the same loss**: each arm keeps its weights every ``snapshot_every``
+steps and after the last (off the clock); the target is the nanoGPT run's final loss on the whole
+validation split, reached at the earliest snapshot from which every later one scores at or below
+it on the whole split.
 """
 
 from __future__ import annotations
