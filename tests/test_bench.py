@@ -9,12 +9,11 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from ablate.bench.cpu import TINY, run_bench
+from ablate.bench.cpu import TINY, run_bench, study_throughput
 from ablate.bench.cpu_report import SECTIONS
 from ablate.bench.loops import NANOGPT_CPU, ablate_loop, bench_config, loss_parity, raw_loop
 from ablate.bench.machine import gpu_peak_bf16
 from ablate.bench.speed import MODELS, PeakTensorBytes, Size, param_count
-from ablate.bench.throughput import study_throughput
 
 RATIO = re.compile(r"\*\*\d+\.\d+\*\*")
 
@@ -128,7 +127,7 @@ def test_plans_are_consistent(quick):
 
 
 def test_nanogpt_lr_matches_hand_computed_values():
-    from ablate.bench.nanogpt_loop import nanogpt_lr
+    from ablate.bench.versus import nanogpt_lr
 
     kw = {"lr": 1e-3, "min_lr": 1e-4, "warmup": 100, "total": 2000}
     assert nanogpt_lr(0, **kw) == pytest.approx(1e-3 / 101)  # never 0, unlike lr_at's warmup
@@ -140,7 +139,7 @@ def test_nanogpt_lr_matches_hand_computed_values():
 
 
 def test_nanogpt_random_windows_shift_targets_by_one():
-    from ablate.bench.nanogpt_loop import random_windows
+    from ablate.bench.versus import random_windows
 
     tokens = torch.arange(100)
     x, y = random_windows(tokens, 8, 10, torch.Generator().manual_seed(0))
@@ -151,7 +150,7 @@ def test_nanogpt_random_windows_shift_targets_by_one():
 
 
 def test_nanogpt_loop_trains_and_reports_both_estimates(capsys):
-    from ablate.bench.nanogpt_loop import nanogpt_run
+    from ablate.bench.versus import nanogpt_run
 
     r = nanogpt_run(_config(**{"train.max_steps": 30}), estimate_batches=3)
     assert len(r["train_losses"]) == 30
@@ -161,7 +160,7 @@ def test_nanogpt_loop_trains_and_reports_both_estimates(capsys):
 
 
 def test_nanogpt_train_keeps_its_cadence_snapshots_and_checkpoint(tmp_path):
-    from ablate.bench.nanogpt_loop import nanogpt_train
+    from ablate.bench.versus import nanogpt_train
 
     cfg = _config(**{"train.max_steps": 10})
     model, _, trace = nanogpt_train(
@@ -174,7 +173,6 @@ def test_nanogpt_train_keeps_its_cadence_snapshots_and_checkpoint(tmp_path):
     times = [t for _, t, _ in trace.snapshots]
     assert times == sorted(times) and times[-1] <= trace.t_end - trace.t_call
     assert len(trace.stamps) == len(trace.losses) == 10
-    assert {"data", "forward", "backward", "clip", "optimizer", "eval"} <= set(trace.phases)
     assert (tmp_path / "ckpt.pt").is_file()  # val improved after step 0
 
 

@@ -10,8 +10,15 @@ import time
 
 import pytest
 
-from ablate.bench.chaos import ChaosPlan, Monitor, loss_agreement, outcome, training, write_study
-from ablate.bench.chaos_report import HEADING
+from ablate.bench.chaos import (
+    HEADING,
+    ChaosPlan,
+    Monitor,
+    loss_agreement,
+    outcome,
+    training,
+    write_study,
+)
 from ablate.bench.machine import session_members
 from ablate.bench.markdown import upsert
 from ablate.store.lease import acquire

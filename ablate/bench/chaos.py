@@ -2,27 +2,18 @@
 
 A 24-run tiny study (:data:`STUDY`, on a generated corpus: no data needed) is trained by the
 real CLI (``ablate run`` in a subprocess) into fresh stores, once per executor undisturbed and
-once under chaos:
+once under chaos: ``local`` (``--workers 4``) and ``ray`` (a local cluster started like a user's,
+``ray start --head --num-cpus 4``, the study sent with ``--ray-address``, so killing the driver
+leaves the cluster up). Chaos: a thread follows a seeded schedule of ``kill -9``s of a worker (a
+process training a run) or of the driver, one every few seconds; whenever the driver is gone the
+same command starts again, until the store says every run finished or the time limit passes.
 
-* ``local``: ``--workers 4`` on this machine;
-* ``ray``: a local Ray cluster started like a user's (``ray start --head --num-cpus 4``), the
-  study sent to it with ``--ray-address``, so killing the driver leaves the cluster up.
-
-Chaos: a thread follows a seeded schedule of worker kills and driver kills, one every few
-seconds, each a ``kill -9`` (a worker: a pool process or a Ray task's process that is training).
-Whenever the driver is gone (killed, or done with runs left to others) the same command starts
-again, until the store says every run finished or the time limit passes.
-
-Everything is counted from the store and ``/proc``, not from the CLI's output:
-
-* lost: planned runs not finished at the end;
-* trained twice to completion: a monitor thread reads every run's ``summary.json`` every
-  0.2 s and records each completion by the attempt that finished it (pid, start time); a run
-  finished by two attempts, or started again after it finished, counts (a second training
-  takes seconds, so polling cannot miss it);
-* stuck: runs whose lease still looks held once every process we started is gone;
-* left behind: processes of a killed driver still alive 15 s after it died;
-* final losses against the undisturbed store (resumed runs continue from checkpoints).
+Everything is counted from the store and ``/proc``, not from the CLI's output: *lost* (planned
+runs not finished at the end), *trained twice* (a monitor reads every ``summary.json`` every
+0.2 s: a run finished by two attempts, or started again after it finished; a second training
+takes seconds, so polling cannot miss it), *stuck* (a lease still held once every process we
+started is gone), *left behind* (processes of a killed driver alive 15 s after it died), and the
+final losses against the undisturbed store (resumed runs continue from checkpoints).
 """
 
 from __future__ import annotations
@@ -38,33 +29,30 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ablate.bench.machine import kill, load_avg, processes, session_members
+from ablate.bench.machine import ablate_command, kill, load_avg, processes, session_members
+from ablate.bench.machine import summary as _summary
+from ablate.bench.markdown import columns, seconds, upsert, write
 from ablate.store import FINISHED
 
+HEADING = "## 6. Crash safety (`ablate bench --chaos`)"
 MONITOR_S = 0.2
 LEFT_BEHIND_S = 15.0  # how long a killed driver's workers get to checkpoint and exit
 
 # Each run ~200 steps of a 1-layer model: a few seconds, so kills land mid-run and resumes
 # from the 20-step checkpoints matter. 2 x 2 x 2 variants x 3 seeds = 24 runs.
+TRAIN = {"max_steps": 200, "eval_interval": 100, "eval_batches": 2, "final_eval_batches": 4}
 STUDY: dict[str, Any] = {
     "name": "chaos",
     "base": {
         "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "max_seq_len": 32},
         "data": {"tokenizer": "char", "seq_len": 32, "batch_size": 8},
         "optim": {"lr": 3.0e-3, "warmup_ratio": 0.0},
-        "train": {
-            "max_steps": 200,
-            "eval_interval": 100,
-            "eval_batches": 2,
-            "final_eval_batches": 4,
-            "checkpoint_interval": 20,
-            "threads": 1,
-            "progress": False,
-        },
+        "train": {**TRAIN, "checkpoint_interval": 20, "threads": 1, "progress": False},
         "tracking": {"wandb": False},
     },
     "grid": {
@@ -124,11 +112,8 @@ def write_study(folder: Path, plan: ChaosPlan) -> Path:
 # --- what the store says -----------------------------------------------------------------------
 
 
-def _summary(run: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((run / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
+def _last_attempt(s: dict[str, Any] | None) -> dict[str, Any]:
+    return ((s or {}).get("attempts") or [{}])[-1]
 
 
 @dataclass
@@ -145,11 +130,10 @@ class Monitor:
             s = _summary(run)
             if not s:
                 continue
-            last = (s.get("attempts") or [{}])[-1]
-            key = (last.get("host"), last.get("pid"), last.get("started"))
+            last = _last_attempt(s)
             done = self.finished_by.setdefault(run.name, set())
             if s.get("status") in FINISHED:
-                done.add(key)
+                done.add((last.get("host"), last.get("pid"), last.get("started")))
             elif done:
                 self.restarted_after_finish.add(run.name)
 
@@ -168,13 +152,12 @@ def outcome(runs: list[Path], monitor: Monitor | None = None) -> dict[str, Any]:
 
     states = {run.name: run_state(RunDir(run)) for run in runs}
     summaries = {run.name: _summary(run) or {} for run in runs}
-    starts = sum(len(s.get("attempts") or []) for s in summaries.values())
     return {
         "runs": len(runs),
         "lost": sorted(r for r, st in states.items() if st not in FINISHED),
         "stuck": sorted(r for r, st in states.items() if st == "running"),
         "twice": monitor.trained_twice() if monitor else [],
-        "starts": starts,
+        "starts": sum(len(s.get("attempts") or []) for s in summaries.values()),
         "resumed": sum(1 for s in summaries.values() if s.get("resumed_from_step") is not None),
         "losses": {r: s.get("final_val_loss") for r, s in summaries.items()},
     }
@@ -190,9 +173,6 @@ def loss_agreement(a: dict[str, float | None], b: dict[str, float | None]) -> di
     }
 
 
-# --- one executor, undisturbed or shaken -------------------------------------------------------
-
-
 def training(runs: list[Path]) -> list[int]:
     """Pids of the processes training a run now: a run's lease holder that has started it
     (the summary's last attempt is its own), not one still importing torch."""
@@ -200,40 +180,14 @@ def training(runs: list[Path]) -> list[int]:
 
     pids = set()
     for r in runs:
-        h = holder(r)
-        s = _summary(r) or {}
-        last = (s.get("attempts") or [{}])[-1]
-        if h and s.get("status") == "running" and last.get("pid") == h.get("pid"):
+        h, s = holder(r), _summary(r) or {}
+        if h and s.get("status") == "running" and _last_attempt(s).get("pid") == h.get("pid"):
             pids.add(h["pid"])
     alive = processes()
     return sorted(p for p in pids if p in alive)
 
 
-def _command(study: Path, store: Path, ex: list[str]) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "ablate",
-        "run",
-        str(study),
-        "--store",
-        str(store),
-        "--no-progress",
-        *ex,
-    ]
-
-
-def _complete(runs: list[Path]) -> bool:
-    return all((_summary(r) or {}).get("status") in FINISHED for r in runs)
-
-
-def undisturbed(study: Path, store: Path, ex: list[str], log_file: Path) -> dict[str, Any]:
-    """One plain ``ablate run``: its wall time and exit code."""
-    t0 = time.perf_counter()
-    with open(log_file, "ab") as log:
-        cmd = _command(study, store, ex)
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
-    return {"wall_s": time.perf_counter() - t0, "rc": rc}
+# --- one executor, undisturbed or shaken -------------------------------------------------------
 
 
 @dataclass
@@ -261,22 +215,18 @@ class _Shaker:
         driver, workers = self.driver, training(self.runs)
         if driver is None or driver.poll() is not None or not workers:
             return False
-        if action == "driver":
-            if kill(driver.pid):
-                self.killed["driver"] += 1
-                self.killed_drivers.append(driver.pid)
-                return True
+        pid = driver.pid if action == "driver" else self.rng.choice(workers)
+        if not kill(pid):
             return False
-        if kill(self.rng.choice(workers)):
-            self.killed["worker"] += 1
-            return True
-        return False
+        self.killed[action] += 1
+        if action == "driver":
+            self.killed_drivers.append(pid)
+        return True
 
 
-def shaken(
-    study: Path, store: Path, runs: list[Path], ex: list[str], plan: ChaosPlan, log_file: Path
-) -> dict[str, Any]:
-    """Run the study to completion while :class:`_Shaker` kills workers and drivers."""
+def shaken(cmd: list[str], runs: list[Path], plan: ChaosPlan, log_file: Path) -> dict[str, Any]:
+    """Run ``cmd`` (the study) again until it completes while :class:`_Shaker` kills workers
+    and drivers."""
     shaker = _Shaker(runs, plan.schedule(), plan.interval_s, random.Random(plan.seed))
     monitor = Monitor(runs)
     threads = [threading.Thread(target=t, daemon=True) for t in (shaker.run, monitor.loop)]
@@ -284,12 +234,11 @@ def shaken(
         t.start()
     commands, t0 = 0, time.perf_counter()
     with open(log_file, "ab") as log:
-        while not _complete(runs) and time.perf_counter() - t0 < plan.limit_s:
+        done = lambda: all((_summary(r) or {}).get("status") in FINISHED for r in runs)  # noqa: E731
+        while not done() and time.perf_counter() - t0 < plan.limit_s:
+            # its own session: its workers stay findable by session once orphaned
             shaker.driver = subprocess.Popen(
-                _command(study, store, ex),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its workers stay findable by session once orphaned
+                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
             commands += 1
             shaker.driver.wait()
@@ -303,35 +252,19 @@ def shaken(
     for t in threads:
         t.join(timeout=5)
     monitor.look()
-    return {
-        "wall_s": wall,
-        "commands": commands,
-        "killed": dict(shaker.killed),
-        "left_behind": len(left),
-        **outcome(runs, monitor),
-    }
-
-
-# --- Ray: a local cluster like a user's ---------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    counts = {"commands": commands, "killed": dict(shaker.killed), "left_behind": len(left)}
+    return {"wall_s": wall, **counts, **outcome(runs, monitor)}
 
 
 class RayCluster:
     """``ray start --head --block`` in its own session; stopped (the whole session) on exit."""
 
     def __init__(self, cpus: int, folder: Path):
-        self.cpus, self.folder = cpus, folder
-        self.port = _free_port()
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        self.cpus, self.folder, self.proc = cpus, folder, None
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.address = f"127.0.0.1:{self.port}"
 
     def __enter__(self) -> RayCluster:
         ray = Path(sys.executable).with_name("ray")
@@ -346,13 +279,11 @@ class RayCluster:
                 cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         deadline = time.time() + 60
-        while time.time() < deadline:
+        while time.time() < deadline and self.proc.poll() is None:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
                     return self
             except OSError:
-                if self.proc.poll() is not None:
-                    break
                 time.sleep(0.5)
         self.__exit__()
         raise RuntimeError(f"ray start failed; see {self.folder / 'ray.log'}")
@@ -370,31 +301,26 @@ class RayCluster:
         self.proc = None
 
 
-# --- the bench ----------------------------------------------------------------------------------
-
-
-def _executor(name: str, plan: ChaosPlan, cluster: RayCluster | None) -> list[str]:
-    """The ``ablate run`` options that send the study to executor ``name``."""
-    if name == "local":
-        return ["--workers", str(plan.workers)]
-    assert cluster is not None
-    return ["--executor", "ray", "--ray-address", cluster.address]
-
-
 def _measure(name: str, study: Path, folder: Path, ids: list[str], plan: ChaosPlan, say) -> dict:
-    from contextlib import nullcontext
-
-    cluster_cm = RayCluster(plan.workers, folder) if name == "ray" else nullcontext()
-    with cluster_cm as cluster:
-        ex = _executor(name, plan, cluster)
-        calm_store, chaos_store = folder / f"{name}-calm", folder / f"{name}-chaos"
+    """One executor: the study undisturbed, then under chaos, each into a fresh store."""
+    with RayCluster(plan.workers, folder) if name == "ray" else nullcontext() as cluster:
+        ex = ["--workers", str(plan.workers)]
+        if name == "ray":
+            ex = ["--executor", "ray", "--ray-address", cluster.address]
+        log_file = folder / f"{name}.log"
+        stores = {k: folder / f"{name}-{k}" for k in ("calm", "chaos")}
+        cmd = {
+            k: ablate_command("run", str(study), "--store", str(s), *ex) for k, s in stores.items()
+        }
         say(f"{name}: undisturbed ...")
-        calm = undisturbed(study, calm_store, ex, folder / f"{name}.log")
-        calm.update(outcome([calm_store / "chaos" / i for i in ids]))
+        t0 = time.perf_counter()
+        with open(log_file, "ab") as log:
+            rc = subprocess.run(cmd["calm"], stdout=log, stderr=subprocess.STDOUT).returncode
+        calm = {"wall_s": time.perf_counter() - t0, "rc": rc}
+        calm.update(outcome([stores["calm"] / "chaos" / i for i in ids]))
         say(f"{name}: undisturbed {calm['wall_s']:.0f} s, {len(calm['lost'])} not finished")
         say(f"{name}: under chaos ({len(plan.schedule())} kills) ...")
-        runs = [chaos_store / "chaos" / i for i in ids]
-        chaos = shaken(study, chaos_store, runs, ex, plan, folder / f"{name}.log")
+        chaos = shaken(cmd["chaos"], [stores["chaos"] / "chaos" / i for i in ids], plan, log_file)
         chaos["agreement"] = loss_agreement(chaos.pop("losses"), calm.pop("losses"))
         say(
             f"{name}: under chaos {chaos['wall_s']:.0f} s, {chaos['commands']} commands, "
@@ -414,7 +340,6 @@ def run_chaos(
     """Measure every executor, write ``out`` (+ ``.json``) and the section in ``bench.md``
     beside it; returns the results. Raises if a must-be-zero count is not zero. ``keep``: work
     in this folder (stores, logs) and leave it, instead of a temporary one."""
-    from ablate.bench.chaos_report import failures, write_chaos
     from ablate.study import load_study
 
     plan = ChaosPlan.make(quick)
@@ -433,9 +358,106 @@ def run_chaos(
         for name in executors:
             results["executors"][name] = _measure(name, study, folder, ids, plan, say)
     results["load_avg_end"] = load_avg()
-    write_chaos(results, out)
+    text = section(results)
+    write(out, "# ablate bench --chaos\n\n" + text.removeprefix(HEADING + "\n\n"), results)
+    if not quick:  # a smoke run never replaces the measured section of bench.md
+        upsert(out.parent / "bench.md", text)
     say(f"wrote {out}")
-    bad = failures(results)
-    if bad:
+    if bad := failures(results):
         raise RuntimeError("chaos bench: " + "; ".join(bad))
     return results
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def _agreement(a: dict[str, Any]) -> str:
+    d = a["max_abs_diff"]
+    return "n/a" if d is None else f"{d:.1e} ({a['within_1e-4']}/{a['compared']})"
+
+
+# one row per executor (``(calm, chaos)``): undisturbed against under chaos, the must-be-zero counts
+_COLUMNS = [
+    ("executor", lambda e: e[0]),
+    ("undisturbed", lambda e: seconds(e[1]["wall_s"])),
+    ("under chaos", lambda e: seconds(e[2]["wall_s"])),
+    ("× wall", lambda e: f"{e[2]['wall_s'] / e[1]['wall_s']:.2f}"),
+    ("commands", lambda e: e[2]["commands"]),
+    ("killed (workers / drivers)", lambda e: "{worker} / {driver}".format(**e[2]["killed"])),
+    ("lost", lambda e: len(e[2]["lost"])),
+    ("twice", lambda e: len(e[2]["twice"])),
+    ("stuck", lambda e: len(e[2]["stuck"])),
+    ("left behind", lambda e: e[2]["left_behind"]),
+    ("runs resumed", lambda e: f"{e[2]['resumed']} ({e[2]['starts']} starts)"),
+    ("max abs Δ final loss vs undisturbed (runs ≤ 1e-4)", lambda e: _agreement(e[2]["agreement"])),
+]
+
+
+def section(results: dict[str, Any]) -> str:
+    """The section's markdown: one row per executor, then throughput and what was checked."""
+    plan, n, ex = results["plan"], results["runs"], results["executors"]
+    kills = f"{plan['worker_kills']} worker and {plan['driver_kills']} driver kills"
+    lines = [
+        HEADING,
+        "",
+        f"A {n}-run tiny study ({plan['max_steps']} steps, a checkpoint every 20) trained by "
+        f"the real CLI with {plan['workers']} local workers, and on a local Ray cluster "
+        f"(`ray start --head --num-cpus {plan['workers']}`, then `--ray-address`), once "
+        f"undisturbed and once while a thread `kill -9`s ({kills}, one every "
+        f"{plan['interval_s'][0]:.0f}-{plan['interval_s'][1]:.0f} s, seeded) and the same "
+        "command is started again whenever the driver is gone, until the store says every run "
+        "finished. Counted from the store and /proc: *lost* (not finished), *twice* (finished "
+        "by two attempts, or started again after finishing; every summary read each 0.2 s), "
+        "*stuck* (lease still held once our processes are gone), *left behind* (processes of "
+        "a killed driver alive 15 s later). The first four must be 0.",
+        "",
+    ]
+    if results.get("quick"):
+        lines += ["**--quick: toy sizes, the numbers measure nothing.**", ""]
+    rows = [(name, r["undisturbed"], r["chaos"]) for name, r in ex.items()]
+    lines += [columns(_COLUMNS, rows), ""]
+    per_min = {
+        k: n / r["undisturbed"]["wall_s"] * 60 for k, r in ex.items() if r["undisturbed"]["wall_s"]
+    }
+    if "local" in per_min and "ray" in per_min:
+        local, ray = per_min["local"], per_min["ray"]
+        lines += [
+            f"Study throughput, undisturbed: local {local:.1f} runs/min, Ray {ray:.1f} "
+            f"runs/min (Ray ÷ local {ray / local:.2f}). On one machine Ray only adds its "
+            "per-task overhead; it pays when the runs need more machines than one.",
+            "",
+        ]
+    lines += [
+        "Why chaos costs the two executors differently: a killed local worker breaks the whole "
+        "pool (Python's `concurrent.futures`), so the other workers' runs stop as well and "
+        "resume from their checkpoints in a fresh pool, which pays the workers' start-up "
+        "(importing torch) again; a killed Ray task is retried alone. A killed driver costs "
+        "both a new command.",
+        "",
+    ]
+    bad = failures(results)
+    lines.append("**Result: " + ("FAILED, " + "; ".join(bad) if bad else "nothing lost") + ".**")
+    start, end = results.get("load_avg_start"), results.get("load_avg_end")
+    if end is not None:
+        load = (
+            f"{start:.1f} at the start, {end:.1f} at the end"
+            if start is not None
+            else f"{end:.1f} at the end"
+        )
+        lines += ["", f"1-minute load average: {load} ({results.get('cores') or '?'} cores)."]
+    if results.get("background"):  # noted by whoever ran it: what else the machine did
+        lines[-1] += f" Running beside the bench: {results['background']}."
+    return "\n".join(lines) + "\n"
+
+
+def failures(results: dict[str, Any]) -> list[str]:
+    """Every must-be-zero count that is not zero, as text."""
+    bad = []
+    for name, r in results["executors"].items():
+        c = r["chaos"]
+        for key in ("lost", "twice", "stuck"):
+            if c[key]:
+                bad.append(f"{name}: {key} {len(c[key])} ({', '.join(c[key][:3])})")
+        if c["left_behind"]:
+            bad.append(f"{name}: {c['left_behind']} processes left behind by killed drivers")
+    return bad

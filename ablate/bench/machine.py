@@ -1,5 +1,5 @@
-"""The machine the bench runs on: what it is, how fast it multiplies dense matrices, and its
-processes (read from ``/proc``).
+"""The machine the bench runs on: what it is, how fast it multiplies dense matrices, its
+processes (read from ``/proc``), and ``ablate`` commands started on it as a user starts them.
 
 The matmul rate is the denominator of every efficiency figure. On a CPU it is *measured*
 (fp32 ``torch.mm`` of ``n x n`` squares, ``2 n^3`` FLOPs each, timed in the same process as the
@@ -9,14 +9,17 @@ training it is compared with); on a GPU it is the vendor's dense bf16 peak when 
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import time
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -43,10 +46,6 @@ usable_cores = cpu_count
 
 def has_gpu() -> bool:
     return torch.cuda.is_available()
-
-
-def device() -> torch.device:
-    return torch.device("cuda" if has_gpu() else "cpu")
 
 
 def sync() -> None:
@@ -151,6 +150,26 @@ def gpu_info(matmul_n: int) -> dict[str, Any]:
     }
 
 
+def timed(fn, k: int, *, each: bool = False) -> list[float]:
+    """Seconds per call of ``k`` calls of ``fn``, queued GPU work included: each call on its
+    own (``each``: a stall from another process spoils one sample, not a block), else the
+    block's mean (no synchronize between calls) ``k`` times."""
+    sync()
+    if not each:
+        t = time.perf_counter()
+        for _ in range(k):
+            fn()
+        sync()
+        return [(time.perf_counter() - t) / k] * k
+    times = []
+    for _ in range(k):
+        t = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t)
+    return times
+
+
 def matmul_flops(n: int, *, trials: int = 5, min_time: float = 0.2) -> dict[str, Any]:
     """Dense matmul rate (FLOP/s) of ``n x n`` squares: fp32 on CPU, bf16 on GPU.
 
@@ -158,25 +177,13 @@ def matmul_flops(n: int, *, trials: int = 5, min_time: float = 0.2) -> dict[str,
     returns the best and the median trial (the best is the machine's attainable peak; the
     median shows how much a shared machine's load moves it).
     """
-    dev = device()
+    dev = torch.device("cuda" if has_gpu() else "cpu")
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    a = torch.randn(n, n, device=dev, dtype=dtype)
-    b = torch.randn(n, n, device=dev, dtype=dtype)
-    c = torch.empty(n, n, device=dev, dtype=dtype)
-    for _ in range(2):
-        torch.mm(a, b, out=c)
-    sync()
-    t = time.perf_counter()
-    torch.mm(a, b, out=c)
-    sync()
-    reps = max(1, int(min_time / max(time.perf_counter() - t, 1e-6)))
-    rates = []
-    for _ in range(trials):
-        t = time.perf_counter()
-        for _ in range(reps):
-            torch.mm(a, b, out=c)
-        sync()
-        rates.append(2 * n**3 * reps / (time.perf_counter() - t))
+    a, b, c = (torch.randn(n, n, device=dev, dtype=dtype) for _ in range(3))
+    mm = lambda: torch.mm(a, b, out=c)  # noqa: E731
+    timed(mm, 2)  # warm-up
+    reps = max(1, int(min_time / max(timed(mm, 1)[0], 1e-6)))
+    rates = [2 * n**3 / timed(mm, reps)[0] for _ in range(trials)]
     return {
         "n": n,
         "dtype": str(dtype).removeprefix("torch."),
@@ -232,3 +239,24 @@ def kill(pid: int) -> bool:
         return True
     except ProcessLookupError:
         return False
+
+
+# --- ablate commands, as a user runs them -------------------------------------------------------
+
+
+def ablate_command(verb: str, *args: str, flat: dict[str, Any] | None = None) -> list[str]:
+    """``ablate VERB ARGS --no-progress`` in this interpreter, each dotted key of ``flat`` as a
+    ``--set`` (``ablate train``'s config)."""
+    cmd = [sys.executable, "-m", "ablate", verb, *args, "--no-progress"]
+    for key, v in (flat or {}).items():
+        text = "null" if v is None else json.dumps(v) if isinstance(v, (list, bool)) else str(v)
+        cmd += ["--set", f"{key}={text}"]
+    return cmd
+
+
+def summary(run: Path) -> dict[str, Any] | None:
+    """A run directory's ``summary.json`` (None: not written yet, or mid-write)."""
+    try:
+        return json.loads((Path(run) / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,6 +1,5 @@
-"""The one markdown writer of every bench report: number formats, tables, and a document of
-sections written with its results as JSON beside it (``bench.md``, ``bench_gpu.md``,
-``bench_chaos.md``).
+"""The one writer of every bench report (``bench.md``, ``bench_gpu.md``, ``bench_chaos.md``, each
+with its results as JSON beside it), and the runner of a bench's sections.
 
 A section whose measurement failed shows its error in place of its body, one never measured
 says so, and one whose rendering fails says that (the JSON keeps the numbers either way).
@@ -11,20 +10,37 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ablate.bench.machine import load_avg
 from ablate.execution.progress import fmt_duration
 
 # (results key, heading, body from the section's results)
 Section = tuple[str, str, Callable[[Any], str]]
+# (column header, cell from a row)
+Columns = list[tuple[str, Callable[[Any], Any]]]
 
 
 def table(header: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def columns(cols: Columns, items: list[Any], extra: list[list[Any]] = ()) -> str:
+    """A table with one row per item, each column's cell from its function (``extra``: rows
+    written out, appended)."""
+    return table([h for h, _ in cols], [[f(i) for _, f in cols] for i in items] + list(extra))
+
+
+def pairs(rows: list[tuple[str, Any]]) -> str:
+    """A two-column table of names and values."""
+    return table(["", ""], [list(r) for r in rows])
 
 
 def missing(value: Any) -> bool:
@@ -41,6 +57,10 @@ def x(ratio: float | None, digits: int = 3) -> str:
     return num(ratio, f"{{:.{digits}f}}")
 
 
+def bold(ratio: float | None, digits: int = 3) -> str:
+    return f"**{x(ratio, digits)}**"
+
+
 def si(value: float | None, unit: str = "") -> str:
     if missing(value):
         return "n/a"
@@ -50,19 +70,15 @@ def si(value: float | None, unit: str = "") -> str:
     return f"{value:.2f} {unit}".rstrip()
 
 
-def mib(n_bytes: float) -> str:
-    return f"{n_bytes / 2**20:.1f}"
-
-
 def seconds(s: float | None) -> str:
     """A duration as the live progress lines show it (``42s``, ``7m05s``); n/a when missing."""
     return "n/a" if missing(s) else fmt_duration(s)
 
 
 def document(head: list[str], sections: list[Section], r: dict[str, Any]) -> str:
-    """``head`` paragraphs, then each section: its heading, its body from ``r[key]`` (or its
-    error, or "not run"), a note on how it was measured when ``r["notes"]`` has one, and its
-    time when ``r["section_s"]`` has it."""
+    """``head`` paragraphs, then each section: its heading, a note on how it was measured when
+    ``r["notes"]`` has one, its body from ``r[key]`` (or its error, or "not run"), and its time
+    when ``r["section_s"]`` has it."""
     out = list(head)
     errors, notes, took = r.get("errors", {}), r.get("notes", {}), r.get("section_s", {})
     for key, heading, body in sections:
@@ -83,17 +99,15 @@ def document(head: list[str], sections: list[Section], r: dict[str, Any]) -> str
     return "\n\n".join(out) + "\n"
 
 
-def _jsonable(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj):
-        return dataclasses.asdict(obj)
-    return str(obj)  # paths, dtypes
-
-
 def write(out: Path, text: str, results: dict[str, Any]) -> None:
     """``out`` (markdown) and ``out.with_suffix('.json')`` (the results)."""
+
+    def jsonable(obj: Any) -> Any:
+        return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else str(obj)
+
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(results, indent=1, default=_jsonable) + "\n")
+    out.with_suffix(".json").write_text(json.dumps(results, indent=1, default=jsonable) + "\n")
     out.write_text(text)
 
 
@@ -110,3 +124,38 @@ def upsert(md: Path, text: str) -> None:
         rest = old[end + 1 :] if end >= 0 else ""
         new = old[:start] + text + ("\n" + rest if rest else "")
     md.write_text(new)
+
+
+class Sections:
+    """Runs a bench's sections into ``results``: ``results[key]``, or
+    ``results["errors"][key]`` (a failure is reported, the other sections still run); the
+    seconds each took in ``results["section_s"]``, the load average before and after in
+    ``results["load"]``. ``after``: called after every section (write the report so far)."""
+
+    def __init__(self, results: dict[str, Any], after: Callable[[], None] | None = None):
+        from rich.console import Console
+
+        self.results, self.after = results, after
+        self.console = Console(highlight=False)
+        self.say = self.console.print
+        self.t_start = time.perf_counter()
+        os.environ.setdefault("WANDB_SILENT", "true")
+        for key in ("errors", "section_s", "load"):
+            results.setdefault(key, {})
+
+    def run(self, key: str, title: str, fn: Callable[[], Any]) -> None:
+        r = self.results
+        self.console.rule(f"[bold]{title}")
+        t, load0 = time.perf_counter(), load_avg()
+        try:
+            r[key] = fn()
+            r["errors"].pop(key, None)
+        except Exception as err:  # noqa: BLE001 - report it, run the other sections
+            self.say(traceback.format_exc())
+            r["errors"][key] = f"{type(err).__name__}: {err}"
+        r["load"][key] = [load0, load_avg()]
+        r["section_s"][key] = time.perf_counter() - t
+        r["wall_s"] = time.perf_counter() - self.t_start
+        if self.after is not None:
+            self.after()
+        self.say(f"[dim]{title}: {r['section_s'][key]:.0f} s (total {r['wall_s']:.0f} s)[/]")

@@ -1,34 +1,29 @@
 """Model speed: forward + backward throughput and step memory of our transformer against two
-independent implementations of the same architecture.
+independent implementations of the same architecture (parameter counts match exactly).
 
-- ``ours``: ``build_model`` with Pre-LN, LayerNorm, GELU, learned absolute positions, tied
-  embeddings, no biases, dropout 0 (nanoGPT's shape).
-- ``x-transformers``: ``TransformerWrapper(Decoder(...))`` configured to the same shape: its
-  LayerNorm has no bias, its attention projections none, ``ff_no_bias=True`` drops the FFN's;
-  ``attn_flash=True`` (its fused SDPA path: x-transformers' fastest) and nothing else on.
-- ``torch``: ``nn.TransformerEncoder`` of ``nn.TransformerEncoderLayer(norm_first=True,
-  activation="gelu", batch_first=True, bias=False)`` with a causal mask (``is_causal=True``),
-  plus token and learned position embeddings and a tied head.
+- ``ours``: ``build_model`` in nanoGPT's shape (Pre-LN, LayerNorm, GELU, learned positions, tied
+  embeddings, no biases, dropout 0).
+- ``x-transformers``: ``TransformerWrapper(Decoder(...))`` configured to the same shape (no
+  biases in its LayerNorm, attention or FFN), ``attn_flash=True`` (its fused SDPA path, its
+  fastest) and nothing else on.
+- ``torch``: ``nn.TransformerEncoder`` of pre-norm GELU layers without biases, a causal mask,
+  token and learned position embeddings and a tied head.
 
-Parameter counts are printed next to the timings (they match exactly).
+Throughput is tokens per second of ``zero_grad; loss = CE(model(x), y); loss.backward()`` on one
+fixed batch (no optimizer: the same for all three), each model timed in blocks, the models in a
+rotating order per repetition; the figure is the best step (``timeit``'s rule: noise on a shared
+machine only ever adds time).
 
-Throughput is tokens per second of ``zero_grad; loss = CE(model(x), y); loss.backward()`` on
-one fixed batch (no optimizer: that is the same for all three). Each model is timed in blocks
-of ``k`` steps, the models in a rotating order per repetition; the figure is the best block
-(``timeit``'s rule: noise on a shared machine only ever adds time).
-
-Step memory, CPU: the peak of the bytes of tensor storages created during one forward +
-backward and alive at the same time (activations kept for backward, gradients, temporaries),
-tracked by a ``TorchDispatchMode`` that sees every tensor an operator returns and a weak
-reference that sees it freed; parameters, which exist before the step, are not counted. It
-counts what torch allocates, not allocator caching or oneDNN scratch space. GPU: the rise of
-``torch.cuda.max_memory_allocated`` over the allocation before the step.
+Step memory, CPU: the peak of the bytes of tensor storages created during one forward + backward
+and alive at the same time (activations kept for backward, gradients, temporaries), tracked by a
+``TorchDispatchMode`` that sees every tensor an operator returns and a weak reference that sees
+it freed; parameters, which exist before the step, are not counted, nor allocator caching or
+oneDNN scratch space. GPU: the rise of ``torch.cuda.max_memory_allocated`` during the step.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
@@ -40,7 +35,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from ablate.bench.machine import device, has_gpu, sync
+from ablate.bench.machine import has_gpu, sync, timed
 from ablate.config import ModelConfig
 from ablate.model import build_model
 from ablate.training.lit import lm_loss
@@ -50,6 +45,8 @@ VOCAB = 65  # tiny shakespeare's characters
 
 @dataclass(frozen=True)
 class Size:
+    """One model size of the comparison, and its batch."""
+
     name: str
     n_layers: int
     d_model: int
@@ -72,8 +69,8 @@ class Size:
 # --- the three models -------------------------------------------------------------------------
 
 
-def model_config(size: Size) -> ModelConfig:
-    return ModelConfig(
+def build_ours(size: Size) -> nn.Module:
+    cfg = ModelConfig(
         n_layers=size.n_layers,
         d_model=size.d_model,
         n_heads=size.n_heads,
@@ -86,10 +83,7 @@ def model_config(size: Size) -> ModelConfig:
         pos_encoding="learned",
         tie_embeddings=True,
     )
-
-
-def build_ours(size: Size) -> nn.Module:
-    return build_model(model_config(size), VOCAB)
+    return build_model(cfg, VOCAB)
 
 
 def build_x_transformers(size: Size) -> nn.Module:
@@ -188,50 +182,19 @@ class PeakTensorBytes(TorchDispatchMode):
 
 def step_memory(step: Callable[[], None]) -> int:
     """Peak bytes allocated by ``step`` beyond what existed before it."""
-    if has_gpu():
-        sync()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        step()
-        sync()
-        return torch.cuda.max_memory_allocated() - base
-    tracker = PeakTensorBytes()
-    with tracker:
-        step()
-    return tracker.peak
+    if not has_gpu():
+        with PeakTensorBytes() as tracker:
+            step()
+        return tracker.peak
+    sync()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    step()
+    sync()
+    return torch.cuda.max_memory_allocated() - base
 
 
 # --- timing -----------------------------------------------------------------------------------
-
-
-def _make_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Callable[[], None]:
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if has_gpu() else nullcontext()
-
-    def step() -> None:
-        model.zero_grad(set_to_none=True)
-        with amp:
-            logits = model(x)
-        lm_loss(logits, y).backward()
-
-    return step
-
-
-def _timed(step: Callable[[], None], k: int) -> list[float]:
-    """Seconds per step for ``k`` steps: each step on its own on a CPU (so a stall from another
-    process spoils one sample, not a block); on a GPU the block's mean (no sync per step)."""
-    if has_gpu():
-        sync()
-        t = time.perf_counter()
-        for _ in range(k):
-            step()
-        sync()
-        return [(time.perf_counter() - t) / k] * k
-    times = []
-    for _ in range(k):
-        t = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t)
-    return times
 
 
 def _prepare(
@@ -241,90 +204,71 @@ def _prepare(
     row: dict[str, Any] = {"params": param_count(model), "compiled": False}
     if compile_:
         try:
-            model = torch.compile(model)
-            row["compiled"] = True
+            model, row["compiled"] = torch.compile(model), True
         except Exception as err:  # noqa: BLE001 - report, fall back to eager
             row["compile_error"] = f"{type(err).__name__}: {err}"
-    step = _make_step(model, x, y)
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if has_gpu() else nullcontext()
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        with amp:
+            logits = model(x)
+        lm_loss(logits, y).backward()
+
     if compile_:
         step()  # compile outside the memory measurement
-    t = time.perf_counter()
-    row["peak_bytes"] = step_memory(step)  # also the warm-up step
-    est = time.perf_counter() - t
+    est = timed(lambda: row.update(peak_bytes=step_memory(step)), 1)[0]  # also a warm-up
     # plain warm-up steps (the tracked one is slower, and the first ever is slower still); a
     # step that already takes 10 s is its own warm-up
-    for _ in range(0 if est >= 10.0 else 3):
-        sync()
-        t = time.perf_counter()
-        step()
-        sync()
-        est = min(est, time.perf_counter() - t)
+    est = min([est, *(timed(step, 1)[0] for _ in range(0 if est >= 10.0 else 3))])
     row["steps_per_block"] = max(1, round(block_s / max(est, 1e-6)))
-    row["blocks"] = []
     return row, step
 
 
 def measure_speed(
-    sizes: list[Size],
+    size: Size,
     *,
     reps: int,
     block_s: float,
     compile_models: bool = False,
     log: Callable[[str], None] = print,
-    progress: Callable[[str], None] | None = None,
-) -> list[dict[str, Any]]:
-    """Tokens/s (best block), step memory and parameters of every model at every size."""
-    dev = device()
-    out = []
-    for size in sizes:
+) -> dict[str, Any]:
+    """Tokens/s (best step), step memory and parameters of every model at ``size``."""
+    dev = torch.device("cuda" if has_gpu() else "cpu")
+    torch.manual_seed(0)
+    x, y = (torch.randint(0, VOCAB, (size.batch_size, size.seq_len), device=dev) for _ in "xy")
+    rows: dict[str, dict[str, Any]] = {}
+    steps: dict[str, Callable[[], None]] = {}
+    for name, build in MODELS.items():
         torch.manual_seed(0)
-        x = torch.randint(0, VOCAB, (size.batch_size, size.seq_len), device=dev)
-        y = torch.randint(0, VOCAB, (size.batch_size, size.seq_len), device=dev)
-        rows: dict[str, dict[str, Any]] = {}
-        steps: dict[str, Callable[[], None]] = {}
-        for name, build in MODELS.items():
-            torch.manual_seed(0)
-            try:
-                model = build(size).to(dev).train()
-            except ImportError as err:  # x-transformers is a dev dependency
-                log(f"  {size.name} {name:>14}: skipped ({err})")
-                continue
-            rows[name], steps[name] = _prepare(model, x, y, compile_models, block_s)
-            row = rows[name]
-            log(
-                f"  {size.name} {name:>14}: {row['params']:,} params, "
-                f"step memory {row['peak_bytes'] / 2**20:.1f} MiB"
-            )
-        names = list(rows)
-        for rep in range(reps):
-            for name in names[rep % len(names) :] + names[: rep % len(names)]:
-                row, step = rows[name], steps[name]
-                row["blocks"].extend(_timed(step, row["steps_per_block"]))
-                if progress:
-                    progress(f"{size.name} {name} rep {rep + 1}/{reps}")
-        for name, row in rows.items():
-            times = row.pop("blocks")
-            row["timed_steps"] = len(times)
-            row["step_s"] = min(times)
-            row["tokens_per_s"] = size.tokens / min(times)
-            row["tokens_per_s_median"] = size.tokens / statistics.median(times)
-            log(
-                f"  {size.name} {name:>14}: {row['tokens_per_s']:,.0f} tokens/s (best of "
-                f"{len(times)} steps; median {row['tokens_per_s_median']:,.0f})"
-            )
-        ours = rows["ours"]
-        out.append(
-            {
-                "size": {**asdict(size), "label": size.label, "tokens": size.tokens},
-                "models": rows,
-                "speed_ratio": {
-                    n: ours["tokens_per_s"] / r["tokens_per_s"]
-                    for n, r in rows.items()
-                    if n != "ours"
-                },
-                "memory_ratio": {
-                    n: ours["peak_bytes"] / r["peak_bytes"] for n, r in rows.items() if n != "ours"
-                },
-            }
+        try:
+            model = build(size).to(dev).train()
+        except ImportError as err:  # x-transformers is a dev dependency
+            log(f"  {size.name} {name:>14}: skipped ({err})")
+            continue
+        rows[name], steps[name] = _prepare(model, x, y, compile_models, block_s)
+        log(
+            f"  {size.name} {name:>14}: {rows[name]['params']:,} params, step memory "
+            f"{rows[name]['peak_bytes'] / 2**20:.1f} MiB"
         )
-    return out
+    names, times = list(rows), {name: [] for name in rows}
+    for rep in range(reps):
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+            # each CPU step on its own; on a GPU the block's mean (no sync per step)
+            times[name] += timed(steps[name], rows[name]["steps_per_block"], each=not has_gpu())
+    for name, row in rows.items():
+        t = times[name]
+        row.update(timed_steps=len(t), step_s=min(t), tokens_per_s=size.tokens / min(t))
+        row["tokens_per_s_median"] = size.tokens / statistics.median(t)
+        log(
+            f"  {size.name} {name:>14}: {row['tokens_per_s']:,.0f} tokens/s (best of {len(t)} "
+            f"steps; median {row['tokens_per_s_median']:,.0f})"
+        )
+    ours = rows["ours"]
+    others = {n: r for n, r in rows.items() if n != "ours"}
+    return {
+        "size": {**asdict(size), "label": size.label, "tokens": size.tokens},
+        "models": rows,
+        "speed_ratio": {n: ours["tokens_per_s"] / r["tokens_per_s"] for n, r in others.items()},
+        "memory_ratio": {n: ours["peak_bytes"] / r["peak_bytes"] for n, r in others.items()},
+    }
