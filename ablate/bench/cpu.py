@@ -54,7 +54,7 @@ from ablate.bench.machine import (
 )
 from ablate.bench.markdown import Sections
 from ablate.bench.speed import Size, build_ours, measure_speed
-from ablate.config import RunConfig, flatten
+from ablate.config import RunConfig, build_config, flatten
 
 # toy model for --quick (and the tests)
 TINY: dict[str, Any] = {
@@ -102,6 +102,10 @@ class Plan:
     # section 7: corpus sizes (MB) and training steps of each ``ablate train``
     data_mb: tuple[float, float] = (5.0, 300.0)
     data_steps: int = 20
+    # section 8 (only with --section nanogpt: ~2 min a seed): seeds of the reference study, and
+    # overrides (the quick bench shortens the runs)
+    nanogpt_seeds: int = 8
+    nanogpt_set: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def make(cls, quick: bool, gpu: bool, threads: int) -> Plan:
@@ -143,6 +147,8 @@ class Plan:
             study_runs=2,
             data_mb=(0.1, 0.5),
             data_steps=2,
+            nanogpt_seeds=1,
+            nanogpt_set={"train.max_steps": 5, "train.final_eval_batches": 2},
         )
 
 
@@ -182,7 +188,7 @@ def run_bench(
         say(f"{results['machine']['cpu']}, {threads} cores, GPU: {results['machine']['gpu']}")
         say(f"dense matmul: best {results['matmul']['best'] / 1e9:,.1f} GFLOP/s")
         for key, (title, measure) in SECTIONS.items():
-            if only in (None, key):
+            if only == key or (only is None and key not in EXPLICIT):
                 run.run(key, title, lambda measure=measure: measure(plan, say, results))
         if only is None:
             # the matmul peak once more at the end: the best of both is the denominator
@@ -442,6 +448,36 @@ def _data(plan: Plan, say, results: dict[str, Any]) -> dict[str, Any]:
     return res
 
 
+def _nanogpt(plan: Plan, say, results: dict[str, Any]) -> dict[str, Any]:
+    """nanoGPT's training procedure (``versus.nanogpt_run``, a plain PyTorch loop) on the
+    reference study's cpu runs, one seed after another: the artifact behind the reference
+    report's "nanoGPT's procedure" numbers (full validation split and nanoGPT's estimate)."""
+    from ablate.bench.gpu import REFERENCE_STUDY
+    from ablate.bench.versus import nanogpt_run
+    from ablate.study import load_study
+
+    rows = []
+    for run in load_study(REFERENCE_STUDY, "cpu").runs[: plan.nanogpt_seeds]:
+        cfg = RunConfig.model_validate(
+            {**run.config.to_dict()} if not plan.nanogpt_set else _with(run.config, plan)
+        )
+        t = time.perf_counter()
+        res = nanogpt_run(cfg)
+        rows.append(
+            {"seed": cfg.train.seed, "full_val_loss": res["full_val_loss"]}
+            | {"nanogpt_estimate": res["nanogpt_estimate"], "train_s": time.perf_counter() - t}
+        )
+        say(
+            f"seed {cfg.train.seed}: full val {res['full_val_loss']:.4f}, estimate "
+            f"{res['nanogpt_estimate']:.4f}"
+        )
+    return {"study": REFERENCE_STUDY.name, "profile": "cpu", "rows": rows}
+
+
+def _with(cfg: RunConfig, plan: Plan) -> dict[str, Any]:
+    return build_config({**flatten(cfg.to_dict()), **plan.nanogpt_set}).to_dict()
+
+
 # name (``ablate bench --section NAME``) -> (title, measure(plan, say, results so far))
 SECTIONS: dict[str, tuple[str, Callable[[Plan, Any, dict[str, Any]], Any]]] = {
     "overhead": ("1. framework overhead", _overhead),
@@ -450,4 +486,6 @@ SECTIONS: dict[str, tuple[str, Callable[[Plan, Any, dict[str, Any]], Any]]] = {
     "efficiency": ("4. efficiency", _efficiency),
     "study": ("5. study throughput", _study),
     "data": ("7. memory vs corpus size", _data),
+    "nanogpt": ("8. nanoGPT's procedure on the reference study", _nanogpt),
 }
+EXPLICIT = {"nanogpt"}  # run only when named (--section nanogpt): 8 seeds take ~16 min

@@ -8,6 +8,7 @@ from typing import Any
 
 from ablate.bench import markdown
 from ablate.bench.markdown import Section, bold, columns, document, pairs, seconds, si, table, x
+from ablate.report.stats import mean_ci
 
 OVERHEAD_GOAL = 1.05
 HEADINGS = {
@@ -18,6 +19,7 @@ HEADINGS = {
     "efficiency": "## 4. Efficiency",
     "study": "## 5. Study throughput",
     "data": "## 7. Memory vs corpus size",
+    "nanogpt": "## 8. nanoGPT's procedure on the reference study",
     "gpu_paths": "## GPU paths",
 }
 SECTIONS = tuple(HEADINGS.values())
@@ -300,6 +302,33 @@ def _data(d: dict[str, Any]) -> str:
     )
 
 
+_NANOGPT = [
+    ("seed", lambda r: r["seed"]),
+    ("full val split", lambda r: x(r["full_val_loss"], 4)),
+    ("nanoGPT's 20-batch estimate", lambda r: x(r["nanogpt_estimate"], 4)),
+    ("training", lambda r: seconds(r["train_s"])),
+]
+
+
+def _nanogpt(d: dict[str, Any]) -> str:
+    full = [r["full_val_loss"] for r in d["rows"]]
+    est = [r["nanogpt_estimate"] for r in d["rows"]]
+    lines = [
+        f"`ablate bench --section nanogpt`: nanoGPT's training procedure in a plain PyTorch loop "
+        f"(random-offset batches, its warmup and cosine; not nanoGPT's own code) at "
+        f"`studies/{d['study']}` ({d['profile']} profile), one process, seed after seed.",
+        columns(_NANOGPT, d["rows"]),
+    ]
+    for name, v in (("full val split", full), ("nanoGPT's 20-batch estimate", est)):
+        m, lo, hi = mean_ci(v)
+        below = sum(y <= 1.88 for y in v)
+        lines.append(
+            f"{name}: mean {x(m, 4)}, 95% t-interval [{x(lo, 4)}, {x(hi, 4)}], n = {len(v)}; "
+            f"at or below nanoGPT's printed 1.88: {below}/{len(v)}"
+        )
+    return "\n\n".join(lines)
+
+
 def render(r: dict[str, Any]) -> str:
     mode = "quick (smoke-test sizes: not meaningful as measurements)" if r["quick"] else "full"
     head = [
@@ -328,6 +357,7 @@ def render(r: dict[str, Any]) -> str:
         "efficiency": _efficiency,
         "study": _study,
         "data": _data,
+        "nanogpt": _nanogpt,
         "gpu_paths": lambda g: _gpu(g, gpu),
     }
     sections: list[Section] = [(k, heading, bodies[k]) for k, heading in HEADINGS.items()]
