@@ -216,5 +216,5 @@ def test_html_tables_fit_short_headers_unwrapped_numbers_own_scroll():
 
 def test_readme_shows_the_data_dir_export_next_to_the_train_examples():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    train = readme.split("## Train one run", 1)[1].split("\n## ", 1)[0]
-    assert "export ABLATE_DATA_DIR=" in train and "make" in train
+    setup = readme.split("## Set-up", 1)[1].split("\n## ", 1)[0]
+    assert "export ABLATE_DATA_DIR=" in setup and ".venv/bin/ablate" in setup and "make" in setup
