@@ -5,8 +5,11 @@ resolved, so bad input is one ``ConfigError`` line naming the file and key, exit
 anything is written:
 
 * seeds outside ``[0, 2**32 - 1]`` (what numpy and Lightning's seeding accept);
-* ``train.accelerator: gpu`` on a machine without a CUDA device (``device=False`` skips this,
-  e.g. for a mode that forces the CPU);
+* ``train.accelerator: gpu`` on a machine without a CUDA device, and a run on the CPU
+  (``cpu``, or ``auto`` without a GPU) in a precision this CPU cannot train the model in: an
+  LSTM in bf16 where oneDNN has no bf16 LSTM kernel (``ablate.accel.cpu_precision_problem``,
+  which asks the CPU itself). ``device=False`` skips these, e.g. for a mode that picks its own
+  device and precision (``--smoke``);
 * absurd sizes: more than ``MAX_PARAMS`` parameters, or activations above ``MAX_ACT_BYTES``;
 * data files (``data=False`` skips these): empty, not UTF-8, or too short for one window of
   ``seq_len + 1`` tokens per row of ``batch_size`` in every split. Each file is read once per
@@ -117,12 +120,18 @@ def gpu_available() -> bool:
 
 
 def _check_device(cfg: RunConfig, where: Where, source: Path | None, have_gpu: Callable) -> None:
-    if cfg.train.accelerator == "gpu" and not have_gpu():
+    t = cfg.train
+    if t.accelerator == "gpu" and not have_gpu():
         raise ConfigError(
             "is 'gpu' but no CUDA GPU is available here (use 'cpu' or 'auto')",
             key=where("train.accelerator"),
             source=source,
         )
+    if t.accelerator == "cpu" or (t.accelerator == "auto" and not have_gpu()):
+        from ablate.accel import cpu_precision_problem
+
+        if problem := cpu_precision_problem(cfg.model.arch, t.precision):
+            raise ConfigError(problem, key=where("train.precision"), source=source)
 
 
 def _upper_token_count(text: str, tokenizer: str) -> int:
