@@ -185,7 +185,8 @@ from ablate.config import build_config
 from ablate.data import LMDataModule, source
 from ablate.study.preflight import check_runs
 
-source.CHUNK_CHARS = 1 << 20  # both corpora span many chunks: only the corpus size differs
+# both corpora span many chunks and reads: only the corpus size differs
+source.CHUNK_CHARS = source._READ_BYTES = 1 << 20
 cfg = build_config({"data.dataset": sys.argv[1], "data.seq_len": 64, "data.batch_size": 12})
 base, peak, done = rss_anon(), [0], threading.Event()
 
@@ -234,7 +235,6 @@ def test_data_memory_does_not_grow_with_the_corpus(tmp_path):
         corpus.unlink()
     for small, big in zip(added[2], added[24], strict=True):
         assert big - small < 16 << 20, {mb: [a >> 20 for a in v] for mb, v in added.items()}
-    print({mb: [a >> 20 for a in v] for mb, v in added.items()})
 
 
 def test_the_window_sampler_does_not_list_every_window_at_once():
