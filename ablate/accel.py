@@ -19,17 +19,26 @@ sinusoidal, RoPE, none) passes no mask.
 
 ``tests/test_accel.py`` asks SDPA on the CPU whether each CPU rule holds; ``ablate bench --gpu``
 asks the CUDA kernels the same for the CUDA rules and reports any disagreement.
+
+One rule depends on the CPU, so it is asked of the CPU, not read from its flags: ``nn.LSTM``
+under bf16 runs on the CPU through oneDNN, which has a bf16 LSTM kernel only on some CPUs
+(AVX-512 ones; an AVX2-only CPU raises "could not create a primitive descriptor for the LSTM
+forward propagation primitive" at the first step). ``cpu_bf16_lstm`` tries a tiny LSTM once
+per process; ``cpu_precision_problem`` turns a "no" into a plan-time line, and the smoke test
+(``ablate.execution.smoke``) runs such an LSTM in fp32 instead.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from functools import cache
 from typing import Literal
 
 Device = Literal["cuda", "cpu"]
 BACKENDS = ("flash", "efficient", "math")
 HALF_PRECISIONS = ("bf16-mixed", "bf16-true", "16-mixed")
+BF16_PRECISIONS = ("bf16-mixed", "bf16-true")
 FLASH_MAX_HEAD_DIM = 256
 
 
@@ -134,6 +143,41 @@ def _runnable(pos_encoding: str, precision: str, accelerator: str, head_dim: int
             for d in attn_devices(accelerator)
         )
     ]
+
+
+# --- what this CPU can run in bf16 ----------------------------------------------------------
+
+
+@cache
+def cpu_bf16_lstm() -> bool:
+    """Whether this CPU runs an ``nn.LSTM`` forward and backward under bf16 autocast.
+
+    Asked once per process with a tiny LSTM (milliseconds): oneDNN decides at run time, by
+    the instruction sets it finds, whether it has the kernel (``ONEDNN_MAX_CPU_ISA=AVX2``
+    makes an AVX-512 CPU answer as an AVX2 one)."""
+    import torch
+
+    lstm = torch.nn.LSTM(8, 8, batch_first=True)
+    x = torch.randn(2, 3, 8)
+    try:
+        with torch.autocast("cpu", torch.bfloat16):
+            y, _ = lstm(x)
+        y.float().sum().backward()
+    except RuntimeError:
+        return False
+    return True
+
+
+def cpu_precision_problem(arch: str, precision: str) -> str | None:
+    """One line when a run of ``model.arch=arch`` at ``train.precision=precision`` cannot train
+    on this CPU; ``None`` when it can (or the precision is not bf16)."""
+    if arch != "lstm" or precision not in BF16_PRECISIONS or cpu_bf16_lstm():
+        return None
+    return (
+        f"is {precision} but this CPU has no bf16 LSTM kernel (oneDNN's needs e.g. AVX-512), "
+        "so an LSTM run on the CPU would fail at its first step; use train.precision=32-true "
+        "or train.accelerator=gpu"
+    )
 
 
 # --- torch.compile ---------------------------------------------------------------------------

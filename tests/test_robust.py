@@ -207,11 +207,11 @@ def test_bad_data_files_are_rejected_at_plan_time(make_study, tmp_path, content,
 
 
 def test_each_data_file_is_read_once_per_study(make_study, monkeypatch):
-    import ablate.data
+    import ablate.study.preflight
 
     calls = []
-    real = ablate.data.read_text
-    monkeypatch.setattr(ablate.data, "read_text", lambda p: calls.append(p) or real(p))
+    real = ablate.study.preflight._scan
+    monkeypatch.setattr(ablate.study.preflight, "_scan", lambda p: calls.append(p) or real(p))
     study = load_study(make_study(grid={"model.activation": ["relu", "gelu", "swiglu"]}))
     assert len(study.runs) == 3 and len(calls) == 1
 

@@ -142,6 +142,19 @@ def resolve_dataset(name_or_path: str | Path) -> Path:
     )
 
 
+def local_copy(name: str) -> Path | None:
+    """Where registered dataset ``name`` already is on this machine (not yet verified), or
+    ``None`` when ``resolve_dataset`` would have to download it."""
+    spec = DATASETS[name]
+    shared = data_dir()
+    for path in ([shared / name / spec.filename] if shared else []) + [
+        cache_dir() / name / spec.filename
+    ]:
+        if path.is_file():
+            return path
+    return None
+
+
 def _resolve_registered(name: str, spec: DatasetSpec) -> Path:
     shared = data_dir()
     if shared is not None:

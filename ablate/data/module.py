@@ -98,6 +98,8 @@ class WindowSampler(Sampler[int]):
     mid-epoch restores as the start of the next epoch), so the sampler keeps its own.
     """
 
+    BLOCK = 1 << 16
+
     def __init__(self, n: int, seed: int, shuffle: bool, *, start: int = 0):
         if n < 1:
             raise ValueError(f"need at least one window, got n={n}")
@@ -117,7 +119,11 @@ class WindowSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         epoch, skip = divmod(self.position, self.n)
         self.position = (epoch + 1) * self.n  # advance now: an abandoned pass still counts
-        yield from window_order(self.n, self.seed, epoch, self.shuffle)[skip:].tolist()
+        order = window_order(self.n, self.seed, epoch, self.shuffle)
+        # as Python ints a block at a time: a list of every window of a big corpus (sliding
+        # windows: one per token) would take ~36 bytes per window
+        for lo in range(skip, self.n, self.BLOCK):
+            yield from order[lo : lo + self.BLOCK].tolist()
 
 
 class WindowDataset(Dataset):

@@ -85,6 +85,18 @@ def token_splits(cfg: DataConfig, root: Path | None = None) -> TokenSplits:
     return _open(folder)
 
 
+def cached_split_sizes(cfg: DataConfig, root: Path | None = None) -> dict[str, int] | None:
+    """Tokens per split of ``cfg``'s cache entry if it is built (reads ``meta.json`` only);
+    ``None`` when it is not built yet. Costs the dataset's content key (a local file's
+    sha256, streamed and memoised: the run id needs it anyway)."""
+    meta = (root or cache_dir()) / "tokens" / cache_key(cfg) / "meta.json"
+    try:
+        offsets = json.loads(meta.read_text())["offsets"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return {s: hi - lo for s, (lo, hi) in offsets.items()}
+
+
 def _open(folder: Path) -> TokenSplits:
     meta = json.loads((folder / "meta.json").read_text())
     tok = load_tokenizer(folder / "tokenizer.json")

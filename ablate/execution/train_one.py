@@ -51,7 +51,8 @@ def train_one(
 
     # a missing or corrupt dataset is bad input: exit 2 now
     load_hf(cfg.data.dataset) if is_hf(cfg.data.dataset) else resolve_dataset(cfg.data.dataset)
-    check_runs([(cfg, None)], config)  # empty/short data, seeds, sizes, a GPU that is not there
+    # empty/short/binary data (tokenized now: exact counts), seeds, sizes, a GPU that is not there
+    check_runs([(cfg, None)], config, tokenize=True)
     if cfg.train.compile:
         from ablate.accel import compile_problem
 

@@ -5,12 +5,20 @@ resolved, so bad input is one ``ConfigError`` line naming the file and key, exit
 anything is written:
 
 * seeds outside ``[0, 2**32 - 1]`` (what numpy and Lightning's seeding accept);
-* ``train.accelerator: gpu`` on a machine without a CUDA device (``device=False`` skips this,
-  e.g. for a mode that forces the CPU);
+* ``train.accelerator: gpu`` on a machine without a CUDA device, and a run on the CPU
+  (``cpu``, or ``auto`` without a GPU) in a precision this CPU cannot train the model in: an
+  LSTM in bf16 where oneDNN has no bf16 LSTM kernel (``ablate.accel.cpu_precision_problem``,
+  which asks the CPU itself). ``device=False`` skips these, e.g. for a mode that picks its own
+  device and precision (``--smoke``);
 * absurd sizes: more than ``MAX_PARAMS`` parameters, or activations above ``MAX_ACT_BYTES``;
-* data files (``data=False`` skips these): empty, not UTF-8, or too short for one window of
-  ``seq_len + 1`` tokens per row of ``batch_size`` in every split. Each file is read once per
-  check, however many runs use it.
+* data files (``data=False`` skips these), local ones and registered ones already fetched:
+  empty, not UTF-8, or too short for one window of ``seq_len + 1`` tokens per row of
+  ``batch_size`` in every split. Memory and time do not grow with the file: a file whose
+  token cache exists is checked by its exact token counts (no text read); otherwise its first
+  ``PREFIX_BYTES`` are decoded (the whole file when it fits: exact char/word counts, UTF-8
+  bytes bound BPE's; a larger file bounds every split by its size), once per check however
+  many runs use it. ``tokenize=True`` builds the token cache first, so the count is exact
+  (``ablate train`` trains next in the same process, so that costs nothing extra).
 
 Non-finite floats (``optim.lr: .inf``) are rejected by the config models themselves
 (``allow_inf_nan=False``).
@@ -18,10 +26,12 @@ Non-finite floats (``optim.lr: .inf``) are rejected by the config models themsel
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from ablate.config import GATED_ACTIVATIONS, ConfigError, RunConfig
+from ablate.config import GATED_ACTIVATIONS, ConfigError, DataConfig, RunConfig
 
 SEED_MAX = 2**32 - 1
 MAX_PARAMS = 10**12
@@ -29,8 +39,11 @@ MAX_PARAMS = 10**12
 MAX_ACT_BYTES = 2**50
 """1 PiB of activations per step (Korthikanti et al. 2022 estimate): a typo, not a config."""
 
-BINARY_SUFFIXES = (".bin", ".npy", ".npz", ".arrow", ".parquet")
-"""Data files that are token arrays, not text: the text checks do not apply."""
+PREFIX_BYTES = 4 << 20
+"""A data file not tokenized yet is checked on its first 4 MiB (strict UTF-8, and the exact
+token counts of a file that fits); the token cache checks the rest as it streams the file."""
+KEY = "data.dataset"
+SPLITS = ("train", "val", "test")
 
 # key -> "where it was set" (the study's key path); identity when not known
 Where = Callable[[str], str]
@@ -117,71 +130,148 @@ def gpu_available() -> bool:
 
 
 def _check_device(cfg: RunConfig, where: Where, source: Path | None, have_gpu: Callable) -> None:
-    if cfg.train.accelerator == "gpu" and not have_gpu():
+    t = cfg.train
+    if t.accelerator == "gpu" and not have_gpu():
         raise ConfigError(
             "is 'gpu' but no CUDA GPU is available here (use 'cpu' or 'auto')",
             key=where("train.accelerator"),
             source=source,
         )
+    if t.accelerator == "cpu" or (t.accelerator == "auto" and not have_gpu()):
+        from ablate.accel import cpu_precision_problem
+
+        if problem := cpu_precision_problem(cfg.model.arch, t.precision):
+            raise ConfigError(problem, key=where("train.precision"), source=source)
 
 
-def _upper_token_count(text: str, tokenizer: str) -> int:
-    """Tokens the text can yield at most: exact for char and word, UTF-8 bytes for BPE."""
-    if tokenizer == "char":
-        return len(text)
-    if tokenizer == "word":
+@dataclass
+class _Text:
+    """What the plan-time check read of a data file: its size, and its whole text when it
+    fits in ``PREFIX_BYTES`` (else only its first ``PREFIX_BYTES`` were checked)."""
+
+    path: Path
+    size: int
+    text: str | None
+
+
+def _scan(path: Path) -> _Text:
+    """Strict UTF-8 check of the first ``PREFIX_BYTES`` of ``path`` (the whole file when it
+    is that small); the one-line errors of ``read_text``."""
+    try:
+        with path.open("rb") as f:
+            raw = f.read(PREFIX_BYTES + 1)
+    except OSError as err:
+        raise ConfigError(f"cannot read {path}: {err.strerror or err}", key=KEY) from None
+    if not raw:
+        raise ConfigError(f"{path} is empty", key=KEY)
+    whole = len(raw) <= PREFIX_BYTES
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    try:  # a prefix may end inside a character: final=False keeps those bytes pending
+        text = decoder.decode(raw[:PREFIX_BYTES], final=whole)
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{path} is not UTF-8 text (invalid byte 0x{raw[err.start]:02x} at offset {err.start})",
+            key=KEY,
+        ) from None
+    return _Text(path, path.stat().st_size, text if whole else None)
+
+
+def _split_tokens(cfg: RunConfig, scan: _Text) -> dict[str, int]:
+    """At most how many tokens each split can hold, from the text read at plan time: exact
+    for char and word, UTF-8 bytes of each part for BPE; every split is bounded by the file's
+    size (+1 for word's last ``<eos>``) when only a prefix was read."""
+    d = cfg.data
+    if scan.text is None:
+        return dict.fromkeys(SPLITS, scan.size + 1)
+    text = scan.text
+    if d.tokenizer == "word":  # splits the token stream
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
-        return sum(len(line.split()) + 1 for line in lines)  # + <eos> per line
-    return len(text.encode("utf-8"))
+        return _split(sum(len(line.split()) + 1 for line in lines), d)  # + <eos> per line
+    chars = _split(len(text), d)  # char and bpe split the text
+    if d.tokenizer == "char":
+        return chars
+    out, pos = {}, 0
+    for split, n in chars.items():
+        out[split] = len(text[pos : pos + n].encode("utf-8"))
+        pos += n
+    return out
 
 
-def _check_length(cfg: RunConfig, n: int, path: Path, where: Where, source: Path | None) -> None:
-    """Every split must hold one window of ``seq_len + 1`` tokens in each of its rows."""
+def _split(n: int, d: DataConfig) -> dict[str, int]:
     from ablate.data import split_bounds
 
-    d = cfg.data
     a, b = split_bounds(n, d.val_fraction, d.test_fraction)
-    splits = [("train", a, d.batch_size, "data.batch_size"), ("val", b - a, d.eval_bs, None)]
+    return {"train": a, "val": b - a, "test": n - b}
+
+
+def _check_length(
+    cfg: RunConfig,
+    tokens: dict[str, int],
+    exact: bool,
+    path: Path,
+    where: Where,
+    source: Path | None,
+) -> None:
+    """Every split must hold one window of ``seq_len + 1`` tokens in each of its rows."""
+    d = cfg.data
+    splits = [("train", d.batch_size, "data.batch_size"), ("val", d.eval_bs, None)]
     if d.test_fraction > 0:
-        splits.append(("test", n - b, d.eval_bs, None))
-    for split, tokens, rows, rows_key in splits:
-        if tokens // rows < d.seq_len + 1:
+        splits.append(("test", d.eval_bs, None))
+    for split, rows, rows_key in splits:
+        if tokens[split] // rows < d.seq_len + 1:
             rows_key = rows_key or (
                 "data.eval_batch_size" if d.eval_batch_size else "data.batch_size"
             )
+            has = "has" if exact else "has at most"
             raise ConfigError(
-                f"{path} is too short: its {split} split has at most {tokens} tokens, fewer "
-                f"than {rows} rows ({rows_key}) x {d.seq_len + 1} (seq_len + 1)",
+                f"{path} is too short: its {split} split {has} {tokens[split]} "
+                f"{d.tokenizer} tokens, fewer than {rows} rows ({rows_key}) x {d.seq_len + 1} "
+                "(seq_len + 1)",
                 key=where("data.seq_len"),
                 source=source,
             )
 
 
-def _check_data(
-    cfg: RunConfig, where: Where, source: Path | None, texts: dict[str, tuple[Path, str] | None]
-) -> None:
-    from ablate.data import DATASETS, read_text, resolve_dataset
+def _local_file(name: str) -> Path | None:
+    """The file ``data.dataset`` names, without downloading anything: ``None`` for a remote
+    or plugin source, or a registered dataset not fetched yet (its sha256 pins it)."""
+    from ablate.data import DATASETS, resolve_dataset
+    from ablate.data.datasets import local_copy
 
+    if name in DATASETS:
+        return resolve_dataset(name) if local_copy(name) else None  # verifies the sha256
+    if ":" in name and not Path(name).expanduser().exists():
+        return None
+    return resolve_dataset(name)
+
+
+def _check_data(
+    cfg: RunConfig,
+    where: Where,
+    source: Path | None,
+    scans: dict[str, _Text | None],
+    tokenize: bool,
+) -> None:
     name = cfg.data.dataset
-    if name not in texts:
-        path = Path(name).expanduser()
-        if name in DATASETS or ":" in name or path.suffix in BINARY_SUFFIXES:
-            # registered (verified by its sha256 when the run fetches it), a remote or plugin
-            # source (nothing is downloaded at plan time) or token arrays: not checked as text
-            texts[name] = None
-        else:
-            try:
-                path = resolve_dataset(name)
-                texts[name] = (path, read_text(path))
-            except ConfigError as err:
-                raise ConfigError(err.message, key=where("data.dataset"), source=source) from None
-    entry = texts[name]
-    if entry is None:
-        return
-    path, text = entry
-    _check_length(cfg, _upper_token_count(text, cfg.data.tokenizer), path, where, source)
+    try:
+        if name not in scans:
+            path = _local_file(name)
+            scans[name] = _scan(path) if path is not None else None
+        scan = scans[name]
+        if scan is None:
+            return
+        from ablate.data.token_cache import cached_split_sizes, token_splits
+
+        tokens = cached_split_sizes(cfg.data)
+        if tokens is None and tokenize:
+            tokens = {s: t.numel() for s, t in token_splits(cfg.data).tokens.items()}
+    except ConfigError as err:
+        raise ConfigError(err.message, key=where("data.dataset"), source=source) from None
+    exact = tokens is not None
+    tokens = tokens if tokens is not None else _split_tokens(cfg, scan)
+    _check_length(cfg, tokens, exact, scan.path, where, source)
 
 
 def check_runs(
@@ -190,14 +280,17 @@ def check_runs(
     *,
     data: bool = True,
     device: bool = True,
+    tokenize: bool = False,
 ) -> None:
     """Check resolved run configs; ``ConfigError`` for the first problem (file and key).
 
     ``configs`` pairs each config with a function mapping a config key to where the study set
-    it (for the error message). ``data`` and ``device`` turn those checks off.
+    it (for the error message). ``data`` and ``device`` turn those checks off. ``tokenize``
+    builds the token cache of a dataset not tokenized yet, so the length check is exact
+    (``ablate train``: the run would build it next, in this process).
     """
     source = Path(source) if source is not None else None
-    texts: dict[str, tuple[Path, str] | None] = {}
+    scans: dict[str, _Text | None] = {}
     gpu: list[bool] = []
 
     def have_gpu() -> bool:
@@ -212,4 +305,4 @@ def check_runs(
         if device:
             _check_device(cfg, where, source, have_gpu)
         if data:
-            _check_data(cfg, where, source, texts)
+            _check_data(cfg, where, source, scans, tokenize)
