@@ -25,6 +25,7 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -218,6 +219,23 @@ class TrainConfig(_Section):
     deterministic: bool = True
     checkpoint_interval: int = Field(100, ge=1)
     progress: bool = True
+    stack: str = "off"
+    """Train runs that differ only in seed and optimizer scalars as one stacked model, at most
+    this many per process: ``auto`` (chosen from the device and model size), ``off`` (one run
+    per process) or a positive integer. How runs train, not what they are: not in the run id."""
+
+    @field_validator("stack", mode="before")
+    @classmethod
+    def _check_stack(cls, value: Any) -> str:
+        # YAML reads `stack: off` as false and `stack: 4` as an int
+        text = "off" if value is False else str(value).strip().lower()
+        if (
+            type(value) is bool
+            and value
+            or not (text in ("auto", "off") or (text.isdigit() and int(text) > 0))
+        ):
+            raise ValueError("choose auto, off or a positive integer")
+        return text
 
 
 class TrackingConfig(_Section):
@@ -274,6 +292,7 @@ class RunConfig(_Section):
         d = self.to_dict()
         d.pop("tracking")
         d["train"].pop("progress")
+        d["train"].pop("stack")  # how runs train (stacked or alone), not what they are
         if (
             content
         ):  # only when present: ids of runs without plugins or local files stay as they were

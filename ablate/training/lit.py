@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from collections.abc import Iterable
 from functools import cache, partial
 
 import pytorch_lightning as pl
@@ -83,6 +84,51 @@ def make_adamw(model: torch.nn.Module, cfg: RunConfig) -> torch.optim.AdamW:
     )
 
 
+def lr_factor(cfg: RunConfig, step: int, base_lr: float | None = None) -> float:
+    """The run's LR at optimizer step ``step`` as a multiple of ``base_lr`` (default
+    ``cfg.lr``): the ``LambdaLR`` factor, so ``base_lr * factor`` is the LR the update uses."""
+    base_lr = cfg.lr if base_lr is None else base_lr
+    o = cfg.optim
+    lr = lr_at(
+        step,
+        total_steps=cfg.train.max_steps,
+        base_lr=base_lr,
+        warmup_ratio=o.warmup_ratio,
+        min_lr=o.min_lr,
+        decay=o.decay,
+        cycles=o.cycles,
+    )
+    return lr / base_lr
+
+
+@torch.no_grad()
+def grad_norm_metrics(
+    named_grads: Iterable[tuple[str, torch.Tensor | None]],
+    layer_map: dict[str, str],
+    lead: int = 0,
+) -> dict[str, torch.Tensor]:
+    """``grad_norm/<layer>``, ``grad_norm/global`` and ``grad_norm/ffn_out_<i>`` (Xiong et al.
+    2020, Fig. 3: the FFN output weight) of the gradients. ``lead``: leading dimensions that are
+    not summed over (1 for a stack of members: each norm is then one value per member)."""
+    sq: dict[str, torch.Tensor] = {}
+    ffn_out: dict[str, torch.Tensor] = {}
+    for name, g in named_grads:
+        if g is None:
+            continue
+        # flatten(lead) of a contiguous tensor is a view: with lead 0 the same sum as before
+        g2 = g.detach().float().flatten(lead).pow(2).sum(-1)
+        key = layer_map[name]
+        sq[key] = sq.get(key, 0.0) + g2
+        if name.endswith("ffn.w2.weight"):
+            ffn_out[f"grad_norm/ffn_out_{key[6:]}"] = g.detach().float().flatten(lead).norm(dim=-1)
+    if not sq:
+        return {}
+    out = {f"grad_norm/{k}": v.sqrt() for k, v in sorted(sq.items())}
+    out["grad_norm/global"] = torch.stack(list(sq.values())).sum(0).sqrt()
+    out.update(ffn_out)
+    return out
+
+
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean token cross-entropy in nats: logits (B, T, V), targets (B, T)."""
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
@@ -152,17 +198,7 @@ class LitLM(pl.LightningModule):
         torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
 
     def _lr_factor(self, step: int, base_lr: float) -> float:
-        o = self.cfg.optim
-        lr = lr_at(
-            step,
-            total_steps=self.cfg.train.max_steps,
-            base_lr=base_lr,
-            warmup_ratio=o.warmup_ratio,
-            min_lr=o.min_lr,
-            decay=o.decay,
-            cycles=o.cycles,
-        )
-        return lr / base_lr
+        return lr_factor(self.cfg, step, base_lr)
 
     # --- training -------------------------------------------------------------------------
     def training_step(self, batch, batch_idx):
@@ -227,25 +263,11 @@ class LitLM(pl.LightningModule):
             values = torch.stack(list(norms.values())).tolist()
             self.log_now(dict(zip(norms, values, strict=True)), step)
 
-    @torch.no_grad()
     def grad_norms(self) -> dict[str, torch.Tensor]:
         """Global and per-layer L2 norms of the gradients (before clipping)."""
-        sq: dict[str, torch.Tensor] = {}
-        for name, p in self.model.named_parameters():
-            if p.grad is None:
-                continue
-            key = self._layer_of[name]
-            sq[key] = sq.get(key, 0.0) + p.grad.detach().float().pow(2).sum()
-        if not sq:
-            return {}
-        out = {f"grad_norm/{k}": v.sqrt() for k, v in sorted(sq.items())}
-        out["grad_norm/global"] = torch.stack(list(sq.values())).sum().sqrt()
-        for name, p in self.model.named_parameters():  # Xiong et al. Fig. 3: FFN output weight
-            if p.grad is not None and name.endswith("ffn.w2.weight"):
-                out[f"grad_norm/ffn_out_{self._layer_of[name][6:]}"] = (
-                    p.grad.detach().float().norm()
-                )
-        return out
+        return grad_norm_metrics(
+            ((n, p.grad) for n, p in self.model.named_parameters()), self._layer_of
+        )
 
     # --- validation -----------------------------------------------------------------------
     def validation_step(self, batch, batch_idx):

@@ -159,7 +159,7 @@ def _sigint(signum, frame) -> None:  # noqa: ARG001 - signal handler signature
 
 
 @contextmanager
-def _stoppable(stop: StepBoundaryStop):
+def stoppable(stop: StepBoundaryStop):
     """While training, route Ctrl-C to ``stop``, then put the caller's handler back (Lightning
     ignores SIGINT after an interrupt). A process that ignores SIGINT (a runner worker, stopped
     by SIGUSR1 instead) keeps ignoring it."""
@@ -269,14 +269,14 @@ def train_run(
     prior = run_dir.read_summary() or {}
     base_wall = prior.get("wall_time_s") if prior.get("status") == "running" else 0.0
     base_wall = float(base_wall) if isinstance(base_wall, int | float) else 0.0  # damaged: 0
-    summary = _start_summary(cfg, run_dir, meta, prior, t0)
+    summary = start_summary(cfg, run_dir, meta, prior, t0)
     write_final_summary(run_dir, summary)
     wandb_logger = None
     wandb_wait = 0.0  # a slow or dead W&B server is not train time
     stop = StepBoundaryStop()
     try:
         with torch_threads(cfg.train.threads):
-            dm, lit, ckpt_path = _prepare(cfg, run_dir, summary, prior)
+            dm, lit, ckpt_path = prepare_run(cfg, run_dir, summary, prior)
             t_wandb = time.time()
             wandb_logger = _wandb_logger(cfg, run_dir, meta, summary)
             wandb_wait += time.time() - t_wandb
@@ -300,7 +300,7 @@ def train_run(
         else:
             log.exception("run %s failed", run_dir.run_id)
         summary.update(status="failed", error=f"{type(err).__name__}: {err}")
-        _write_error_log(run_dir)
+        write_error_log(run_dir)
     finally:
         if wandb_logger is not None:
             t_close = time.time()
@@ -315,7 +315,7 @@ def train_run(
     return summary
 
 
-def _start_summary(
+def start_summary(
     cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], prior: dict[str, Any], t0: float
 ) -> dict[str, Any]:
     """The ``running`` summary of this attempt, keeping the attempts of earlier ones."""
@@ -336,7 +336,7 @@ def _start_summary(
     }
 
 
-def _prepare(
+def prepare_run(
     cfg: RunConfig, run_dir: RunDir, summary: dict[str, Any], prior: dict[str, Any]
 ) -> tuple[LMDataModule, LitLM, Any]:
     """Data, model and the checkpoint to resume from (checked against the data), with the
@@ -406,14 +406,14 @@ def _fit(
     device = trainer.strategy.root_device
     summary["attn_kernel"] = attn_kernel(cfg, device) if cfg.model.arch == "transformer" else None
     with attn_context(cfg, device):
-        with _stoppable(stop):
+        with stoppable(stop):
             trainer.fit(lit, datamodule=dm, ckpt_path=str(ckpt_path) if ckpt_path else None)
         # the final evaluation under the training precision (autocast), like validation
         with trainer.precision_plugin.forward_context():
             summary.update(_finish(cfg, lit, dm, trainer))
 
 
-def _write_error_log(run_dir: RunDir) -> None:
+def write_error_log(run_dir: RunDir) -> None:
     """The traceback of the exception being handled, into the run's ``error.log``: the summary
     and the tables show one line of it; a full disk must not hide the run's own error."""
     try:
@@ -456,15 +456,36 @@ def check_resume(ckpt: dict, dm: LMDataModule, prior: dict, run_dir: RunDir) -> 
 
 def _finish(cfg: RunConfig, lit: LitLM, dm: LMDataModule, trainer: pl.Trainer) -> dict[str, Any]:
     """Summary fields after fit: final full-split evaluation, extrapolation, divergence."""
-    steps = int(trainer.global_step)
-    out: dict[str, Any] = {"steps": steps, "tokens_per_s": lit.tokens_per_s}
-    history = [v for s, m, v in lit_metrics(trainer) if m == "val/loss"]
-    if lit.diverged_step is not None:
-        out.update(status="diverged", diverged_step=lit.diverged_step)
+    return finish_summary(
+        cfg,
+        lit.model,
+        dm,
+        steps=int(trainer.global_step),
+        tokens_per_s=lit.tokens_per_s,
+        val_history=[v for s, m, v in lit_metrics(trainer) if m == "val/loss"],
+        diverged_step=lit.diverged_step,
+    )
+
+
+def finish_summary(
+    cfg: RunConfig,
+    model: torch.nn.Module,
+    dm: LMDataModule,
+    *,
+    steps: int,
+    tokens_per_s: float | None,
+    val_history: list[float],
+    diverged_step: int | None,
+) -> dict[str, Any]:
+    """Summary fields of a trained ``model``: final full-split evaluation, extrapolation,
+    divergence (``val_history``: the val/loss values logged while training)."""
+    out: dict[str, Any] = {"steps": steps, "tokens_per_s": tokens_per_s}
+    history = val_history
+    if diverged_step is not None:
+        out.update(status="diverged", diverged_step=diverged_step)
         out["best_val_loss"] = min((v for v in history if math.isfinite(v)), default=None)
         out["final_val_loss"] = None
         return out
-    model = lit.model
     final = evaluate(model, dm.val_dataloader(), cfg.train.final_eval_batches)
     if not math.isfinite(final):
         out.update(status="diverged", diverged_step=steps, final_val_loss=None)
