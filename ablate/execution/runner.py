@@ -36,7 +36,16 @@ from ablate.execution.executors import ExecutorFailed, ExecutorOptions, RunTask,
 from ablate.execution.progress import LiveProgress, fmt_duration
 from ablate.execution.tables import make_console, print_summary
 from ablate.execution.worker import INTERRUPTED, LOCKED, TRAINED
-from ablate.store import DAMAGED, FINISHED, RunDir, RunStore, run_damage, run_state
+from ablate.store import (
+    DAMAGED,
+    FINISHED,
+    RunDir,
+    RunStore,
+    StoreWriteError,
+    describe_os_error,
+    run_damage,
+    run_state,
+)
 from ablate.store.registration import record_registration
 from ablate.study import PlannedRun, Study, load_study
 from ablate.study.claims import claim_fingerprint
@@ -175,7 +184,12 @@ def register_claims(study: Study, store: Path) -> dict[str, Any]:
     """Record the study's claims (fingerprints, times) in ``<store>/<study>/`` (see
     :mod:`ablate.store.registration`); a no-op write when nothing changed."""
     fps = {c.id: claim_fingerprint(c, study.equivalence_margin) for c in study.claims}
-    return record_registration(store, study.name, fps)
+    try:
+        return record_registration(store, study.name, fps)
+    except OSError as err:  # e.g. a full disk: one line, before any run starts
+        raise StoreWriteError(
+            err.errno, f"cannot write {store / study.name}: {describe_os_error(err)}"
+        ) from None
 
 
 def _merge_seeds(
