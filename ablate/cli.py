@@ -152,12 +152,25 @@ def run(
         bool,
         typer.Option(
             "--until-decided",
-            help="Then add seeds only to variants in inconclusive comparisons, until decided.",
+            help="Sequential looks on the claims: add seeds to inconclusive claims' arms, "
+            "spending alpha (O'Brien-Fleming), until decided or --max-looks.",
         ),
     ] = False,
-    max_seeds: Annotated[
-        int, typer.Option(min=2, help="With --until-decided: at most this many seeds a variant.")
-    ] = 10,
+    max_looks: Annotated[
+        str, typer.Option(help="With --until-decided: planned looks at most (>= 1).")
+    ] = "3",
+    seeds_per_look: Annotated[
+        str | None,
+        typer.Option(help="With --until-decided: seeds added per look (default: the first's)."),
+    ] = None,
+    confirm: Annotated[
+        str | None,
+        typer.Option(
+            "--confirm",
+            help="Train N (default 3: --confirm alone) fresh seeds for the claims' arms only, "
+            "marked confirm.",
+        ),
+    ] = None,
     smoke: Annotated[
         bool,
         typer.Option(
@@ -206,7 +219,13 @@ def run(
         if until_decided:
             from ablate.execution.decide import run_until_decided
 
-            results = run_until_decided(study, max_seeds=max_seeds, **kwargs)
+            results = run_until_decided(
+                study, **_sequential_options(max_looks, seeds_per_look, confirm), **kwargs
+            )
+        elif confirm is not None:
+            from ablate.execution.confirm import check_n, run_confirm
+
+            results = run_confirm(study, check_n(confirm), **kwargs)
         else:
             results = run_study(study, **kwargs)
     except ConfigError as err:
@@ -217,6 +236,30 @@ def run(
         raise typer.Exit(130) from None
     if any(r.get("status") == "failed" for r in results):
         raise typer.Exit(1)
+
+
+def _whole(raw: str | None, key: str, least: int) -> int | None:
+    """``raw`` as a whole number >= ``least`` (None stays None), else a one-line ConfigError."""
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"must be a whole number, got {raw!r}", key=key) from None
+    if value < least:
+        raise ConfigError(f"must be at least {least}, got {value}", key=key)
+    return value
+
+
+def _sequential_options(max_looks: str, seeds_per_look: str | None, confirm: str | None) -> dict:
+    """``--until-decided``'s options, checked (a bad one is a ConfigError naming it)."""
+    from ablate.execution.confirm import check_n
+
+    return {
+        "max_looks": _whole(max_looks, "--max-looks", 1),
+        "seeds_per_look": _whole(seeds_per_look, "--seeds-per-look", 1),
+        "confirm": None if confirm is None else check_n(confirm),
+    }
 
 
 @app.command()
@@ -358,5 +401,22 @@ def bench(
     run_bench(quick=quick, out=out, only=section)
 
 
+DEFAULT_CONFIRM = "3"
+
+
+def optional_values(args: list[str]) -> list[str]:
+    """``--confirm`` alone (last, or before another option or the study YAML) means
+    ``--confirm 3``: the parser needs every option's value, so it is put in here."""
+    out = []
+    for i, arg in enumerate(args):
+        out.append(arg)
+        nxt = args[i + 1] if i + 1 < len(args) else None
+        if arg == "--confirm" and (
+            nxt is None or nxt.startswith("--") or nxt.endswith((".yaml", ".yml"))
+        ):
+            out.append(DEFAULT_CONFIRM)
+    return out
+
+
 def main() -> None:  # pragma: no cover - console entry point
-    sys.exit(app())
+    sys.exit(app(args=optional_values(sys.argv[1:])))

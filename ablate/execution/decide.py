@@ -1,72 +1,180 @@
-"""``ablate run STUDY --until-decided``: add seeds only where a comparison is still undecided.
+"""``ablate run STUDY --until-decided``: a group-sequential design on the study's claims.
 
-After the study's own seeds, each round analyses the store exactly as the report does
-(:func:`ablate.report.claim_checks.analyse`: paired/Welch tests, Holm, TOST, claims), takes the
-variants of every *inconclusive* comparison or claim, and trains one more seed for each (the
-variant's next unused seed number, so variants given seeds in the same rounds stay paired by
-seed). It stops when nothing is inconclusive or every such variant has ``max_seeds`` seeds.
+Only claims are tested (exploratory axis comparisons never add seeds). The design is fixed before
+the first look: at most ``max_looks`` looks, the first on the study's seeds (or, with
+``--confirm N``, on ``N`` fresh confirmation seeds), each later one ``seeds_per_look`` seeds more.
+Look ``k`` has information fraction ``t_k = seeds at look k / seeds at the last look`` and tests
+at the nominal level that a Lan-DeMets O'Brien-Fleming-type spending function spends at that
+look (:mod:`ablate.execution.spending`), so the chance of a false decision over all looks stays
+at most ``alpha``. At each look every claim not yet decided is analysed on exactly that look's
+seeds (Holm over the claims), a claim decided there stops, and the next look's new seeds go to
+*every* arm of every claim still inconclusive, so arms keep one seed set (paired tests). It stops
+when no claim is inconclusive or after the last look.
 
-Resumable like any run: the extra seeds are read back from the store (every seed of a variant
-that the study YAML does not list), and ``<store>/<study>/until_decided.json`` records each
-round's variants and why, which the report shows.
+Resumable: ``<store>/<study>/until_decided.json`` records the design, each look and each round of
+added seeds (written before they train); run again, the same command finishes the design::
+
+    {"design": {"max_looks": 3, "alpha": 0.05, "spending": "obrien-fleming",
+                "seeds_per_look": 3, "confirm": false, "seeds_at_looks": [3, 6, 9]},
+     "rounds": [{"look": 2, "seeds": {"<variant>": [3, 4, 5]}, "why": {"<variant>": ["claim x"]}}],
+     "looks": [{"look": 1, "seeds": 3, "seed_set": [0, 1, 2], "info_fraction": 0.333,
+                "alpha_spent": 0.0007, "nominal_alpha": 0.0007, "decided": ["x"],
+                "outcomes": {"x": "reproduces", "y": "inconclusive"}}],
+     "stopped": "decided" | "max_looks 3 reached"}
+
+``rounds`` keeps its earlier shape (variant -> the seed added, a list when several).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from ablate.config import ConfigError
+from ablate.execution.confirm import claim_arms, confirm_seeds, fresh_seeds, store_seeds
 from ablate.execution.runner import run_study
+from ablate.execution.spending import SPENDING, look_levels, look_seed_counts
 from ablate.report import collect
-from ablate.report.claim_checks import INCONCLUSIVE, analyse
-from ablate.report.verdicts import verdict
+from ablate.report.claim_checks import INCONCLUSIVE, UNTESTED, _decide, build_comparisons
+from ablate.report.comparisons import adjust
+from ablate.report.stats import ALPHA
 from ablate.store.rundir import DECISIONS_FILE, read_decisions, write_decisions
-from ablate.study import load_study
+from ablate.study import Study, load_study
 
-Undecided = Callable[[collect.StudyData], dict[str, list[str]]]
+DEFAULT_MAX_LOOKS = 3
+
+Outcomes = Callable[[collect.StudyData, float], dict[str, str]]
 
 
-def undecided_variants(study: collect.StudyData) -> dict[str, list[str]]:
-    """Variant -> why it needs seeds: each inconclusive axis comparison or claim it is in."""
-    comps, checks = analyse(study)
-    variant_of = study.runs.set_index("run_id")["variant"].to_dict()
-    out: dict[str, list[str]] = {}
-
-    def add(key: tuple, reason: str) -> None:
-        if len(key) != 3 or key[0] == "claim":
-            return  # a fitted quantity or a claim against published values only
-        for side in key[1:]:
-            for run_id in side:
-                if run_id in variant_of:
-                    reasons = out.setdefault(variant_of[run_id], [])
-                    if reason not in reasons:
-                        reasons.append(reason)
-
-    for c in comps:
-        if verdict(c).kind == "inconclusive":
-            held = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in c.context.items())
-            add(c.key, f"{c.label_a} vs {c.label_b}" + (f" at {held}" if held else ""))
+def claim_outcomes(study: collect.StudyData, alpha: float) -> dict[str, str]:
+    """Claim id -> its outcome at level ``alpha``, Holm-corrected over the claims alone (the
+    confirmatory family), as the report decides a claim."""
+    checks = build_comparisons(study, study.claims, study.equivalence_margin)
+    keyed = {}
     for check in checks:
-        if check.outcome == INCONCLUSIVE and check.comparison is not None:
-            add(check.comparison.key, f"claim {check.claim.id}")
+        if check.comparison is not None:
+            keyed[check.claim.id] = dataclasses.replace(
+                check.comparison, key=("claim", check.claim.id)
+            )
+    adjusted = dict(zip(keyed, adjust(list(keyed.values())), strict=True))
+    out = {}
+    for check in checks:
+        if check.claim.id in adjusted:
+            check.comparison = adjusted[check.claim.id]
+        _decide(check, alpha)
+        out[check.claim.id] = check.outcome
     return out
 
 
-def extra_seeds_in_store(store: Path, name: str, study_seeds: set[int]) -> dict[str, list[int]]:
-    """Seeds per variant in the store that the study YAML does not list (earlier rounds)."""
-    try:
-        runs = collect.load_study(store, name).runs
-    except ConfigError:  # no runs yet
-        return {}
+def _restrict(data: collect.StudyData, seeds: Sequence[int]) -> collect.StudyData:
+    """The study's runs at ``seeds`` only: a look analyses exactly its planned seeds."""
+    keep = {int(s) for s in seeds}
+    runs = data.runs
+    mask = runs["seed"].map(lambda s: s == s and s is not None and int(s) in keep)
+    return dataclasses.replace(data, runs=runs[mask.astype(bool)])
+
+
+def _design(
+    plan: Study, store: Path, max_looks: int, seeds_per_look: int | None, alpha: float, confirm
+) -> tuple[dict[str, Any], list[int]]:
+    """The design and the first look's seeds (the study's, or ``confirm`` fresh ones)."""
+    _whole(max_looks, "--max-looks")
+    if seeds_per_look is not None:
+        _whole(seeds_per_look, "--seeds-per-look")
+    if not 0 < alpha < 1:
+        raise ConfigError(f"must be in (0, 1), got {alpha!r}", key="alpha")
+    if not plan.claims:
+        raise ConfigError(
+            "--until-decided adds seeds for claims only, and this study has none",
+            key="claims",
+            source=plan.path,
+        )
+    if confirm is not None:
+        first = confirm_seeds(plan, store, confirm)
+    else:
+        first = sorted({r.seed for r in plan.runs})
+    per = seeds_per_look or len(first)
+    design = {
+        "max_looks": max_looks,
+        "alpha": alpha,
+        "spending": SPENDING,
+        "seeds_per_look": per,
+        "confirm": confirm is not None,
+        "seeds_at_looks": look_seed_counts(len(first), per, max_looks),
+    }
+    return design, first
+
+
+def _whole(value: Any, key: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"must be a whole number >= 1, got {value!r}", key=key)
+
+
+def _same_design(old: dict[str, Any] | None, new: dict[str, Any]) -> None:
+    """A design is fixed once its first look is recorded: another one is a one-line error."""
+    if old is None or old == new:
+        return
+    differ = ", ".join(f"{k} {old.get(k)!r} -> {v!r}" for k, v in new.items() if old.get(k) != v)
+    raise ConfigError(
+        f"until_decided.json records another design ({differ}); finish it with the same options, "
+        "or move the file aside to start a new design",
+        key="--until-decided",
+    )
+
+
+def _planned_seeds(log: dict[str, Any], first: list[int], arms: dict[str, list[str]], confirm):
+    """variant -> every seed the design has planned for it so far (the first look's seeds on
+    the claims' arms in confirm mode, then each round's)."""
     out: dict[str, list[int]] = {}
-    for variant, seed in zip(runs["variant"], pd.to_numeric(runs["seed"]), strict=True):
-        if pd.notna(seed) and int(seed) not in study_seeds:
-            out.setdefault(variant, []).append(int(seed))
-    return {v: sorted(set(s)) for v, s in out.items()}
+    if confirm:
+        for labels in arms.values():
+            for v in labels:
+                out[v] = list(first)
+    for r in log["rounds"]:
+        if "look" not in r:  # a round of the earlier, unplanned --until-decided
+            continue
+        for v, seeds in r["seeds"].items():
+            have = out.setdefault(v, [])
+            have += [s for s in (seeds if isinstance(seeds, list) else [seeds]) if s not in have]
+    return out
+
+
+def _next_round(
+    log: dict[str, Any], look: int, open_: list[str], arms: dict[str, list[str]], taken: set[int]
+) -> dict[str, Any]:
+    """The seeds of ``look`` for every arm of every open claim: the next ``seeds_per_look``
+    integers nobody used, the same for all of them (so arms stay paired)."""
+    per = log["design"]["seeds_per_look"]
+    new = fresh_seeds(per, taken, max(taken, default=-1))
+    why: dict[str, list[str]] = {}
+    for cid in open_:
+        for v in arms.get(cid, []):
+            why.setdefault(v, []).append(f"claim {cid}")
+    seeds = {v: (new[0] if per == 1 else list(new)) for v in why}
+    return {"look": look, "seeds": seeds, "why": why, "new_seeds": new}
+
+
+def _record_look(
+    log: dict[str, Any], look: int, seed_set: list[int], outcomes: dict[str, str], decided: set
+) -> list[str]:
+    """Append look ``look``'s record; returns the claims still inconclusive."""
+    levels = look_levels(log["design"]["seeds_at_looks"], log["design"]["alpha"])[look - 1]
+    outcomes = {c: o for c, o in outcomes.items() if c not in decided}  # tested at this look
+    now = [c for c, o in outcomes.items() if o not in (INCONCLUSIVE, UNTESTED)]
+    decided.update(now)
+    log["looks"].append(
+        {
+            "look": look,
+            "seeds": len(seed_set),
+            "seed_set": sorted(seed_set),
+            **levels,
+            "decided": now,
+            "outcomes": outcomes,
+        }
+    )
+    return [c for c, o in outcomes.items() if o == INCONCLUSIVE]
 
 
 def run_until_decided(
@@ -76,52 +184,67 @@ def run_until_decided(
     overrides: Sequence[str] = (),
     store: str | Path = "runs",
     workers: int | None = None,
-    max_seeds: int = 10,
+    max_looks: int = DEFAULT_MAX_LOOKS,
+    seeds_per_look: int | None = None,
+    alpha: float = ALPHA,
+    confirm: int | None = None,
     progress: bool = True,
     executor=None,
     plugins: Sequence[str] = (),
     rerun_stale: bool = False,
-    undecided: Undecided = undecided_variants,
+    outcomes: Outcomes = claim_outcomes,
 ) -> list[dict[str, Any]]:
-    """Run the study, then rounds of one extra seed per undecided variant (see module doc).
-    Returns the summaries of the last round's runs."""
+    """Run the design of the module doc to its end (or resume it); returns the summaries of the
+    last look's runs. ``confirm``: the first look is that many fresh confirmation seeds (``ablate
+    run --confirm N --until-decided``) and every added seed is a confirmation run too."""
+    from ablate.execution.confirm import check_n
+
     store, study_path = Path(store), Path(study_path)
-    # validates; nothing written on error
-    plan = load_study(study_path, profile, overrides, plugins=plugins)
-    study_seeds = {r.seed for r in plan.runs}
-    extra = extra_seeds_in_store(store, plan.name, study_seeds)
+    plan = load_study(study_path, profile, overrides, plugins=plugins)  # nothing written on error
+    confirm = None if confirm is None else check_n(confirm)
+    design, first = _design(plan, store, max_looks, seeds_per_look, alpha, confirm)
     log_path = store / plan.name / DECISIONS_FILE
-    log = read_decisions(log_path)
-    log["max_seeds"] = max_seeds
+    log = _open_log(log_path, design, first)
+    first, arms = log["first_seeds"], claim_arms(plan)
+    decided = {c for lk in log["looks"] for c in lk["decided"]}
+    kw = dict(profile=profile, overrides=overrides, store=store, workers=workers)
+    kw |= dict(progress=progress, executor=executor, plugins=plugins)
     while True:
-        results = run_study(
-            study_path,
-            profile=profile,
-            overrides=overrides,
-            store=store,
-            workers=workers,
-            progress=progress,
-            executor=executor,
-            plugins=plugins,
-            rerun_stale=rerun_stale and not extra,  # stale runs are moved aside once
-            extra_seeds=extra,
-        )
-        data = collect.load_study(store, plan.name, study_path)
-
-        # planned seeds, not finished ones: a run that keeps failing cannot loop forever
-        def planned(v: str) -> set[int]:
-            return study_seeds | set(extra.get(v, []))
-
-        open_ = undecided(data)
-        todo = {v: r for v, r in open_.items() if len(planned(v)) < max_seeds}
-        if not todo:
-            log["stopped"] = "decided" if not open_ else f"max_seeds {max_seeds} reached"
+        look = len(log["looks"]) + 1
+        seeds_key = "confirm_seeds" if confirm is not None else "extra_seeds"
+        kw[seeds_key] = _planned_seeds(log, first, arms, confirm is not None)
+        write_decisions(log_path, log)
+        results = run_study(study_path, **kw, rerun_stale=rerun_stale and look == 1)
+        if "stopped" in log:  # the design was finished before: nothing more to look at
+            return results
+        seed_set = _look_seeds(log, look)
+        data = _restrict(collect.load_study(store, plan.name, study_path), seed_set)
+        data = dataclasses.replace(data, claims=[c for c in data.claims if c.id not in decided])
+        level = look_levels(design["seeds_at_looks"], alpha)[look - 1]["nominal_alpha"]
+        open_ = _record_look(log, look, seed_set, outcomes(data, level), decided)
+        if not open_ or look >= design["max_looks"]:
+            log["stopped"] = "decided" if not open_ else f"max_looks {design['max_looks']} reached"
             write_decisions(log_path, log)
             return results
-        added = {}
-        for v in todo:
-            seed = max(planned(v)) + 1
-            extra.setdefault(v, []).append(seed)
-            added[v] = seed
-        log["rounds"].append({"seeds": added, "why": todo})
-        write_decisions(log_path, log)
+        taken = {*store_seeds(store, plan.name)[0], *(r.seed for r in plan.runs), *seed_set}
+        log["rounds"].append(_next_round(log, look + 1, open_, arms, taken))
+
+
+def _open_log(path: Path, design: dict[str, Any], first: list[int]) -> dict[str, Any]:
+    """The log to go on with: the recorded design (the same, else a one-line error) or a new
+    one; rounds of an earlier, unplanned ``--until-decided`` are kept as they were."""
+    log = read_decisions(path)
+    if log.get("looks"):
+        _same_design(log.get("design"), design)
+        return log
+    for stale in ("stopped", "max_seeds"):  # a new design starts here
+        log.pop(stale, None)
+    log.setdefault("rounds", [])
+    log.update(design=design, first_seeds=first, looks=[])
+    return log
+
+
+def _look_seeds(log: dict[str, Any], look: int) -> list[int]:
+    """The seeds look ``look`` analyses: the first look's and every round's up to it."""
+    added = [s for r in log["rounds"] if r.get("look", 0) <= look for s in r.get("new_seeds", [])]
+    return sorted({*log["first_seeds"], *added})

@@ -20,6 +20,7 @@ Ctrl-C stops cleanly: the run in progress saves an ``interrupted`` checkpoint an
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import time
@@ -35,8 +36,19 @@ from ablate.execution.executors import ExecutorFailed, ExecutorOptions, RunTask,
 from ablate.execution.progress import LiveProgress, fmt_duration
 from ablate.execution.tables import make_console, print_summary
 from ablate.execution.worker import INTERRUPTED, LOCKED, TRAINED
-from ablate.store import DAMAGED, FINISHED, RunDir, RunStore, run_damage, run_state
-from ablate.study import Study, load_study
+from ablate.store import (
+    DAMAGED,
+    FINISHED,
+    RunDir,
+    RunStore,
+    StoreWriteError,
+    describe_os_error,
+    run_damage,
+    run_state,
+)
+from ablate.store.registration import record_registration
+from ablate.study import PlannedRun, Study, load_study
+from ablate.study.claims import claim_fingerprint
 
 
 def _describe(outcome: str, s: dict[str, Any]) -> str:
@@ -90,6 +102,7 @@ def run_study(
     plugins: Sequence[str] = (),
     rerun_stale: bool = False,
     extra_seeds: dict[str, Sequence[int]] | None = None,
+    confirm_seeds: dict[str, Sequence[int]] | None = None,
 ) -> list[dict[str, Any]]:
     """Train every unfinished run of a study; returns the summaries of all its runs.
 
@@ -98,19 +111,33 @@ def run_study(
     study, prints how to resume and re-raises ``KeyboardInterrupt``. ``rerun_stale``: runs made
     by other model/training code are moved aside (``ablate.store.provenance``) and trained again.
     ``extra_seeds`` (variant label -> seeds) adds runs beyond the study's seeds
-    (``--until-decided``, :mod:`ablate.execution.decide`).
+    (``--until-decided``, :mod:`ablate.execution.decide`). ``confirm_seeds`` (variant label ->
+    seeds, ``--confirm``, :mod:`ablate.execution.confirm`): only these runs are planned, each
+    marked ``confirm: true`` in its meta and summary.
+
+    Before any run trains, the store registers the study's claims
+    (:mod:`ablate.store.registration`); after training it notes when the first run started.
     """
     opts = executor or ExecutorOptions()
     if workers is not None:
         opts = opts.model_copy(update={"workers": workers})
-    study = load_study(study_path, profile, overrides, plugins=plugins, extra_seeds=extra_seeds)
+    extra = _merge_seeds(extra_seeds, confirm_seeds)
+    study = load_study(study_path, profile, overrides, plugins=plugins, extra_seeds=extra)
+    if confirm_seeds is not None:
+        study = dataclasses.replace(
+            study, runs=[r for r in study.runs if r.seed in confirm_seeds.get(r.variant, ())]
+        )
     check(opts)
     runs_store = RunStore(store)
     console = make_console()
     dirs = _prepare_store(study, runs_store, console, rerun_stale=rerun_stale)
     done = sum(1 for r in study.runs if dirs[r.run_id].status in FINISHED)
     todo = [r for r in study.runs if dirs[r.run_id].status not in FINISHED]
-    tasks = [RunTask(r, r.config, str(dirs[r.run_id].path), study.meta(r)) for r in todo]
+    tasks = [
+        RunTask(r, r.config, str(dirs[r.run_id].path), _meta(study, r, dirs, confirm_seeds))
+        for r in todo
+    ]
+    register_claims(study, runs_store.root)
     where = _where(opts, tasks)
     # recorded in each run's summary (environment): how many runs trained at once
     os.environ["ABLATE_WORKERS"] = str(_n_workers(opts, tasks))
@@ -132,6 +159,7 @@ def run_study(
         execute(tasks, opts=opts, progress=bar)
     except (KeyboardInterrupt, SystemExit, ExecutorFailed) as err:
         bar.close()
+        register_claims(study, runs_store.root)  # first_run_at, if a run started
         results = _collect(study, dirs)
         print_summary(study, results, console, elapsed=time.time() - t0)
         resume = resume_command(study_path, study.profile, overrides, store, opts)
@@ -146,9 +174,50 @@ def run_study(
             raise
         raise KeyboardInterrupt from None
     bar.close()
+    register_claims(study, runs_store.root)
     results = _collect(study, dirs)
     print_summary(study, results, console, elapsed=time.time() - t0)
     return results
+
+
+def register_claims(study: Study, store: Path) -> dict[str, Any]:
+    """Record the study's claims (fingerprints, times) in ``<store>/<study>/`` (see
+    :mod:`ablate.store.registration`); a no-op write when nothing changed."""
+    fps = {c.id: claim_fingerprint(c, study.equivalence_margin) for c in study.claims}
+    try:
+        return record_registration(store, study.name, fps)
+    except OSError as err:  # e.g. a full disk: one line, before any run starts
+        raise StoreWriteError(
+            err.errno, f"cannot write {store / study.name}: {describe_os_error(err)}"
+        ) from None
+
+
+def _merge_seeds(
+    *parts: dict[str, Sequence[int]] | None,
+) -> dict[str, Sequence[int]] | None:
+    """Extra seeds per variant from several sources, each seed once, in order."""
+    out: dict[str, list[int]] = {}
+    for part in parts:
+        for variant, seeds in (part or {}).items():
+            have = out.setdefault(variant, [])
+            have += [s for s in seeds if s not in have]
+    return out or None
+
+
+def _meta(
+    study: Study,
+    run: PlannedRun,
+    dirs: dict[str, RunDir],
+    confirm_seeds: dict[str, Sequence[int]] | None,
+) -> dict[str, Any]:
+    """The run's meta; ``confirm: true`` for a confirmation run (asked for now, or recorded so
+    in its ``run.yaml`` by an earlier ``--confirm`` and resumed by another command)."""
+    meta = study.meta(run)
+    if run.seed in (confirm_seeds or {}).get(run.variant, ()):
+        meta["confirm"] = True
+    elif dirs[run.run_id].read_run()["meta"].get("confirm") is True:
+        meta["confirm"] = True
+    return meta
 
 
 def _prepare_store(

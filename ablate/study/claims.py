@@ -244,3 +244,32 @@ def parse_claims(
             raise ConfigError(f"duplicate claim id {c.id!r}", key=f"claims[{i}].id", source=source)
         seen.add(c.id)
     return claims
+
+
+def claim_canonical(claim: Claim, default_margin: float | None = None) -> str:
+    """The claim's canonical JSON: what it tests (``expect``, ``metric``, arms, ``where``, the
+    margin in force, ``value``, published values), keys sorted, no whitespace. The ``id`` names
+    the claim, ``text`` words it and a published arm's ``label`` names it: none is part of it.
+    ``default_margin``: the study's ``equivalence_margin``, in force when the claim sets none
+    (changing it then edits the claim)."""
+    import json
+
+    margin = claim.margin if claim.margin is not None else default_margin
+    content = {
+        "expect": claim.expect,
+        "metric": claim.metric,
+        "a": claim.a,
+        "b": claim.b,
+        "where": claim.where,
+        "margin": margin,
+        "value": claim.value,
+        "external": list(claim.external),
+    }
+    return json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def claim_fingerprint(claim: Claim, default_margin: float | None = None) -> str:
+    """sha256 (hex) of :func:`claim_canonical`: equal exactly when the claim tests the same."""
+    import hashlib
+
+    return hashlib.sha256(claim_canonical(claim, default_margin).encode()).hexdigest()
