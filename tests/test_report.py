@@ -251,7 +251,7 @@ def test_report_from_a_synthetic_store(built):
     assert "pre beats post by" in md and "at pos_encoding=rope" in md
     # same loss up to noise: no winner between position encodings
     assert "learned vs rope at norm_placement=pre: inconclusive at n=3 vs 2 seeds" in md
-    assert "seeds per variant would decide it" in md and "Holm p=" in md
+    assert "seeds per variant would decide it" in md and "BH p=" in md  # exploratory: BH
     assert "| 95% t-CI |" in md and "| bootstrap CI (secondary) |" in md
     # the diverged run is counted, and the mean over the finite ones is labelled as such
     assert "1/3 (step 40)" in md and "(mean of 2 finite)" in md
