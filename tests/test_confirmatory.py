@@ -3,12 +3,28 @@ against a Monte-Carlo simulation (vectorised, fixed RNG seeds; tolerances stated
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
+import yaml
 from scipy import stats
 
+from ablate.report import build_reports
+from ablate.report.claim_checks import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    REPRODUCES,
+    WITHIN_MARGIN,
+    ClaimCheck,
+    _decide,
+    analyse,
+    claim_seeds_needed,
+    confirmatory_family,
+)
+from ablate.report.collect import load_study
+from ablate.report.comparisons import compare
 from ablate.report.power import (
     beyond_power,
     diff_power,
@@ -21,6 +37,8 @@ from ablate.report.sequential import (
     planned_fractions,
     spending_table,
 )
+from ablate.store import RunStore
+from ablate.study.claims import Claim
 
 ALPHA = 0.05
 
@@ -155,3 +173,170 @@ def test_beyond_the_margin_and_unreachable():
     assert smallest_n(lambda k: beyond_power(k, 0.02, 0.01, 0.01)) is not None
     # a true difference on the margin: TOST can never reach 80% power
     assert smallest_n(lambda k: tost_power(k, 0.01, 0.01, 0.01, ALPHA)) is None
+
+
+# --- the confirmatory family, outcomes, registration, confirmation, looks ---------------------
+
+NORM = "model.norm_placement"
+POS = "model.pos_encoding"
+
+
+def _spec(path, grid, claims):
+    path.write_text(
+        yaml.safe_dump({"name": path.stem, "grid": grid, "seeds": [0, 1, 2], "claims": claims})
+    )
+    return path
+
+
+def _claim(cid, a, b, expect="better", **kw):
+    return {"id": cid, "text": cid, "expect": expect, "a": {NORM: a}, "b": {NORM: b}, **kw}
+
+
+def _grid_store(root, write_run, pos_values):
+    for norm, base in (("post", 1.9), ("pre", 1.6)):
+        for pos in pos_values:
+            for seed in range(3):
+                final = base + 0.02 * (seed - 1) + 0.003 * seed * (pos == "rope")
+                write_run(root, "g", {NORM: norm, POS: pos}, seed, "completed", final)
+    return root
+
+
+def test_a_grown_grid_leaves_the_claims_p_values_unchanged(tmp_path, write_run):
+    claims = [
+        _claim("pre-wins", "pre", "post", where={POS: "rope"}),
+        _claim("pre-learned", "pre", "post", where={POS: "learned"}),
+    ]
+    small = _grid_store(tmp_path / "small", write_run, ["learned", "rope"])
+    big = _grid_store(tmp_path / "big", write_run, ["learned", "rope", "alibi"])  # one column more
+    grids = {"small": ["learned", "rope"], "big": ["learned", "rope", "alibi"]}
+    out = {}
+    for name, store in (("small", small), ("big", big)):
+        spec = _spec(tmp_path / name / "g.yaml", {NORM: ["post", "pre"], POS: grids[name]}, claims)
+        comps, checks = analyse(load_study(store, "g", spec))
+        out[name] = comps, {c.claim.id: c.comparison for c in checks}
+    (small_comps, small_claims), (big_comps, big_claims) = out["small"], out["big"]
+    assert len(big_comps) > len(small_comps)  # the exploratory family grew...
+    for cid, c in small_claims.items():  # ...the claims' did not
+        assert big_claims[cid].p_adj == c.p_adj and big_claims[cid].family == c.family == 2
+
+
+def test_a_claim_reversed_from_an_axis_comparison_counts_once(tmp_path, write_run):
+    # architecture-like: one claim, written as the reverse of the only axis comparison
+    store = tmp_path / "runs"
+    for norm, base in (("post", 1.9), ("pre", 1.6)):
+        for seed in range(3):
+            final = base + (0.01 * seed**2 if norm == "pre" else 0.01 * seed)
+            write_run(store, "arch", {NORM: norm}, seed, "completed", final)
+    spec = _spec(tmp_path / "arch.yaml", {NORM: ["post", "pre"]}, [_claim("x", "pre", "post")])
+    comps, (check,) = analyse(load_study(store, "arch", spec))
+    assert comps[0].label_a == "post" and check.comparison.label_a.endswith("pre")
+    assert check.comparison.family == 1 and check.comparison.p_adj == check.comparison.p
+    # two claims that are one test in opposite directions: still one test
+    twin = [ClaimCheck(Claim("a", "a", "better")), ClaimCheck(Claim("b", "b", "better"))]
+    c = compare([1.5, 1.6, 1.55], [1.8, 1.9, 1.85], seeds_a=[0, 1, 2], seeds_b=[0, 1, 2])
+    twin[0].comparison = c.__class__(**{**c.__dict__, "key": ("m", ("r1",), ("r2",))})
+    twin[1].comparison = c.__class__(**{**c.__dict__, "key": ("m", ("r2",), ("r1",))})
+    confirmatory_family(twin)
+    assert [t.comparison.family for t in twin] == [1, 1]
+
+
+def _equiv_outcome(a, b, margin=0.01):
+    check = ClaimCheck(Claim("e", "e", "equivalent", margin=margin))
+    check.comparison = compare(a, b, seeds_a=range(len(a)), seeds_b=range(len(b)), margin=margin)
+    confirmatory_family([check])
+    _decide(check, ALPHA)
+    return check
+
+
+def test_equivalence_outcomes_with_a_margin():
+    base = [1.50, 1.51, 1.49, 1.505, 1.495, 1.50]
+    tiny = [0.0010, 0.0012, 0.0011, 0.0009, 0.0010, 0.0011]  # a real 0.001: inside ±0.01
+    ch = _equiv_outcome([x + d for x, d in zip(base, tiny, strict=True)], base)
+    assert ch.outcome == WITHIN_MARGIN and "inside ±0.01" in ch.why
+    big = [0.05, 0.051, 0.049, 0.05, 0.052, 0.048]  # 0.05 apart: beyond ±0.01
+    ch = _equiv_outcome([x + d for x, d in zip(base, big, strict=True)], base)
+    assert ch.outcome == CONTRADICTED and ch.why.startswith("different")
+    noisy = [0.001, -0.002, 0.0015, -0.001, 0.0005, 0.0]  # centred on 0, sd 0.0013
+    ch = _equiv_outcome([x + d for x, d in zip(base, noisy, strict=True)], base)
+    assert ch.outcome == REPRODUCES and ch.why.startswith("equivalent")
+    wide = [0.02, -0.03, 0.01, -0.02, 0.03, -0.01]
+    ch = _equiv_outcome([x + d for x, d in zip(base, wide, strict=True)], base)
+    assert ch.outcome == INCONCLUSIVE and ch.seeds_needed is not None
+
+
+def test_seeds_needed_is_never_fewer_than_the_seeds_that_failed():
+    # a one-sample exponent: seeds, not seeds per arm; at least n + 1
+    alphas = [0.1, 0.9, 0.4]
+    c = compare(alphas, [0.5] * 3, seeds_a=[0, 1, 2], seeds_b=[0, 1, 2], margin=0.1)
+    need = claim_seeds_needed(c, Claim("x", "x", "better", metric="lr_exponent", value=0.5))
+    assert need.unit.startswith("seeds (one fitted exponent") and "per arm" not in need.unit
+    c = compare([1.0, 1.3, 1.1], [1.25, 1.2, 1.5], seeds_a=[0, 1, 2], seeds_b=[0, 1, 2])
+    big = c.__class__(**{**c.__dict__, "family": 1, "diff": -0.5})  # a huge assumed effect
+    need = claim_seeds_needed(big, Claim("y", "y", "better"))
+    assert need.n >= 4 and need.unit == "seeds per arm (paired by seed)"
+    # the true difference on the margin: equivalence is never shown
+    on = c.__class__(**{**c.__dict__, "diff": 0.01, "margin": 0.01})
+    need = claim_seeds_needed(on, Claim("z", "z", "equivalent"))
+    assert need.n is None and "not reachable" in need.text()
+
+
+def _mark_confirm(store, study, seeds):
+    for run in RunStore(store).runs(study):
+        summary = run.read_summary()
+        if summary["seed"] in seeds:
+            run.write_summary({**summary, "confirm": True})
+
+
+def test_registration_confirmation_and_looks_in_the_report(tmp_path, write_run):
+    store = tmp_path / "runs"
+    for norm, base in (("post", 1.9), ("pre", 1.6)):
+        for seed in range(6):
+            write_run(store, "reg", {NORM: norm}, seed, "completed", base + 0.01 * (seed % 3))
+    _mark_confirm(store, "reg", {3, 4, 5})
+    claims = [_claim("early", "pre", "post"), _claim("late", "post", "pre", expect="worse")]
+    spec = _spec(tmp_path / "reg.yaml", {NORM: ["post", "pre"]}, claims)
+    record = {
+        "registered_at": 100.0,
+        "first_run_at": 150.0,
+        "claims": {
+            "early": {"fingerprint": "f1", "registered_at": 100.0},
+            "late": {"fingerprint": "f2", "registered_at": 200.0},
+        },
+    }
+    (store / "reg" / "claims_registration.json").write_text(json.dumps(record))
+    looks = [
+        {
+            "look": 1,
+            "seeds": 3,
+            "info_fraction": 0.5,
+            "alpha_spent": 0.0056,
+            "nominal_alpha": 0.0056,
+            "decided": [],
+        },
+        {
+            "look": 2,
+            "seeds": 6,
+            "info_fraction": 1.0,
+            "alpha_spent": 0.05,
+            "nominal_alpha": 0.0444,
+            "decided": ["early"],
+        },
+    ]
+    log = {
+        "rounds": [],
+        "design": {"max_looks": 2, "alpha": 0.05, "spending": "obrien-fleming"},
+        "looks": looks,
+    }
+    (store / "reg" / "until_decided.json").write_text(json.dumps(log))
+    _, checks = analyse(load_study(store, "reg", spec))
+    assert all(ch.confirmation and ch.comparison.n_a == 3 for ch in checks)
+    (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
+    section = path.read_text().split("## Against the paper")[1].split("\n## ")[0]
+    early, late = (line for line in section.splitlines() if line.startswith("- **"))
+    assert "*registered before its runs; decided on 3 confirmation seed(s) only" in early
+    assert "written after runs were seen (exploratory)" in late
+    assert "at most 2 looks, overall α = 0.05, obrien-fleming alpha spending" in section
+    assert (
+        "- look 2: 6 seeds (information fraction 1); alpha spent so far 0.05, nominal " in section
+    )
+    assert "decided: early" in section
