@@ -26,6 +26,7 @@ from ablate.report.stats import (
     welch_diff,
 )
 from ablate.report.verdicts import verdict
+from ablate.store import RunStore
 
 # --- statistics, by hand ----------------------------------------------------------------------
 
@@ -251,7 +252,7 @@ def test_report_from_a_synthetic_store(built):
     assert "pre beats post by" in md and "at pos_encoding=rope" in md
     # same loss up to noise: no winner between position encodings
     assert "learned vs rope at norm_placement=pre: inconclusive at n=3 vs 2 seeds" in md
-    assert "seeds per variant would decide it" in md and "Holm p=" in md
+    assert "seeds per variant would decide it" in md and "BH p=" in md  # exploratory: BH
     assert "| 95% t-CI |" in md and "| bootstrap CI (secondary) |" in md
     # the diverged run is counted, and the mean over the finite ones is labelled as such
     assert "1/3 (step 40)" in md and "(mean of 2 finite)" in md
@@ -286,7 +287,9 @@ def test_grad_norm_data_reach_the_figure(built):
     assert set(g["step"]) == {0} and g["run_id"].nunique() == 12
     assert set(g["metric"]) == {f"grad_norm/layer_{i:02d}" for i in range(4)}
     md = (root / "reports" / "norm_pos" / "report.md").read_text()
-    assert "Per-layer gradient norm at initialisation (step 0)" in md
+    # the figure draws the FFN output weight's gradient, the quantity the claim tests
+    assert "Per-layer FFN output weight's gradient norm at initialisation (step 0)" in md
+    assert "the quantity the ffn_grad_slope@init claim tests" in md
 
 
 def test_long_form_metrics_table(built):
@@ -323,6 +326,29 @@ def test_batch_lr_heatmap(tmp_path, write_run):
     assert not (out / "grad_norm_layers.png").exists()  # no norm-placement axis
     md = (out / "report.md").read_text()
     assert "PARTIAL" not in md and "over batch size × learning rate" in md
+    assert "peak LR its runs trained with" not in md  # the runs used optim.lr unscaled
+
+
+def test_batch_lr_heatmap_shows_the_peak_lr_used(tmp_path, write_run):
+    from ablate.report.figure_data import heatmap_cells, peak_lr_differs
+
+    store = tmp_path / "runs"
+    for bs in (16, 64):
+        for lr in (1e-3, 3e-3):
+            for seed in range(2):
+                axes = {"data.batch_size": bs, "optim.lr": lr}
+                write_run(store, "sq", axes, seed, "completed", 1.5 + lr)
+    for run in RunStore(store).runs("sq"):  # sqrt scaling: the summary records the peak LR
+        s = run.read_summary()
+        bs, lr = s["axes"]["data.batch_size"], s["axes"]["optim.lr"]
+        run.write_summary({**s, "lr": lr * math.sqrt(bs / 16)})
+    study = load_study(store, "sq")
+    assert peak_lr_differs(study.runs)
+    _, annot = heatmap_cells(study.runs, [16, 64], [1e-3, 3e-3], "optim.lr", "final_val_loss", True)
+    assert annot.loc["64", "0.001"].endswith("peak 0.002")  # 1e-3 · sqrt(64/16)
+    assert annot.loc["16", "0.003"].endswith("peak 0.003")
+    (path,) = build_reports(["sq"], store=store, out=tmp_path / "r", quiet=True)
+    assert "peak LR its runs trained with (their summary's lr)" in path.read_text()
 
 
 def test_study_yaml_argument_and_errors(built, tmp_path):

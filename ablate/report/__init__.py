@@ -9,8 +9,11 @@ a good one. Reports read only the store and can be rebuilt at any time, also mid
 The stage, in the order a report is built:
 
 * ``collect``: the store -> :class:`~ablate.report.collect.StudyData` (runs and metrics tables).
-* ``stats`` (numbers on per-seed values) -> ``comparisons`` (two groups of runs, Holm over the
-  report) -> ``verdicts`` (the sentences); ``claim_checks`` checks the study's claims with them,
+* ``stats`` (numbers on per-seed values) -> ``comparisons`` (two groups of runs, adjusted over
+  a family) -> ``verdicts`` (the sentences); ``claim_checks`` checks the study's claims with them
+  (the confirmatory family, Holm over the claims only; the axis comparisons are exploratory,
+  Benjamini–Hochberg), ``power`` words the seeds the deciding test needs, ``registration`` reads
+  when each claim was registered, ``sequential`` is the alpha spending of ``--until-decided``,
   ``fit`` fits the LR optimum.
 * ``tables``, ``claims_section``, ``repro`` (text and tables) and ``figure_data`` -> ``plots``
   (the PNGs) are put in order by ``blocks`` and written as Markdown and HTML by ``render``;
@@ -97,7 +100,7 @@ def wandb_tables(study: StudyData, comps: list, checks: list) -> dict:
                 "expect": ch.claim.expect,
                 "metric": ch.claim.metric,
                 "outcome": ch.outcome,
-                "seeds needed": ch.seeds_needed or "",
+                "seeds needed": ch.seeds_needed.text() if ch.seeds_needed else "",
                 "numbers": numbers(ch, unit),
             }
             for ch in checks

@@ -49,8 +49,10 @@ HOW_TO_READ = (
     "seeds behind it. Lower loss is better. Comparisons pair variants that differ in one axis "
     "only, everything else fixed: a paired t-test on per-seed differences when both sides have "
     "the same seeds (same data order), else Welch's t-test; the interval is the 95% t-interval "
-    "of the difference. p-values are Holm–Bonferroni corrected over every comparison and claim "
-    f"of the report and verdicts use the corrected p (α = {ALPHA:g}): *better*/*worse* when it "
+    "of the difference. The study's claims (above) are the confirmatory family, Holm–Bonferroni "
+    "corrected over the claims only; the comparisons below are exploratory, Benjamini–Hochberg "
+    "corrected (false discovery rate) within this report: they suggest, they do not confirm. "
+    f"Verdicts use the corrected p (α = {ALPHA:g}): *better*/*worse* when it "
     "is below α, *equivalent within ±m* when the two one-sided tests (TOST) against the study's "
     "equivalence margin m pass, otherwise *inconclusive*, with the seeds per variant that would "
     "decide it at 80% power. Diverged runs are counted and reported, never averaged in. Figure "
@@ -128,7 +130,7 @@ def verdict_blocks(
 ) -> list[Block]:
     """The headline verdicts, strongest first, and how many of each kind."""
     names = display_names(study.axes)
-    blocks = [Block("h2", "Verdicts")]
+    blocks = [Block("h2", "Verdicts (exploratory)")]
     if not verdicts:
         why = "no axis varies" if not study.varying_axes else "no finished runs to compare yet"
         blocks.append(Block("p", f"No comparisons: {why}."))
@@ -144,6 +146,13 @@ def verdict_blocks(
                 f"**{names[axis]}**: no pair of finished runs differs in this axis alone "
                 "(its values never share the other axes' values), so no comparison."
             )
+    blocks.append(
+        Block(
+            "p",
+            "Every pair of values along every axis, other axes fixed: exploratory, BH-corrected "
+            "within this report, never a finding by themselves (the claims above are).",
+        )
+    )
     blocks.append(Block("ul", items))
     named = {"better": "with a winner", "worse": "with a winner", "too_few": "too few seeds"}
     kinds = pd.Series([named.get(v.kind, v.kind) for _, v in verdicts]).value_counts()
@@ -217,7 +226,8 @@ def comparison_blocks(study: StudyData, verdicts: list[tuple[Comparison, Verdict
             "Each axis, every pair of its values, all other axes held fixed. a − b: "
             "difference of mean final validation loss (negative = a better) with its 95% "
             "t-interval (paired t on per-seed differences when both sides have the same "
-            "seeds, else Welch); p raw and Holm-corrected over all comparisons and claims; "
+            "seeds, else Welch); p raw and Benjamini–Hochberg-corrected over these exploratory "
+            "comparisons (BH p; the claims are corrected separately, Holm over the claims); "
             "TOST: equivalence within the margin; the percentile bootstrap CI (9999 "
             f"resamples, seed {SEED}) is secondary and too narrow at few seeds.",
         ),

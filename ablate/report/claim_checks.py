@@ -1,9 +1,19 @@
 """Check a study's claims (:mod:`ablate.study.claims`) against its runs, at report time.
 
 Each claim becomes one :class:`~ablate.report.comparisons.Comparison` (arm a vs arm b, paired
-by seed where both arms share the seeds), Holm-corrected together with the report's axis
-comparisons, and an outcome: *reproduces*, *contradicted*, or *inconclusive* with the seeds
-that would decide it. ``diverges`` claims count diverged runs instead.
+by seed where both arms share the seeds). The claims are the *confirmatory* family: Holm over the
+study's claims only, each distinct test counted once (a claim written as the reverse of another
+is the same test), so a claim's p never depends on how large the grid is. The axis comparisons
+are *exploratory*: Benjamini–Hochberg within the report (:func:`analyse`).
+
+Outcomes: *reproduces*, *contradicted*, or *inconclusive* with the seeds the deciding test would
+need (:mod:`ablate.report.power`); an ``equivalent`` claim reads *equivalent* (TOST passes,
+reproduces), *different* (significant, 95% CI wholly outside ±margin: contradicted), *different
+but within margin* (significant, CI inside ±margin: the "no difference" holds in practice) or
+inconclusive. ``diverges`` claims count diverged runs instead.
+
+When the store has confirmation runs (``ablate run --confirm``: fresh seeds, ``confirm`` true),
+a claim whose arms all have some is decided on those runs only; otherwise on the original ones.
 """
 
 from __future__ import annotations
@@ -11,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pandas as pd
 
 from ablate.report.collect import StudyData, axis_column, format_value
@@ -23,8 +34,16 @@ from ablate.report.comparisons import (
     compare_groups,
 )
 from ablate.report.fit import init_ffn_grad_slope, lr_fit
-from ablate.report.stats import ALPHA, seeds_needed
-from ablate.study.claims import Claim
+from ablate.report.power import (
+    SeedsNeeded,
+    beyond_power,
+    diff_power,
+    floor_above,
+    smallest_n,
+    tost_power,
+)
+from ablate.report.stats import ALPHA, holm
+from ablate.study.claims import FITTED, Claim
 
 SLOPE = "ffn_grad_slope@init"
 
@@ -34,6 +53,10 @@ REPRODUCES, CONTRADICTED, INCONCLUSIVE, UNTESTED = (
     "inconclusive",
     "not testable",
 )
+WITHIN_MARGIN = "different but within margin"
+"""An equivalence claim's outcome when the difference is significant but its whole 95% CI lies
+inside ±margin: a real difference too small to matter, so the "no difference" holds in
+practice."""
 
 
 NOT_BRACKETED = "not testable: the best LR is at the edge of the sweep (not bracketed)"
@@ -45,7 +68,35 @@ class ClaimCheck:
     comparison: Comparison | None = None
     outcome: str = UNTESTED
     detail: str = ""
-    seeds_needed: int | None = None
+    seeds_needed: SeedsNeeded | None = None
+    why: str = ""
+    """How the outcome follows from the tests (e.g. "TOST passes")."""
+    confirmation: bool = False
+    """Decided on the confirmation runs only (``ablate run --confirm``)."""
+    has_confirmation: bool = False
+    """The study has confirmation runs at all (then an original-seed verdict says why)."""
+
+
+def confirm_mask(runs: pd.DataFrame) -> pd.Series:
+    """True for confirmation runs (``confirm`` in run.yaml's meta or summary.json)."""
+    if "confirm" not in runs:
+        return pd.Series(False, index=runs.index)
+    return runs["confirm"].map(lambda v: v is True or (isinstance(v, int | float) and v == 1))
+
+
+def claim_runs(runs: pd.DataFrame, claim: Claim) -> tuple[pd.DataFrame, bool]:
+    """(the runs that decide ``claim``, whether they are its confirmation runs): the
+    confirmation runs when every arm of the claim has one, else the original runs."""
+    conf = confirm_mask(runs)
+    if not conf.any():
+        return runs, False
+    fresh = runs[conf]
+    arms = [claim.where] if claim.metric in FITTED else [{**claim.where, **claim.a}]
+    if claim.b:
+        arms.append({**claim.where, **claim.b})
+    if all(len(_match(fresh, arm)) for arm in arms):
+        return fresh, True
+    return runs[~conf], False
 
 
 def metric_column(claim: Claim) -> str:
@@ -90,67 +141,107 @@ def _best(runs: pd.DataFrame, sel: dict, col: str) -> tuple[pd.DataFrame, str]:
     return g, label or "ablate (all runs)"
 
 
+def _exponent_check(check: ClaimCheck, base: pd.DataFrame, axes: list[str], m: float) -> None:
+    """An ``lr_exponent`` claim: the per-seed fitted alpha against ``value`` (one-sample)."""
+    claim = check.claim
+    if not {"data.batch_size", "optim.lr"} <= set(axes):
+        check.detail = "these runs do not sweep data.batch_size × optim.lr"
+        return
+    fit = lr_fit(base)
+    alphas = {s: a for s, a in fit.alphas.items() if math.isfinite(a)}
+    seeds = list(alphas)
+    check.comparison = compare(
+        list(alphas.values()),
+        [claim.value] * len(seeds),
+        seeds_a=seeds,
+        seeds_b=seeds,
+        label_a="alpha",
+        label_b=f"{claim.value:g}",
+        margin=m,
+    )
+    not_bracketed = fit.per_batch.loc[~fit.per_batch["interior"], "batch"].tolist()
+    if not_bracketed:  # no claim on an optimum the sweep does not contain
+        check.detail = f"{NOT_BRACKETED} at batch " + ", ".join(f"{b:g}" for b in not_bracketed)
+
+
+def _arm_check(check: ClaimCheck, base: pd.DataFrame, m: float) -> None:
+    """A claim on a per-run metric: arm a against arm b, or against published values."""
+    claim = check.claim
+    col = metric_column(claim)
+    if col not in base or base[col].isna().all():
+        check.detail = f"no run records {claim.metric}"
+        return
+    ga, la = _best(base, claim.a, col)
+    if claim.expect == "diverges":
+        check.comparison = compare_groups(ga, ga.iloc[0:0], col, label_a=la, label_b="-", margin=m)
+    elif claim.external:
+        done = ga[ga["status"] == "completed"]
+        check.comparison = compare(
+            pd.to_numeric(done[col], errors="coerce").tolist(),
+            list(claim.external),
+            label_a=la,
+            label_b=claim.external_label,
+            margin=m,
+            diverged_a=int((ga["status"] == "diverged").sum()),
+        )
+    else:
+        gb, lb = _best(base, claim.b, col)
+        check.comparison = compare_groups(ga, gb, col, label_a=la, label_b=lb, margin=m)
+
+
 def build_comparisons(study: StudyData, claims: list[Claim], margin: float) -> list[ClaimCheck]:
-    """One :class:`ClaimCheck` per claim with its (unadjusted) comparison."""
+    """One :class:`ClaimCheck` per claim with its (unadjusted) comparison, on the claim's
+    confirmation runs when it has them (:func:`claim_runs`)."""
     runs = study.runs[study.runs["status"].isin(FINISHED)]
     if any(c.metric == SLOPE for c in claims):
         runs = runs.assign(**{SLOPE: runs["run_id"].map(init_ffn_grad_slope(study.metrics))})
+    has_confirmation = bool(confirm_mask(runs).any())
     out = []
     for claim in claims:
         m = claim.margin if claim.margin is not None else margin
-        check = ClaimCheck(claim)
-        base = _match(runs, claim.where)
+        pool, fresh = claim_runs(runs, claim)
+        check = ClaimCheck(claim, confirmation=fresh, has_confirmation=has_confirmation)
+        base = _match(pool, claim.where)
         if claim.metric == "lr_exponent":
-            if not {"data.batch_size", "optim.lr"} <= set(study.varying_axes):
-                check.detail = "these runs do not sweep data.batch_size × optim.lr"
-                out.append(check)
-                continue
-            fit = lr_fit(base)
-            alphas = {s: a for s, a in fit.alphas.items() if math.isfinite(a)}
-            seeds = list(alphas)
-            check.comparison = compare(
-                list(alphas.values()),
-                [claim.value] * len(seeds),
-                seeds_a=seeds,
-                seeds_b=seeds,
-                label_a="alpha",
-                label_b=f"{claim.value:g}",
-                margin=m,
-            )
-            not_bracketed = fit.per_batch.loc[~fit.per_batch["interior"], "batch"].tolist()
-            if not_bracketed:  # no claim on an optimum the sweep does not contain
-                check.detail = f"{NOT_BRACKETED} at batch " + ", ".join(
-                    f"{b:g}" for b in not_bracketed
-                )
-            out.append(check)
-            continue
-        col = metric_column(claim)
-        if col not in runs or runs[col].isna().all():
-            check.detail = f"no run records {claim.metric}"
-            out.append(check)
-            continue
-        ga, la = _best(base, claim.a, col)
-        if claim.expect == "diverges":
-            check.comparison = compare_groups(
-                ga, ga.iloc[0:0], col, label_a=la, label_b="-", margin=m
-            )
-            out.append(check)
-            continue
-        if claim.external:
-            done = ga[ga["status"] == "completed"]
-            check.comparison = compare(
-                pd.to_numeric(done[col], errors="coerce").tolist(),
-                list(claim.external),
-                label_a=la,
-                label_b=claim.external_label,
-                margin=m,
-                diverged_a=int((ga["status"] == "diverged").sum()),
-            )
+            _exponent_check(check, base, study.varying_axes, m)
         else:
-            gb, lb = _best(base, claim.b, col)
-            check.comparison = compare_groups(ga, gb, col, label_a=la, label_b=lb, margin=m)
+            _arm_check(check, base, m)
         out.append(check)
     return out
+
+
+def _diverges(check: ClaimCheck, c: Comparison) -> None:
+    n = c.total_a
+    if n == 0:
+        check.detail = check.detail or "no finished runs"
+        return
+    check.outcome = (
+        REPRODUCES
+        if c.diverged_a == n
+        else CONTRADICTED
+        if c.diverged_a == 0 and n >= 2
+        else INCONCLUSIVE
+    )
+
+
+def _equivalence(check: ClaimCheck, c: Comparison, sig: bool, equiv: bool) -> None:
+    """equivalent / different / different but within margin / inconclusive."""
+    m = f"±{c.margin:g}"
+    inside = math.isfinite(c.ci_lo) and -c.margin < c.ci_lo and c.ci_hi < c.margin
+    outside = math.isfinite(c.ci_lo) and (c.ci_lo > c.margin or c.ci_hi < -c.margin)
+    if sig and inside:
+        check.outcome = WITHIN_MARGIN
+        check.why = f"a significant difference whose whole 95% CI lies inside {m}"
+    elif equiv:
+        check.outcome, check.why = REPRODUCES, f"equivalent: TOST within {m} passes"
+    elif sig and outside:
+        check.outcome = CONTRADICTED
+        check.why = f"different: significant, 95% CI wholly outside {m}"
+    elif sig:
+        check.outcome = INCONCLUSIVE
+        check.why = f"a significant difference, but its 95% CI straddles the margin {m}"
+    else:
+        check.outcome = INCONCLUSIVE
 
 
 def _decide(check: ClaimCheck, alpha: float) -> None:
@@ -158,17 +249,7 @@ def _decide(check: ClaimCheck, alpha: float) -> None:
     if c is None or check.detail.startswith(NOT_BRACKETED):
         return
     if claim.expect == "diverges":
-        n = c.total_a
-        if n == 0:
-            check.detail = check.detail or "no finished runs"
-            return
-        check.outcome = (
-            REPRODUCES
-            if c.diverged_a == n
-            else CONTRADICTED
-            if c.diverged_a == 0 and n >= 2
-            else INCONCLUSIVE
-        )
+        _diverges(check, c)
         return
     all_a = c.total_a > 0 and c.diverged_a == c.total_a
     all_b = c.total_b > 0 and c.diverged_b == c.total_b
@@ -184,43 +265,120 @@ def _decide(check: ClaimCheck, alpha: float) -> None:
     # lower loss is better; for lr_exponent "better" means above value
     a_lower = c.diff < 0 if claim.metric != "lr_exponent" else c.diff > 0
     if claim.expect == "equivalent":
-        check.outcome = REPRODUCES if equiv else CONTRADICTED if sig else INCONCLUSIVE
+        _equivalence(check, c, sig, equiv)
     else:
         want = a_lower if claim.expect == "better" else not a_lower
         if sig and abs(c.diff) >= c.margin or sig and not equiv:
             check.outcome = REPRODUCES if want else CONTRADICTED
         elif equiv:
             check.outcome = CONTRADICTED
+            check.why = f"equivalent within ±{c.margin:g} (TOST): no difference"
         else:
             check.outcome = INCONCLUSIVE
     if check.outcome == INCONCLUSIVE:
-        check.seeds_needed = seeds_needed(
-            c.diff, c.sd, c.margin, paired=c.paired, alpha=alpha / c.family
-        )
+        check.seeds_needed = claim_seeds_needed(c, claim, alpha)
 
 
-def analyse(study: StudyData) -> tuple[list[Comparison], list[ClaimCheck]]:
-    """Every comparison of a report, Holm-corrected as one family: the axis comparisons and
-    the claims (a claim that is the same comparison as an axis one is counted once)."""
-    margin = study.equivalence_margin
-    comps = axis_comparisons(study.runs, study.varying_axes, margin=margin)
-    checks = build_comparisons(study, study.claims, margin)
-    family = list(comps)
-    keys = {c.key for c in comps}
+def _design(c: Comparison, claim: Claim) -> tuple[str, str, int, int]:
+    """(power design, what the seeds count, current seeds, published values) of a claim."""
+    if claim.metric == "lr_exponent":
+        return "one-sample", "seeds (one fitted exponent per seed)", c.n_a, 0
+    if claim.external:
+        return "fixed-b", f"seeds of arm a (against {c.n_b} published values)", c.n_a, c.n_b
+    if c.paired:
+        return "one-sample", "seeds per arm (paired by seed)", c.n_a, 0
+    return "two-sample", "seeds per arm", max(c.n_a, c.n_b), 0
+
+
+def claim_seeds_needed(c: Comparison, claim: Claim, alpha: float = ALPHA) -> SeedsNeeded | None:
+    """Seeds for 80% power of the test that would decide ``claim``, assuming the true
+    difference and SD are the observed ones, at Holm's first-step level ``alpha / family``:
+    for ``equivalent`` TOST when the difference is inside the margin, else the test that the
+    CI lies beyond it; for ``better``/``worse`` the t-test of no difference, or TOST (which
+    would contradict it) when that needs fewer. At least one seed more than the seeds that
+    did not decide it; None when the SD is unknown or zero."""
+    if not (math.isfinite(c.diff) and math.isfinite(c.sd)) or c.sd <= 0:
+        return None
+    design, unit, current, n_b = _design(c, claim)
+    level, d, sd, m = alpha / max(c.family, 1), c.diff, c.sd, c.margin
+    assumption = f"the true difference is the observed {d:+.3g} with sd {sd:.3g}"
+    lvl = f"α={level:.2g}"
+    options = []  # (n, test)
+    if abs(d) < m:
+        n = smallest_n(lambda k: tost_power(k, d, sd, m, level, design, n_b))
+        options.append((n, f"TOST within ±{m:g} at {lvl} (→ equivalent)"))
+    if claim.expect == "equivalent" and abs(d) > m:
+
+        def power(k: int) -> float:  # significant and the 95% CI beyond the margin
+            return min(
+                diff_power(k, d, sd, level, design, n_b),
+                beyond_power(k, d, sd, m, 0.025, design, n_b),
+            )
+
+        options.append((smallest_n(power), f"the 95% CI wholly beyond ±{m:g} (→ different)"))
+    if claim.expect != "equivalent" and d != 0:
+        n = smallest_n(lambda k: diff_power(k, d, sd, level, design, n_b))
+        options.append((n, f"the t-test of no difference at {lvl} (→ a winner)"))
+    found = [(n, t) for n, t in options if n is not None]
+    if found:
+        n, test = min(found)
+        return SeedsNeeded(floor_above(n, current), unit, test, assumption)
+    why = (
+        "the assumed difference sits on the margin"
+        if abs(d) == m
+        else f"more than {1000} seeds"
+        if options
+        else "no difference at all to detect"
+    )
+    return SeedsNeeded(None, unit, "", assumption, why)
+
+
+def _family_key(c: Comparison) -> tuple:
+    """A comparison's identity regardless of arm order (a claim written as the reverse of
+    another is the same two-sided test)."""
+    if len(c.key) == 3 and c.key[0] != "claim":
+        return (c.key[0], *sorted(c.key[1:]))
+    return c.key
+
+
+def confirmatory_family(checks: list[ClaimCheck]) -> None:
+    """Holm over the claims' distinct tests (difference p and, separately, TOST p at each
+    margin), written back into every claim's comparison."""
+    tests: dict[tuple, Comparison] = {}
     for check in checks:
         c = check.comparison
         if c is None:
             continue
         if not c.key:
             check.comparison = c = replace(c, key=("claim", check.claim.id))
-        if c.key not in keys:
-            family.append(c)
-            keys.add(c.key)
-    adjusted = {c.key: c for c in adjust(family)}
+        tests.setdefault(_family_key(c), c)
+    keys = list(tests)
+    p_adj = dict(zip(keys, holm([tests[k].p for k in keys]), strict=True))
+    tost_keys = list(dict.fromkeys((k, tests[k].margin) for k in keys))
+    t_adj = dict(zip(tost_keys, holm([tests[k].p_tost for k, _ in tost_keys]), strict=True))
+    k = int(np.isfinite([tests[key].p for key in keys]).sum()) if keys else 0
     for check in checks:
         c = check.comparison
-        if c is not None and c.key in adjusted:
-            a = adjusted[c.key]
-            check.comparison = replace(c, p_adj=a.p_adj, p_tost_adj=a.p_tost_adj, family=a.family)
+        if c is not None:
+            key = _family_key(c)
+            check.comparison = replace(
+                c,
+                p_adj=p_adj[key],
+                p_tost_adj=t_adj[(key, tests[key].margin)],
+                family=max(k, 1),
+                correction="Holm",
+            )
+
+
+def analyse(study: StudyData) -> tuple[list[Comparison], list[ClaimCheck]]:
+    """The report's two families: the exploratory axis comparisons (on the original, not the
+    confirmation, runs), Benjamini–Hochberg within the report; and the study's claims, the
+    confirmatory family, Holm over the claims only (each test once), decided."""
+    margin = study.equivalence_margin
+    original = study.runs[~confirm_mask(study.runs)]
+    comps = adjust(axis_comparisons(original, study.varying_axes, margin=margin), method="bh")
+    checks = build_comparisons(study, study.claims, margin)
+    confirmatory_family(checks)
+    for check in checks:
         _decide(check, ALPHA)
-    return [adjusted[c.key] for c in comps], checks
+    return comps, checks

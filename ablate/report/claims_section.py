@@ -1,5 +1,7 @@
-"""The report's claim sections: "Against the paper" (one line per checked claim with its numbers,
-the LR-optimum table, the hand-written commentary) and the ``--until-decided`` seed rounds.
+"""The report's claim sections: "Against the paper" (one line per checked claim with its outcome,
+numbers, registration and the seeds it was decided on; the sequential looks of
+``--until-decided``; the LR-optimum table; the hand-written commentary) and the
+``--until-decided`` seed rounds.
 
 The claims are checked (verdicts computed) in :mod:`ablate.report.claim_checks`; this module
 only words them.
@@ -11,11 +13,13 @@ import math
 
 import pandas as pd
 
-from ablate.report.claim_checks import INCONCLUSIVE, ClaimCheck
+from ablate.report import registration as reg
+from ablate.report.claim_checks import INCONCLUSIVE, ClaimCheck, confirm_mask
 from ablate.report.collect import StudyData
 from ablate.report.fit import lr_fit
 from ablate.report.render import Block
 from ablate.report.verdicts import fmt_num, fmt_p, verdict
+from ablate.study import claims as claims_module
 
 
 def _where(check: ClaimCheck) -> str:
@@ -38,32 +42,73 @@ def numbers(check: ClaimCheck, unit: str) -> str:
         text = (
             f"alpha = {fmt_num(c.mean_a)} (95% CI [{fmt_num(v + c.ci_lo)}, "
             f"{fmt_num(v + c.ci_hi)}] over {c.n_a} seeds; against {v:g}: {c.test}, "
-            f"{fmt_p(c.p)}, Holm {fmt_p(c.p_adj)}; "
-            f"TOST ±{fmt_num(c.margin)}: Holm {fmt_p(c.p_tost_adj, 'p')})"
+            f"{fmt_p(c.p)}, {c.correction} {fmt_p(c.p_adj)}; "
+            f"TOST ±{fmt_num(c.margin)}: {c.correction} {fmt_p(c.p_tost_adj, 'p')})"
         )
         return f"{text}; {check.detail}" if check.detail else text
     if claim.metric.endswith("@init"):  # a slope of gradient norms over layers, not a loss
         unit = "(grad-norm slope per layer)"
-    return verdict(c, unit=unit, where=_where(check)).text
+    return verdict(c, unit=unit, where=_where(check), seeds=False).text
 
 
-def claim_items(checks: list[ClaimCheck], unit: str) -> list[str]:
-    """One line per claim: id, the paper's statement, the outcome and the numbers."""
+def seeds_used(check: ClaimCheck) -> str:
+    """Which seeds decided the claim: its confirmation runs only, or the original seeds."""
+    c = check.comparison
+    if check.confirmation:
+        n = f"{c.n_a}" if c is not None and (c.n_a == c.n_b or check.claim.external) else ""
+        n = n or (f"{c.n_a} vs {c.n_b}" if c is not None else "its")
+        return f"decided on {n} confirmation seed(s) only (fresh seeds, `ablate run --confirm`)"
+    if check.has_confirmation:
+        return "decided on the original seeds (its arms have no confirmation runs)"
+    return "decided on the original seeds (no confirmation runs)"
+
+
+def registrations(study: StudyData, checks: list[ClaimCheck]) -> dict[str, reg.Registration]:
+    """Each claim's registration standing (:mod:`ablate.report.registration`)."""
+    record = reg.read_registration(study.path)
+    first = reg.first_run_start(study.path) if record is not None else None
+    conf_ids = set(study.runs.loc[confirm_mask(study.runs), "run_id"])
+    conf_start = reg.first_run_start(study.path, conf_ids) if conf_ids and record else None
+    fingerprint = getattr(claims_module, "claim_fingerprint", None)  # the run side's, if any
+    out = {}
+    for ch in checks:
+        fp = fingerprint(ch.claim, study.equivalence_margin) if fingerprint else None
+        start = conf_start if ch.confirmation else None
+        out[ch.claim.id] = reg.claim_registration(ch.claim.id, record, first, fp, start)
+    return out
+
+
+def _outcome(check: ClaimCheck) -> str:
+    """``**outcome** (why)``, and for an inconclusive claim the seeds that would decide it."""
+    text = f"**{check.outcome}**"
+    if check.why:
+        text += f" ({check.why})"
+    need = check.seeds_needed
+    if check.outcome == INCONCLUSIVE:
+        if need is None:
+            text += " (more seeds needed)"
+        elif need.n is None:
+            text += f" (seeds to decide it: {need.text()})"
+        else:
+            text += f" ({need.text()}: an assumption, not a measurement)"
+    return text
+
+
+def claim_items(
+    checks: list[ClaimCheck], unit: str, standing: dict[str, reg.Registration] | None = None
+) -> list[str]:
+    """One line per claim: id, the paper's statement, the outcome and the numbers, how the
+    claim was registered and which seeds decided it."""
     items = []
     for check in checks:
-        outcome = check.outcome
-        if outcome == INCONCLUSIVE:
-            outcome += (
-                f" (≈{check.seeds_needed} seeds per arm would decide it)"
-                if check.seeds_needed
-                else " (more seeds needed)"
-            )
-        expect = check.claim.expect + (
-            f" {check.claim.value:g}" if check.claim.value is not None else ""
-        )
+        claim = check.claim
+        expect = claim.expect + (f" {claim.value:g}" if claim.value is not None else "")
+        tail = [seeds_used(check)]
+        if standing is not None and claim.id in standing:
+            tail.insert(0, standing[claim.id].status)
         items.append(
-            f"**{check.claim.id}** ({check.claim.metric}, expect {expect}): "
-            f"{check.claim.text} → **{outcome}**: {numbers(check, unit)}"
+            f"**{claim.id}** ({claim.metric}, expect {expect}): {claim.text} → "
+            f"{_outcome(check)}: {numbers(check, unit)}. *{'; '.join(tail)}.*"
         )
     return items
 
@@ -105,15 +150,10 @@ def against_the_paper(study: StudyData, checks: list, unit: str) -> list[Block]:
         return []
     out = [Block("h2", "Against the paper")]
     if checks:
-        out.append(
-            Block(
-                "p",
-                "Each claim from the study YAML, checked against the runs when this report was "
-                f"built (Holm-corrected with the comparisons below, margin ±"
-                f"{study.equivalence_margin:g} unless a claim sets its own):",
-            )
-        )
-        out.append(Block("ul", claim_items(checks, unit)))
+        k = max((ch.comparison.family for ch in checks if ch.comparison is not None), default=0)
+        out.append(Block("p", claims_intro(study, k)))
+        out.append(Block("ul", claim_items(checks, unit, registrations(study, checks))))
+    out.extend(looks_blocks(study))
     table = lr_table(study)
     if table is not None:
         out.append(
@@ -130,6 +170,54 @@ def against_the_paper(study: StudyData, checks: list, unit: str) -> list[Block]:
         lead = "**Commentary** (hand-written): " if checks else ""
         out.append(Block("p", lead + study.findings))
     return out
+
+
+def claims_intro(study: StudyData, k: int) -> str:
+    """How the claims are tested: the confirmatory family, the outcomes of an equivalence."""
+    return (
+        "Each claim from the study YAML, checked against the runs when this report was built. "
+        f"The claims are the confirmatory family: Holm-corrected over this study's {k} claim "
+        "test(s) only (a claim and its reverse are one test), never over the exploratory "
+        "comparisons below, so a claim's verdict does not change when the grid grows; margin "
+        f"±{study.equivalence_margin:g} unless a claim sets its own. An `equivalent` claim "
+        "reads *equivalent* (TOST passes: reproduces), *different* (significant, 95% CI wholly "
+        "outside ±margin: contradicted), *different but within margin* (significant, 95% CI "
+        'inside ±margin: the paper\'s "no difference" holds in practice) or *inconclusive*. '
+        "A claim is confirmatory only when it was registered before the runs that decide it; "
+        "seeds needed are for the test that would decide the claim, at 80% power, assuming the "
+        "observed difference and SD are the true ones."
+    )
+
+
+def looks_blocks(study: StudyData) -> list[Block]:
+    """The sequential looks of ``--until-decided`` and the alpha each spent, when logged."""
+    from ablate.store.rundir import DECISIONS_FILE, read_decisions
+
+    path = study.path / DECISIONS_FILE
+    log = read_decisions(path) if path.is_file() else {}
+    looks = log.get("looks") if isinstance(log, dict) else None
+    if not looks:
+        return []
+    d = log.get("design") or {}
+    head = (
+        f"**Sequential looks** (`ablate run --until-decided`): at most {d.get('max_looks', '?')} "
+        f"looks, overall α = {d.get('alpha', '?')}, {d.get('spending', '?')} alpha spending; "
+        "a claim is decided at a look when its Holm p is below that look's nominal level:"
+    )
+    items = []
+    for lk in looks:
+        decided = ", ".join(map(str, lk.get("decided") or [])) or "none"
+        items.append(
+            f"look {lk.get('look', '?')}: {lk.get('seeds', '?')} seeds "
+            f"(information fraction {_g(lk.get('info_fraction'))}); alpha spent so far "
+            f"{_g(lk.get('alpha_spent'))}, nominal level {_g(lk.get('nominal_alpha'))}; "
+            f"decided: {decided}"
+        )
+    return [Block("p", head), Block("ul", items)]
+
+
+def _g(x) -> str:
+    return f"{x:.3g}" if isinstance(x, int | float) and not isinstance(x, bool) else "?"
 
 
 def extra_seeds_section(study: StudyData) -> list[Block]:

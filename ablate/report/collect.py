@@ -210,6 +210,8 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
     }
     for k in SUMMARY_FIELDS:
         row[k] = summary.get(k)
+    if meta.get("confirm") is True:  # a confirmation run (ablate run --confirm)
+        row["confirm"] = True
     for k, v in summary.items():
         if k not in row and k not in _SKIP_FIELDS and _scalar(v):
             row[k] = v

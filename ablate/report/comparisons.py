@@ -1,6 +1,7 @@
 """Two groups of runs on one metric: a :class:`Comparison` with its paired or Welch test,
-TOST and bootstrap CI (:func:`compare`), Holm-adjusted over a report (:func:`adjust`), and every
-one-axis comparison of a study's runs table (:func:`axis_comparisons`).
+TOST and bootstrap CI (:func:`compare`), adjusted over a family (:func:`adjust`: Holm for the
+confirmatory family of a study's claims, Benjamini–Hochberg for the exploratory axis
+comparisons), and every one-axis comparison of a study's runs table (:func:`axis_comparisons`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pandas as pd
 from ablate.report.collect import format_value, value_order
 from ablate.report.stats import (
     SEED,
+    bh,
     bootstrap_diff_ci,
     finite,
     holm,
@@ -57,10 +59,13 @@ class Comparison:
     """Equivalence margin (± this, in the metric's unit)."""
     p_tost: float = math.nan
     p_adj: float = math.nan
-    """Holm-adjusted p over every comparison of the report (set by :func:`adjust`)."""
+    """p adjusted over its family (set by :func:`adjust`; ``correction`` says how)."""
     p_tost_adj: float = math.nan
     family: int = 1
-    """How many comparisons the Holm correction ran over."""
+    """How many comparisons the correction ran over."""
+    correction: str = "Holm"
+    """``Holm`` (family-wise error: the claims) or ``BH`` (false discovery rate: the
+    exploratory axis comparisons)."""
     boot_lo: float = math.nan
     """Percentile bootstrap CI (secondary, labelled as such)."""
     boot_hi: float = math.nan
@@ -165,14 +170,16 @@ def compare(
     )
 
 
-def adjust(comps: Sequence[Comparison]) -> list[Comparison]:
-    """Holm-adjust the difference p-values and, separately, the TOST p-values over ``comps``
-    (one family: every comparison of a report). Returns new comparisons."""
-    p_adj = holm([c.p for c in comps])
-    t_adj = holm([c.p_tost for c in comps])
+def adjust(comps: Sequence[Comparison], method: str = "holm") -> list[Comparison]:
+    """Adjust the difference p-values and, separately, the TOST p-values over ``comps`` (one
+    family): ``method`` ``"holm"`` (Holm–Bonferroni) or ``"bh"`` (Benjamini–Hochberg). Returns
+    new comparisons."""
+    fn, name = {"holm": (holm, "Holm"), "bh": (bh, "BH")}[method]
+    p_adj = fn([c.p for c in comps])
+    t_adj = fn([c.p_tost for c in comps])
     k = sum(1 for c in comps if math.isfinite(c.p))
     return [
-        replace(c, p_adj=pa, p_tost_adj=ta, family=max(k, 1))
+        replace(c, p_adj=pa, p_tost_adj=ta, family=max(k, 1), correction=name)
         for c, pa, ta in zip(comps, p_adj, t_adj, strict=True)
     ]
 

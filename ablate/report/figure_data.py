@@ -103,11 +103,24 @@ def heatmap_panels(study: StudyData, others: list[str]) -> list[tuple[str, pd.Da
     ]
 
 
+def peak_lr_differs(runs: pd.DataFrame) -> bool | None:
+    """Whether the peak LR the runs trained with (summary ``lr``: optim.lr after the batch-size
+    rule) differs from ``optim.lr``; None when the runs do not record it."""
+    if "lr" not in runs or "optim.lr" not in runs:
+        return None
+    peak = pd.to_numeric(runs["lr"], errors="coerce")
+    if peak.isna().all():
+        return None
+    base = pd.to_numeric(runs["optim.lr"], errors="coerce")
+    return bool((~np.isclose(peak, base, rtol=1e-9) & peak.notna()).any())
+
+
 def heatmap_cells(
-    g: pd.DataFrame, rows: list, cols: list, lr_axis: str, metric: str
+    g: pd.DataFrame, rows: list, cols: list, lr_axis: str, metric: str, peak: bool = False
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(mean, annotation) per batch size × LR cell: mean ± std of the completed seeds, the
-    diverged count, or why the cell is empty."""
+    diverged count, or why the cell is empty; with ``peak``, the peak LR the cell's runs used
+    (summary ``lr``)."""
     mean = pd.DataFrame(
         np.nan, index=[format_value(r) for r in rows], columns=[format_value(c) for c in cols]
     )
@@ -131,5 +144,8 @@ def heatmap_cells(
                 text += f"\ndiverged {div}/{fin}" if text else f"diverged\n{div}/{fin}"
             if not text:
                 text = "no finished run"
+            lrs = pd.to_numeric(cell["lr"], errors="coerce").dropna() if peak else []
+            if len(lrs):
+                text += f"\npeak {lrs.iloc[0]:.2g}"
             annot.loc[format_value(r), format_value(c)] = text.strip()
     return mean, annot

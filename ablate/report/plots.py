@@ -43,6 +43,7 @@ from ablate.report.figure_data import (  # noqa: E402
     heatmap_panels,
     held_fixed_column,
     labelled,
+    peak_lr_differs,
     seed_counts,
     with_final_points,
 )
@@ -287,7 +288,18 @@ def final_val_loss(
     return _finish(g, study, out, "final_val_loss", title, key, caption)
 
 
-def _heatmap_panel(ax, mean: pd.DataFrame, annot: pd.DataFrame, unit: str, lr_axis: str) -> None:
+def _lr_label(lr_axis: str, differs: bool | None) -> str:
+    """The heatmap's x label: the peak LR when the columns are it, else what they are."""
+    if lr_axis != "optim.lr":
+        return "LR scaling rule (optim.lr_scaling)"
+    if differs:
+        return "base learning rate optim.lr (each cell: the peak LR its runs used)"
+    if differs is None:
+        return "base learning rate (optim.lr; the runs record no peak LR)"
+    return "peak learning rate (optim.lr, used unscaled)"
+
+
+def _heatmap_panel(ax, mean: pd.DataFrame, annot: pd.DataFrame, unit: str, xlabel: str) -> None:
     """One batch size × LR heatmap on ``ax``, its lowest mean outlined in red."""
     sns.heatmap(
         mean,
@@ -305,11 +317,7 @@ def _heatmap_panel(ax, mean: pd.DataFrame, annot: pd.DataFrame, unit: str, lr_ax
         ax.add_patch(plt.Rectangle((j, i), 1, 1, fill=False, edgecolor="red", lw=2.5))
     ax.set_facecolor("0.85")
     ax.set_ylabel("batch size (sequences)")
-    ax.set_xlabel(
-        "peak learning rate (optim.lr)"
-        if lr_axis == "optim.lr"
-        else "LR scaling rule (optim.lr_scaling)"
-    )
+    ax.set_xlabel(xlabel)
     ax.tick_params(axis="y", rotation=0)
 
 
@@ -333,9 +341,10 @@ def heatmap_batch_lr(
     w = max(5.5, 1.4 * len(cols) + 2.8)
     h = max(3.6, 0.85 * len(rows) + 1.8)
     fig, axs = plt.subplots(nrows, ncols, figsize=(w * ncols, h * nrows), squeeze=False)
+    differs = peak_lr_differs(runs)
     for ax, (ctx, g) in zip(axs.flat, contexts, strict=False):
-        mean, annot = heatmap_cells(g, rows, cols, lr_axis, metric)
-        _heatmap_panel(ax, mean, annot, loss_unit(study), lr_axis)
+        mean, annot = heatmap_cells(g, rows, cols, lr_axis, metric, peak=bool(differs))
+        _heatmap_panel(ax, mean, annot, loss_unit(study), _lr_label(lr_axis, differs))
         if ctx:
             ax.set_title(ctx, fontsize=9)
     for ax in list(axs.flat)[n:]:
@@ -346,6 +355,12 @@ def heatmap_batch_lr(
         f"{title}. Cell: mean final validation loss over completed seeds ± sample std "
         "(lower is better; red box: lowest mean); diverged seeds are counted in the cell, "
         "not averaged; grey cells have no completed run."
+        + (
+            " Columns are the base LR (optim.lr); the batch-size rule scales it, so each cell "
+            "also gives the peak LR its runs trained with (their summary's lr)."
+            if differs
+            else ""
+        )
     )
     return _finish(fig, study, out, "heatmap_batch_lr", title, key, caption)
 
@@ -356,7 +371,11 @@ def grad_norm_layers(study: StudyData, out: Path) -> FigureFile | None:
     if axis not in study.varying_axes:
         return None
     m = study.metrics
-    df = m[m["metric"].str.startswith("grad_norm/layer_")].copy()
+    # the FFN output weight's gradient (what the ffn_grad_slope@init claim tests) when logged,
+    # else the whole layer's
+    ffn = m["metric"].str.startswith("grad_norm/ffn_out_")
+    df = m[ffn if ffn.any() else m["metric"].str.startswith("grad_norm/layer_")].copy()
+    what = "FFN output weight's gradient norm" if ffn.any() else "whole-layer gradient norm"
     if df.empty:
         return None
     first = df.groupby("run_id")["step"].transform("min")
@@ -397,12 +416,19 @@ def grad_norm_layers(study: StudyData, out: Path) -> FigureFile | None:
     for ax in g.axes.flat:
         ax.set_xticks(layers)
     when = "initialisation (step 0)" if step == 0 else f"step {step} (first logged)"
-    g.set_axis_labels("layer index (0 = nearest the input)", "gradient L2 norm of the layer")
-    title = f"Per-layer gradient norm at {when}"
+    ylabel = "‖grad‖ of the FFN output weight" if ffn.any() else "gradient L2 norm of the layer"
+    g.set_axis_labels("layer index (0 = nearest the input)", ylabel)
+    title = f"Per-layer {what} at {when}"
+    tested = (
+        " This is the quantity the ffn_grad_slope@init claim tests (metric "
+        "grad_norm/ffn_out_<layer>)."
+        if ffn.any()
+        else " Whole-layer norms (all of a layer's parameters), not the FFN output weight."
+    )
     caption = (
         f"{title}, by norm placement (cf. Xiong et al. 2020, Fig. 3: Post-LN's gradients are "
-        "large near the output at init, Pre-LN's are not). Norms before clipping. One line "
-        "per seed, so a trend carried by one seed shows as one."
+        "large near the output at init, Pre-LN's are not)." + tested + " Norms before clipping. "
+        "One line per seed, so a trend carried by one seed shows as one."
         + (
             f" Optimiser/schedule axes ({', '.join(names[a] for a in blind)}) cannot change "
             "step 0, so their runs are shown once."

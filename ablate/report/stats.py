@@ -1,5 +1,6 @@
 """Statistics across seeds, on arrays of per-seed values: means and t-intervals, paired/Welch
-t-tests, a secondary bootstrap CI, TOST equivalence, Holm correction and power (seeds needed),
+t-tests, a secondary bootstrap CI, TOST equivalence, Holm and Benjamini–Hochberg corrections and
+power (seeds needed),
 plus :func:`summarize`, the per-group mean/std/CI table of the runs table.
 
 The array functions are pure: same input, same output (the bootstrap takes a fixed seed).
@@ -265,6 +266,18 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     ok = np.isfinite(p)
     if ok.any():
         out[ok] = multipletests(p[ok], method="holm")[1]
+    return [float(v) for v in out]
+
+
+def bh(pvalues: Sequence[float]) -> list[float]:
+    """Benjamini–Hochberg adjusted p-values (FDR; ``multipletests(method="fdr_bh")``): sort the k
+    finite p ascending, ``q(i) = min_{j>=i} min(1, k · p_(j) / j)``. NaN stays NaN and does not
+    count in k. For exploratory comparisons: controls the expected share of false findings."""
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(len(p), math.nan)
+    ok = np.isfinite(p)
+    if ok.any():
+        out[ok] = multipletests(p[ok], method="fdr_bh")[1]
     return [float(v) for v in out]
 
 

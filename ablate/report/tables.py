@@ -234,8 +234,8 @@ def comparisons_table(comps: list[tuple[Comparison, Verdict]], study: StudyData)
                 "95% t-CI": f"[{c.ci_lo:+.4f}, {c.ci_hi:+.4f}]" if _isnum(c.ci_lo) else "—",
                 "test (df)": f"{c.test} ({c.df:.1f})" if _isnum(c.df) else c.test or "—",
                 "p": f"{c.p:.3g}" if _isnum(c.p) else "—",
-                "Holm p": f"{c.p_adj:.3g}" if _isnum(c.p_adj) else "—",
-                f"TOST ±{c.margin:g} Holm p": (
+                f"{c.correction} p": f"{c.p_adj:.3g}" if _isnum(c.p_adj) else "—",
+                f"TOST ±{c.margin:g} {c.correction} p": (
                     f"{c.p_tost_adj:.3g}" if _isnum(c.p_tost_adj) else "—"
                 ),
                 "bootstrap CI (secondary)": (

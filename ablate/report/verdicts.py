@@ -1,6 +1,8 @@
 """Plain-language verdicts on a :class:`~ablate.report.comparisons.Comparison`: better, worse,
 equivalent within the margin, inconclusive (with the seeds that would decide it), diverged or
-too few seeds, from the Holm-adjusted p-values; and the number formats those sentences use.
+too few seeds, from the p-values adjusted over the comparison's family (Holm for claims,
+Benjamini–Hochberg for the exploratory axis comparisons); and the number formats those sentences
+use.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from ablate.report.comparisons import Comparison
+from ablate.report.power import floor_above
 from ablate.report.stats import ALPHA, seeds_needed
 
 
@@ -70,15 +73,19 @@ def verdict(
     lower_is_better: bool = True,
     alpha: float = ALPHA,
     where: str = "",
+    seeds: bool = True,
 ) -> Verdict:
-    """better / worse / equivalent within ±margin / inconclusive, from the Holm-adjusted p.
+    """better / worse / equivalent within ±margin / inconclusive, from the adjusted p.
 
     Rules, in order: a side that diverged in every seed loses (both: no winner); fewer than 2
-    finite seeds on a side: no test; Holm-adjusted ``p < alpha``: the side with the better mean
-    wins, quoted with the 95% t-interval of its advantage; Holm-adjusted TOST ``p < alpha``:
-    equivalent within ±margin; otherwise inconclusive, with the seeds per variant that would
-    decide it with 80% power at the corrected level (``alpha / family``, Holm's first step).
-    Partial divergence is appended; ``where`` names what was held fixed.
+    finite seeds on a side: no test; adjusted ``p < alpha`` (Holm or BH, as ``c.correction``
+    says): the side with the better mean wins, quoted with the 95% t-interval of its advantage;
+    adjusted TOST ``p < alpha``: equivalent within ±margin; otherwise inconclusive, with the
+    seeds per variant that would decide it with 80% power at the corrected level
+    (``alpha / family``, the first step of either correction), never fewer than one more than
+    the seeds that did not decide it.
+    Partial divergence is appended; ``where`` names what was held fixed; ``seeds=False``
+    leaves the seeds-needed figure out (a claim words its own, for the test that decides it).
     """
     a, b = c.label_a, c.label_b
     tail = f" {where}" if where else ""
@@ -97,7 +104,7 @@ def verdict(
             f"each){div_note}"
         )
         return Verdict("too_few", None, text)
-    test = f"{c.test}, {fmt_p(c.p)}, Holm {fmt_p(c.p_adj)}"
+    test = f"{c.test}, {fmt_p(c.p)}, {c.correction} {fmt_p(c.p_adj)}"
     m = f"±{fmt_num(c.margin)} {unit}"
     if math.isfinite(c.p_adj) and c.p_adj < alpha:
         a_better = (c.diff < 0) if lower_is_better else (c.diff > 0)
@@ -114,13 +121,16 @@ def verdict(
     if math.isfinite(c.p_tost_adj) and c.p_tost_adj < alpha:
         text = (
             f"{a} ≈ {b}{tail}: equivalent within {m}: difference {fmt_num(c.diff)} ({ci}, "
-            f"TOST Holm {fmt_p(c.p_tost_adj)}, {_seeds(c)}){div_note}"
+            f"TOST {c.correction} {fmt_p(c.p_tost_adj)}, {_seeds(c)}){div_note}"
         )
         return Verdict("equivalent", None, text)
-    need = seeds_needed(c.diff, c.sd, c.margin, paired=c.paired, alpha=alpha / c.family)
-    more = f"≈{need} seeds per variant would decide it" if need else "add seeds"
+    need = floor_above(
+        seeds_needed(c.diff, c.sd, c.margin, paired=c.paired, alpha=alpha / c.family),
+        max(c.n_a, c.n_b),
+    )
+    more = f"; ≈{need} seeds per variant would decide it" if need else "; add seeds"
     text = (
         f"{a} vs {b}{tail}: inconclusive at {_seeds(c)}: difference {fmt_num(c.diff)} {unit} "
-        f"({ci}, {test}; not within {m} by TOST); {more}{div_note}"
+        f"({ci}, {test}; not within {m} by TOST){more if seeds else ''}{div_note}"
     )
     return Verdict("inconclusive", None, text, need)
