@@ -18,10 +18,10 @@ from ablate.report.claim_checks import (
     REPRODUCES,
     WITHIN_MARGIN,
     ClaimCheck,
-    _decide,
     analyse,
     claim_seeds_needed,
     confirmatory_family,
+    decide_claim,
 )
 from ablate.report.collect import load_study
 from ablate.report.comparisons import compare
@@ -38,7 +38,7 @@ from ablate.report.sequential import (
     spending_table,
 )
 from ablate.store import RunStore
-from ablate.study.claims import Claim
+from ablate.study.claims import Claim, claim_fingerprint
 
 ALPHA = 0.05
 
@@ -244,7 +244,7 @@ def _equiv_outcome(a, b, margin=0.01):
     check = ClaimCheck(Claim("e", "e", "equivalent", margin=margin))
     check.comparison = compare(a, b, seeds_a=range(len(a)), seeds_b=range(len(b)), margin=margin)
     confirmatory_family([check])
-    _decide(check, ALPHA)
+    decide_claim(check, ALPHA)
     return check
 
 
@@ -295,12 +295,16 @@ def test_registration_confirmation_and_looks_in_the_report(tmp_path, write_run):
     _mark_confirm(store, "reg", {3, 4, 5})
     claims = [_claim("early", "pre", "post"), _claim("late", "post", "pre", expect="worse")]
     spec = _spec(tmp_path / "reg.yaml", {NORM: ["post", "pre"]}, claims)
+    data = load_study(
+        store, "reg", spec
+    )  # the claims as parsed, fingerprinted as `ablate run` does
+    fp = {c.id: claim_fingerprint(c, data.equivalence_margin) for c in data.claims}
     record = {
         "registered_at": 100.0,
         "first_run_at": 150.0,
         "claims": {
-            "early": {"fingerprint": "f1", "registered_at": 100.0},
-            "late": {"fingerprint": "f2", "registered_at": 200.0},
+            "early": {"fingerprint": fp["early"], "registered_at": 100.0},
+            "late": {"fingerprint": fp["late"], "registered_at": 200.0},
         },
     }
     (store / "reg" / "claims_registration.json").write_text(json.dumps(record))

@@ -11,9 +11,9 @@ import yaml
 from scipy import stats
 
 from ablate.config import ConfigError
-from ablate.execution.decide import claim_outcomes, run_until_decided
-from ablate.execution.spending import look_levels, look_seed_counts, obf_spent
+from ablate.execution.decide import claim_outcomes, look_seed_counts, run_until_decided
 from ablate.report.collect import load_study
+from ablate.report.sequential import look_levels, obf_spent
 from ablate.store.rundir import DECISIONS_FILE as LOG
 
 GRID = {"model.activation": ["relu", "gelu"], "model.norm_placement": ["pre", "post"]}

@@ -5,7 +5,7 @@ the first look: at most ``max_looks`` looks, the first on the study's seeds (or,
 ``--confirm N``, on ``N`` fresh confirmation seeds), each later one ``seeds_per_look`` seeds more.
 Look ``k`` has information fraction ``t_k = seeds at look k / seeds at the last look`` and tests
 at the nominal level that a Lan-DeMets O'Brien-Fleming-type spending function spends at that
-look (:mod:`ablate.execution.spending`), so the chance of a false decision over all looks stays
+look (:mod:`ablate.report.sequential`), so the chance of a false decision over all looks stays
 at most ``alpha``. At each look every claim not yet decided is analysed on exactly that look's
 seeds (Holm over the claims), a claim decided there stops, and the next look's new seeds go to
 *every* arm of every claim still inconclusive, so arms keep one seed set (paired tests). It stops
@@ -35,10 +35,15 @@ from typing import Any
 from ablate.config import ConfigError
 from ablate.execution.confirm import claim_arms, confirm_seeds, fresh_seeds, store_seeds
 from ablate.execution.runner import run_study
-from ablate.execution.spending import SPENDING, look_levels, look_seed_counts
 from ablate.report import collect
-from ablate.report.claim_checks import INCONCLUSIVE, UNTESTED, _decide, build_comparisons
-from ablate.report.comparisons import adjust
+from ablate.report.claim_checks import (
+    INCONCLUSIVE,
+    UNTESTED,
+    build_comparisons,
+    confirmatory_family,
+    decide_claim,
+)
+from ablate.report.sequential import SPENDING, look_levels
 from ablate.report.stats import ALPHA
 from ablate.store.rundir import DECISIONS_FILE, read_decisions, write_decisions
 from ablate.study import Study, load_study
@@ -52,20 +57,15 @@ def claim_outcomes(study: collect.StudyData, alpha: float) -> dict[str, str]:
     """Claim id -> its outcome at level ``alpha``, Holm-corrected over the claims alone (the
     confirmatory family), as the report decides a claim."""
     checks = build_comparisons(study, study.claims, study.equivalence_margin)
-    keyed = {}
+    confirmatory_family(checks)
     for check in checks:
-        if check.comparison is not None:
-            keyed[check.claim.id] = dataclasses.replace(
-                check.comparison, key=("claim", check.claim.id)
-            )
-    adjusted = dict(zip(keyed, adjust(list(keyed.values())), strict=True))
-    out = {}
-    for check in checks:
-        if check.claim.id in adjusted:
-            check.comparison = adjusted[check.claim.id]
-        _decide(check, alpha)
-        out[check.claim.id] = check.outcome
-    return out
+        decide_claim(check, alpha)
+    return {check.claim.id: check.outcome for check in checks}
+
+
+def look_seed_counts(first: int, per_look: int, max_looks: int) -> list[int]:
+    """Seeds per arm at each planned look: ``first``, then ``per_look`` more each look."""
+    return [first + k * per_look for k in range(max_looks)]
 
 
 def _restrict(data: collect.StudyData, seeds: Sequence[int]) -> collect.StudyData:

@@ -244,7 +244,8 @@ def _equivalence(check: ClaimCheck, c: Comparison, sig: bool, equiv: bool) -> No
         check.outcome = INCONCLUSIVE
 
 
-def _decide(check: ClaimCheck, alpha: float) -> None:
+def decide_claim(check: ClaimCheck, alpha: float) -> None:
+    """The claim's outcome at level ``alpha`` from its (family-corrected) comparison."""
     c, claim = check.comparison, check.claim
     if c is None or check.detail.startswith(NOT_BRACKETED):
         return
@@ -380,5 +381,5 @@ def analyse(study: StudyData) -> tuple[list[Comparison], list[ClaimCheck]]:
     checks = build_comparisons(study, study.claims, margin)
     confirmatory_family(checks)
     for check in checks:
-        _decide(check, ALPHA)
+        decide_claim(check, ALPHA)
     return comps, checks

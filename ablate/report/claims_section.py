@@ -19,7 +19,7 @@ from ablate.report.collect import StudyData
 from ablate.report.fit import lr_fit
 from ablate.report.render import Block
 from ablate.report.verdicts import fmt_num, fmt_p, verdict
-from ablate.study import claims as claims_module
+from ablate.study.claims import claim_fingerprint
 
 
 def _where(check: ClaimCheck) -> str:
@@ -69,10 +69,9 @@ def registrations(study: StudyData, checks: list[ClaimCheck]) -> dict[str, reg.R
     first = reg.first_run_start(study.path) if record is not None else None
     conf_ids = set(study.runs.loc[confirm_mask(study.runs), "run_id"])
     conf_start = reg.first_run_start(study.path, conf_ids) if conf_ids and record else None
-    fingerprint = getattr(claims_module, "claim_fingerprint", None)  # the run side's, if any
     out = {}
     for ch in checks:
-        fp = fingerprint(ch.claim, study.equivalence_margin) if fingerprint else None
+        fp = claim_fingerprint(ch.claim, study.equivalence_margin)  # as `ablate run` records it
         start = conf_start if ch.confirmation else None
         out[ch.claim.id] = reg.claim_registration(ch.claim.id, record, first, fp, start)
     return out

@@ -135,3 +135,9 @@ def spending_table(
         }
         for i, (x, y) in enumerate(zip(t, levels, strict=True), 1)
     ]
+
+
+def look_levels(counts: Sequence[int], alpha: float = 0.05) -> list[dict[str, float]]:
+    """:func:`spending_table` for looks planned at ``counts`` seeds per arm (the information
+    fraction of a look is its seeds over the last look's)."""
+    return spending_table([n / counts[-1] for n in counts], alpha)
