@@ -102,7 +102,7 @@ def test_a_killed_driver_leaves_no_worker_and_the_same_command_finishes(tmp_path
     runs_dir = store / "chaos"
     deadline = time.time() + 180
     while time.time() < deadline:  # until a worker is past step 20 (a checkpoint to resume)
-        runs = list(runs_dir.glob("*")) if runs_dir.is_dir() else []
+        runs = [p for p in runs_dir.glob("*") if p.is_dir()] if runs_dir.is_dir() else []
         if training(runs) and any(list((r / "checkpoints").glob("*.ckpt")) for r in runs):
             break
         time.sleep(0.2)
@@ -116,7 +116,7 @@ def test_a_killed_driver_leaves_no_worker_and_the_same_command_finishes(tmp_path
     while session_members(driver.pid) and time.time() < deadline:
         time.sleep(0.2)
     assert session_members(driver.pid) == [], "workers outlived their killed driver"
-    runs = list(runs_dir.glob("*"))
+    runs = [p for p in runs_dir.glob("*") if p.is_dir()]
     assert training(runs) == [] and outcome(runs)["stuck"] == []
     interrupted = [
         r for r in runs if json.loads((r / "summary.json").read_text())["status"] == "running"
@@ -125,7 +125,7 @@ def test_a_killed_driver_leaves_no_worker_and_the_same_command_finishes(tmp_path
 
     rc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
     assert rc == 0
-    runs = list(runs_dir.glob("*"))
+    runs = [p for p in runs_dir.glob("*") if p.is_dir()]
     assert len(runs) == 4 and outcome(runs)["lost"] == []
     for r in interrupted:
         s = json.loads((r / "summary.json").read_text())

@@ -182,7 +182,10 @@ def run_study(
 
 def register_claims(study: Study, store: Path) -> dict[str, Any]:
     """Record the study's claims (fingerprints, times) in ``<store>/<study>/`` (see
-    :mod:`ablate.store.registration`); a no-op write when nothing changed."""
+    :mod:`ablate.store.registration`); a no-op write when nothing changed, and nothing for a
+    study without claims (its store directory holds runs only)."""
+    if not study.claims:
+        return {}
     fps = {c.id: claim_fingerprint(c, study.equivalence_margin) for c in study.claims}
     try:
         return record_registration(store, study.name, fps)
