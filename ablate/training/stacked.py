@@ -42,6 +42,7 @@ from ablate.store import FINISHED, RunDir, StoreWriteError, write_final_summary
 from ablate.store.rundir import PROGRESS_FILE, write_progress
 from ablate.training.lit import LitLM, decay_groups, lr_factor
 from ablate.training.stacked_ops import Stack, StackedAdamW
+from ablate.training.stacked_plan import MEMBER_FIELDS, PRECISIONS, stack_key
 from ablate.training.stacked_store import (
     LAST,
     CheckpointWriter,
@@ -62,24 +63,6 @@ from ablate.training.train import (
 )
 
 log = logging.getLogger("ablate")
-
-# what members of one group may differ in: the seed and optimizer scalars
-MEMBER_FIELDS = {
-    "train": ("seed", "progress", "stack"),
-    "optim": ("lr", "min_lr", "warmup_ratio", "weight_decay", "beta1", "beta2", "grad_clip"),
-}
-PRECISIONS = ("32-true", "bf16-mixed")
-
-
-def stack_key(cfg: RunConfig) -> str:
-    """The shape-determining part of ``cfg`` (everything but the seed, the optimizer scalars
-    and tracking) as canonical JSON: runs with equal keys can train as one stacked group."""
-    d = cfg.to_dict()
-    d.pop("tracking")
-    for section, keys in MEMBER_FIELDS.items():
-        for key in keys:
-            d[section].pop(key)
-    return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
 
 def _first_difference(a: Any, b: Any, path: str = "") -> str:
