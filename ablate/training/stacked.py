@@ -16,7 +16,8 @@ is frozen at once (its update masked on the device, no host sync) and, like ``Li
 the next log step and recorded ``diverged`` at the step of the first non-finite loss; the others
 go on unchanged. Members resume from their own checkpoints, even at different steps.
 
-Not (yet) here: W&B (members log to the store only), ``16-mixed``/``bf16-true`` precision,
+Each member logs to W&B through its own run object (``stacked_wandb``). Not (yet) here:
+``16-mixed``/``bf16-true`` precision,
 ``train.compile``, dropout equal to a solo run's masks (vmap draws its own).
 """
 
@@ -49,6 +50,7 @@ from ablate.training.stacked_store import (
     member_checkpoint,
     state_dict_keys,
 )
+from ablate.training.stacked_wandb import finish_member, log_member, start_member_wandb
 from ablate.training.train import (
     StepBoundaryStop,
     attn_context,
@@ -116,6 +118,7 @@ class Member:
     diverged_step: int | None = None
     done: bool = False
     progress: dict[str, Any] = field(default_factory=dict)
+    wandb: Any = None  # the member's own W&B run object (stacked_wandb), or None
 
     def lr(self, step: int) -> float:
         # base * factor, as LambdaLR computes the LR a solo run's update uses
@@ -123,6 +126,11 @@ class Member:
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self.run_dir.append_metrics(step, metrics)
+        log_member(self.wandb, metrics, step)
+
+    def close_wandb(self) -> None:
+        run, self.wandb = self.wandb, None
+        finish_member(run, self.summary)
 
     def write_progress(self, **fields: Any) -> None:
         self.progress.update(fields, updated=time.time())
@@ -152,6 +160,9 @@ def _open_member(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], t0: floa
     write_final_summary(run_dir, summary)
     dm, lit, ckpt_path = prepare_run(cfg, run_dir, summary, prior)
     member = Member(cfg, run_dir, summary, dm, lit, base_wall=base_wall)
+    member.wandb = start_member_wandb(cfg, run_dir, meta, summary["name"])
+    if member.wandb is not None:
+        summary["wandb_dir"] = str(member.wandb.dir)
     if ckpt_path is not None:
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
         lit.load_state_dict(ckpt["state_dict"])  # LitLM handles compiled-model keys
@@ -360,6 +371,7 @@ def _finalize(m: Member, t0: float) -> dict[str, Any]:
         )
     m.summary.update(fields, wall_time_s=m.base_wall + time.time() - t0)
     write_final_summary(m.run_dir, m.summary)
+    m.close_wandb()
     return m.summary
 
 
@@ -499,6 +511,7 @@ def train_group(
             if not m.done:  # stays "running": the next run resumes it from its checkpoint
                 m.summary.update(status="running", wall_time_s=m.base_wall + time.time() - t0)
                 write_final_summary(m.run_dir, m.summary)
+            m.close_wandb()
         raise
     except Exception as err:  # noqa: BLE001 - a failed group must not stop a study
         _close_quietly(writer)
@@ -509,6 +522,7 @@ def train_group(
                 m.summary["wall_time_s"] = m.base_wall + time.time() - t0
                 write_error_log(m.run_dir)
                 write_final_summary(m.run_dir, m.summary)
+            m.close_wandb()
     return [rd.read_summary() or {} for rd in run_dirs]  # what each member's store says
 
 
