@@ -189,3 +189,17 @@ def test_each_member_logs_its_own_offline_wandb_run(make_study, tmp_path, monkey
         assert history["val/loss"] == pytest.approx(stored) and len(stored) == 2
         assert len(history["train/loss"]) == 4 and "grad_norm/global" in history
         assert kinds["exit"] == 1  # finished
+
+
+def test_a_diverged_member_leaves_the_stack(tmp_path, monkeypatch, tiny_run):
+    import ablate.training.stacked as stacked
+
+    sizes = []
+    monkeypatch.setattr(stacked, "_step_done", lambda steps: sizes.append(len(steps)))
+    bad = {"optim.lr": 1e6, "optim.grad_clip": None}
+    cfgs = [build_config({**tiny_run, **o}) for o in ({}, bad, {"train.seed": 2})]
+    store = RunStore(tmp_path)
+    out = stacked.train_group(cfgs, [store.run("s", c.run_id()) for c in cfgs])
+    assert [s["status"] for s in out] == ["completed", "diverged", "completed"]
+    assert sizes[0] == 3 and sizes[-1] == 2  # rebuilt without it once it was found
+    assert sizes.count(3) == out[1]["steps"]  # 3 members until the log step that found it

@@ -6,7 +6,9 @@ model code unchanged) while each member stays a run: its own initial weights (th
 seeding sequence, ``train.prepare_run``), data order (its seed's ``LMDataModule`` stream), LR
 schedule (``lit.lr_factor``), gradient clipping, AdamW state, evaluation, metrics (the names and
 steps ``LitLM`` logs), checkpoint, ``summary.json`` (``train.finish_summary``) and
-``progress.json`` in its own ``RunDir``.
+``progress.json`` in its own ``RunDir``. A member that finishes (diverged, stopped early)
+while others go on leaves the stack: the group is rebuilt from the others' state in memory, as
+a resume would build it.
 
 What stacking keeps equal to a solo run (CPU, fp32): each member computes exactly the solo
 operations on its own tensors (vmap maps ``mm`` to a batched ``bmm``), so losses agree with
@@ -196,6 +198,7 @@ class Group:
         cfgs = [m.cfg for m in members]
         models = [m.lit.model.to(device) for m in members]
         fold = device.type == "cuda" if fold is None else fold
+        self.fold = fold
         self.stack = Stack(models, fold_attention=fold)
         model = models[0]
         names = {id(p): n for n, p in model.named_parameters()}
@@ -426,7 +429,24 @@ def _loop(g: Group, stop: StepBoundaryStop, writer: CheckpointWriter, t0: float)
             for i in finished:
                 _unstack(g, i)
                 _finalize(ms[i], t0)
+            if not all(m.done for m in ms):  # the others go on without the finished ones
+                g = _without_finished(g)
+                ms, now = g.members, time.perf_counter()
+                clock = {i: (now, m.step) for i, m in enumerate(ms)}
         _step_done([m.step for m in ms])
+
+
+def _without_finished(g: Group) -> Group:
+    """A new group of the members of ``g`` that still train, built the way a resume builds
+    one (each member's weights, AdamW state and loop state taken from ``g`` in memory), so
+    finished or diverged members no longer cost a forward and backward pass each step."""
+    keep = [i for i, m in enumerate(g.members) if not m.done]
+    for i in keep:
+        snap = g.snapshot(i)
+        _unstack(g, i)
+        m = g.members[i]
+        m.optimizer, m.loop = snap["optimizer_states"][0], snap["stacked"]
+    return Group([g.members[i] for i in keep], g.device, g.fold)
 
 
 class _Deterministic:
