@@ -154,7 +154,7 @@ def run_study(
     # live lines only on a terminal: in a log file the per-run lines say it all. Every run's
     # line comes from its progress.json (ablate.execution.progress), whatever the executor, so
     # Lightning's own bar stays off; the serial path polls from a thread while this process trains.
-    serial = opts.executor == "local" and not where and not stacked
+    serial = opts.executor == "local" and not where
     bar = LiveProgress.for_study(
         study, dirs, enabled=progress, background=serial, describe=_describe
     )
