@@ -204,3 +204,22 @@ def test_a_diverged_member_leaves_the_stack(tmp_path, monkeypatch, tiny_run):
     assert sizes[0] == 3 and sizes[-1] == 2  # rebuilt without it once it was found
     # 3 members until the log step that found it (whose hook already sees the rebuilt group)
     assert sizes.count(3) == out[1]["steps"] - 1
+
+
+def test_a_group_task_leaves_out_a_member_another_process_holds(tmp_path, tiny_run):
+    from ablate.execution.worker import LOCKED, SKIPPED, TRAINED, execute_group
+    from ablate.training.train import train_run
+
+    cfgs = [build_config({**tiny_run, "train.seed": s}) for s in (0, 1, 2)]
+    store = RunStore(tmp_path)
+    dirs = [store.run("s", c.run_id()) for c in cfgs]
+    train_run(cfgs[0], dirs[0])  # finished before the group starts
+    lease = dirs[2].try_lock(job_id="someone-else")  # held by a live process (this one)
+    try:
+        out = execute_group(cfgs, dirs, [{"name": f"seed={s}"} for s in (0, 1, 2)])
+    finally:
+        lease.release()
+    assert [o for o, _ in out] == [SKIPPED, TRAINED, LOCKED]
+    assert out[1][1]["status"] == "completed" and out[1][1]["stack"]["members"] == 1
+    assert dirs[2].read_summary() is None  # untouched
+    assert not dirs[1].is_locked()  # released
