@@ -29,6 +29,11 @@ STEP = "trainer/global_step"  # Lightning's WandbLogger step metric
 def _init(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], name: str, mode: str):
     import wandb
 
+    if mode == "offline":
+        # as Lightning's WandbLogger does for an offline run: wandb's process-wide settings
+        # read the environment once, and a solo run later in this process (its WandbLogger
+        # sets WANDB_MODE instead of passing a mode) must find it offline, not need a login
+        os.environ["WANDB_MODE"] = "offline"
     t = cfg.tracking
     run = wandb.init(
         project=t.project or os.environ.get("WANDB_PROJECT") or "ablate",
