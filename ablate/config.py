@@ -21,11 +21,11 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
@@ -194,6 +194,23 @@ class OptimConfig(_Section):
         return self.lr * (k if self.lr_scaling == "linear" else k**0.5)
 
 
+def _stack_setting(value: Any) -> str:
+    """``train.stack``: ``auto``, ``off`` or a positive integer, as text. YAML (and ``--set``)
+    read ``off`` as false and ``4`` as an int."""
+    text = "off" if value is False else str(value).strip().lower()
+    if (
+        type(value) is bool
+        and value
+        or not (text in ("auto", "off") or (text.isdigit() and int(text) > 0))
+    ):
+        raise ValueError("choose auto, off or a positive integer")
+    return text
+
+
+# the validator is part of the type, so a single key's check (``field_adapter``) runs it too
+StackSetting = Annotated[str, BeforeValidator(_stack_setting)]
+
+
 class TrainConfig(_Section):
     seed: int = 0
     max_steps: int = Field(200, ge=1)
@@ -219,23 +236,10 @@ class TrainConfig(_Section):
     deterministic: bool = True
     checkpoint_interval: int = Field(100, ge=1)
     progress: bool = True
-    stack: str = "off"
+    stack: StackSetting = "off"
     """Train runs that differ only in seed and optimizer scalars as one stacked model, at most
     this many per process: ``auto`` (chosen from the device and model size), ``off`` (one run
     per process) or a positive integer. How runs train, not what they are: not in the run id."""
-
-    @field_validator("stack", mode="before")
-    @classmethod
-    def _check_stack(cls, value: Any) -> str:
-        # YAML reads `stack: off` as false and `stack: 4` as an int
-        text = "off" if value is False else str(value).strip().lower()
-        if (
-            type(value) is bool
-            and value
-            or not (text in ("auto", "off") or (text.isdigit() and int(text) > 0))
-        ):
-            raise ValueError("choose auto, off or a positive integer")
-        return text
 
 
 class TrackingConfig(_Section):

@@ -311,3 +311,18 @@ def test_a_study_on_a_real_cluster_survives_a_requeue_and_leaves_an_empty_queue(
     assert max(50, step - 50) <= requeued["resumed_from_step"] < 1500, (requeued, step)
     # nothing left behind: the queue drains once the last task has exited
     _wait_for(lambda: not _slurm("squeue", "-h", "-r"), 120, "an empty queue")
+
+
+def test_a_stacked_group_is_one_array_task(make_study, tmp_path, capsys):
+    path = make_study(grid={"optim.lr": [1e-3, 3e-3]}, seeds=[0, 1])
+    store = tmp_path / "slurm"
+    results = run_study(
+        path, store=store, overrides=["train.stack=2"], progress=False, executor=LOCAL
+    )
+    out = capsys.readouterr().out
+    assert "(2 tasks, 4 runs)" in out and out.count(": completed") == 4
+    local = run_study(path, store=tmp_path / "local", progress=False)
+    for r, ref in zip(results, local, strict=True):
+        assert r["run_id"] == ref["run_id"] and r["stack"]["members"] == 2
+        assert r["final_val_loss"] == pytest.approx(ref["final_val_loss"], rel=1e-5)
+    assert len({r["attempts"][-1]["pid"] for r in results}) == 2  # one job per group

@@ -8,7 +8,8 @@ One process measures, side by side, and writes ``reports/bench.md`` (and ``bench
    loss (``versus``);
 4. efficiency: achieved FLOP/s as a fraction of the measured matmul peak (``machine``);
 5. study throughput: runs per hour of ``run_study`` with 1 worker against 2;
-7. peak memory of ``ablate train`` against corpus size.
+7. peak memory of ``ablate train`` against corpus size;
+9. stacked runs (``train.stack``) against one run per process (``stacking``).
 
 Section 6 is ``ablate bench --chaos`` (``chaos``), carried over from ``bench_chaos.json``.
 ``quick=True`` runs every section at toy sizes (a CI smoke test); its numbers are not
@@ -106,6 +107,16 @@ class Plan:
     # overrides (the quick bench shortens the runs)
     nanogpt_seeds: int = 8
     nanogpt_set: dict[str, Any] = field(default_factory=dict)
+    # section 9: seeds of a shipped cpu profile stacked vs one per process, cut to these steps
+    stack_members: int = 3
+    stack_set: dict[str, Any] = field(
+        default_factory=lambda: {
+            "train.max_steps": 200,
+            "train.eval_interval": 100,
+            "train.eval_batches": 5,
+            "train.final_eval_batches": 10,
+        }
+    )
 
     @classmethod
     def make(cls, quick: bool, gpu: bool, threads: int) -> Plan:
@@ -149,6 +160,14 @@ class Plan:
             data_steps=2,
             nanogpt_seeds=1,
             nanogpt_set={"train.max_steps": 5, "train.final_eval_batches": 2},
+            stack_members=2,
+            stack_set={
+                **TINY,
+                "train.max_steps": 6,
+                "train.eval_interval": 6,
+                "train.eval_batches": 1,
+                "train.final_eval_batches": 1,
+            },
         )
 
 
@@ -474,6 +493,14 @@ def _nanogpt(plan: Plan, say, results: dict[str, Any]) -> dict[str, Any]:
     return {"study": REFERENCE_STUDY.name, "profile": "cpu", "rows": rows}
 
 
+def _stacked(plan: Plan, say, results: dict[str, Any]) -> dict[str, Any]:
+    from ablate.bench.stacking import measure
+
+    res = measure(plan.stack_members, plan.stack_set, log=say)
+    say(f"stacked ÷ solo (--workers 2): x{res['rows'][-1]['ratio']:.2f} runs/hour")
+    return res
+
+
 def _with(cfg: RunConfig, plan: Plan) -> dict[str, Any]:
     return build_config({**flatten(cfg.to_dict()), **plan.nanogpt_set}).to_dict()
 
@@ -487,5 +514,6 @@ SECTIONS: dict[str, tuple[str, Callable[[Plan, Any, dict[str, Any]], Any]]] = {
     "study": ("5. study throughput", _study),
     "data": ("7. memory vs corpus size", _data),
     "nanogpt": ("8. nanoGPT's procedure on the reference study", _nanogpt),
+    "stacked": ("9. stacked runs", _stacked),
 }
 EXPLICIT = {"nanogpt"}  # run only when named (--section nanogpt): 8 seeds take ~16 min

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ablate.bench import markdown
+from ablate.bench import markdown, stacking
 from ablate.bench.markdown import Section, bold, columns, document, pairs, seconds, si, table, x
 from ablate.report.stats import mean_ci
 
@@ -20,6 +20,7 @@ HEADINGS = {
     "study": "## 5. Study throughput",
     "data": "## 7. Memory vs corpus size",
     "nanogpt": "## 8. nanoGPT's procedure on the reference study",
+    "stacked": "## 9. Stacked runs",
     "gpu_paths": "## GPU paths",
 }
 SECTIONS = tuple(HEADINGS.values())
@@ -358,6 +359,7 @@ def render(r: dict[str, Any]) -> str:
         "study": _study,
         "data": _data,
         "nanogpt": _nanogpt,
+        "stacked": stacking.render,
         "gpu_paths": lambda g: _gpu(g, gpu),
     }
     sections: list[Section] = [(k, heading, bodies[k]) for k, heading in HEADINGS.items()]

@@ -16,7 +16,9 @@ Sections (each within a time budget; a failing one is recorded in the report, th
 5. time to quality: nanoGPT's GPU shakespeare-char config (the gpu profile of
    ``studies/reference_nanogpt_cpu.yaml``) trained by ``train_run`` exactly as a user runs
    it, evaluated every 500 steps on a fixed 50-batch subset of the validation split and on the
-   whole split at the end: wall time to nanoGPT's published 1.4697, and the full-split loss.
+   whole split at the end: wall time to nanoGPT's published 1.4697, and the full-split loss;
+6. stacked runs (``train.stack``) vs solo vs ``--runs-per-gpu 4``: a heading that reads "not
+   run" (not measured yet; the CPU comparison is ``ablate bench`` section 9).
 
 MFU = model FLOPs per token (``flops_per_token``: 6 N + attention, PaLM's accounting) x tokens/s
 / the dense bf16 peak. Without CUDA the command prints one line and exits 0.

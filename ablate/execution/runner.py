@@ -33,6 +33,7 @@ from rich.markup import escape
 
 from ablate.config import ConfigError
 from ablate.execution.executors import ExecutorFailed, ExecutorOptions, RunTask, check, execute
+from ablate.execution.groups import group_tasks
 from ablate.execution.progress import LiveProgress, fmt_duration
 from ablate.execution.tables import make_console, print_summary
 from ablate.execution.worker import INTERRUPTED, LOCKED, TRAINED
@@ -137,6 +138,8 @@ def run_study(
         RunTask(r, r.config, str(dirs[r.run_id].path), _meta(study, r, dirs, confirm_seeds))
         for r in todo
     ]
+    tasks = group_tasks(tasks)  # train.stack: a stacked group is one task
+    stacked = sum(len(t.members) for t in tasks if t.members)
     register_claims(study, runs_store.root)
     where = _where(opts, tasks)
     # recorded in each run's summary (environment): how many runs trained at once
@@ -146,6 +149,7 @@ def run_study(
         f"[bold]{study.name}[/]{profile_txt}: {len(study.runs)} runs, {done} finished, "
         f"{len(todo)} to train -> {escape(str(runs_store.root / study.name))}"
         + (f", {where}" if where else "")
+        + (f", {stacked} as {sum(1 for t in tasks if t.members)} stacked groups" if stacked else "")
     )
     # live lines only on a terminal: in a log file the per-run lines say it all. Every run's
     # line comes from its progress.json (ablate.execution.progress), whatever the executor, so

@@ -138,8 +138,11 @@ def _print_plan(study: Study, runs_store: RunStore, console: Console) -> None:
     table = Table(
         title_justify="left", title=escape(f"{len(study.runs)} runs -> {runs_store.root}")
     )
+    from ablate.execution.groups import plan_labels
+
+    groups, stack_lines = plan_labels(study.runs)
     table.add_column("#", justify="right")
-    for col in ("name", "run id", "status"):
+    for col in ("name", "run id", "status", *(["stack"] if groups else [])):
         table.add_column(col)
     for col in ("params (non-emb)", "steps", "batch x seq", "lr"):
         table.add_column(col, justify="right")
@@ -151,12 +154,15 @@ def _print_plan(study: Study, runs_store: RunStore, console: Console) -> None:
             escape(run.name),
             run.run_id,
             status_cell(run_state(runs_store.run(study.name, run.run_id))),
+            *([groups.get(run.run_id, "-")] if groups else []),
             f"{counts[run.run_id]:,}" if counts.get(run.run_id) is not None else "?",
             str(c.train.max_steps),
             f"{c.data.batch_size} x {c.data.seq_len}",
             f"{c.lr:.3g}",
         )
     console.print(table)
+    for line in stack_lines:
+        console.print(escape(line), soft_wrap=True)
 
 
 def _non_embedding_params(study: Study) -> dict[str, int | None]:

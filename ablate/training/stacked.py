@@ -6,7 +6,9 @@ model code unchanged) while each member stays a run: its own initial weights (th
 seeding sequence, ``train.prepare_run``), data order (its seed's ``LMDataModule`` stream), LR
 schedule (``lit.lr_factor``), gradient clipping, AdamW state, evaluation, metrics (the names and
 steps ``LitLM`` logs), checkpoint, ``summary.json`` (``train.finish_summary``) and
-``progress.json`` in its own ``RunDir``.
+``progress.json`` in its own ``RunDir``. A member that finishes (diverged, stopped early)
+while others go on leaves the stack: the group is rebuilt from the others' state in memory, as
+a resume would build it.
 
 What stacking keeps equal to a solo run (CPU, fp32): each member computes exactly the solo
 operations on its own tensors (vmap maps ``mm`` to a batched ``bmm``), so losses agree with
@@ -16,7 +18,8 @@ is frozen at once (its update masked on the device, no host sync) and, like ``Li
 the next log step and recorded ``diverged`` at the step of the first non-finite loss; the others
 go on unchanged. Members resume from their own checkpoints, even at different steps.
 
-Not (yet) here: W&B (members log to the store only), ``16-mixed``/``bf16-true`` precision,
+Each member logs to W&B through its own run object (``stacked_wandb``). Not (yet) here:
+``16-mixed``/``bf16-true`` precision,
 ``train.compile``, dropout equal to a solo run's masks (vmap draws its own).
 """
 
@@ -42,12 +45,14 @@ from ablate.store import FINISHED, RunDir, StoreWriteError, write_final_summary
 from ablate.store.rundir import PROGRESS_FILE, write_progress
 from ablate.training.lit import LitLM, decay_groups, lr_factor
 from ablate.training.stacked_ops import Stack, StackedAdamW
+from ablate.training.stacked_plan import MEMBER_FIELDS, PRECISIONS, stack_key
 from ablate.training.stacked_store import (
     LAST,
     CheckpointWriter,
     member_checkpoint,
     state_dict_keys,
 )
+from ablate.training.stacked_wandb import finish_member, log_member, start_member_wandb
 from ablate.training.train import (
     StepBoundaryStop,
     attn_context,
@@ -62,24 +67,6 @@ from ablate.training.train import (
 )
 
 log = logging.getLogger("ablate")
-
-# what members of one group may differ in: the seed and optimizer scalars
-MEMBER_FIELDS = {
-    "train": ("seed", "progress", "stack"),
-    "optim": ("lr", "min_lr", "warmup_ratio", "weight_decay", "beta1", "beta2", "grad_clip"),
-}
-PRECISIONS = ("32-true", "bf16-mixed")
-
-
-def stack_key(cfg: RunConfig) -> str:
-    """The shape-determining part of ``cfg`` (everything but the seed, the optimizer scalars
-    and tracking) as canonical JSON: runs with equal keys can train as one stacked group."""
-    d = cfg.to_dict()
-    d.pop("tracking")
-    for section, keys in MEMBER_FIELDS.items():
-        for key in keys:
-            d[section].pop(key)
-    return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
 
 def _first_difference(a: Any, b: Any, path: str = "") -> str:
@@ -133,6 +120,7 @@ class Member:
     diverged_step: int | None = None
     done: bool = False
     progress: dict[str, Any] = field(default_factory=dict)
+    wandb: Any = None  # the member's own W&B run object (stacked_wandb), or None
 
     def lr(self, step: int) -> float:
         # base * factor, as LambdaLR computes the LR a solo run's update uses
@@ -140,6 +128,11 @@ class Member:
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self.run_dir.append_metrics(step, metrics)
+        log_member(self.wandb, metrics, step)
+
+    def close_wandb(self) -> None:
+        run, self.wandb = self.wandb, None
+        finish_member(run, self.summary)
 
     def write_progress(self, **fields: Any) -> None:
         self.progress.update(fields, updated=time.time())
@@ -169,6 +162,9 @@ def _open_member(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], t0: floa
     write_final_summary(run_dir, summary)
     dm, lit, ckpt_path = prepare_run(cfg, run_dir, summary, prior)
     member = Member(cfg, run_dir, summary, dm, lit, base_wall=base_wall)
+    member.wandb = start_member_wandb(cfg, run_dir, meta, summary["name"])
+    if member.wandb is not None:
+        summary["wandb_dir"] = str(member.wandb.dir)
     if ckpt_path is not None:
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
         lit.load_state_dict(ckpt["state_dict"])  # LitLM handles compiled-model keys
@@ -202,6 +198,7 @@ class Group:
         cfgs = [m.cfg for m in members]
         models = [m.lit.model.to(device) for m in members]
         fold = device.type == "cuda" if fold is None else fold
+        self.fold = fold
         self.stack = Stack(models, fold_attention=fold)
         model = models[0]
         names = {id(p): n for n, p in model.named_parameters()}
@@ -377,6 +374,7 @@ def _finalize(m: Member, t0: float) -> dict[str, Any]:
         )
     m.summary.update(fields, wall_time_s=m.base_wall + time.time() - t0)
     write_final_summary(m.run_dir, m.summary)
+    m.close_wandb()
     return m.summary
 
 
@@ -431,7 +429,24 @@ def _loop(g: Group, stop: StepBoundaryStop, writer: CheckpointWriter, t0: float)
             for i in finished:
                 _unstack(g, i)
                 _finalize(ms[i], t0)
+            if not all(m.done for m in ms):  # the others go on without the finished ones
+                g = _without_finished(g)
+                ms, now = g.members, time.perf_counter()
+                clock = {i: (now, m.step) for i, m in enumerate(ms)}
         _step_done([m.step for m in ms])
+
+
+def _without_finished(g: Group) -> Group:
+    """A new group of the members of ``g`` that still train, built the way a resume builds
+    one (each member's weights, AdamW state and loop state taken from ``g`` in memory), so
+    finished or diverged members no longer cost a forward and backward pass each step."""
+    keep = [i for i, m in enumerate(g.members) if not m.done]
+    for i in keep:
+        snap = g.snapshot(i)
+        _unstack(g, i)
+        m = g.members[i]
+        m.optimizer, m.loop = snap["optimizer_states"][0], snap["stacked"]
+    return Group([g.members[i] for i in keep], g.device, g.fold)
 
 
 class _Deterministic:
@@ -516,6 +531,7 @@ def train_group(
             if not m.done:  # stays "running": the next run resumes it from its checkpoint
                 m.summary.update(status="running", wall_time_s=m.base_wall + time.time() - t0)
                 write_final_summary(m.run_dir, m.summary)
+            m.close_wandb()
         raise
     except Exception as err:  # noqa: BLE001 - a failed group must not stop a study
         _close_quietly(writer)
@@ -526,6 +542,7 @@ def train_group(
                 m.summary["wall_time_s"] = m.base_wall + time.time() - t0
                 write_error_log(m.run_dir)
                 write_final_summary(m.run_dir, m.summary)
+            m.close_wandb()
     return [rd.read_summary() or {} for rd in run_dirs]  # what each member's store says
 
 

@@ -5,8 +5,10 @@ Every executor has one signature::
     execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) -> None
 
 and runs ``ablate.execution.worker.execute_run`` once per task wherever it places it (the lease
-protocol, resume and the store are the same everywhere). Each finished task is reported through
-``progress.finished(task.run, outcome, summary)``; while waiting an executor calls
+protocol, resume and the store are the same everywhere). A task may be a stacked group
+(``RunTask.members``, ``train.stack``): one process trains its members through
+``worker.execute_group``, and each member is reported as a run. Each finished run is reported
+through ``progress.finished(run, outcome, summary)``; while waiting an executor calls
 ``progress.poll()`` at least once a second. A stop (Ctrl-C) raises ``KeyboardInterrupt`` after
 the runs in progress were asked to checkpoint, so the same command resumes them.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import (
@@ -139,16 +142,58 @@ class ExecutorOptions(BaseModel):
 
 @dataclass
 class RunTask:
-    """One planned run to train: what the executor ships to wherever it trains."""
+    """One planned run to train, or a stacked group of them (``members``, each a RunTask of
+    one run; ``config``/``path`` are the first member's): what the executor ships to wherever
+    it trains."""
 
     run: Any  # the PlannedRun, given back to progress.finished
     config: RunConfig
     path: str
     meta: dict[str, Any] = field(default_factory=dict)
+    members: list[RunTask] = field(default_factory=list)
+
+    @classmethod
+    def group(cls, members: list[RunTask]) -> RunTask:
+        """One task for a stacked group (a single member stays a plain task)."""
+        if len(members) == 1:
+            return members[0]
+        first = members[0]
+        names = f"{first.name} + {len(members) - 1} more"
+        return cls(first.run, first.config, first.path, {"name": names}, list(members))
 
     @property
     def name(self) -> str:
         return str(self.meta.get("name", self.path))
+
+    def runs(self) -> list[RunTask]:
+        """The runs this task trains: its members, or itself."""
+        return self.members or [self]
+
+    def payload(self) -> tuple[list[RunConfig], list[str], list[dict[str, Any]]]:
+        """What ``worker.execute_task`` takes: configs, paths and metas, one per run."""
+        runs = self.runs()
+        return [r.config for r in runs], [r.path for r in runs], [r.meta for r in runs]
+
+    def failed(self, error: str) -> list[tuple[str, dict[str, Any]]]:
+        """Each run's result when the task died without one: its stored summary, failed."""
+        from ablate.execution.worker import TRAINED
+        from ablate.store import RunDir
+
+        out = []
+        for run in self.runs():
+            summary = RunDir(Path(run.path)).read_summary() or {}
+            out.append((TRAINED, {**summary, "status": "failed", "error": error}))
+        return out
+
+    def report(self, results: Any, progress: Progress) -> bool:
+        """Report each run's ``(outcome, summary)`` (one pair or a list of them, in member
+        order); True when one of them was interrupted (the study stops)."""
+        from ablate.execution.worker import INTERRUPTED
+
+        pairs = results if isinstance(results, list) else [results]
+        for run, (outcome, summary) in zip(self.runs(), pairs, strict=False):
+            progress.finished(run.run, outcome, summary)
+        return any(outcome == INTERRUPTED for outcome, _ in pairs)
 
 
 class Progress(Protocol):

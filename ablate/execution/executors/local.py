@@ -24,12 +24,10 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ablate.config import ConfigError
 from ablate.execution.executors import ExecutorFailed, ExecutorOptions, Progress, RunTask
-from ablate.store import RunDir
 
 POLL_S = 0.5  # how often the wait loop wakes to call progress.poll()
 PARENT_POLL_S = 0.5  # how often a worker checks that its driver is alive
@@ -97,17 +95,15 @@ def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) 
         return
     slots = plan_workers(tasks, opts, visible_gpus())
     if len(slots) == 1 and slots[0].memory_fraction is None:
-        from ablate.execution.worker import execute_run
+        from ablate.execution.worker import execute_task
 
         for t in tasks:  # in this process: per-run bars, Ctrl-C straight to the run
-            outcome, summary = execute_run(
-                t.config,
-                RunDir(Path(t.path)),
-                t.meta,
+            results = execute_task(
+                *t.payload(),
                 progress=getattr(progress, "run_bars", False),
                 lease_grace_s=opts.lease_grace_s,
             )
-            progress.finished(t.run, outcome, summary)
+            t.report(results, progress)
         return
     _run_pool(tasks, slots, opts, progress)
 
@@ -163,19 +159,18 @@ def _watch_parent(parent: int) -> None:
 
 
 def _worker_run(
-    cfg, path: str, meta: dict[str, Any], progress: bool, grace: float
-) -> tuple[str, dict[str, Any]]:
+    cfgs, paths: list[str], metas: list[dict[str, Any]], progress: bool, grace: float
+) -> list[tuple[str, dict[str, Any]]]:
     global _in_run
-    from ablate.execution.worker import INTERRUPTED, execute_run
+    from ablate.execution.worker import execute_task, interrupted
 
-    run_dir = RunDir(Path(path))
     if _orphaned.is_set() or (_stop_event is not None and _stop_event.is_set()):
-        return INTERRUPTED, run_dir.read_summary() or {}  # queued before the Ctrl-C
+        return interrupted(paths)  # queued before the Ctrl-C
     _in_run = True
     try:
-        return execute_run(cfg, run_dir, meta, progress=progress, lease_grace_s=grace)
+        return execute_task(cfgs, paths, metas, progress=progress, lease_grace_s=grace)
     except (KeyboardInterrupt, SystemExit):
-        return INTERRUPTED, run_dir.read_summary() or {}
+        return interrupted(paths)
     finally:
         _in_run = False
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # train_run restores the default handler
@@ -219,7 +214,7 @@ def _one_pool(
     import multiprocessing as mp
     from concurrent.futures.process import BrokenProcessPool
 
-    from ablate.execution.worker import INTERRUPTED, cpu_count
+    from ablate.execution.worker import cpu_count
 
     slots = slots[: len(tasks)]
     threads = max(1, cpu_count() // len(slots))
@@ -237,7 +232,7 @@ def _one_pool(
     futures: dict[Future, RunTask] = {}
     try:
         for t in tasks:
-            f = pool.submit(_worker_run, t.config, t.path, t.meta, False, opts.lease_grace_s)
+            f = pool.submit(_worker_run, *t.payload(), False, opts.lease_grace_s)
             futures[f] = t
         pending = set(futures)
         while pending:
@@ -246,10 +241,8 @@ def _one_pool(
             for f in finished:
                 if isinstance(f.exception(), BrokenProcessPool):
                     raise f.exception()
-                outcome, summary = f.result()
                 tasks.remove(futures[f])
-                progress.finished(futures[f].run, outcome, summary)
-                if outcome == INTERRUPTED:  # a worker was stopped from outside
+                if futures[f].report(f.result(), progress):  # stopped from outside
                     raise KeyboardInterrupt
     except BrokenProcessPool:
         pool.shutdown(wait=True, cancel_futures=True)  # the others were stopped with it

@@ -21,7 +21,6 @@ from typing import Any
 
 from ablate.config import ConfigError, RunConfig
 from ablate.execution.executors import ExecutorOptions, Progress, RunTask
-from ablate.store import RunDir
 
 log = logging.getLogger("ablate")
 
@@ -89,24 +88,23 @@ def task_options(cfg: RunConfig, opts: ExecutorOptions, cluster: dict[str, float
     return {"num_gpus": num_gpus, "num_cpus": num_cpus, "max_retries": opts.max_retries}
 
 
-def _train_task(cfg: RunConfig, path: str, meta: dict, grace: float | None, fraction: float | None):
-    """Runs in a Ray worker: one run through the lease protocol."""
+def _train_task(cfgs: list[RunConfig], paths: list[str], metas: list[dict], grace, fraction):
+    """Runs in a Ray worker: one run (lists of one) or a stacked group, under the leases."""
     import ray
     import torch
 
-    from ablate.execution.worker import INTERRUPTED, execute_run
+    from ablate.execution.worker import execute_task, interrupted
 
     # the task id survives retries: a retried run may take its dead attempt's lease over
     os.environ["ABLATE_JOB_ID"] = f"ray:{ray.get_runtime_context().get_task_id()}"
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1)
-    torch.set_num_threads(cfg.train.threads or max(1, int(cpus)))
+    torch.set_num_threads(cfgs[0].train.threads or max(1, int(cpus)))
     if fraction is not None and torch.cuda.is_available():
         torch.cuda.set_per_process_memory_fraction(fraction, 0)
-    run_dir = RunDir(Path(path))
     try:
-        return execute_run(cfg, run_dir, meta, lease_grace_s=grace)
+        return execute_task(cfgs, paths, metas, lease_grace_s=grace)
     except (KeyboardInterrupt, SystemExit):
-        return INTERRUPTED, run_dir.read_summary() or {}
+        return interrupted(paths)
 
 
 def _token_auth_if_available() -> None:
@@ -166,15 +164,13 @@ def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) 
 
 
 def _run(ray, tasks: list[RunTask], opts: ExecutorOptions, progress: Progress) -> None:
-    from ablate.execution.worker import INTERRUPTED, TRAINED
-
     remote = ray.remote(_train_task)
     cluster = ray.cluster_resources()
     refs: dict[Any, RunTask] = {}
     for t in tasks:
         o = task_options(t.config, opts, cluster)
         fraction = o["num_gpus"] if 0 < o["num_gpus"] < 1 else None
-        ref = remote.options(**o).remote(t.config, t.path, t.meta, opts.lease_grace_s, fraction)
+        ref = remote.options(**o).remote(*t.payload(), opts.lease_grace_s, fraction)
         refs[ref] = t
     pending = list(refs)
     try:
@@ -184,13 +180,10 @@ def _run(ray, tasks: list[RunTask], opts: ExecutorOptions, progress: Progress) -
             for ref in done:
                 t = refs[ref]
                 try:
-                    outcome, summary = ray.get(ref)
+                    results = ray.get(ref)
                 except Exception as err:  # noqa: BLE001 - retries exhausted: report, go on
-                    summary = RunDir(Path(t.path)).read_summary() or {}
-                    outcome = TRAINED
-                    summary = {**summary, "status": "failed", "error": _short(err)}
-                progress.finished(t.run, outcome, summary)
-                if outcome == INTERRUPTED:  # a task was stopped from outside
+                    results = t.failed(_short(err))
+                if t.report(results, progress):  # a task was stopped from outside
                     raise KeyboardInterrupt
     except BaseException:
         _cancel(ray, pending)

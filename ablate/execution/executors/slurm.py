@@ -34,7 +34,6 @@ import submitit
 
 from ablate.config import ConfigError
 from ablate.execution.executors import ExecutorOptions, Progress, RunTask
-from ablate.store import RunDir
 
 log = logging.getLogger("ablate")
 
@@ -91,10 +90,12 @@ class RunJob(submitit.helpers.Checkpointable):
     """One run as a submitit job; ``checkpoint`` (inherited) resubmits it with the same
     arguments when the job is preempted or times out, and the run resumes from its checkpoint."""
 
-    def __call__(self, cfg, path: str, meta: dict, grace: float | None) -> tuple[str, dict]:
+    def __call__(self, cfg, path, meta, grace: float | None) -> tuple[str, dict] | list:
+        """One run (``cfg``, ``path``, ``meta``) or a stacked group (lists of them: the result
+        is then a list of ``(outcome, summary)``, one per member)."""
         import torch
 
-        from ablate.execution.worker import INTERRUPTED, execute_run
+        from ablate.execution.worker import INTERRUPTED, execute_task, interrupted
 
         env = submitit.JobEnvironment()
         os.environ["ABLATE_JOB_ID"] = f"submitit:{env.job_id}"  # kept across requeues
@@ -102,12 +103,16 @@ class RunJob(submitit.helpers.Checkpointable):
             threads = len(os.sched_getaffinity(0))
         except AttributeError:  # pragma: no cover - macOS
             threads = os.cpu_count() or 1
-        torch.set_num_threads(cfg.train.threads or threads)
-        run_dir = RunDir(Path(path))
+        group = isinstance(cfg, list)
+        cfgs, paths, metas = (cfg, path, meta) if group else ([cfg], [path], [meta])
+        torch.set_num_threads(cfgs[0].train.threads or threads)
         try:
-            return execute_run(cfg, run_dir, meta, lease_grace_s=grace)
+            results = execute_task(cfgs, paths, metas, lease_grace_s=grace)
         except KeyboardInterrupt:  # cancelled (scancel / Ctrl-C of a local job)
-            return INTERRUPTED, run_dir.read_summary() or {}
+            results = interrupted(paths)
+            if not group:
+                return INTERRUPTED, results[0][1]
+        return results if group else results[0]
 
 
 def make_executor(tasks: list[RunTask], opts: ExecutorOptions) -> submitit.AutoExecutor:
@@ -138,8 +143,13 @@ def submit(tasks: list[RunTask], opts: ExecutorOptions) -> list[submitit.Job]:
     ex = make_executor(tasks, opts)
     job = RunJob()
     with ex.batch():
-        jobs = [ex.submit(job, t.config, t.path, t.meta, opts.lease_grace_s) for t in tasks]
+        jobs = [ex.submit(job, *_args(t), opts.lease_grace_s) for t in tasks]
     return jobs
+
+
+def _args(t: RunTask) -> tuple:
+    """A run's job arguments (as before groups existed), or a group's lists."""
+    return (t.config, t.path, t.meta) if not t.members else t.payload()
 
 
 def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) -> None:
@@ -147,7 +157,9 @@ def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) 
         return
     with _sigterm_stops():
         jobs = submit(tasks, opts)
-        progress.write(f"submitted job array {jobs[0].job_id.split('_')[0]} ({len(jobs)} runs)")
+        runs = sum(len(t.runs()) for t in tasks)
+        what = f"{len(jobs)} runs" if runs == len(jobs) else f"{len(jobs)} tasks, {runs} runs"
+        progress.write(f"submitted job array {jobs[0].job_id.split('_')[0]} ({what})")
         wait(jobs, tasks, progress)
 
 
@@ -232,8 +244,6 @@ def _ended_without_result(job: submitit.Job, state: str) -> str:
 def wait(jobs: list[submitit.Job], tasks: list[RunTask], progress: Progress) -> None:
     """Report each job as it ends; a stop (Ctrl-C, SIGTERM) cancels the jobs still queued or
     running, and waits for local ones to exit."""
-    from ablate.execution.worker import INTERRUPTED, TRAINED
-
     pending = dict(zip(jobs, tasks, strict=True))
     queue = Queue(jobs) if isinstance(jobs[0], submitit.SlurmJob) else None
     try:
@@ -247,19 +257,15 @@ def wait(jobs: list[submitit.Job], tasks: list[RunTask], progress: Progress) -> 
                     continue
                 t = pending.pop(job)
                 if state:
-                    summary = RunDir(Path(t.path)).read_summary() or {}
-                    error = _ended_without_result(job, state)
-                    outcome, summary = TRAINED, {**summary, "status": "failed", "error": error}
+                    results = t.failed(_ended_without_result(job, state))
                 else:
                     try:
-                        outcome, summary = job.result()
+                        results = job.result()
                     except Exception as err:  # noqa: BLE001 - the job died: report, go on
-                        summary = RunDir(Path(t.path)).read_summary() or {}
                         lines = [ln for ln in str(err).splitlines() if ln.strip()]
                         error = f"job {job.job_id}: {lines[-1] if lines else type(err).__name__}"
-                        outcome, summary = TRAINED, {**summary, "status": "failed", "error": error}
-                progress.finished(t.run, outcome, summary)
-                if outcome == INTERRUPTED:
+                        results = t.failed(error)
+                if t.report(results, progress):
                     raise KeyboardInterrupt
             if pending:
                 time.sleep(POLL_S)

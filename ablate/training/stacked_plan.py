@@ -1,0 +1,136 @@
+"""Which runs train as one stacked group, and how many members a group gets (no torch here).
+
+``train.stack`` says how runs train, never what they are (it is not in the run id):
+
+* ``off``: one run per process (the default);
+* ``N``: runs that share a ``stack_key`` train in groups of at most N members;
+* ``auto``: chosen from the device and the model size (``auto_members``): off on a CPU, where
+  stacking was measured slower (``reports/bench_cpu.md``, section "stacked runs"; phase 1 of
+  issue 24: 3 members stacked are ~1.4x slower than 3 solo runs on 2 cores, because CPU SDPA
+  has no vmap batching rule and the models are already compute-bound); on a GPU as many
+  members as fit in the free memory (``member_bytes`` each, 70% of what is free), at most
+  ``AUTO_CAP``.
+
+A run that cannot stack (``not_stackable``) trains alone whatever ``train.stack`` says.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from ablate.config import RunConfig
+
+# what members of one group may differ in: the seed and optimizer scalars
+MEMBER_FIELDS = {
+    "train": ("seed", "progress", "stack"),
+    "optim": ("lr", "min_lr", "warmup_ratio", "weight_decay", "beta1", "beta2", "grad_clip"),
+}
+PRECISIONS = ("32-true", "bf16-mixed")
+AUTO_CAP = 8
+"""``auto`` never stacks more members than this (beyond it a step is long enough to keep a GPU
+busy; more members only add memory)."""
+AUTO_MEMORY_SHARE = 0.7
+"""Share of the free device memory ``auto`` plans to fill (the rest: allocator slack, kernels'
+workspaces, the evaluation batches)."""
+
+T = TypeVar("T")
+
+
+def stack_key(cfg: RunConfig) -> str:
+    """The shape-determining part of ``cfg`` (everything but the seed, the optimizer scalars
+    and tracking) as canonical JSON: runs with equal keys can train as one stacked group."""
+    d = cfg.to_dict()
+    d.pop("tracking")
+    for section, keys in MEMBER_FIELDS.items():
+        for key in keys:
+            d[section].pop(key)
+    return json.dumps(d, sort_keys=True, separators=(",", ":"))
+
+
+def not_stackable(cfg: RunConfig) -> str | None:
+    """Why ``cfg`` must train alone (None: it can stack)."""
+    t = cfg.train
+    if t.precision not in PRECISIONS:
+        return f"precision {t.precision}"
+    if t.devices != 1:
+        return "more than one device"
+    if t.compile:
+        return "train.compile"
+    return None
+
+
+def member_bytes(params: int, cfg: RunConfig) -> int:
+    """Device memory one member needs, estimated: weights, gradients and AdamW's two moments
+    (16 bytes a parameter, fp32 masters) plus the activations a step keeps for the backward
+    pass: per layer ~34 values per token and model width (Korthikanti et al. 2022, arXiv
+    2205.05198, flash attention: no seq² term), and the logits (3 copies of B x T x vocab in
+    fp32: output, softmax, gradient)."""
+    m, d = cfg.model, cfg.data
+    tokens = d.batch_size * d.seq_len
+    width = 2 if cfg.train.precision == "bf16-mixed" else 4
+    layers = 34 * tokens * m.d_model * m.n_layers * width // 2
+    # the plan has no data: char and bpe bound the vocabulary, a word vocabulary is guessed
+    vocab = {"char": 256, "bpe": d.bpe_vocab_size}.get(d.tokenizer, 65536)
+    logits = 3 * tokens * vocab * 4
+    return 16 * params + layers + logits
+
+
+def auto_members(cfg: RunConfig, *, cuda: bool, free_bytes: int | None, params: int | None) -> int:
+    """Members per group for ``train.stack: auto`` (1 = off): off unless the run trains on a
+    CUDA device this process can measure; then as many as fit, at most ``AUTO_CAP``."""
+    if cfg.train.accelerator == "cpu" or not cuda or free_bytes is None or not params:
+        return 1
+    fit = int(AUTO_MEMORY_SHARE * free_bytes // max(1, member_bytes(params, cfg)))
+    return max(1, min(AUTO_CAP, fit))
+
+
+def stack_limit(cfg: RunConfig, auto: Callable[[RunConfig], int] | None = None) -> int:
+    """The most members a group of ``cfg``'s runs may have (1: train alone)."""
+    value = cfg.train.stack
+    if value == "off" or not_stackable(cfg):
+        return 1
+    if value == "auto":
+        return auto(cfg) if auto is not None else 1
+    return int(value)
+
+
+def plan_groups(
+    runs: Sequence[T], config: Callable[[T], RunConfig], limit: Callable[[RunConfig], int]
+) -> list[list[T]]:
+    """``runs`` split into groups, in plan order of each group's first run: runs with one
+    ``stack_key`` (and one ``train.stack``) are cut into ceil(n / limit) groups of near-equal
+    size; a run alone is a group of one."""
+    buckets: dict[tuple[str, str], list[T]] = {}
+    for run in runs:
+        cfg = config(run)
+        buckets.setdefault((stack_key(cfg), cfg.train.stack), []).append(run)
+    out: list[list[T]] = []
+    for members in buckets.values():
+        n, cap = len(members), max(1, limit(config(members[0])))
+        parts = -(-n // cap)
+        sizes = [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
+        start = 0
+        for size in sizes:
+            out.append(members[start : start + size])
+            start += size
+    first = {id(r): i for i, r in enumerate(runs)}
+    return sorted(out, key=lambda g: first[id(g[0])])
+
+
+def describe_limit(cfg: RunConfig, members: int) -> str:
+    """One line for ``ablate plan``: what ``train.stack`` means for these runs."""
+    why = not_stackable(cfg)
+    if cfg.train.stack == "off":
+        return "train.stack off: one run per process"
+    if why:
+        return f"train.stack {cfg.train.stack}: runs train alone ({why} does not stack)"
+    if cfg.train.stack == "auto" and members == 1:
+        where = "a CPU" if cfg.train.accelerator == "cpu" else "no CUDA device visible here"
+        return f"train.stack auto: off ({where}; stacking is slower on CPUs, see docs/stacking.md)"
+    return f"train.stack {cfg.train.stack}: groups of at most {members}"
+
+
+def group_label(index: int, size: int) -> str:
+    return f"g{index} ({size})"
