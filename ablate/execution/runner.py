@@ -122,12 +122,7 @@ def run_study(
     opts = executor or ExecutorOptions()
     if workers is not None:
         opts = opts.model_copy(update={"workers": workers})
-    extra = _merge_seeds(extra_seeds, confirm_seeds)
-    study = load_study(study_path, profile, overrides, plugins=plugins, extra_seeds=extra)
-    if confirm_seeds is not None:
-        study = dataclasses.replace(
-            study, runs=[r for r in study.runs if r.seed in confirm_seeds.get(r.variant, ())]
-        )
+    study = _plan(study_path, profile, overrides, plugins, extra_seeds, confirm_seeds)
     check(opts)
     runs_store = RunStore(store)
     console = make_console()
@@ -144,12 +139,13 @@ def run_study(
     where = _where(opts, tasks)
     # recorded in each run's summary (environment): how many runs trained at once
     os.environ["ABLATE_WORKERS"] = str(_n_workers(opts, tasks))
-    profile_txt = f" (profile {study.profile})" if study.profile else ""
+    groups = sum(1 for t in tasks if t.members)
     console.print(
-        f"[bold]{study.name}[/]{profile_txt}: {len(study.runs)} runs, {done} finished, "
-        f"{len(todo)} to train -> {escape(str(runs_store.root / study.name))}"
+        f"[bold]{study.name}[/]{f' (profile {study.profile})' if study.profile else ''}: "
+        f"{len(study.runs)} runs, {done} finished, {len(todo)} to train -> "
+        f"{escape(str(runs_store.root / study.name))}"
         + (f", {where}" if where else "")
-        + (f", {stacked} as {sum(1 for t in tasks if t.members)} stacked groups" if stacked else "")
+        + (f", {stacked} as {groups} stacked groups" if stacked else "")
     )
     # live lines only on a terminal: in a log file the per-run lines say it all. Every run's
     # line comes from its progress.json (ablate.execution.progress), whatever the executor, so
@@ -167,12 +163,8 @@ def run_study(
         results = _collect(study, dirs)
         print_summary(study, results, console, elapsed=time.time() - t0)
         resume = resume_command(study_path, study.profile, overrides, store, opts)
-        resume += "".join(f" --plugin {shlex.quote(p)}" for p in plugins)
-        finished = sum(r["status"] in FINISHED for r in results)
-        console.print(
-            f"[yellow]Interrupted[/]: {finished} of {len(results)} runs finished; an interrupted "
-            f"run resumes from its last checkpoint. Resume with:\n  {escape(resume)}",
-            soft_wrap=True,
+        _print_resume(
+            console, results, resume + "".join(f" --plugin {shlex.quote(p)}" for p in plugins)
         )
         if isinstance(err, ExecutorFailed):
             raise
@@ -182,6 +174,32 @@ def run_study(
     results = _collect(study, dirs)
     print_summary(study, results, console, elapsed=time.time() - t0)
     return results
+
+
+def _plan(
+    study_path: str | Path,
+    profile: str | None,
+    overrides: Sequence[str],
+    plugins: Sequence[str],
+    extra_seeds: dict[str, Sequence[int]] | None,
+    confirm_seeds: dict[str, Sequence[int]] | None,
+) -> Study:
+    """The study's planned runs, with ``extra_seeds``; with ``confirm_seeds`` only those runs."""
+    extra = _merge_seeds(extra_seeds, confirm_seeds)
+    study = load_study(study_path, profile, overrides, plugins=plugins, extra_seeds=extra)
+    if confirm_seeds is None:
+        return study
+    runs = [r for r in study.runs if r.seed in confirm_seeds.get(r.variant, ())]
+    return dataclasses.replace(study, runs=runs)
+
+
+def _print_resume(console: Console, results: list[dict[str, Any]], resume: str) -> None:
+    finished = sum(r["status"] in FINISHED for r in results)
+    console.print(
+        f"[yellow]Interrupted[/]: {finished} of {len(results)} runs finished; an interrupted "
+        f"run resumes from its last checkpoint. Resume with:\n  {escape(resume)}",
+        soft_wrap=True,
+    )
 
 
 def register_claims(study: Study, store: Path) -> dict[str, Any]:
