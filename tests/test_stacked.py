@@ -15,24 +15,6 @@ from ablate.store import RunStore
 from ablate.training.stacked import check_group, stack_key, train_group
 from ablate.training.train import request_stop, train_run
 
-TINY = {
-    "model.d_model": 32,
-    "model.n_layers": 1,
-    "model.n_heads": 2,
-    "model.max_seq_len": 32,
-    "data.seq_len": 32,
-    "data.batch_size": 8,
-    "train.max_steps": 20,
-    "train.eval_interval": 10,
-    "train.eval_batches": 2,
-    "train.final_eval_batches": 4,
-    "train.log_interval": 5,
-    "train.grad_norm_interval": 10,
-    "train.checkpoint_interval": 10,
-    "train.threads": 1,
-    "train.progress": False,
-    "tracking.wandb": False,
-}
 # Relative tolerance of a member's losses against its solo run. Each member computes the solo
 # run's operations (vmap turns mm into bmm); what differs is float rounding, chiefly the AdamW
 # update's instruction order against torch's fused kernel: measured ~1e-7 on losses over 20
@@ -41,8 +23,10 @@ RTOL = 1e-5
 LOSSES = ("train/loss", "val/loss", "val/ppl", "val/bpc")
 
 
-def cfgs_of(*overrides):
-    return [build_config({**TINY, **o}) for o in overrides]
+@pytest.fixture
+def cfgs_of(tiny_run):
+    """``cfgs_of(*overrides)``: the tiny run's config with each override applied."""
+    return lambda *overrides: [build_config({**tiny_run, **o}) for o in overrides]
 
 
 def solo_and_stacked(tmp_path, cfgs):
@@ -70,7 +54,7 @@ def assert_member_equals_solo(store, cfg, solo, member):
             assert b[step, name] == pytest.approx(value, rel=RTOL, nan_ok=True), (step, name)
 
 
-def test_three_seeds_equal_their_solo_runs(tmp_path):
+def test_three_seeds_equal_their_solo_runs(tmp_path, cfgs_of):
     cfgs = cfgs_of({"train.seed": 0}, {"train.seed": 1}, {"train.seed": 2})
     solo, group, store = solo_and_stacked(tmp_path, cfgs)
     for cfg, s, m in zip(cfgs, solo, group, strict=True):
@@ -78,7 +62,7 @@ def test_three_seeds_equal_their_solo_runs(tmp_path):
     assert len({m["final_val_loss"] for m in group}) == 3  # seeds really differ
 
 
-def test_three_lrs_with_warmup_and_clipping_equal_their_solo_runs(tmp_path):
+def test_three_lrs_with_warmup_and_clipping_equal_their_solo_runs(tmp_path, cfgs_of):
     cfgs = cfgs_of(
         {"optim.lr": 1e-3, "optim.warmup_ratio": 0.2},
         {"optim.lr": 3e-3, "optim.weight_decay": 0.0, "optim.grad_clip": None},
@@ -89,7 +73,7 @@ def test_three_lrs_with_warmup_and_clipping_equal_their_solo_runs(tmp_path):
         assert_member_equals_solo(store, cfg, s, m)
 
 
-def test_a_diverging_member_is_frozen_and_the_others_are_unchanged(tmp_path):
+def test_a_diverging_member_is_frozen_and_the_others_are_unchanged(tmp_path, cfgs_of):
     cfgs = cfgs_of({"train.seed": 0}, {"optim.lr": 1e6, "optim.grad_clip": None}, {"train.seed": 2})
     solo, group, store = solo_and_stacked(tmp_path, cfgs)
     assert solo[1]["status"] == group[1]["status"] == "diverged"
@@ -99,7 +83,7 @@ def test_a_diverging_member_is_frozen_and_the_others_are_unchanged(tmp_path):
         assert_member_equals_solo(store, cfgs[i], solo[i], group[i])
 
 
-def test_member_directory_summary_and_metric_names_match_a_solo_run(tmp_path):
+def test_member_directory_summary_and_metric_names_match_a_solo_run(tmp_path, cfgs_of):
     cfgs = cfgs_of({"train.seed": 0}, {"train.seed": 1})
     store = RunStore(tmp_path)
     train_run(cfgs[0], store.run("solo", cfgs[0].run_id()), {"name": "a", "axes": {"x": 1}})
@@ -126,7 +110,7 @@ def _interrupt_at(monkeypatch, step):
     monkeypatch.setattr(stacked, "_step_done", hook)
 
 
-def test_interrupted_group_resumes_bit_exact(tmp_path, monkeypatch):
+def test_interrupted_group_resumes_bit_exact(tmp_path, monkeypatch, cfgs_of):
     cfgs = cfgs_of({"train.seed": 0}, {"train.seed": 1, "optim.lr": 3e-3})
     store = RunStore(tmp_path)
     whole = train_group(cfgs, [store.run("whole", c.run_id()) for c in cfgs])
@@ -160,13 +144,13 @@ stacked.train_group(cfgs, [store.run("cut", c.run_id()) for c in cfgs])
 """
 
 
-def test_kill_9_mid_group_then_rerun_is_bit_exact(tmp_path):
+def test_kill_9_mid_group_then_rerun_is_bit_exact(tmp_path, cfgs_of, tiny_run):
     cfgs = cfgs_of({"train.seed": 0}, {"train.seed": 1})
     store = RunStore(tmp_path)
     whole = train_group(cfgs, [store.run("whole", c.run_id()) for c in cfgs])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.run(
-        [sys.executable, "-c", KILL_SCRIPT, repr(TINY), str(tmp_path)], env=env, timeout=300
+        [sys.executable, "-c", KILL_SCRIPT, repr(tiny_run), str(tmp_path)], env=env, timeout=300
     )
     assert proc.returncode == -signal.SIGKILL
     dirs = [store.run("cut", c.run_id()) for c in cfgs]
@@ -180,7 +164,7 @@ def test_kill_9_mid_group_then_rerun_is_bit_exact(tmp_path):
         assert all(a[k] == b[k] for k in a if not k[1].startswith("perf/"))
 
 
-def test_finished_members_are_skipped(tmp_path):
+def test_finished_members_are_skipped(tmp_path, cfgs_of):
     cfgs = cfgs_of({"train.seed": 0}, {"train.seed": 1})
     store = RunStore(tmp_path)
     dirs = [store.run("s", c.run_id()) for c in cfgs]
@@ -190,7 +174,7 @@ def test_finished_members_are_skipped(tmp_path):
     assert out[1]["status"] == "completed" and out[1]["stack"]["members"] == 2
 
 
-def test_group_check_and_stack_key():
+def test_group_check_and_stack_key(cfgs_of):
     a, b, c = cfgs_of({"train.seed": 1, "optim.lr": 0.1}, {}, {"model.d_model": 64})
     assert stack_key(a) == stack_key(b) != stack_key(c)
     check_group([a, b])
@@ -200,10 +184,10 @@ def test_group_check_and_stack_key():
         check_group(cfgs_of({"train.precision": "16-mixed"}))
 
 
-def test_train_stack_is_not_part_of_the_run_id():
-    plain, three = build_config(TINY), build_config({**TINY, "train.stack": "3"})
+def test_train_stack_is_not_part_of_the_run_id(tiny_run):
+    plain, three = build_config(tiny_run), build_config({**tiny_run, "train.stack": "3"})
     assert three.train.stack == "3" and plain.run_id() == three.run_id()
-    assert build_config({**TINY, "train.stack": 4}).train.stack == "4"  # YAML int
+    assert build_config({**tiny_run, "train.stack": 4}).train.stack == "4"  # YAML int
     for bad in ("0", "many", "-2"):
         with pytest.raises(ConfigError, match="train.stack: choose auto, off or a positive"):
-            build_config({**TINY, "train.stack": bad})
+            build_config({**tiny_run, "train.stack": bad})
