@@ -7,6 +7,7 @@ import math
 import os
 import random
 import signal
+import struct
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
@@ -308,3 +309,70 @@ def write_run():
 def norm_pos_store():
     """``norm_pos_store(root) -> root``: a 2-axis x 3-seed synthetic study."""
     return _norm_pos_store
+
+
+# --- W&B offline runs, read back from their .wandb files -----------------------------------------
+
+
+def _read_wandb_records(path: Path) -> list:
+    """Every protobuf ``Record`` in a ``.wandb`` file.
+
+    The file is a LevelDB-style log (github.com/google/leveldb/blob/main/doc/log_format.md)
+    behind a 7-byte header (``:W&B``, magic, version): 32 KiB blocks of chunks
+    ``crc32 (4) | length (2) | type (1) | data``, type FULL=1 or FIRST/MIDDLE/LAST=2/3/4 for a
+    record split across blocks. wandb 0.31 ships no Python reader (its core is Go), so this is it.
+    """
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    ident, _magic, _version = struct.unpack("<4sHB", data[:7])
+    assert ident == b":W&B"
+    block, pos, buf, records = 32768, 7, b"", []
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # block trailer: too short for a chunk header
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        if kind == 0:  # zero padding
+            pos += left
+            continue
+        chunk = data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        buf = chunk if kind in (1, 2) else buf + chunk
+        if kind in (1, 4):
+            record = pb.Record()
+            record.ParseFromString(buf)
+            records.append(record)
+            buf = b""
+    return records
+
+
+def _offline_wandb_run(run_dir) -> SimpleNamespace:
+    """The run's one offline W&B run: its ``run`` record, record ``kinds`` (a Counter), the
+    merged ``config`` and the ``history`` (metric -> logged values)."""
+    import collections
+    import json
+
+    rid = run_dir.run_id
+    files = list(run_dir.wandb_dir.glob(f"offline-run-*-{rid}/run-{rid}.wandb"))
+    assert len(files) == 1, list(run_dir.wandb_dir.rglob("*"))
+    records = _read_wandb_records(files[0])
+    kinds = collections.Counter(rec.WhichOneof("record_type") for rec in records)
+    (run,) = [rec.run for rec in records if rec.WhichOneof("record_type") == "run"]
+    config = {u.key: json.loads(u.value_json) for u in run.config.update}
+    history = collections.defaultdict(list)
+    for rec in records:
+        if rec.WhichOneof("record_type") == "config":  # later config updates, if any
+            config.update({u.key: json.loads(u.value_json) for u in rec.config.update})
+        if rec.WhichOneof("record_type") == "history":
+            for i in rec.history.item:
+                history[i.key or "/".join(i.nested_key)].append(json.loads(i.value_json))
+    return SimpleNamespace(run=run, kinds=kinds, config=config, history=history)
+
+
+@pytest.fixture(scope="session")
+def offline_wandb_run():
+    """``offline_wandb_run(run_dir)``: its offline W&B run read back (run, kinds, config,
+    history)."""
+    return _offline_wandb_run

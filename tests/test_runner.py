@@ -2,9 +2,7 @@
 
 import collections
 import csv
-import json
 import os
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -259,41 +257,9 @@ def test_plan_lists_runs_without_writing_and_status_counts(make_study, tmp_path)
 # --- W&B offline ----------------------------------------------------------------------------
 
 
-def read_wandb_records(path: Path) -> list:
-    """Every protobuf ``Record`` in a ``.wandb`` file.
-
-    The file is a LevelDB-style log (github.com/google/leveldb/blob/main/doc/log_format.md)
-    behind a 7-byte header (``:W&B``, magic, version): 32 KiB blocks of chunks
-    ``crc32 (4) | length (2) | type (1) | data``, type FULL=1 or FIRST/MIDDLE/LAST=2/3/4 for a
-    record split across blocks. wandb 0.31 ships no Python reader (its core is Go), so this is it.
-    """
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data = path.read_bytes()
-    ident, _magic, _version = struct.unpack("<4sHB", data[:7])
-    assert ident == b":W&B"
-    block, pos, buf, records = 32768, 7, b"", []
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:  # block trailer: too short for a chunk header
-            pos += left
-            continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        if kind == 0:  # zero padding
-            pos += left
-            continue
-        chunk = data[pos + 7 : pos + 7 + length]
-        pos += 7 + length
-        buf = chunk if kind in (1, 2) else buf + chunk
-        if kind in (1, 4):
-            record = pb.Record()
-            record.ParseFromString(buf)
-            records.append(record)
-            buf = b""
-    return records
-
-
-def test_wandb_offline_run_per_run_holds_config_and_metrics(make_study, tmp_path, monkeypatch):
+def test_wandb_offline_run_per_run_holds_config_and_metrics(
+    make_study, tmp_path, monkeypatch, offline_wandb_run
+):
     for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_DIR"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc login: auto means offline
@@ -303,27 +269,14 @@ def test_wandb_offline_run_per_run_holds_config_and_metrics(make_study, tmp_path
     assert [r["status"] for r in results] == ["completed", "completed"]
     for r in results:
         d = RunStore(store).run("tiny", r["run_id"])
-        files = list(d.wandb_dir.glob(f"offline-run-*-{r['run_id']}/run-{r['run_id']}.wandb"))
-        assert len(files) == 1, list(d.wandb_dir.rglob("*"))
-        records = read_wandb_records(files[0])
-        kinds = collections.Counter(rec.WhichOneof("record_type") for rec in records)
-        (run,) = [rec.run for rec in records if rec.WhichOneof("record_type") == "run"]
+        w = offline_wandb_run(d)
+        run, kinds, config, history = w.run, w.kinds, w.config, w.history
         assert run.run_id == r["run_id"] and run.run_group == "tiny"
         assert run.job_type == r["variant"]
         assert f"model.activation={r['axes']['model.activation']}" in run.tags
-        config = {u.key: json.loads(u.value_json) for u in run.config.update}
-        for rec in records:  # later config updates, if any
-            if rec.WhichOneof("record_type") == "config":
-                config.update({u.key: json.loads(u.value_json) for u in rec.config.update})
         assert config["model"]["d_model"] == 16
         assert config["model"]["activation"] == r["axes"]["model.activation"]
         assert config["meta"]["name"] == r["name"] and config["meta"]["study"] == "tiny"
-        history = collections.defaultdict(list)
-        for rec in records:
-            if rec.WhichOneof("record_type") == "history":
-                items = {i.key or "/".join(i.nested_key): i.value_json for i in rec.history.item}
-                for key, value in items.items():
-                    history[key].append(json.loads(value))
         assert len(history["train/loss"]) == 4 and len(history["val/loss"]) == 2
         stored = [v for _, m, v in d.read_metrics() if m == "val/loss"]
         assert history["val/loss"] == pytest.approx(stored)  # the same numbers as the store

@@ -3,7 +3,6 @@ that share a stack key, ``ablate plan`` shows them, ``ablate run`` trains each g
 (local in-process and in a worker pool; Ray and SLURM in their own test modules) and every
 member stays a run: same run id, same final loss as the solo study, its own W&B run."""
 
-import collections
 import json
 import os
 import signal
@@ -155,9 +154,9 @@ def test_a_solo_rerun_resumes_a_stacked_checkpoint(study6, tmp_path, monkeypatch
             assert r["final_val_loss"] == pytest.approx(ref["final_val_loss"], rel=RTOL)
 
 
-def test_each_member_logs_its_own_offline_wandb_run(make_study, tmp_path, monkeypatch):
-    from tests.test_runner import read_wandb_records
-
+def test_each_member_logs_its_own_offline_wandb_run(
+    make_study, tmp_path, monkeypatch, offline_wandb_run
+):
     for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_DIR"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no login: auto means offline
@@ -169,22 +168,13 @@ def test_each_member_logs_its_own_offline_wandb_run(make_study, tmp_path, monkey
     assert [r["stack"]["members"] for r in results] == [2, 2]
     for r in results:
         d = RunStore(store).run("tiny", r["run_id"])
-        files = list(d.wandb_dir.glob(f"offline-run-*-{r['run_id']}/run-{r['run_id']}.wandb"))
-        assert len(files) == 1, list(d.wandb_dir.rglob("*"))
-        records = read_wandb_records(files[0])
-        kinds = collections.Counter(rec.WhichOneof("record_type") for rec in records)
-        (run,) = [rec.run for rec in records if rec.WhichOneof("record_type") == "run"]
+        w = offline_wandb_run(d)
+        run, kinds, config, history = w.run, w.kinds, w.config, w.history
         assert run.run_id == r["run_id"] and run.run_group == "tiny"
         assert run.job_type == r["variant"] and run.display_name == r["name"]
         assert f"optim.lr={r['axes']['optim.lr']}" in run.tags
-        config = {u.key: json.loads(u.value_json) for u in run.config.update}
         assert config["optim"]["lr"] == r["axes"]["optim.lr"]
         assert config["meta"]["name"] == r["name"]
-        history = collections.defaultdict(list)
-        for rec in records:
-            if rec.WhichOneof("record_type") == "history":
-                for i in rec.history.item:
-                    history[i.key or "/".join(i.nested_key)].append(json.loads(i.value_json))
         stored = [v for _, m, v in d.read_metrics() if m == "val/loss"]
         assert history["val/loss"] == pytest.approx(stored) and len(stored) == 2
         assert len(history["train/loss"]) == 4 and "grad_norm/global" in history
