@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ablate.bench import markdown, stacking
+from ablate.bench import markdown
 from ablate.bench.markdown import Section, bold, columns, document, pairs, seconds, si, table, x
+from ablate.bench.studies import render_stacked, render_study
 from ablate.report.stats import mean_ci
 
 OVERHEAD_GOAL = 1.05
@@ -208,62 +209,6 @@ def _efficiency(e: dict[str, Any]) -> str:
     )
 
 
-_STUDY = [
-    ("workers", lambda w: w["n"]),
-    ("threads each", lambda w: w.get("threads", "?")),
-    ("wall", lambda w: f"{w['wall_s']:.1f} s"),
-    ("completed", lambda w: f"{w['completed']}/{w['runs']}"),
-    ("runs/hour", lambda w: f"{w['runs_per_hour']:.0f}"),
-    ("÷ 1 worker", lambda w: bold(w["ratio"])),
-    ("tokens/s per run", lambda w: f"{w['run_tokens_per_s']:,.0f}"),
-    ("steady-state tokens/s", lambda w: f"{w['steady_tokens_per_s']:,.0f}"),
-    ("÷ 1 worker", lambda w: bold(w["steady_ratio"])),
-]
-
-
-def _study(s: dict[str, Any]) -> str:
-    if not s.get("available"):
-        return f"n/a ({s.get('reason', 'runner not available')})"
-    rates = {n: w["runs_per_hour"] for n, w in s["workers"].items()}
-    ranked = sorted(rates, key=rates.get, reverse=True)
-    best, runner_up = ranked[0], ranked[-1]
-    margin = rates[best] / rates[runner_up]
-    long_best = s["best_workers_long_runs"]
-    if margin < 1.05:
-        verdict = (
-            f"For this short study the settings tie (x{margin:.2f}, inside the noise of one "
-            "measurement): spawning workers costs about what they gain."
-        )
-    else:
-        verdict = (
-            f"For this short study `--workers {best}` is better (x{margin:.2f} runs/hour over "
-            f"`--workers {runner_up}`)."
-        )
-    rows = [
-        {
-            **w,
-            "n": n,
-            "runs": s["runs"],
-            "ratio": s["ratio"][n],
-            "steady_ratio": s["steady_ratio"][n],
-        }
-        for n, w in s["workers"].items()
-    ]
-    return "\n".join(
-        [
-            f"A study of {s['runs']} runs ({s['config']}, {s['steps']} steps each) trained by "
-            "`run_study` into a fresh store per setting; the runner gives each worker "
-            "`cores // workers` torch threads. Wall time covers everything the user waits for; "
-            "the steady-state rate is workers x the median training tokens/s of one run.",
-            "",
-            columns(_STUDY, rows),
-            "",
-            f"{verdict} For longer runs the steady-state rate decides: `--workers {long_best}` "
-            f"(x{s['steady_ratio'][long_best]:.2f} tokens/s over 1 worker).",
-        ]
-    )
-
-
 def _gpu(g: dict[str, Any], name: str | None) -> str:
     overrides = ", ".join(f"`{k}={v}`" for k, v in g["overrides"].items())
     if g["present"]:
@@ -356,10 +301,10 @@ def render(r: dict[str, Any]) -> str:
         "speed": lambda rows: _speed(rows, bool(gpu)),
         "quality": _quality,
         "efficiency": _efficiency,
-        "study": _study,
+        "study": render_study,
         "data": _data,
         "nanogpt": _nanogpt,
-        "stacked": stacking.render,
+        "stacked": render_stacked,
         "gpu_paths": lambda g: _gpu(g, gpu),
     }
     sections: list[Section] = [(k, heading, bodies[k]) for k, heading in HEADINGS.items()]
