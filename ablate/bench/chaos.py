@@ -366,13 +366,12 @@ def section(results: dict[str, Any]) -> str:
         "",
         f"A {n}-run tiny study ({plan['max_steps']} steps, a checkpoint every 20) trained by "
         f"the real CLI with {plan['workers']} local workers and on a local Ray cluster "
-        f"(`ray start --head --num-cpus {plan['workers']}`, then `--ray-address`), once "
-        f"undisturbed and once while a thread `kill -9`s ({kills}, one every "
-        f"{plan['interval_s'][0]:.0f}-{plan['interval_s'][1]:.0f} s, seeded), the same command "
+        f"(`--ray-address`), once undisturbed and once while a thread `kill -9`s ({kills}, one "
+        f"every {plan['interval_s'][0]:.0f}-{plan['interval_s'][1]:.0f} s, seeded), the command "
         "started again whenever the driver is gone. Counted from the store and /proc: *lost* "
-        "(not finished), *twice* (finished by two attempts, or started again after finishing), "
-        "*stuck* (lease held once our processes are gone), *left behind* (processes of a killed "
-        "driver alive 15 s later). The first four must be 0.",
+        "(not finished), *twice* (finished twice, or started again after finishing), *stuck* "
+        "(lease held once our processes are gone), *left behind* (a killed driver's processes "
+        "alive 15 s later). The first four must be 0.",
         "",
     ]
     if results.get("quick"):

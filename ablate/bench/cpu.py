@@ -49,14 +49,9 @@ from ablate.bench.machine import (
 from ablate.bench.markdown import Sections
 from ablate.bench.speed import Size, build_ours, measure_speed
 
-TINY: dict[str, Any] = {  # toy model for --quick (and the tests)
-    "model.n_layers": 1,
-    "model.d_model": 32,
-    "model.n_heads": 2,
-    "model.max_seq_len": 32,
-    "data.seq_len": 32,
-    "data.batch_size": 8,
-}
+# toy model for --quick (and the tests)
+TINY = {f"model.{k}": v for k, v in {"n_layers": 1, "d_model": 32, "n_heads": 2}.items()}
+TINY |= {"model.max_seq_len": 32, "data.seq_len": 32, "data.batch_size": 8}
 QUIET = {"train.progress": False, "tracking.wandb": False}
 
 
@@ -98,10 +93,9 @@ class Plan:
     def make(cls, quick: bool, gpu: bool, threads: int) -> Plan:
         base = {**NANOGPT_CPU, "train.threads": threads, **(GPU_OVERRIDES if gpu else {})}
         plan = cls(gpu=gpu, base=base)
+        large = Size("6L-384d", 6, 384, 6, 256, 64)
         if gpu and not quick:
-            return replace(
-                plan, matmul_n=4096, overhead_steps=521, speed=Size("6L-384d", 6, 384, 6, 256, 64)
-            )
+            return replace(plan, matmul_n=4096, overhead_steps=521, speed=large)
         if not quick:
             return plan
         return replace(

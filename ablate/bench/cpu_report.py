@@ -43,26 +43,12 @@ def _machine(m: dict[str, Any], mm: dict[str, Any]) -> str:
     return pairs([*rows, ("load average (1 min) at start / end", loads)])
 
 
-_PAIRS = [
-    ("pair", lambda q: q["i"]),
-    ("order", lambda q: q["order"]),
-    ("ablate ms/step", lambda q: f"{q['ablate_ms']:.2f}"),
-    ("raw ms/step", lambda q: f"{q['raw_ms']:.2f}"),
-    ("ablate ÷ raw", lambda q: x(q["ratio"])),
-]
-
-
 def _overhead(o: dict[str, Any]) -> str:
     p, best = o["parity"], o["best_ms"]
     verdict = "meets" if o["ratio_median"] <= OVERHEAD_GOAL else "misses"
-    rows = [{**q, "i": i + 1} for i, q in enumerate(o["pairs"])]
-    best_row = [
-        "best per step",
-        "",
-        f"{best['ablate']:.2f}",
-        f"{best['raw']:.2f}",
-        x(o["ratio_best"]),
-    ]
+    pairs = "; ".join(
+        f"{q['ablate_ms']:.2f} / {q['raw_ms']:.2f} ({q['order']})" for q in o["pairs"]
+    )
     same = "identical" if p["identical"] else "not identical"
     return (
         "Step time of the full `ablate` training loop ÷ a minimal hand-written PyTorch loop, same "
@@ -73,9 +59,10 @@ def _overhead(o: dict[str, Any]) -> str:
         f"{x(o['ratio_max'])}; goal ≤ {OVERHEAD_GOAL}: {verdict})\n"
         f"- best of {o['reps']} runs at every step: {bold(o['ratio_best'])} (blind to stalls "
         "from other processes)\n\n"
-        f"{columns(_PAIRS, rows, [best_row])}\n\nFairness check (first pair): the training "
-        f"losses over all {p['steps']} steps are {same} (max |Δ| = {p['max_abs_diff']:.3g}; "
-        f"loss {p['first_loss']:.4f} -> {p['last_loss']:.4f})."
+        f"ablate / raw ms per step, per pair: {pairs}; best per step {best['ablate']:.2f} / "
+        f"{best['raw']:.2f}. Fairness check (first pair): the training losses over all "
+        f"{p['steps']} steps are {same} (max |Δ| = {p['max_abs_diff']:.3g}; loss "
+        f"{p['first_loss']:.4f} -> {p['last_loss']:.4f})."
     )
 
 
@@ -115,21 +102,10 @@ def _speed(rows: list[dict[str, Any]]) -> str:
     return "\n\n".join(parts)
 
 
-_ROUNDS = [
-    ("round", lambda a: a["round"]),
-    ("arm", lambda a: a["arm"]),
-    ("ms/step (median)", lambda a: f"{a['step_s'] * 1e3:.2f}"),
-    ("whole run", lambda a: seconds(a["wall_s"])),
-    ("final loss (full val)", lambda a: f"{a['final_loss']:.4f}"),
-    (
-        "target",
-        lambda a: (
-            f"step {a['reached_step']}, {seconds(a['reached_s'])}"
-            if a["reached"]
-            else "not reached"
-        ),
-    ),
-]
+def _arm(name: str, a: dict[str, Any]) -> str:
+    reached = f"at step {a['reached_step']}, {seconds(a['reached_s'])}" if a["reached"] else "not"
+    run = f"{a['step_s'] * 1e3:.2f} ms/step, {seconds(a['wall_s'])}"
+    return f"{name} {run}, final {a['final_loss']:.4f}, reached {reached}"
 
 
 def _quality(q: dict[str, Any]) -> str:
@@ -137,10 +113,10 @@ def _quality(q: dict[str, Any]) -> str:
         [arm, bold(s["step_ratio"]), bold(s["wall_ratio"]), bold(s["reach_ratio"]), s["reached"]]
         for arm, s in q["summary"].items()
     ]
-    arms = [
-        {**a, "arm": arm, "round": i + 1 if j == 0 else ""}
+    rounds = [
+        f"- round {i + 1} (target {r['target']:.4f}): "
+        + "; ".join(_arm(arm, a) for arm, a in r["arms"].items())
         for i, r in enumerate(q["rounds"])
-        for j, (arm, a) in enumerate(r["arms"].items())
     ]
     head = ["arm", "per step ÷ nanoGPT", "whole run ÷ nanoGPT", "to target ÷ nanoGPT", "reached"]
     return "\n".join(
@@ -158,9 +134,7 @@ def _quality(q: dict[str, Any]) -> str:
             "",
             table(head, summary),
             "",
-            columns(_ROUNDS, arms),
-            "",
-            "Targets per round: " + ", ".join(f"{r['target']:.4f}" for r in q["rounds"]) + ".",
+            *rounds,
         ]
     )
 

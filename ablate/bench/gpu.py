@@ -58,11 +58,8 @@ def attention_kernels(quick: bool) -> list[dict[str, Any]]:
     from ablate.config import ModelConfig
     from ablate.model.transformer import ALiBiPositions, CausalSelfAttention
 
-    backends = {
-        "flash": SDPBackend.FLASH_ATTENTION,
-        "efficient": SDPBackend.EFFICIENT_ATTENTION,
-        "math": SDPBackend.MATH,
-    }
+    kernels = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
+    backends = {name: getattr(SDPBackend, k) for name, k in kernels.items()}
     rows = []
     for backend, pos, precision, hd in itertools.product(
         backends,

@@ -63,11 +63,12 @@ def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 @dataclass
 class NanoGPTTrace:
-    """What one ``nanogpt_train`` call measured (``perf_counter`` seconds)."""
+    """``perf_counter`` at the call and at the end (after the last evaluation), at every step
+    start; losses, evaluations and snapshots."""
 
-    t_call: float  # the function was entered (before data and model set-up)
-    t_end: float = math.nan  # the last step (and any evaluation after it) finished
-    stamps: list[float] = field(default_factory=list)  # start of every training step
+    t_call: float
+    t_end: float = math.nan
+    stamps: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     evals: list[dict[str, float]] = field(default_factory=list)
     snapshots: list[Snapshot] = field(default_factory=list)
@@ -113,7 +114,6 @@ def nanogpt_train(
 
         def evaluate_now(step: int) -> None:
             nonlocal best_val
-            t0 = time.perf_counter()
             model.eval()
             with torch.no_grad(), autocast_context(t.precision, dev):
                 tr, va = estimate(train), estimate(val)
@@ -123,8 +123,7 @@ def nanogpt_train(
                 if step > 0 and checkpoint_dir is not None:
                     state = {"model": model.state_dict(), "optimizer": opt.state_dict()}
                     torch.save({**state, "iter_num": step}, Path(checkpoint_dir) / "ckpt.pt")
-            took = time.perf_counter() - t0
-            trace.evals.append({"step": step, "train": tr, "val": va, "s": took})
+            trace.evals.append({"step": step, "train": tr, "val": va})
 
         model.train()
         with attn_context(cfg, dev):
@@ -168,10 +167,10 @@ def nanogpt_run(cfg: RunConfig, *, estimate_batches: int = 20) -> dict[str, Any]
     with torch_threads(cfg.train.threads), torch.no_grad():
         model.eval()
         val = dm.tokens("val")
-        batches = [
+        windows = (
             random_windows(val, d.batch_size, d.seq_len, gen) for _ in range(estimate_batches)
-        ]
-        estimate = sum(lm_loss(model(x), y).item() for x, y in batches) / estimate_batches
+        )
+        estimate = sum(lm_loss(model(x), y).item() for x, y in windows) / estimate_batches
         full = evaluate(model, dm.val_dataloader())
     return {"full_val_loss": full, "nanogpt_estimate": estimate, "train_losses": trace.losses}
 
