@@ -390,9 +390,10 @@ def section(results: dict[str, Any]) -> str:
     bad = failures(results)
     lines.append("**Result: " + ("FAILED, " + "; ".join(bad) if bad else "nothing lost") + ".**")
     start, end = results.get("load_avg_start"), results.get("load_avg_end")
-    if start is not None and end is not None:
-        lines += ["", f"1-minute load average: {start:.1f} at the start, {end:.1f} at the end "]
-        lines[-1] += f"({results.get('cores') or '?'} cores)."
+    if end is not None:
+        load = f"{start:.1f} at the start, " if start is not None else ""
+        cores = results.get("cores") or "?"
+        lines += ["", f"1-minute load average: {load}{end:.1f} at the end ({cores} cores)."]
     if results.get("background"):  # noted by whoever ran it: what else the machine did
         lines[-1] += f" Running beside the bench: {results['background']}."
     return "\n".join(lines) + "\n"

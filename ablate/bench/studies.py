@@ -126,6 +126,16 @@ def _verdict(r: float | None) -> str:
 
 
 def render_study(s: dict[str, Any]) -> str:
+    if "rows" not in s:  # a bench.json from before sections 5 and 9 shared one table
+        old = [(n, w, s["ratio"][n], s["steady_ratio"][n]) for n, w in s["workers"].items()]
+        s = s | {
+            "rows": [
+                w
+                | {"setting": f"--workers {n}", "workers": int(n), "runs": s["runs"]}
+                | {"ratio": r, "steady_ratio": sr}
+                for n, w, r, sr in old
+            ]
+        }
     last = s["rows"][-1]
     return (
         f"A study of {s['runs']} runs ({s['config']}, {s['steps']} steps each) trained by "
