@@ -1,6 +1,3 @@
-"""The benchmarks, beside the flow (they import from it; nothing imports them).
-
-``ablate bench`` is the one entry point: the CPU bench (``cpu``: framework overhead, model
-speed, time to quality, efficiency, study throughput, memory vs corpus size; ``--section NAME``
-runs one), ``--gpu`` (``gpu``) and ``--chaos`` (``chaos``). ``markdown`` writes every report.
-"""
+"""The benchmarks, beside the flow (they import from it; nothing imports them): ``ablate bench``
+runs ``cpu`` (``--section NAME``: one section), ``--gpu`` runs ``gpu``, ``--chaos`` ``chaos``;
+``markdown`` writes every report."""

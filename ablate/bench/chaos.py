@@ -1,24 +1,17 @@
 """``ablate bench --chaos``: kill -9 workers and the driver until a study completes; count losses.
 
-A 24-run tiny study (:data:`STUDY`, on a generated corpus: no data needed) is trained by the
-real CLI (``ablate run`` in a subprocess) into fresh stores, once per executor undisturbed and
-once under chaos: ``local`` (``--workers 4``) and ``ray`` (a local cluster started like a user's,
-``ray start --head --num-cpus 4``, the study sent with ``--ray-address``, so killing the driver
-leaves the cluster up). Chaos: a thread follows a seeded schedule of ``kill -9``s of a worker (a
-process training a run) or of the driver, one every few seconds; whenever the driver is gone the
-same command starts again, until the store says every run finished or the time limit passes.
-
-Everything is counted from the store and ``/proc``, not from the CLI's output: *lost* (planned
-runs not finished at the end), *trained twice* (a monitor reads every ``summary.json`` every
-0.2 s: a run finished by two attempts, or started again after it finished; a second training
-takes seconds, so polling cannot miss it), *stuck* (a lease still held once every process we
-started is gone), *left behind* (processes of a killed driver alive 15 s after it died), and the
-final losses against the undisturbed store (resumed runs continue from checkpoints).
+A 24-run tiny study (``STUDY``, on a generated corpus) is trained by the real CLI (``ablate run``
+in a subprocess) into fresh stores, per executor once undisturbed and once while a thread
+follows a seeded schedule of ``kill -9``s of a worker or of the driver, the same command started
+again whenever the driver is gone: ``local`` (``--workers 4``) and ``ray`` (a local cluster
+started as a user starts one, the study sent with ``--ray-address``). Everything is counted from
+the store and ``/proc``: *lost*, *trained twice* (every ``summary.json`` read each 0.2 s),
+*stuck* (a lease held once our processes are gone), *left behind* (processes of a killed driver
+alive 15 s later), and the final losses against the undisturbed store.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -28,8 +21,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,29 +31,26 @@ from ablate.bench.machine import summary as _summary
 from ablate.bench.markdown import columns, seconds, upsert, write
 from ablate.store import FINISHED
 
+MUST_BE_EMPTY = ("lost", "twice", "stuck")
 HEADING = "## 6. Crash safety (`ablate bench --chaos`)"
 MONITOR_S = 0.2
 LEFT_BEHIND_S = 15.0  # how long a killed driver's workers get to checkpoint and exit
 
 # Each run ~200 steps of a 1-layer model: a few seconds, so kills land mid-run and resumes
 # from the 20-step checkpoints matter. 2 x 2 x 2 variants x 3 seeds = 24 runs.
-TRAIN = {"max_steps": 200, "eval_interval": 100, "eval_batches": 2, "final_eval_batches": 4}
-STUDY: dict[str, Any] = {
-    "name": "chaos",
-    "base": {
-        "model": {"n_layers": 1, "d_model": 32, "n_heads": 2, "max_seq_len": 32},
-        "data": {"tokenizer": "char", "seq_len": 32, "batch_size": 8},
-        "optim": {"lr": 3.0e-3, "warmup_ratio": 0.0},
-        "train": {**TRAIN, "checkpoint_interval": 20, "threads": 1, "progress": False},
-        "tracking": {"wandb": False},
-    },
-    "grid": {
-        "model.activation": ["gelu", "relu"],
-        "model.norm_placement": ["pre", "post"],
-        "optim.lr": [1.0e-3, 3.0e-3],
-    },
-    "seeds": [0, 1, 2],
-}
+STUDY = """
+name: chaos
+base:
+  model: {n_layers: 1, d_model: 32, n_heads: 2, max_seq_len: 32}
+  data: {tokenizer: char, seq_len: 32, batch_size: 8}
+  optim: {lr: 3.0e-3, warmup_ratio: 0.0}
+  train: {max_steps: 200, eval_interval: 100, eval_batches: 2, final_eval_batches: 4,
+          checkpoint_interval: 20, threads: 1, progress: false}
+  tracking: {wandb: false}
+grid:
+  {model.activation: [gelu, relu], model.norm_placement: [pre, post], optim.lr: [1.0e-3, 3.0e-3]}
+seeds: [0, 1, 2]
+"""
 
 
 @dataclass(frozen=True)
@@ -99,7 +88,7 @@ def write_study(folder: Path, plan: ChaosPlan) -> Path:
     lines = [" ".join(rng.choices(words, k=rng.randint(4, 12))) for _ in range(4000)]
     corpus = folder / "corpus.txt"
     corpus.write_text("\n".join(lines) + "\n")
-    study = json.loads(json.dumps(STUDY))
+    study = yaml.safe_load(STUDY)
     study["base"]["data"]["dataset"] = str(corpus)
     study["base"]["train"]["max_steps"] = plan.max_steps
     study["base"]["train"]["eval_interval"] = max(1, plan.max_steps // 2)
@@ -256,90 +245,67 @@ def shaken(cmd: list[str], runs: list[Path], plan: ChaosPlan, log_file: Path) ->
     return {"wall_s": wall, **counts, **outcome(runs, monitor)}
 
 
-class RayCluster:
-    """``ray start --head --block`` in its own session; stopped (the whole session) on exit."""
-
-    def __init__(self, cpus: int, folder: Path):
-        self.cpus, self.folder, self.proc = cpus, folder, None
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.address = f"127.0.0.1:{self.port}"
-
-    def __enter__(self) -> RayCluster:
-        ray = Path(sys.executable).with_name("ray")
-        cmd = [str(ray), "start", "--head", "--block", f"--port={self.port}"]
-        cmd += [f"--num-cpus={self.cpus}", "--num-gpus=0", "--include-dashboard=false"]
-        cmd += ["--disable-usage-stats", "--node-ip-address=127.0.0.1"]
-        # its own temp dir: the address file it writes must not outlive it in /tmp/ray, where a
-        # later ray.init() would try to join the dead cluster
-        cmd += [f"--temp-dir={self.folder / 'ray'}"]
-        with open(self.folder / "ray.log", "ab") as log:
-            self.proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+@contextmanager
+def ray_cluster(cpus: int, folder: Path):
+    """``ray start --head --block`` in its own session, yielding its address; the whole session
+    stopped on exit."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block"]
+    cmd += [f"--port={port}", f"--num-cpus={cpus}", "--num-gpus=0", "--include-dashboard=false"]
+    # its own temp dir: the address file it writes must not outlive it in /tmp/ray, where a
+    # later ray.init() would try to join the dead cluster
+    cmd += ["--disable-usage-stats", "--node-ip-address=127.0.0.1", f"--temp-dir={folder / 'ray'}"]
+    with open(folder / "ray.log", "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
         deadline = time.time() + 60
-        while time.time() < deadline and self.proc.poll() is None:
+        while True:
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return self
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
             except OSError:
+                if time.time() > deadline or proc.poll() is not None:
+                    raise RuntimeError(f"ray start failed; see {folder / 'ray.log'}") from None
                 time.sleep(0.5)
-        self.__exit__()
-        raise RuntimeError(f"ray start failed; see {self.folder / 'ray.log'}")
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is None:
-            return
-        self.proc.send_signal(signal.SIGTERM)  # `ray start --block` stops the cluster on TERM
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGTERM)  # `ray start --block` stops the cluster on TERM
         try:
-            self.proc.wait(timeout=30)
+            proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
-        for pid in session_members(self.proc.pid):
+        for pid in session_members(proc.pid):
             kill(pid)
-        self.proc = None
 
 
-def _measure(name: str, study: Path, folder: Path, ids: list[str], plan: ChaosPlan, say) -> dict:
+def _measure(name: str, study: Path, folder: Path, ids: list[str], plan: ChaosPlan) -> dict:
     """One executor: the study undisturbed, then under chaos, each into a fresh store."""
-    with RayCluster(plan.workers, folder) if name == "ray" else nullcontext() as cluster:
-        ex = ["--workers", str(plan.workers)]
-        if name == "ray":
-            ex = ["--executor", "ray", "--ray-address", cluster.address]
+    with ray_cluster(plan.workers, folder) if name == "ray" else nullcontext() as address:
+        ex = ["--executor", "ray", "--ray-address", address] if address else []
+        ex = ex or ["--workers", str(plan.workers)]
         log_file = folder / f"{name}.log"
         stores = {k: folder / f"{name}-{k}" for k in ("calm", "chaos")}
         cmd = {
             k: ablate_command("run", str(study), "--store", str(s), *ex) for k, s in stores.items()
         }
-        say(f"{name}: undisturbed ...")
         t0 = time.perf_counter()
         with open(log_file, "ab") as log:
             rc = subprocess.run(cmd["calm"], stdout=log, stderr=subprocess.STDOUT).returncode
         calm = {"wall_s": time.perf_counter() - t0, "rc": rc}
         calm.update(outcome([stores["calm"] / "chaos" / i for i in ids]))
-        say(f"{name}: undisturbed {calm['wall_s']:.0f} s, {len(calm['lost'])} not finished")
-        say(f"{name}: under chaos ({len(plan.schedule())} kills) ...")
+        print(f"{name}: undisturbed {calm['wall_s']:.0f} s, {len(calm['lost'])} not finished")
         chaos = shaken(cmd["chaos"], [stores["chaos"] / "chaos" / i for i in ids], plan, log_file)
         chaos["agreement"] = loss_agreement(chaos.pop("losses"), calm.pop("losses"))
-        say(
-            f"{name}: under chaos {chaos['wall_s']:.0f} s, {chaos['commands']} commands, "
-            f"lost {len(chaos['lost'])}, twice {len(chaos['twice'])}, "
-            f"stuck {len(chaos['stuck'])}, left behind {chaos['left_behind']}"
-        )
+        bad = "; ".join(failures_of(name, chaos)) or "nothing lost"
+        print(f"{name}: under chaos {chaos['wall_s']:.0f} s; {bad}")
     return {"undisturbed": calm, "chaos": chaos}
 
 
-def run_chaos(
-    quick: bool = False,
-    out: Path = Path("reports/bench_chaos.md"),
-    executors: tuple[str, ...] = ("local", "ray"),
-    say: Callable[[str], None] = print,
-    keep: Path | None = None,
-) -> dict[str, Any]:
-    """Measure every executor, write ``out`` (+ ``.json``) and the section in ``bench.md``
-    beside it; returns the results. Raises if a must-be-zero count is not zero. ``keep``: work
-    in this folder (stores, logs) and leave it, instead of a temporary one."""
+def run_chaos(quick: bool = False, out: Path = Path("reports/bench_chaos.md")) -> dict[str, Any]:
+    """Measure both executors, write ``out`` (+ ``.json``) and, unless ``quick``, the section in
+    ``bench.md`` beside it. Raises if a must-be-zero count is not zero."""
     from ablate.study import load_study
 
     plan = ChaosPlan.make(quick)
@@ -350,19 +316,17 @@ def run_chaos(
     results["cores"] = os.cpu_count()
     results["load_avg_start"] = load_avg()  # other work on the machine skews the times
     with tempfile.TemporaryDirectory(prefix="ablate-chaos-") as tmp:
-        folder = Path(keep or tmp)
-        folder.mkdir(parents=True, exist_ok=True)
-        study = write_study(folder, plan)
+        study = write_study(Path(tmp), plan)
         ids = [r.run_id for r in load_study(study).runs]
         results["runs"] = len(ids)
-        for name in executors:
-            results["executors"][name] = _measure(name, study, folder, ids, plan, say)
+        for name in ("local", "ray"):
+            results["executors"][name] = _measure(name, study, Path(tmp), ids, plan)
     results["load_avg_end"] = load_avg()
     text = section(results)
     write(out, "# ablate bench --chaos\n\n" + text.removeprefix(HEADING + "\n\n"), results)
     if not quick:  # a smoke run never replaces the measured section of bench.md
         upsert(out.parent / "bench.md", text)
-    say(f"wrote {out}")
+    print(f"wrote {out}")
     if bad := failures(results):
         raise RuntimeError("chaos bench: " + "; ".join(bad))
     return results
@@ -376,7 +340,7 @@ def _agreement(a: dict[str, Any]) -> str:
     return "n/a" if d is None else f"{d:.1e} ({a['within_1e-4']}/{a['compared']})"
 
 
-# one row per executor (``(calm, chaos)``): undisturbed against under chaos, the must-be-zero counts
+# one row per executor (name, undisturbed, under chaos)
 _COLUMNS = [
     ("executor", lambda e: e[0]),
     ("undisturbed", lambda e: seconds(e[1]["wall_s"])),
@@ -394,70 +358,58 @@ _COLUMNS = [
 
 
 def section(results: dict[str, Any]) -> str:
-    """The section's markdown: one row per executor, then throughput and what was checked."""
+    """The section's markdown: one row per executor, then throughput and the verdict."""
     plan, n, ex = results["plan"], results["runs"], results["executors"]
     kills = f"{plan['worker_kills']} worker and {plan['driver_kills']} driver kills"
     lines = [
         HEADING,
         "",
         f"A {n}-run tiny study ({plan['max_steps']} steps, a checkpoint every 20) trained by "
-        f"the real CLI with {plan['workers']} local workers, and on a local Ray cluster "
-        f"(`ray start --head --num-cpus {plan['workers']}`, then `--ray-address`), once "
-        f"undisturbed and once while a thread `kill -9`s ({kills}, one every "
-        f"{plan['interval_s'][0]:.0f}-{plan['interval_s'][1]:.0f} s, seeded) and the same "
-        "command is started again whenever the driver is gone, until the store says every run "
-        "finished. Counted from the store and /proc: *lost* (not finished), *twice* (finished "
-        "by two attempts, or started again after finishing; every summary read each 0.2 s), "
-        "*stuck* (lease still held once our processes are gone), *left behind* (processes of "
-        "a killed driver alive 15 s later). The first four must be 0.",
+        f"the real CLI with {plan['workers']} local workers and on a local Ray cluster "
+        f"(`--ray-address`), once undisturbed and once while a thread `kill -9`s ({kills}, one "
+        f"every {plan['interval_s'][0]:.0f}-{plan['interval_s'][1]:.0f} s, seeded), the command "
+        "started again whenever the driver is gone. Counted from the store and /proc: *lost* "
+        "(not finished), *twice* (finished twice, or started again after finishing), *stuck* "
+        "(lease held once our processes are gone), *left behind* (a killed driver's processes "
+        "alive 15 s later). The first four must be 0.",
         "",
     ]
     if results.get("quick"):
         lines += ["**--quick: toy sizes, the numbers measure nothing.**", ""]
-    rows = [(name, r["undisturbed"], r["chaos"]) for name, r in ex.items()]
-    lines += [columns(_COLUMNS, rows), ""]
-    per_min = {
-        k: n / r["undisturbed"]["wall_s"] * 60 for k, r in ex.items() if r["undisturbed"]["wall_s"]
-    }
-    if "local" in per_min and "ray" in per_min:
+    lines += [columns(_COLUMNS, [(k, r["undisturbed"], r["chaos"]) for k, r in ex.items()]), ""]
+    per_min = {k: n / r["undisturbed"]["wall_s"] * 60 for k, r in ex.items()}
+    if {"local", "ray"} <= set(per_min):
         local, ray = per_min["local"], per_min["ray"]
         lines += [
-            f"Study throughput, undisturbed: local {local:.1f} runs/min, Ray {ray:.1f} "
-            f"runs/min (Ray ÷ local {ray / local:.2f}). On one machine Ray only adds its "
-            "per-task overhead; it pays when the runs need more machines than one.",
+            f"Study throughput, undisturbed: local {local:.1f} runs/min, Ray {ray:.1f} runs/min "
+            f"(Ray ÷ local {ray / local:.2f}). A killed local worker breaks the whole pool "
+            "(`concurrent.futures`), so the other runs resume from checkpoints in a fresh pool; "
+            "a killed Ray task is retried alone.",
             "",
         ]
-    lines += [
-        "Why chaos costs the two executors differently: a killed local worker breaks the whole "
-        "pool (Python's `concurrent.futures`), so the other workers' runs stop as well and "
-        "resume from their checkpoints in a fresh pool, which pays the workers' start-up "
-        "(importing torch) again; a killed Ray task is retried alone. A killed driver costs "
-        "both a new command.",
-        "",
-    ]
     bad = failures(results)
     lines.append("**Result: " + ("FAILED, " + "; ".join(bad) if bad else "nothing lost") + ".**")
     start, end = results.get("load_avg_start"), results.get("load_avg_end")
     if end is not None:
-        load = (
-            f"{start:.1f} at the start, {end:.1f} at the end"
-            if start is not None
-            else f"{end:.1f} at the end"
-        )
-        lines += ["", f"1-minute load average: {load} ({results.get('cores') or '?'} cores)."]
+        load = f"{start:.1f} at the start, " if start is not None else ""
+        cores = results.get("cores") or "?"
+        lines += ["", f"1-minute load average: {load}{end:.1f} at the end ({cores} cores)."]
     if results.get("background"):  # noted by whoever ran it: what else the machine did
         lines[-1] += f" Running beside the bench: {results['background']}."
     return "\n".join(lines) + "\n"
 
 
-def failures(results: dict[str, Any]) -> list[str]:
-    """Every must-be-zero count that is not zero, as text."""
-    bad = []
-    for name, r in results["executors"].items():
-        c = r["chaos"]
-        for key in ("lost", "twice", "stuck"):
-            if c[key]:
-                bad.append(f"{name}: {key} {len(c[key])} ({', '.join(c[key][:3])})")
-        if c["left_behind"]:
-            bad.append(f"{name}: {c['left_behind']} processes left behind by killed drivers")
+def failures_of(name: str, c: dict[str, Any]) -> list[str]:
+    """Every must-be-zero count of one executor's chaos run that is not zero, as text."""
+    bad = [
+        f"{name}: {k} {len(c[k])} ({', '.join(c[k][:3])})"
+        for k in ("lost", "twice", "stuck")
+        if c[k]
+    ]
+    if c["left_behind"]:
+        bad.append(f"{name}: {c['left_behind']} processes left behind by killed drivers")
     return bad
+
+
+def failures(results: dict[str, Any]) -> list[str]:
+    return [b for name, r in results["executors"].items() for b in failures_of(name, r["chaos"])]

@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ablate.bench import markdown, stacking
+from ablate.bench import markdown
 from ablate.bench.markdown import Section, bold, columns, document, pairs, seconds, si, table, x
+from ablate.bench.studies import render_stacked, render_study
 from ablate.report.stats import mean_ci
 
 OVERHEAD_GOAL = 1.05
@@ -42,46 +43,27 @@ def _machine(m: dict[str, Any], mm: dict[str, Any]) -> str:
     return pairs([*rows, ("load average (1 min) at start / end", loads)])
 
 
-_PAIRS = [
-    ("pair", lambda q: q["i"]),
-    ("order", lambda q: q["order"]),
-    ("ablate ms/step", lambda q: f"{q['ablate_ms']:.2f}"),
-    ("x best", lambda q: x(q["ablate_ms"] / q["best"]["ablate"], 2)),
-    ("raw ms/step", lambda q: f"{q['raw_ms']:.2f}"),
-    ("x best", lambda q: x(q["raw_ms"] / q["best"]["raw"], 2)),
-    ("ablate ÷ raw", lambda q: x(q["ratio"])),
-]
-
-
 def _overhead(o: dict[str, Any]) -> str:
     p, best = o["parity"], o["best_ms"]
     verdict = "meets" if o["ratio_median"] <= OVERHEAD_GOAL else "misses"
-    rows = [{**q, "i": i + 1, "best": best} for i, q in enumerate(o["pairs"])]
-    best_row = ["best per step", "", f"{best['ablate']:.2f}", "", f"{best['raw']:.2f}", ""]
-    parts = [
-        f"Step time of the full `ablate` training loop ÷ a minimal hand-written PyTorch loop, "
-        f"same model init, batches, optimizer and schedule; {o['reps']} A/B pairs in "
-        f"alternating order, {o['steps']} steps each, steady-state window = steps "
-        f"{o['warmup']}..{o['steps'] - 2} ({o['window']} steps; evaluation switched off, "
-        f"checkpoints, logging, grad norms, progress bar and W&B on).",
-        "",
-        f"- ablate ÷ raw, median over pairs of the window means: {bold(o['ratio_median'])} "
-        f"(range {x(o['ratio_min'])}–{x(o['ratio_max'])}; goal ≤ {OVERHEAD_GOAL}: {verdict})",
-        f"- ablate ÷ raw, best of {o['reps']} runs at every step: {bold(o['ratio_best'])} "
-        "(blind to stalls from other processes, but on a busy machine it favours the arm that "
-        "happened to get more undisturbed runs)",
-        "",
-        "A run slower than its arm's best-per-step mean by more than a few percent was "
-        "disturbed by other processes (column 'x best').",
-        "",
-        columns(_PAIRS, rows, [[*best_row, x(o["ratio_best"])]]),
-        "",
-        f"Fairness check (first pair): the two loops' training losses over all {p['steps']} "
-        f"steps are {'identical' if p['identical'] else 'not identical'} "
-        f"(max |Δ| = {p['max_abs_diff']:.3g}; loss {p['first_loss']:.4f} -> "
-        f"{p['last_loss']:.4f}).",
-    ]
-    return "\n".join(parts + (["", o["note"]] if o.get("note") else []))
+    pairs = "; ".join(
+        f"{q['ablate_ms']:.2f} / {q['raw_ms']:.2f} ({q['order']})" for q in o["pairs"]
+    )
+    same = "identical" if p["identical"] else "not identical"
+    return (
+        "Step time of the full `ablate` training loop ÷ a minimal hand-written PyTorch loop, same "
+        f"model init, batches, optimizer and schedule; {o['reps']} A/B pairs in alternating "
+        f"order, steady-state window of {o['window']} steps (evaluation off; checkpoints, "
+        "logging, grad norms, progress bar and W&B on).\n\n"
+        f"- median over pairs: {bold(o['ratio_median'])} (range {x(o['ratio_min'])}–"
+        f"{x(o['ratio_max'])}; goal ≤ {OVERHEAD_GOAL}: {verdict})\n"
+        f"- best of {o['reps']} runs at every step: {bold(o['ratio_best'])} (blind to stalls "
+        "from other processes)\n\n"
+        f"ablate / raw ms per step, per pair: {pairs}; best per step {best['ablate']:.2f} / "
+        f"{best['raw']:.2f}. Fairness check (first pair): the training losses over all "
+        f"{p['steps']} steps are {same} (max |Δ| = {p['max_abs_diff']:.3g}; loss "
+        f"{p['first_loss']:.4f} -> {p['last_loss']:.4f})."
+    )
 
 
 def _vs(key: str):
@@ -101,91 +83,58 @@ _SPEED = [
 ]
 
 
-def _speed(rows: list[dict[str, Any]], gpu: bool) -> str:
-    memory = (
-        "the rise of `torch.cuda.max_memory_allocated` during a step."
-        if gpu
-        else "the peak of tensor bytes allocated during a step and alive together "
-        "(activations, gradients, temporaries; parameters excluded), from a dispatch-mode "
-        "tracker."
-    )
+def _speed(rows: list[dict[str, Any]]) -> str:
     parts = [
-        "Forward + backward (no optimizer) on one fixed batch; tokens/s is the best single "
-        "step (CPU) or block (GPU) over rotating repetitions; step memory is " + memory,
-        "",
+        "Forward + backward (no optimizer) on one fixed batch; tokens/s is the best step (CPU) "
+        "or block (GPU) over rotating repetitions; step memory is the peak of tensor bytes "
+        "allocated during a step and alive together (CPU: a dispatch-mode tracker; GPU: "
+        "`max_memory_allocated`). Speed ratios > 1: ours is faster; memory ratios < 1: ours "
+        "uses less."
     ]
     for r in rows:
         s, models = r["size"], r["models"]
-        same = len({m["params"] for m in models.values()}) == 1
-        parts += [
-            f"**{s['name']}** ({s['label']}, {s['tokens']:,} tokens/step)",
-            "",
-            columns(_SPEED, [{**m, "name": n, "r": r} for n, m in models.items()]),
-            "",
-            f"Parameter counts {'match exactly' if same else 'differ'} "
-            f"(ours {models['ours']['params']:,}).",
-            "",
-        ]
+        same = "match exactly" if len({m["params"] for m in models.values()}) == 1 else "differ"
+        table_ = columns(_SPEED, [{**m, "name": n, "r": r} for n, m in models.items()])
+        parts.append(f"**{s['name']}** ({s['label']}, {s['tokens']:,} tokens/step)\n\n{table_}")
+        parts.append(f"Parameter counts {same} (ours {models['ours']['params']:,}).")
     met = all(v >= 1.0 for r in rows for v in r["speed_ratio"].values())
-    parts.append(
-        f"Goal (ours at least as fast as both at every size): {'met' if met else 'not met'} "
-        "(speed ratios > 1 mean ours is faster; memory ratios < 1 mean ours uses less)."
-    )
-    return "\n".join(parts)
+    parts.append(f"Goal (ours at least as fast as both): {'met' if met else 'not met'}.")
+    return "\n\n".join(parts)
 
 
-_ROUNDS = [
-    ("round", lambda a: a["round"]),
-    ("arm", lambda a: a["arm"]),
-    ("ms/step (median)", lambda a: f"{a['step_s'] * 1e3:.2f}"),
-    ("whole run", lambda a: seconds(a["wall_s"])),
-    ("final loss (full val)", lambda a: f"{a['final_loss']:.4f}"),
-    (
-        "target",
-        lambda a: (
-            f"step {a['reached_step']}, {seconds(a['reached_s'])}"
-            if a["reached"]
-            else "not reached"
-        ),
-    ),
-]
+def _arm(name: str, a: dict[str, Any]) -> str:
+    reached = f"at step {a['reached_step']}, {seconds(a['reached_s'])}" if a["reached"] else "not"
+    run = f"{a['step_s'] * 1e3:.2f} ms/step, {seconds(a['wall_s'])}"
+    return f"{name} {run}, final {a['final_loss']:.4f}, reached {reached}"
 
 
 def _quality(q: dict[str, Any]) -> str:
-    """Section 3: ablate against nanoGPT's procedure (``versus.race``)."""
     summary = [
         [arm, bold(s["step_ratio"]), bold(s["wall_ratio"]), bold(s["reach_ratio"]), s["reached"]]
         for arm, s in q["summary"].items()
     ]
-    arms = [
-        {**a, "arm": arm, "round": i + 1 if j == 0 else ""}
+    rounds = [
+        f"- round {i + 1} (target {r['target']:.4f}): "
+        + "; ".join(_arm(arm, a) for arm, a in r["arms"].items())
         for i, r in enumerate(q["rounds"])
-        for j, (arm, a) in enumerate(r["arms"].items())
     ]
     head = ["arm", "per step ÷ nanoGPT", "whole run ÷ nanoGPT", "to target ÷ nanoGPT", "reached"]
     return "\n".join(
         [
-            f"ablate's whole training loop (`train_run`: Lightning, checkpoints, metrics.csv, W&B "
-            f"offline, progress bar; evaluation {q['ablate_eval']}) against nanoGPT's training "
-            f"procedure re-implemented in plain PyTorch (random-offset batches, its LR schedule, "
-            f"AdamW as nanoGPT builds it, `loss.item()` every step, evaluation "
-            f"{q['nanogpt_eval']}, a checkpoint when val improves), on {q['config']}; same "
-            f"initial weights. {len(q['rounds'])} rounds in one process, the order alternating. "
-            "Per step: median interval between step starts. To quality: the target is the "
-            "nanoGPT run's final loss on the whole validation split; an arm reaches it at the "
-            f"earliest of its weight snapshots (every {q['snapshot_every']} steps) from which "
-            "all later ones score at or below it on the whole split; times run from the arm's "
-            "call (data, model, W&B and Lightning set-up included; imports not).",
+            f"ablate's whole training loop (`train_run` as a user runs it; evaluation "
+            f"{q['ablate_eval']}) against nanoGPT's training procedure in plain PyTorch "
+            f"(`versus.nanogpt_train`; evaluation {q['nanogpt_eval']}) on {q['config']}, same "
+            f"initial weights, {len(q['rounds'])} rounds in one process, the order alternating. "
+            "Per step: median interval between step starts. To target: the nanoGPT run's final "
+            "loss on the whole val split, reached at the earliest weight snapshot (every "
+            f"{q['snapshot_every']} steps) from which all later ones score at or below it; times "
+            "run from the arm's call (set-up included, imports not).",
             "",
             "Medians over rounds (goals: per step ≤ 1.0, to target ≤ 0.9):",
             "",
             table(head, summary),
             "",
-            columns(_ROUNDS, arms),
-            "",
-            "Targets (nanoGPT's final full-split loss) per round: "
-            + ", ".join(f"{r['target']:.4f}" for r in q["rounds"])
-            + ".",
+            *rounds,
         ]
     )
 
@@ -201,66 +150,9 @@ _EFFICIENCY = [
 
 def _efficiency(e: dict[str, Any]) -> str:
     return (
-        f"Achieved FLOP/s = `model.flops_per_token(seq_len)` (6 x non-embedding params + head + "
-        f"attention, forward + backward) x tokens/s, as a fraction of {e['peak_source']} "
-        f"({si(e['peak'], 'FLOP/s')}). The same FLOP count is used for the other "
-        "implementations (same architecture).\n\n" + columns(_EFFICIENCY, e["rows"])
-    )
-
-
-_STUDY = [
-    ("workers", lambda w: w["n"]),
-    ("threads each", lambda w: w.get("threads", "?")),
-    ("wall", lambda w: f"{w['wall_s']:.1f} s"),
-    ("completed", lambda w: f"{w['completed']}/{w['runs']}"),
-    ("runs/hour", lambda w: f"{w['runs_per_hour']:.0f}"),
-    ("÷ 1 worker", lambda w: bold(w["ratio"])),
-    ("tokens/s per run", lambda w: f"{w['run_tokens_per_s']:,.0f}"),
-    ("steady-state tokens/s", lambda w: f"{w['steady_tokens_per_s']:,.0f}"),
-    ("÷ 1 worker", lambda w: bold(w["steady_ratio"])),
-]
-
-
-def _study(s: dict[str, Any]) -> str:
-    if not s.get("available"):
-        return f"n/a ({s.get('reason', 'runner not available')})"
-    rates = {n: w["runs_per_hour"] for n, w in s["workers"].items()}
-    ranked = sorted(rates, key=rates.get, reverse=True)
-    best, runner_up = ranked[0], ranked[-1]
-    margin = rates[best] / rates[runner_up]
-    long_best = s["best_workers_long_runs"]
-    if margin < 1.05:
-        verdict = (
-            f"For this short study the settings tie (x{margin:.2f}, inside the noise of one "
-            "measurement): spawning workers costs about what they gain."
-        )
-    else:
-        verdict = (
-            f"For this short study `--workers {best}` is better (x{margin:.2f} runs/hour over "
-            f"`--workers {runner_up}`)."
-        )
-    rows = [
-        {
-            **w,
-            "n": n,
-            "runs": s["runs"],
-            "ratio": s["ratio"][n],
-            "steady_ratio": s["steady_ratio"][n],
-        }
-        for n, w in s["workers"].items()
-    ]
-    return "\n".join(
-        [
-            f"A study of {s['runs']} runs ({s['config']}, {s['steps']} steps each) trained by "
-            "`run_study` into a fresh store per setting; the runner gives each worker "
-            "`cores // workers` torch threads. Wall time covers everything the user waits for; "
-            "the steady-state rate is workers x the median training tokens/s of one run.",
-            "",
-            columns(_STUDY, rows),
-            "",
-            f"{verdict} For longer runs the steady-state rate decides: `--workers {long_best}` "
-            f"(x{s['steady_ratio'][long_best]:.2f} tokens/s over 1 worker).",
-        ]
+        f"Achieved FLOP/s = `model.flops_per_token(seq_len)` (forward + backward; the same for "
+        f"the other implementations) x tokens/s, as a fraction of {e['peak_source']} "
+        f"({si(e['peak'], 'FLOP/s')}).\n\n" + columns(_EFFICIENCY, e["rows"])
     )
 
 
@@ -273,9 +165,8 @@ def _gpu(g: dict[str, Any], name: str | None) -> str:
         )
     return (
         "No GPU present: everything above ran on the CPU in fp32. On a GPU the bench runs "
-        f"every section with {overrides} (bf16 autocast, flash attention, fused AdamW, "
-        "torch.compile, pinned memory), compiles all three models of section 2 under bf16 "
-        "autocast, and reports efficiency against the GPU's dense bf16 peak."
+        f"every section with {overrides}, compiles the models of section 2 under bf16 autocast "
+        "and reports efficiency against the GPU's dense bf16 peak."
     )
 
 
@@ -294,11 +185,11 @@ def _data(d: dict[str, Any]) -> str:
         for run, v in d["ratio"].items()
     )
     return (
-        "Peak anonymous memory (`RssAnon`, sampled every 50 ms; the memory-mapped token cache's "
-        f"pages are not counted) of `ablate train` ({d['steps']} steps of a 1-layer model, char "
-        f"tokenizer) on a generated {small:g} MB and {large:g} MB local text corpus, each in a "
-        "fresh process with a fresh token cache: first the run that builds the cache, then a run "
-        f"that finds it built.\n\n{columns(_DATA, d['rows'])}\n\n{large:g} MB ÷ {small:g} MB "
+        "Peak anonymous memory (`RssAnon`, sampled every 50 ms; the memory-mapped tokens are "
+        f"not counted) of `ablate train` ({d['steps']} steps of a 1-layer model) on a generated "
+        f"{small:g} MB and {large:g} MB corpus, each in a fresh process with a fresh token "
+        "cache: first building the cache, then with it built.\n\n"
+        f"{columns(_DATA, d['rows'])}\n\n{large:g} MB ÷ {small:g} MB "
         f"peak (goal ≤ {d['goal']}x: memory independent of corpus size): {ratios}."
     )
 
@@ -335,9 +226,8 @@ def render(r: dict[str, Any]) -> str:
     head = [
         "# ablate benchmark",
         f"`ablate bench` run of {r['started']} ({mode}); {seconds(r['wall_s'])} in all. Every "
-        "figure is a ratio of measurements taken side by side in this one process (or a "
-        "fraction of a peak measured in it), so that the load of a shared machine cancels as "
-        "far as it can; absolute times are shown for context only.",
+        "figure is a ratio of measurements taken side by side in this one process, so that the "
+        "load of a shared machine cancels as far as it can; absolute times are for context.",
     ]
     loads = [v for pair in r.get("load", {}).values() for v in pair if v is not None]
     cores = r["machine"]["cores"]
@@ -346,20 +236,19 @@ def render(r: dict[str, Any]) -> str:
             f"**Busy machine:** the 1-minute load average reached {max(loads):.1f} on "
             f"{cores} cores during this run (per section, start/end: "
             + ", ".join(f"{k} {x(a, 1)}/{x(b, 1)}" for k, (a, b) in r["load"].items())
-            + "). Other processes competed for the CPU; the ratios cancel much of it, "
-            "absolute times do not."
+            + "). The ratios cancel much of it, absolute times do not."
         )
     gpu = r["machine"].get("gpu")
     bodies = {
         "machine": lambda m: _machine(m, r.get("matmul") or {}),
         "overhead": _overhead,
-        "speed": lambda rows: _speed(rows, bool(gpu)),
+        "speed": _speed,
         "quality": _quality,
         "efficiency": _efficiency,
-        "study": _study,
+        "study": render_study,
         "data": _data,
         "nanogpt": _nanogpt,
-        "stacked": stacking.render,
+        "stacked": render_stacked,
         "gpu_paths": lambda g: _gpu(g, gpu),
     }
     sections: list[Section] = [(k, heading, bodies[k]) for k, heading in HEADINGS.items()]

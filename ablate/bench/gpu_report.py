@@ -1,5 +1,4 @@
-"""``bench_gpu.md``: the results of ``ablate bench --gpu`` as markdown (plus ``bench_gpu.json``),
-written after every section, so a failed section (or a killed process) leaves the earlier ones."""
+"""``bench_gpu.md`` (and its JSON), written after every section of ``ablate bench --gpu``."""
 
 from __future__ import annotations
 
@@ -15,11 +14,13 @@ GOALS = {"mfu_gpt2": 0.40, "overhead": 1.05, "packing_k4": 3.0}
 def _device(d: dict[str, Any]) -> str:
     peaks = ", ".join(f"{k} {v:.0f}" for k, v in d["peak_table"].items())
     card = f"{d['name']} (compute capability {d['capability']}, {d['memory_gib']:.0f} GiB, "
-    versions = f"{d['torch']} / {d['cuda']} / {d['cudnn']} / {d.get('triton')}"
     rows = [
         ("device", card + f"{d['sms']} SMs)"),
         ("driver", d.get("driver") or "n/a"),
-        ("torch / CUDA / cuDNN / Triton", versions),
+        (
+            "torch / CUDA / cuDNN / Triton",
+            f"{d['torch']} / {d['cuda']} / {d['cudnn']} / {d.get('triton')}",
+        ),
         ("Lightning / Python / CPU cores", f"{d['lightning']} / {d['python']} / {d['cores']}"),
         (
             "dense bf16 peak (the MFU denominator)",
@@ -27,7 +28,7 @@ def _device(d: dict[str, Any]) -> str:
         ),
         (
             "measured bf16 matmul",
-            f"{d['matmul_tflops']:.0f} TFLOP/s ({d['matmul_n']}^3, best of 3 blocks)",
+            f"{d['matmul_tflops']:.0f} TFLOP/s ({d['matmul_n']}^3, best of 3)",
         ),
     ]
     return pairs(rows) + f"\n\nPeak table (TFLOP/s, dense bf16, vendor data sheets): {peaks}."
@@ -46,16 +47,12 @@ _ATTENTION = [
 
 
 def _attention(rows: list[dict[str, Any]]) -> str:
-    bad = [r for r in rows if not r["agree"]]
-    verdict = (
-        f"{len(bad)} disagree** with `ablate.accel.kernel_problem`"
-        if bad
-        else "all agree** with `ablate.accel.kernel_problem` (the plan-time rule)"
-    )
+    bad = sum(not r["agree"] for r in rows)
+    verdict = f"{bad} disagree**" if bad else "all agree** (the plan-time rule)"
     return (
         f"{len(rows)} combinations of pinned SDPA kernel x encoding x precision x head size, "
-        f"forward + backward of the model's attention on CUDA; **{verdict}.\n\n"
-        + columns(_ATTENTION, rows)
+        f"forward + backward of the model's attention on CUDA; **{verdict} with "
+        f"`ablate.accel.kernel_problem`.\n\n" + columns(_ATTENTION, rows)
     )
 
 
@@ -81,10 +78,9 @@ _MFU = [
 def _mfu(rows: list[dict[str, Any]]) -> str:
     return (
         "Raw PyTorch loop (`loops.raw_loop`): bf16 autocast, the pinned flash kernel, fused "
-        "AdamW, gradient clipping, real batches from the data module. MFU = FLOPs/token (6N + "
-        "attention) x tokens/s / peak. Goal: >= "
-        f"{GOALS['mfu_gpt2']:.0%} for GPT-2 small (llm-foundry 35-42% at 0.76-1B on H100).\n\n"
-        + columns(_MFU, rows)
+        "AdamW, gradient clipping, real batches. MFU = FLOPs/token (6N + attention) x tokens/s "
+        f"/ peak. Goal: >= {GOALS['mfu_gpt2']:.0%} for GPT-2 small (llm-foundry 35-42% at "
+        "0.76-1B on H100).\n\n" + columns(_MFU, rows)
     )
 
 
@@ -96,9 +92,8 @@ def _overhead(o: dict[str, Any]) -> str:
         f"nanoGPT GPU config (6L/384d, 64x256, bf16, flash, fused AdamW, eager), {o['window']} "
         f"timed steps x {o['reps']} pairs. **ablate / raw = {o['ratio_median']:.3f}** (median "
         f"of pairs; best-per-step {o['ratio_best']:.3f}; goal <= {GOALS['overhead']}). Pairs "
-        f"(ablate / raw ms per step): {pairs}. Loss "
-        f"trajectories identical: {o['parity'].get('identical')} (max diff "
-        f"{o['parity'].get('max_abs_diff')})."
+        f"(ablate / raw ms per step): {pairs}. Loss trajectories identical: "
+        f"{o['parity'].get('identical')} (max diff {o['parity'].get('max_abs_diff')})."
     )
 
 
@@ -109,7 +104,6 @@ _PACKING = [
     ("runs/hour", lambda r: num(r["runs_per_hour"])),
     ("vs k=1", lambda r: num(r.get("vs_k1"), "x{:.2f}")),
     ("tokens/s (wall)", lambda r: num(r["tokens_per_s"])),
-    ("tokens/s (in-run sum)", lambda r: num(r["in_run_tokens_per_s"])),
     ("errors", lambda r: "; ".join(r.get("errors") or [])[:150]),
 ]
 
@@ -125,19 +119,17 @@ def _packing(rows: list[dict[str, Any]]) -> str:
 
 def _quality(q: dict[str, Any]) -> str:
     reached = (
-        f"reached {q['target']} at step {q['reached_step']} after {q['reached_wall_s']:.0f} s"
-        if q.get("reached")
-        else f"did not reach {q['target']} on the 50-batch subset"
+        f"reached {q['target']} at step {q['reached_step']} after {q['reached_s']:.0f} s"
+        if q["reached"]
+        else f"did not reach {q['target']}"
     )
-    evals = [("step", lambda e: e["step"]), ("val loss (subset)", lambda e: f"{e['val_loss']:.4f}")]
     return (
-        f"{q['config']}. Wall time of training (evaluations included): {q['fit_wall_s']:.0f} s "
-        f"({q['train_s']:.0f} s training, {q['eval_s']:.0f} s evaluation); {q['steps']} steps, "
-        f"{q['tokens_per_s']:,.0f} tokens/s. **Final full-split val loss "
-        f"{num(q['final_val_loss'], '{:.4f}')}** (nanoGPT README: 1.4697); {reached}."
-        + (" Stopped by the time budget." if q.get("out_of_time") else "")
-        + "\n\n"
-        + columns(evals, q["evals"])
+        f"{q['config']}, trained by `train_run` as a user runs it (its evaluations on 50 val "
+        "batches and W&B offline included); weights kept "
+        "every 250 steps (off the clock) and scored on the whole validation split. Wall time "
+        f"{q['wall_s']:.0f} s for {q['steps']} steps, {q['tokens_per_s']:,.0f} tokens/s. **Final "
+        f"full-split val loss {num(q['final_loss'], '{:.4f}')}** (nanoGPT README: 1.4697); "
+        f"{reached}." + (" Stopped by the time budget." if q.get("out_of_time") else "")
     )
 
 
@@ -148,17 +140,16 @@ SECTIONS: list[Section] = [
     ("overhead", "## 3. Framework overhead on the GPU", _overhead),
     ("packing", "## 4. Packing runs on one GPU", _packing),
     ("quality", "## 5. Time to quality", _quality),
-    # issue 24: not measured yet (no GPU was lent to the session that built stacking), so the
-    # report says "not run" here until `ablate bench --gpu` measures it
-    ("stacked", "## 6. Stacked runs vs solo vs --runs-per-gpu 4", lambda s: str(s)),
+    # issue 24: not measured yet, so the report says "not run" here until `ablate bench --gpu` does
+    ("stacked", "## 6. Stacked runs vs solo vs --runs-per-gpu 4", str),
 ]
 
 
 def write(r: dict[str, Any], out: Path) -> None:
+    quick = " (--quick: toy sizes, not measurements)" if r.get("quick") else ""
     head = [
-        "# ablate GPU bench"
-        + (" (--quick: toy sizes, not measurements)" if r.get("quick") else ""),
-        f"Started {r['started']}, {r.get('wall_s', 0) / 60:.1f} min, "
-        "one process (`ablate bench --gpu`).",
+        f"# ablate GPU bench{quick}",
+        f"Started {r['started']}, {r.get('wall_s', 0) / 60:.1f} min, one process "
+        "(`ablate bench --gpu`).",
     ]
     markdown.write(out, document(head, SECTIONS, r), r)

@@ -1,17 +1,10 @@
-"""Framework overhead: the full ablate training loop against a hand-written PyTorch loop.
+"""Framework overhead: ``train_run`` itself against a hand-written PyTorch loop.
 
-Both arms get the same ``RunConfig`` and so train the same model (``LitLM(cfg, vocab)`` right
-after ``torch.manual_seed(seed)``, as ``train_run`` does), on the same batches (the seeded
-``LMDataModule`` order), with the same optimizer (``LitLM.configure_optimizers``, clipping over
-the parameters in group order), under the same torch settings (threads, deterministic
-algorithms, precision, the SDPA kernel of ``train.attn_context``, compile).
-
-The ablate arm is ``train_run`` itself, untouched (Lightning, checkpoints, progress bar,
-``metrics.csv``, W&B offline, gradient norms, the divergence check); the bench only appends the
-``StepTimer`` callback, which reads the clock at every batch start and keeps each step's loss
-tensor (no host sync). A step time is the interval between two consecutive batch starts: the
-whole cycle. Steady state drops the first ``warmup`` intervals; evaluation is excluded by
-configuration, checkpoints are *included* (they are part of the loop a user runs).
+Both arms get the same ``RunConfig``, so the same model init (``LitLM`` right after
+``torch.manual_seed``), batches (the seeded ``LMDataModule`` order), optimizer and schedule
+(``LitLM.configure_optimizers``) and torch settings. The bench only appends ``StepTimer`` to
+``train_run``'s trainer: a step time is the interval between two consecutive batch starts (the
+whole cycle); evaluation is switched off by configuration, checkpoints and logging stay on.
 """
 
 from __future__ import annotations
@@ -21,7 +14,6 @@ import math
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +21,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+import yaml
 
 from ablate.bench.machine import sync, torch_threads
 from ablate.config import RunConfig, build_config, flatten
@@ -36,39 +29,15 @@ from ablate.data import LMDataModule
 from ablate.training.lit import LitLM, lm_loss
 from ablate.training.train import attn_context
 
-# nanoGPT's shakespeare-char CPU settings (its README: val loss 1.88 after 2000 iterations).
-# nanoGPT trains with bias=False and weight decay 0.1; its cosine runs from lr down to min_lr
-# (``cosine_min``), as in studies/reference_nanogpt_cpu.yaml.
+STUDIES = Path(__file__).resolve().parents[2] / "studies"
+REFERENCE_STUDY = STUDIES / "reference_nanogpt_cpu.yaml"
+# nanoGPT's shakespeare-char CPU settings (its README: val loss 1.88 after 2000 iterations), as
+# the reference study's base spells them out (Pre-LN, no biases, cosine to min_lr, eval cadence)
 NANOGPT_CPU: dict[str, Any] = {
-    "model.arch": "transformer",
-    "model.n_layers": 4,
-    "model.n_heads": 4,
-    "model.d_model": 128,
-    "model.max_seq_len": 64,
-    "model.dropout": 0.0,
-    "model.bias": False,
-    "model.norm_placement": "pre",
-    "model.norm": "layernorm",
-    "model.activation": "gelu",
-    "model.pos_encoding": "learned",
-    "model.tie_embeddings": True,
-    "data.dataset": "tinyshakespeare",
-    "data.tokenizer": "char",
-    "data.seq_len": 64,
-    "data.batch_size": 12,
-    "data.val_fraction": 0.1,
-    "optim.lr": 1e-3,
-    "optim.min_lr": 1e-4,
-    "optim.warmup_ratio": 0.05,
-    "optim.decay": "cosine_min",
-    "optim.beta2": 0.99,
-    "optim.weight_decay": 0.1,
-    "optim.grad_clip": 1.0,
-    "train.max_steps": 2000,
+    **flatten(yaml.safe_load(REFERENCE_STUDY.read_text())["base"]),
     "tracking.mode": "offline",
     "tracking.project": "ablate-bench",
 }
-
 # the GPU paths the config switches on (bench.md records whether they ran)
 GPU_OVERRIDES: dict[str, Any] = {
     "train.accelerator": "gpu",
@@ -81,14 +50,17 @@ GPU_OVERRIDES: dict[str, Any] = {
 
 
 def bench_config(base: dict[str, Any] | RunConfig, **overrides: Any) -> RunConfig:
-    """``base`` (flat dotted keys, or a config) updated with dotted-key ``overrides``
-    (``**{"model.d_model": 64}``), validated."""
+    """``base`` (flat dotted keys, or a config) updated with dotted-key ``overrides``."""
     flat = dict(base) if isinstance(base, dict) else flatten(base.to_dict())
-    flat.update(overrides)
-    return build_config(flat)
+    return build_config({**flat, **overrides})
 
 
-# --- one timed run of each arm ----------------------------------------------------------------
+def profile_flat(study: Path, profile: str) -> tuple[dict[str, Any], str]:
+    """The first run of a shipped study's profile as flat keys, and its variant."""
+    from ablate.study import load_study
+
+    run = load_study(study, profile).runs[0]
+    return flatten(run.config.to_dict()), run.variant
 
 
 def step_times(stamps: list[float], warmup: int = 0) -> list[float]:
@@ -98,10 +70,8 @@ def step_times(stamps: list[float], warmup: int = 0) -> list[float]:
 
 @dataclass
 class LoopResult:
-    """Clock readings at each batch start, and the per-step training losses."""
-
     arm: str
-    stamps: list[float]
+    stamps: list[float]  # clock at each batch start
     losses: list[float] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
 
@@ -112,22 +82,14 @@ class LoopResult:
 
 
 class StepTimer(pl.Callback):
-    """Clock at every training batch start (after a synchronize at the steps of ``sync_at``, on
-    a GPU: window ends); losses (tensors) and evaluations kept; training stopped once
-    ``budget_s`` seconds have passed (a guard for a busy machine)."""
+    """Clock at every batch start (after a GPU synchronize at the steps in ``sync_at``: window
+    ends), the loss tensors (no host sync), training stopped after ``budget_s`` seconds."""
 
     def __init__(self, sync_at: set[int] | None = None, budget_s: float | None = None):
         self.stamps: list[float] = []
         self.losses: list[torch.Tensor] = []
-        self.evals: list[dict[str, float]] = []
-        self.train_start = self.train_end = self.t_call = self.t_return = math.nan
+        self.t_call = self.t_return = math.nan
         self.sync_at, self.budget_s, self.out_of_time = sync_at or set(), budget_s, False
-
-    def on_train_start(self, trainer, pl_module):
-        self.train_start = time.perf_counter()
-
-    def on_train_end(self, trainer, pl_module):
-        self.train_end = time.perf_counter()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if len(self.stamps) in self.sync_at:
@@ -136,16 +98,8 @@ class StepTimer(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.losses.append((outputs["loss"] if isinstance(outputs, dict) else outputs).detach())
-        if self.budget_s is not None and time.perf_counter() - self.train_start > self.budget_s:
+        if self.budget_s is not None and time.perf_counter() - self.t_call > self.budget_s:
             self.out_of_time = trainer.should_stop = True
-
-    def on_validation_start(self, trainer, pl_module):
-        self.evals.append({"step": int(trainer.global_step), "t_start": time.perf_counter()})
-
-    def on_validation_end(self, trainer, pl_module):
-        loss = trainer.callback_metrics.get("val/loss")
-        self.evals[-1]["t_end"] = time.perf_counter()
-        self.evals[-1]["val_loss"] = float(loss) if loss is not None else math.nan
 
 
 def ablate_loop(
@@ -157,9 +111,8 @@ def ablate_loop(
     budget_s: float | None = None,
     callbacks: tuple[pl.Callback, ...] = (),
 ) -> tuple[LoopResult, StepTimer]:
-    """Train ``cfg`` with ``train_run`` (everything on) into a temporary store and time every
-    step; ``callbacks`` join the timer on its trainer. ``timer.t_call``/``t_return`` bracket
-    the call."""
+    """``train_run(cfg)`` into a temporary store, every step timed (``callbacks`` join the
+    timer on its trainer); ``timer.t_call``/``t_return`` bracket the call."""
     import ablate.training.train as train_mod
     from ablate.store import RunStore
 
@@ -212,8 +165,7 @@ def raw_loop(cfg: RunConfig, *, sync_at: set[int] | None = None) -> LoopResult:
             dm = LMDataModule(cfg.data, seed=t.seed)
             dm.setup("fit")
             torch.manual_seed(t.seed)
-            # the LightningModule only builds the model, AdamW and the LR schedule, as for
-            # ablate; the loop below is plain PyTorch
+            # LitLM only builds the model, AdamW and the LR schedule; the loop is plain PyTorch
             lit = LitLM(cfg, dm.vocab_size).to(dev)
             optimizers = lit.configure_optimizers()
             opt, sched = optimizers["optimizer"], optimizers["lr_scheduler"]["scheduler"]
@@ -245,29 +197,20 @@ def raw_loop(cfg: RunConfig, *, sync_at: set[int] | None = None) -> LoopResult:
     return LoopResult("raw", stamps, [float(x) for x in losses])
 
 
-# --- the A/B comparison -----------------------------------------------------------------------
-
-
 def overhead_config(base: dict[str, Any], steps: int, **overrides: Any) -> RunConfig:
-    """``base`` for an overhead run: ``steps`` steps, no evaluation inside the timed window
-    (``eval_interval`` past the end), a one-batch final evaluation; all else as configured."""
+    """``base`` for ``steps`` timed steps: no evaluation in the window, a one-batch final one."""
     window = {"train.max_steps": steps, "train.eval_interval": steps + 1}
     return bench_config(base, **window, **{"train.final_eval_batches": 1, **overrides})
 
 
-def compare_loops(
-    cfg: RunConfig, *, reps: int, warmup: int, log: Callable[[str], None] = print
-) -> dict[str, Any]:
-    """``reps`` pairs of (ablate, raw) runs of ``cfg``, order alternating (A B, B A, ...).
+def compare_loops(cfg: RunConfig, *, reps: int, warmup: int, log=print) -> dict[str, Any]:
+    """``reps`` pairs of (ablate, raw) runs of ``cfg``, the order alternating (A B, B A, ...).
 
-    Two estimates of the step-time ratio ablate / raw: ``ratio_median``, per pair the mean step
-    over the window, the median over pairs (alternating the order cancels slow drift of the
-    machine's speed); ``ratio_best``, for every step k of the window the fastest of the ``reps``
-    runs of each arm, the ratio of the sums. Step k does the same work in every run of an arm
-    (logging, grad norms and checkpoints follow the step number), so this keeps the periodic
-    costs while ignoring stalls from other processes (on a shared CPU a two-thread step can
-    stall for seconds when another process takes a core). The first pair's loss trajectories
-    are compared step by step (the fairness check).
+    ``ratio_median``: per pair the ratio of window means, the median over pairs (alternating
+    cancels slow drift). ``ratio_best``: for every step of the window the fastest of the runs of
+    each arm, the ratio of the sums; step k does the same work in every run of an arm (logging,
+    grad norms, checkpoints follow the step number), so this keeps the periodic costs and drops
+    stalls from other processes. The first pair's losses are compared step by step (fairness).
     """
     steps = cfg.train.max_steps
     if steps <= warmup + 1:
@@ -280,26 +223,17 @@ def compare_loops(
         order = ("ablate", "raw")[:: 1 if rep % 2 == 0 else -1]
         got: dict[str, LoopResult] = {}
         for arm in order:
-            got[arm] = (
-                ablate_loop(cfg, sync_at=sync_at)[0]
-                if arm == "ablate"
-                else raw_loop(cfg, sync_at=sync_at)
-            )
+            if arm == "ablate":
+                got[arm] = ablate_loop(cfg, sync_at=sync_at)[0]
+            else:
+                got[arm] = raw_loop(cfg, sync_at=sync_at)
             times[arm].append(step_times(got[arm].stamps, warmup))
-            log(
-                f"  pair {rep + 1}/{reps} {arm:>6}: "
-                f"{got[arm].mean_step(warmup) * 1e3:.2f} ms/step over {steps - 1 - warmup} steps"
-            )
-        a, r = got["ablate"], got["raw"]
+            log(f"  pair {rep + 1}/{reps} {arm:>6}: {got[arm].mean_step(warmup) * 1e3:.2f} ms/step")
+        a, r = got["ablate"].mean_step(warmup), got["raw"].mean_step(warmup)
         pairs.append(
-            {
-                "ablate_ms": a.mean_step(warmup) * 1e3,
-                "raw_ms": r.mean_step(warmup) * 1e3,
-                "ratio": a.mean_step(warmup) / r.mean_step(warmup),
-                "order": "/".join(order),
-            }
+            {"ablate_ms": a * 1e3, "raw_ms": r * 1e3, "ratio": a / r, "order": "/".join(order)}
         )
-        parity = parity or loss_parity(a.losses, r.losses)
+        parity = parity or loss_parity(got["ablate"].losses, got["raw"].losses)
     best = {arm: [min(col) for col in zip(*runs, strict=True)] for arm, runs in times.items()}
     ratios = [p["ratio"] for p in pairs]
     return {
@@ -323,7 +257,6 @@ def loss_parity(ablate: list[float], raw: list[float]) -> dict[str, Any]:
     diffs = [abs(a - b) for a, b in zip(ablate[:n], raw[:n], strict=True)]
     return {
         "steps": n,
-        "same_length": len(ablate) == len(raw),
         "max_abs_diff": max(diffs) if diffs else math.nan,
         "identical": n > 0 and len(ablate) == len(raw) and max(diffs) == 0.0,
         "first_loss": ablate[0] if ablate else math.nan,

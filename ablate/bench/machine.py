@@ -1,18 +1,12 @@
-"""The machine the bench runs on: what it is, how fast it multiplies dense matrices, its
-processes (read from ``/proc``), and ``ablate`` commands started on it as a user starts them.
-
-The matmul rate is the denominator of every efficiency figure. On a CPU it is *measured*
-(fp32 ``torch.mm`` of ``n x n`` squares, ``2 n^3`` FLOPs each, timed in the same process as the
-training it is compared with); on a GPU it is the vendor's dense bf16 peak when the card is in
-``GPU_BF16_PEAK`` and the measured bf16 rate otherwise.
-"""
+"""The machine the bench runs on: what it is, its dense matmul rate (the denominator of every
+efficiency figure: fp32 measured on a CPU; on a GPU the vendor's dense bf16 peak, else measured),
+its processes (from ``/proc``), and ``ablate`` commands started as a user starts them."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
-import shutil
 import signal
 import statistics
 import subprocess
@@ -55,7 +49,7 @@ def sync() -> None:
 
 
 def load_avg() -> float | None:
-    """The 1-minute load average (runnable processes; above the core count = contention)."""
+    """The 1-minute load average (above the core count: contention)."""
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
@@ -71,29 +65,21 @@ def cpu_model() -> str:
 
 
 def gpu_peak_bf16(name: str) -> tuple[float, str] | None:
-    """``(FLOP/s, source)`` of the table's dense bf16 peak for a CUDA device name, the longest
-    matching key first."""
+    """``(FLOP/s, source)`` of a CUDA device name's peak, the longest matching key first."""
     for key in sorted(GPU_BF16_PEAK, key=len, reverse=True):
         if all(part in name for part in key.split()):
             return GPU_BF16_PEAK[key]
     return None
 
 
-def nvidia_smi(query: str) -> str | None:
-    """One ``nvidia-smi --query-gpu`` value of the first GPU (None: no nvidia-smi or no answer)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
+def nvidia_driver() -> str | None:
+    """The driver version ``nvidia-smi`` reports (None: no nvidia-smi or no answer)."""
+    cmd = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
     try:
-        out = subprocess.run(
-            [exe, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout else None
+    return (out.stdout.split("\n")[0].strip() or None) if out.returncode == 0 else None
 
 
 def machine_info(threads: int | None) -> dict[str, Any]:
@@ -122,8 +108,7 @@ def machine_info(threads: int | None) -> dict[str, Any]:
 
 
 def gpu_info(matmul_n: int) -> dict[str, Any]:
-    """``machine_info`` and the CUDA device: versions, the dense bf16 peak (the table's, else
-    the measured ``matmul_n``^3 bf16 rate) and the measured rate beside it."""
+    """``machine_info``, the CUDA device and its dense bf16 peak (the table's, else measured)."""
     p = torch.cuda.get_device_properties(0)
     measured = matmul_flops(matmul_n, trials=3)["best"]
     table = gpu_peak_bf16(p.name)
@@ -138,7 +123,7 @@ def gpu_info(matmul_n: int) -> dict[str, Any]:
         "capability": f"{p.major}.{p.minor}",
         "memory_gib": p.total_memory / 2**30,
         "sms": p.multi_processor_count,
-        "driver": nvidia_smi("driver_version"),
+        "driver": nvidia_driver(),
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version(),
         "triton": triton_version,
@@ -151,9 +136,8 @@ def gpu_info(matmul_n: int) -> dict[str, Any]:
 
 
 def timed(fn, k: int, *, each: bool = False) -> list[float]:
-    """Seconds per call of ``k`` calls of ``fn``, queued GPU work included: each call on its
-    own (``each``: a stall from another process spoils one sample, not a block), else the
-    block's mean (no synchronize between calls) ``k`` times."""
+    """Seconds per call of ``k`` calls of ``fn``, GPU work included: each call on its own
+    (``each``: a stall spoils one sample, not a block), else the block's mean ``k`` times."""
     sync()
     if not each:
         t = time.perf_counter()
@@ -171,12 +155,8 @@ def timed(fn, k: int, *, each: bool = False) -> list[float]:
 
 
 def matmul_flops(n: int, *, trials: int = 5, min_time: float = 0.2) -> dict[str, Any]:
-    """Dense matmul rate (FLOP/s) of ``n x n`` squares: fp32 on CPU, bf16 on GPU.
-
-    Each trial times enough back-to-back ``torch.mm`` calls to last ``min_time`` seconds;
-    returns the best and the median trial (the best is the machine's attainable peak; the
-    median shows how much a shared machine's load moves it).
-    """
+    """Dense matmul FLOP/s of ``n x n`` squares (fp32 on CPU, bf16 on GPU): the best trial
+    (the attainable peak) and the median (how much a shared machine's load moves it)."""
     dev = torch.device("cuda" if has_gpu() else "cpu")
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     a, b, c = (torch.randn(n, n, device=dev, dtype=dtype) for _ in range(3))
@@ -221,8 +201,8 @@ def session_members(sid: int) -> list[int]:
 
 
 def rss_anon(pid: int) -> int:
-    """Anonymous resident memory of ``pid`` in bytes (its heap: not the page cache of files it
-    maps, such as a memory-mapped token cache); 0 once it is gone."""
+    """Anonymous resident bytes of ``pid`` (its heap, not the page cache of files it maps); 0
+    once it is gone."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
@@ -245,8 +225,7 @@ def kill(pid: int) -> bool:
 
 
 def ablate_command(verb: str, *args: str, flat: dict[str, Any] | None = None) -> list[str]:
-    """``ablate VERB ARGS --no-progress`` in this interpreter, each dotted key of ``flat`` as a
-    ``--set`` (``ablate train``'s config)."""
+    """``ablate VERB ARGS --no-progress`` in this interpreter, ``flat``'s keys as ``--set``s."""
     cmd = [sys.executable, "-m", "ablate", verb, *args, "--no-progress"]
     for key, v in (flat or {}).items():
         text = "null" if v is None else json.dumps(v) if isinstance(v, (list, bool)) else str(v)

@@ -1,9 +1,6 @@
 """The one writer of every bench report (``bench.md``, ``bench_gpu.md``, ``bench_chaos.md``, each
-with its results as JSON beside it), and the runner of a bench's sections.
-
-A section whose measurement failed shows its error in place of its body, one never measured
-says so, and one whose rendering fails says that (the JSON keeps the numbers either way).
-"""
+with its JSON beside it), and the runner of a bench's sections: a failed section shows its
+error, one never measured says "not run", and a rendering bug says so (the JSON keeps it all)."""
 
 from __future__ import annotations
 
@@ -76,9 +73,8 @@ def seconds(s: float | None) -> str:
 
 
 def document(head: list[str], sections: list[Section], r: dict[str, Any]) -> str:
-    """``head`` paragraphs, then each section: its heading, a note on how it was measured when
-    ``r["notes"]`` has one, its body from ``r[key]`` (or its error, or "not run"), and its time
-    when ``r["section_s"]`` has it."""
+    """``head``, then each section: heading, ``r["notes"]``'s note, body from ``r[key]`` (or
+    its error, or "not run"), and its time."""
     out = list(head)
     errors, notes, took = r.get("errors", {}), r.get("notes", {}), r.get("section_s", {})
     for key, heading, body in sections:
@@ -112,8 +108,8 @@ def write(out: Path, text: str, results: dict[str, Any]) -> None:
 
 
 def upsert(md: Path, text: str) -> None:
-    """Put ``text`` (a section: its heading line, then its body) into ``md``: replace the
-    section of that heading if present (up to the next ``## ``), else append it."""
+    """Put ``text`` (a heading line, then its body) into ``md``, replacing that heading's section
+    (up to the next ``## ``) if present."""
     heading = text.split("\n", 1)[0]
     old = md.read_text() if md.exists() else ""
     start = old.find(heading)
@@ -127,10 +123,9 @@ def upsert(md: Path, text: str) -> None:
 
 
 class Sections:
-    """Runs a bench's sections into ``results``: ``results[key]``, or
-    ``results["errors"][key]`` (a failure is reported, the other sections still run); the
-    seconds each took in ``results["section_s"]``, the load average before and after in
-    ``results["load"]``. ``after``: called after every section (write the report so far)."""
+    """Runs a bench's sections into ``results[key]`` or ``results["errors"][key]`` (the others
+    still run), with their seconds (``section_s``) and load average before and after (``load``);
+    ``after`` is called after every section (to write the report so far)."""
 
     def __init__(self, results: dict[str, Any], after: Callable[[], None] | None = None):
         from rich.console import Console

@@ -1,24 +1,12 @@
-"""Model speed: forward + backward throughput and step memory of our transformer against two
-independent implementations of the same architecture (parameter counts match exactly).
+"""Model speed: forward + backward tokens/s and step memory of our transformer against
+x-transformers (``TransformerWrapper(Decoder)`` in the same shape, ``attn_flash=True``) and
+``nn.TransformerEncoder`` (pre-norm, causal mask, tied head): parameter counts match exactly.
 
-- ``ours``: ``build_model`` in nanoGPT's shape (Pre-LN, LayerNorm, GELU, learned positions, tied
-  embeddings, no biases, dropout 0).
-- ``x-transformers``: ``TransformerWrapper(Decoder(...))`` configured to the same shape (no
-  biases in its LayerNorm, attention or FFN), ``attn_flash=True`` (its fused SDPA path, its
-  fastest) and nothing else on.
-- ``torch``: ``nn.TransformerEncoder`` of pre-norm GELU layers without biases, a causal mask,
-  token and learned position embeddings and a tied head.
-
-Throughput is tokens per second of ``zero_grad; loss = CE(model(x), y); loss.backward()`` on one
-fixed batch (no optimizer: the same for all three), each model timed in blocks, the models in a
-rotating order per repetition; the figure is the best step (``timeit``'s rule: noise on a shared
-machine only ever adds time).
-
-Step memory, CPU: the peak of the bytes of tensor storages created during one forward + backward
-and alive at the same time (activations kept for backward, gradients, temporaries), tracked by a
-``TorchDispatchMode`` that sees every tensor an operator returns and a weak reference that sees
-it freed; parameters, which exist before the step, are not counted, nor allocator caching or
-oneDNN scratch space. GPU: the rise of ``torch.cuda.max_memory_allocated`` during the step.
+Throughput: ``zero_grad; CE(model(x), y).backward()`` on one fixed batch (no optimizer), the
+models in a rotating order per repetition; the figure is the best step (``timeit``'s rule:
+noise only ever adds time). Step memory, CPU: the peak bytes of tensor storages created during
+the step and alive together (a ``TorchDispatchMode``; parameters and allocator caching not
+counted); GPU: the rise of ``torch.cuda.max_memory_allocated``.
 """
 
 from __future__ import annotations
@@ -35,8 +23,9 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from ablate.bench.loops import NANOGPT_CPU
 from ablate.bench.machine import has_gpu, sync, timed
-from ablate.config import ModelConfig
+from ablate.config import build_config
 from ablate.model import build_model
 from ablate.training.lit import lm_loss
 
@@ -56,34 +45,20 @@ class Size:
 
     @property
     def label(self) -> str:
-        return (
-            f"{self.n_layers}L/{self.d_model}d/{self.n_heads}h, "
-            f"ctx {self.seq_len}, batch {self.batch_size}"
-        )
+        s = self
+        return f"{s.n_layers}L/{s.d_model}d/{s.n_heads}h, ctx {s.seq_len}, batch {s.batch_size}"
 
     @property
     def tokens(self) -> int:
         return self.seq_len * self.batch_size
 
 
-# --- the three models -------------------------------------------------------------------------
-
-
 def build_ours(size: Size) -> nn.Module:
-    cfg = ModelConfig(
-        n_layers=size.n_layers,
-        d_model=size.d_model,
-        n_heads=size.n_heads,
-        max_seq_len=size.seq_len,
-        dropout=0.0,
-        bias=False,
-        norm_placement="pre",
-        norm="layernorm",
-        activation="gelu",
-        pos_encoding="learned",
-        tie_embeddings=True,
-    )
-    return build_model(cfg, VOCAB)
+    """``build_model`` in nanoGPT's shape (Pre-LN, GELU, learned positions, tied, no biases)."""
+    keys = {"n_layers": size.n_layers, "d_model": size.d_model, "n_heads": size.n_heads}
+    shape = {f"model.{k}": v for k, v in keys.items()} | {"model.max_seq_len": size.seq_len}
+    shape["data.seq_len"] = size.seq_len
+    return build_model(build_config({**NANOGPT_CPU, **shape}).model, VOCAB)
 
 
 def build_x_transformers(size: Size) -> nn.Module:
@@ -150,9 +125,6 @@ def param_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())  # tied weights once
 
 
-# --- memory -----------------------------------------------------------------------------------
-
-
 class PeakTensorBytes(TorchDispatchMode):
     """Peak bytes of tensor storages created inside the mode and alive at the same time."""
 
@@ -194,19 +166,12 @@ def step_memory(step: Callable[[], None]) -> int:
     return torch.cuda.max_memory_allocated() - base
 
 
-# --- timing -----------------------------------------------------------------------------------
-
-
 def _prepare(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, compile_: bool, block_s: float
 ) -> tuple[dict[str, Any], Callable[[], None]]:
     """A model's row (parameters, step memory, steps per timed block) and its step, warmed up."""
-    row: dict[str, Any] = {"params": param_count(model), "compiled": False}
-    if compile_:
-        try:
-            model, row["compiled"] = torch.compile(model), True
-        except Exception as err:  # noqa: BLE001 - report, fall back to eager
-            row["compile_error"] = f"{type(err).__name__}: {err}"
+    row: dict[str, Any] = {"params": param_count(model), "compiled": compile_}
+    model = torch.compile(model) if compile_ else model  # compiles lazily, at the first step
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if has_gpu() else nullcontext()
 
     def step() -> None:
@@ -226,13 +191,8 @@ def _prepare(
 
 
 def measure_speed(
-    size: Size,
-    *,
-    reps: int,
-    block_s: float,
-    compile_models: bool = False,
-    log: Callable[[str], None] = print,
-) -> dict[str, Any]:
+    size: Size, *, reps: int, block_s: float, compile_models=False, log=print
+) -> dict:
     """Tokens/s (best step), step memory and parameters of every model at ``size``."""
     dev = torch.device("cuda" if has_gpu() else "cpu")
     torch.manual_seed(0)
@@ -247,10 +207,6 @@ def measure_speed(
             log(f"  {size.name} {name:>14}: skipped ({err})")
             continue
         rows[name], steps[name] = _prepare(model, x, y, compile_models, block_s)
-        log(
-            f"  {size.name} {name:>14}: {rows[name]['params']:,} params, step memory "
-            f"{rows[name]['peak_bytes'] / 2**20:.1f} MiB"
-        )
     names, times = list(rows), {name: [] for name in rows}
     for rep in range(reps):
         for name in names[rep % len(names) :] + names[: rep % len(names)]:
@@ -260,10 +216,7 @@ def measure_speed(
         t = times[name]
         row.update(timed_steps=len(t), step_s=min(t), tokens_per_s=size.tokens / min(t))
         row["tokens_per_s_median"] = size.tokens / statistics.median(t)
-        log(
-            f"  {size.name} {name:>14}: {row['tokens_per_s']:,.0f} tokens/s (best of {len(t)} "
-            f"steps; median {row['tokens_per_s_median']:,.0f})"
-        )
+        log(f"  {size.name} {name:>14}: {row['tokens_per_s']:,.0f} tokens/s (best of {len(t)})")
     ours = rows["ours"]
     others = {n: r for n, r in rows.items() if n != "ours"}
     return {

@@ -1,18 +1,13 @@
 """ablate against nanoGPT's training procedure: per-step time and wall time to the same loss.
 
 The nanoGPT arm (``nanogpt_train``) trains ablate's model (at nanoGPT's settings it is nanoGPT's
-GPT) with nanoGPT's *procedure* in plain PyTorch: random-offset batches, its warmup and cosine
-(``nanogpt_lr``), AdamW as nanoGPT builds it, ``loss.item()`` every step, evaluation every 250
-steps on 20 train + 20 val batches, a checkpoint when val improves. The ablate arm is
-``train_run`` exactly as a user runs it. Same ``RunConfig`` and seed, so the same initial
-weights; an arm's clock starts when it is called (set-up inside, imports not); rounds in one
-process, the order alternating, so a slow drift of a shared machine cancels.
-
-**Per step**: the median interval between step starts (evaluation and checkpoint steps are in
-the tail it ignores). **To the same loss**: each arm keeps its weights every ``snapshot_every``
-steps and after the last (off the clock); the target is the nanoGPT run's final loss on the whole
-validation split, reached at the earliest snapshot from which every later one scores at or below
-it on the whole split.
+GPT) with nanoGPT's *procedure* in plain PyTorch: random-offset batches, its warmup and cosine,
+AdamW as nanoGPT builds it, ``loss.item()`` every step, evaluation every 250 steps on 20 train +
+20 val batches, a checkpoint when val improves. The ablate arm is ``train_run`` as a user runs
+it. Same ``RunConfig`` and seed (so the same initial weights); rounds in one process, the order
+alternating. Each arm keeps its weights every ``snapshot_every`` steps (off the clock); an arm
+reaches a target loss at the earliest snapshot from which every later one scores at or below it
+on the whole validation split (``time_to_target``, also the GPU bench's time to quality).
 """
 
 from __future__ import annotations
@@ -20,7 +15,6 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,23 +29,16 @@ from ablate.model import build_model
 from ablate.training.lit import decay_groups, lm_loss
 from ablate.training.train import attn_context, evaluate, torch_threads
 
-# nanoGPT's config/train_shakespeare_char.py cadence (its README's CPU command: --eval_iters=20
-# --log_interval=1) and ablate's reference study (studies/reference_nanogpt_cpu.yaml)
+# nanoGPT's config/train_shakespeare_char.py cadence (its README's CPU command: --eval_iters=20)
 NANOGPT_EVAL_INTERVAL = 250
 NANOGPT_EVAL_ITERS = 20
-REFERENCE_TRAIN: dict[str, Any] = {
-    "train.eval_interval": 250,
-    "train.eval_batches": 20,
-    "train.final_eval_batches": None,
-    "train.log_interval": 10,
-}
 # (steps done, seconds since the arm's call with snapshot copies excluded, weights)
 Snapshot = tuple[int, float, dict[str, torch.Tensor]]
 
 
 def nanogpt_lr(t: int, *, lr: float, min_lr: float, warmup: int, total: int) -> float:
-    """nanoGPT's ``get_lr`` at iteration ``t`` (0-based): linear warmup ``lr (t + 1) / (W + 1)``,
-    then a cosine from ``lr`` to ``min_lr`` at ``total``, ``min_lr`` after."""
+    """nanoGPT's ``get_lr`` at iteration ``t``: warmup ``lr (t + 1) / (W + 1)``, then a cosine
+    to ``min_lr`` at ``total``, ``min_lr`` after."""
     if t < warmup:
         return lr * (t + 1) / (warmup + 1)
     if t > total:
@@ -63,8 +50,7 @@ def nanogpt_lr(t: int, *, lr: float, min_lr: float, warmup: int, total: int) -> 
 def random_windows(
     tokens: torch.Tensor, batch_size: int, seq_len: int, gen: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """nanoGPT's ``get_batch``: ``batch_size`` windows at offsets drawn uniformly from
-    ``[0, len - seq_len)``; targets are the inputs shifted by one token."""
+    """nanoGPT's ``get_batch``: windows at uniform random offsets, targets shifted by one."""
     ix = torch.randint(tokens.numel() - seq_len, (batch_size,), generator=gen)
     x = torch.stack([tokens[i : i + seq_len] for i in ix])
     y = torch.stack([tokens[i + 1 : i + 1 + seq_len] for i in ix])
@@ -77,11 +63,12 @@ def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 @dataclass
 class NanoGPTTrace:
-    """What one ``nanogpt_train`` call measured (``perf_counter`` seconds)."""
+    """``perf_counter`` at the call and at the end (after the last evaluation), at every step
+    start; losses, evaluations and snapshots."""
 
-    t_call: float  # the function was entered (before data and model set-up)
-    t_end: float = math.nan  # the last step (and any evaluation after it) finished
-    stamps: list[float] = field(default_factory=list)  # start of every training step
+    t_call: float
+    t_end: float = math.nan
+    stamps: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     evals: list[dict[str, float]] = field(default_factory=list)
     snapshots: list[Snapshot] = field(default_factory=list)
@@ -97,15 +84,10 @@ def nanogpt_train(
     checkpoint_dir: Path | None = None,
     gen: torch.Generator | None = None,
 ) -> tuple[torch.nn.Module, LMDataModule, NanoGPTTrace]:
-    """Train ``cfg`` for ``cfg.train.max_steps`` steps with nanoGPT's procedure.
-
-    Every ``eval_interval`` steps (0: never), and after the last step when it falls on one,
-    nanoGPT's ``estimate_loss`` (``eval_iters`` random batches of train and of val); when val
-    improved, a checkpoint (model + optimizer) into ``checkpoint_dir`` (after step 0, as nanoGPT
-    does). ``snapshot_every``: a copy of the weights every so many steps and after the last.
-    Device, autocast, SDPA backend and compile follow ``cfg.train``; batches (and nanoGPT's
-    evaluation batches) come from ``gen`` (default: seeded with ``cfg.train.seed``).
-    """
+    """Train ``cfg`` with nanoGPT's procedure: every ``eval_interval`` steps (0: never) and
+    after the last when it falls on one, its ``estimate_loss``, and a checkpoint into
+    ``checkpoint_dir`` when val improved after step 0; a weight snapshot every
+    ``snapshot_every`` steps and after the last. Batches come from ``gen`` (default: seeded)."""
     d, o, t = cfg.data, cfg.optim, cfg.train
     trace = NanoGPTTrace(t_call=time.perf_counter())
     dev = device_of(cfg)
@@ -124,7 +106,6 @@ def nanogpt_train(
         losses: list[torch.Tensor] = []
 
         def estimate(tokens) -> float:
-            """nanoGPT's ``estimate_loss`` for one split: the mean over random batches."""
             total = torch.zeros((), device=dev)
             for _ in range(eval_iters):
                 x, y = random_windows(tokens, d.batch_size, d.seq_len, gen)
@@ -133,7 +114,6 @@ def nanogpt_train(
 
         def evaluate_now(step: int) -> None:
             nonlocal best_val
-            t0 = time.perf_counter()
             model.eval()
             with torch.no_grad(), autocast_context(t.precision, dev):
                 tr, va = estimate(train), estimate(val)
@@ -143,8 +123,7 @@ def nanogpt_train(
                 if step > 0 and checkpoint_dir is not None:
                     state = {"model": model.state_dict(), "optimizer": opt.state_dict()}
                     torch.save({**state, "iter_num": step}, Path(checkpoint_dir) / "ckpt.pt")
-            took = time.perf_counter() - t0
-            trace.evals.append({"step": step, "train": tr, "val": va, "s": took})
+            trace.evals.append({"step": step, "train": tr, "val": va})
 
         model.train()
         with attn_context(cfg, dev):
@@ -181,45 +160,42 @@ def nanogpt_train(
 
 
 def nanogpt_run(cfg: RunConfig, *, estimate_batches: int = 20) -> dict[str, Any]:
-    """Train ``cfg`` the nanoGPT way (no evaluation during training), then evaluate: nanoGPT's
-    estimate (``estimate_batches`` random val batches) and the whole validation split. If this
-    lands where the reference study lands, a gap to nanoGPT's published number is not
-    something ablate's training adds."""
+    """Train ``cfg`` the nanoGPT way, then nanoGPT's estimate (``estimate_batches`` random val
+    batches) and the loss on the whole validation split."""
     d, gen = cfg.data, torch.Generator().manual_seed(cfg.train.seed)
     model, dm, trace = nanogpt_train(cfg, log_interval=0, gen=gen)
     with torch_threads(cfg.train.threads), torch.no_grad():
         model.eval()
         val = dm.tokens("val")
-        batches = [
+        windows = (
             random_windows(val, d.batch_size, d.seq_len, gen) for _ in range(estimate_batches)
-        ]
-        estimate = sum(lm_loss(model(x), y).item() for x, y in batches) / estimate_batches
+        )
+        estimate = sum(lm_loss(model(x), y).item() for x, y in windows) / estimate_batches
         full = evaluate(model, dm.val_dataloader())
     return {"full_val_loss": full, "nanogpt_estimate": estimate, "train_losses": trace.losses}
 
 
-# --- the race -----------------------------------------------------------------------------------
+# --- to the same loss ---------------------------------------------------------------------------
 
 
 class Snapshots(pl.Callback):
-    """A CPU copy of the weights every ``every`` optimizer steps and after the last, with the
-    clock reading minus the time earlier copies took."""
+    """A CPU copy of the weights every ``every`` steps and after the last, off the clock."""
 
     def __init__(self, every: int):
         self.every, self.taken, self.off_clock = every, [], 0.0
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = int(trainer.global_step)
-        if step % self.every == 0 or step == trainer.max_steps:
+        if step % self.every == 0 or step == trainer.max_steps or trainer.should_stop:
             now = time.perf_counter()
             self.taken.append((step, now - self.off_clock, _weights(pl_module.model)))
             self.off_clock += time.perf_counter() - now
 
 
 def _judge(cfg: RunConfig, snapshots: list[Snapshot], target: float, dm) -> dict[str, Any]:
-    """Score snapshots on the whole val split from the last backwards; the reach point is the
+    """Score snapshots on the whole val split from the last backwards: the reach point is the
     earliest snapshot of the final run at or below ``target``."""
-    model = build_model(cfg.model, dm.vocab_size)
+    model = build_model(cfg.model, dm.vocab_size).to(device_of(cfg))
     final, reached = None, None
     for step, t, state in reversed(snapshots):
         model.load_state_dict(state)
@@ -236,72 +212,70 @@ def _judge(cfg: RunConfig, snapshots: list[Snapshot], target: float, dm) -> dict
     }
 
 
-def _run_arm(cfg: RunConfig, arm: str, snapshot_every: int) -> dict[str, Any]:
+def _run_arm(cfg: RunConfig, arm: str, snapshot_every: int, budget_s=None) -> dict[str, Any]:
     """One timed run of ``arm`` (``ablate`` or ``nanogpt``)."""
-    median_step = lambda s: statistics.median(b - a for a, b in zip(s, s[1:], strict=False))  # noqa: E731
     if arm == "nanogpt":
         kw = {"eval_interval": NANOGPT_EVAL_INTERVAL, "eval_iters": NANOGPT_EVAL_ITERS}
         _, _, trace = nanogpt_train(cfg, snapshot_every=snapshot_every, **kw)
         wall, snaps, stamps = trace.t_end - trace.t_call, trace.snapshots, trace.stamps
-        flops = None
+        summary, out_of_time = {}, False
     else:
         snap = Snapshots(snapshot_every)
-        result, timer = ablate_loop(
-            cfg, name="versus", progress=cfg.train.progress, callbacks=(snap,)
-        )
+        kw = {"progress": cfg.train.progress, "budget_s": budget_s, "callbacks": (snap,)}
+        result, timer = ablate_loop(cfg, name="versus", **kw)
         wall, stamps = timer.t_return - timer.t_call - snap.off_clock, timer.stamps
         snaps = [(step, t - timer.t_call, w) for step, t, w in snap.taken]
-        flops = result.summary.get("flops_per_token")
+        summary, out_of_time = result.summary, timer.out_of_time
     return {
-        "step_s": median_step(stamps),
+        "step_s": statistics.median(b - a for a, b in zip(stamps, stamps[1:], strict=False)),
         "wall_s": wall,
+        "steps": len(stamps),
         "snapshots": snaps,
-        "flops_per_token": flops,
+        "flops_per_token": summary.get("flops_per_token"),
+        "out_of_time": out_of_time,
     }
 
 
-def race(
-    base: RunConfig | dict[str, Any],
-    *,
-    rounds: int,
-    snapshot_every: int,
-    log: Callable[[str], None] = print,
-    **overrides: Any,
+def time_to_target(
+    cfg: RunConfig, target: float, snapshot_every: int, budget_s: float | None = None
 ) -> dict[str, Any]:
-    """``rounds`` of ablate vs nanoGPT, order alternating, at the reference study's evaluation
-    and logging cadence; each round's ablate run judged against its nanoGPT run's final loss."""
-    cfg = bench_config(base, **{**REFERENCE_TRAIN, **overrides})
+    """``train_run(cfg)`` timed to ``target`` on the whole val split (stopped after
+    ``budget_s``): per-step time, wall time, final loss and the reach point."""
+    got = _run_arm(cfg, "ablate", snapshot_every, budget_s)
+    dm = LMDataModule(cfg.data, seed=cfg.train.seed).prepare()
+    return got | _judge(cfg, got.pop("snapshots"), target, dm)
+
+
+def race(
+    base: RunConfig | dict[str, Any], *, rounds: int, snapshot_every: int, log=print, **overrides
+) -> dict[str, Any]:
+    """``rounds`` of ablate vs nanoGPT, the order alternating; each round's ablate run judged
+    against its nanoGPT run's final loss."""
+    cfg = bench_config(base, **overrides)
     dm = LMDataModule(cfg.data, seed=cfg.train.seed).prepare()
     runs = []
     for i in range(rounds):
         order = ["ablate", "nanogpt"][:: 1 if i % 2 == 0 else -1]
         log(f"round {i + 1}/{rounds} ({'/'.join(order)})")
         got = {arm: _run_arm(cfg, arm, snapshot_every) for arm in order}
-        for arm, g in got.items():
-            log(f"  {arm:>8}: {g['step_s'] * 1e3:.2f} ms/step (median), {g['wall_s']:.1f} s")
         target = _judge(cfg, got["nanogpt"]["snapshots"][-1:], math.inf, dm)["final_loss"]
-        arms = {
-            arm: {k: v for k, v in g.items() if k != "snapshots"}
-            | _judge(cfg, g["snapshots"], target, dm)
-            for arm, g in got.items()
-        }
+        arms = {arm: g | _judge(cfg, g.pop("snapshots"), target, dm) for arm, g in got.items()}
         a, n = arms["ablate"], arms["nanogpt"]
         a["step_ratio"] = a["step_s"] / n["step_s"]
         a["wall_ratio"] = a["wall_s"] / n["wall_s"]
         a["reach_ratio"] = a["reached_s"] / n["reached_s"] if a["reached"] else None
         log(
-            f"  target {target:.4f}, ablate final {a['final_loss']:.4f} "
+            f"  target {target:.4f}, ablate final {a['final_loss']:.4f}, "
             + (f"reached at step {a['reached_step']}" if a["reached"] else "not reached")
             + f"; per step {a['step_ratio']:.3f}x, whole run {a['wall_ratio']:.3f}x"
         )
         runs.append({"order": "/".join(order), "target": target, "arms": arms})
     ablate = [r["arms"]["ablate"] for r in runs]
     reach = [g["reach_ratio"] for g in ablate if g["reach_ratio"] is not None]
-    m, t = cfg.model, cfg.train
-    ablate_step = statistics.median(g["step_s"] for g in ablate)
+    m, t, d = cfg.model, cfg.train, cfg.data
     return {
-        "config": f"{m.n_layers}L/{m.n_heads}H/{m.d_model}d, ctx {cfg.data.seq_len}, batch "
-        f"{cfg.data.batch_size}, {t.max_steps} steps",
+        "config": f"{m.n_layers}L/{m.n_heads}H/{m.d_model}d, ctx {d.seq_len}, batch "
+        f"{d.batch_size}, {t.max_steps} steps",
         "steps": t.max_steps,
         "snapshot_every": snapshot_every,
         "ablate_eval": f"every {t.eval_interval} steps on {t.eval_batches} val batches, then "
@@ -318,6 +292,6 @@ def race(
             }
         },
         # for the efficiency section: the ablate arm's training rate
-        "tokens_per_s": cfg.data.batch_size * cfg.data.seq_len / ablate_step,
+        "tokens_per_s": d.batch_size * d.seq_len / statistics.median(g["step_s"] for g in ablate),
         "flops_per_token": ablate[0]["flops_per_token"],
     }
