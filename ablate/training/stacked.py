@@ -52,7 +52,8 @@ from ablate.training.stacked_store import (
     member_checkpoint,
     state_dict_keys,
 )
-from ablate.training.stacked_wandb import finish_member, log_member, start_member_wandb
+from ablate.training.stacked_wandb import log_member, start_member_wandb
+from ablate.training.tracking import finish_wandb_run
 from ablate.training.train import (
     StepBoundaryStop,
     attn_context,
@@ -132,7 +133,7 @@ class Member:
 
     def close_wandb(self) -> None:
         run, self.wandb = self.wandb, None
-        finish_member(run, self.summary)
+        finish_wandb_run(run, self.summary)
 
     def write_progress(self, **fields: Any) -> None:
         self.progress.update(fields, updated=time.time())

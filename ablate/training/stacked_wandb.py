@@ -85,16 +85,3 @@ def log_member(run: Any, metrics: dict[str, float], step: int) -> None:
         run.log({**metrics, STEP: step})
     except Exception as err:  # noqa: BLE001 - W&B must never stop a run
         log.debug("W&B log failed: %s", err)
-
-
-def finish_member(run: Any, summary: dict[str, Any]) -> None:
-    """Copy the summary's headline numbers into the W&B run and finish it (as ``close_wandb``)."""
-    if run is None:
-        return
-    try:
-        for k in ("status", "final_val_loss", "best_val_loss", "steps", "params", "diverged_step"):
-            if summary.get(k) is not None:
-                run.summary[k] = summary[k]
-        run.finish(exit_code=0 if summary.get("status") != "failed" else 1)
-    except Exception as err:  # noqa: BLE001
-        log.warning("W&B did not close cleanly: %s", err)

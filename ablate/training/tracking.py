@@ -166,3 +166,18 @@ def make_wandb_logger(
 def wandb_run_dirs(run_dir: RunDir) -> list[Path]:
     """The W&B run directories of a run (one per start, resumed ones included)."""
     return sorted((run_dir.wandb_dir).glob("*run-*"))
+
+
+def finish_wandb_run(run: Any, summary: dict[str, Any]) -> None:
+    """Copy the summary's headline numbers into the W&B run (a wandb run, or a Lightning
+    ``WandbLogger``'s) and finish it; a W&B that fails to close is a warning, never a failed run."""
+    if run is None:
+        return
+    try:
+        run = getattr(run, "experiment", run)
+        for k in ("status", "final_val_loss", "best_val_loss", "steps", "params", "diverged_step"):
+            if summary.get(k) is not None:
+                run.summary[k] = summary[k]
+        run.finish(exit_code=0 if summary.get("status") != "failed" else 1)
+    except Exception as err:  # noqa: BLE001
+        log.warning("W&B did not close cleanly: %s", err)

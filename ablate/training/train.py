@@ -40,7 +40,7 @@ from ablate.training.checkpoints import (
     select_checkpoint,
 )
 from ablate.training.lit import LitLM, lm_loss
-from ablate.training.tracking import StoreLogger, make_wandb_logger
+from ablate.training.tracking import StoreLogger, finish_wandb_run, make_wandb_logger
 
 log = logging.getLogger("ablate")
 
@@ -304,7 +304,7 @@ def train_run(
     finally:
         if wandb_logger is not None:
             t_close = time.time()
-            close_wandb(wandb_logger, summary)
+            finish_wandb_run(wandb_logger, summary)
             wandb_wait += time.time() - t_close
     summary["wall_time_s"] = base_wall + time.time() - t0 - wandb_wait
     if wandb_wait:
@@ -523,14 +523,3 @@ def lit_metrics(trainer: pl.Trainer) -> list[tuple[int, str, float]]:
         if isinstance(lg, StoreLogger):
             return lg.run_dir.read_metrics()
     return []
-
-
-def close_wandb(logger, summary: dict[str, Any]) -> None:
-    try:
-        run = logger.experiment
-        for k in ("status", "final_val_loss", "best_val_loss", "steps", "params", "diverged_step"):
-            if summary.get(k) is not None:
-                run.summary[k] = summary[k]
-        run.finish(exit_code=0 if summary.get("status") != "failed" else 1)
-    except Exception as err:  # noqa: BLE001
-        log.warning("W&B did not close cleanly: %s", err)
