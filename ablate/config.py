@@ -47,6 +47,7 @@ PosEncoding = Annotated[str, _registered("pos_encoding")]
 Activation = Annotated[str, _registered("activation")]
 Init = Literal["gpt2", "vaswani"]
 Tokenizer = Literal["char", "word", "bpe"]
+DataOrder = Literal["rows", "tokens"]
 Decay = Literal["cosine", "linear", "constant", "cosine_min"]
 LRScaling = Literal["none", "linear", "sqrt"]
 Precision = Literal["32-true", "bf16-mixed", "16-mixed", "bf16-true"]
@@ -139,6 +140,12 @@ class DataConfig(_Section):
     """Offset between consecutive training windows: 1 = sliding window. Default: ``seq_len``."""
     shuffle: bool = True
     """Visit training windows in a seeded random order each epoch (False: in order)."""
+    order: DataOrder = "rows"
+    """How training batches are cut from the token stream. ``rows``: ``batch_size`` contiguous
+    rows, a batch is one column window of every row, so the token order depends on the batch
+    size. ``tokens``: one seeded order of ``seq_len`` windows of the whole stream, consumed
+    ``batch_size`` at a time, so at one seed every batch size sees the same tokens in the same
+    order (compare batch sizes paired by seed)."""
     val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
     test_fraction: float = Field(0.0, ge=0.0, lt=1.0)
     eval_batch_size: int | None = Field(None, ge=1)
@@ -297,6 +304,8 @@ class RunConfig(_Section):
         d.pop("tracking")
         d["train"].pop("progress")
         d["train"].pop("stack")  # how runs train (stacked or alone), not what they are
+        if d["data"]["order"] == "rows":  # the order every run had before the field existed
+            d["data"].pop("order")
         if (
             content
         ):  # only when present: ids of runs without plugins or local files stay as they were

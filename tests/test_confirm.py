@@ -9,7 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from ablate.cli import app, optional_values
-from ablate.execution.confirm import claim_arms, run_confirm
+from ablate.execution.confirm import claim_arms, confirm_seeds, run_confirm
 from ablate.execution.runner import run_study
 from ablate.store.registration import REGISTRATION_FILE, updated_registration
 from ablate.study import load_study
@@ -176,6 +176,17 @@ def test_confirm_trains_fresh_paired_seeds_for_claim_arms_only(study, tmp_path):
     run_confirm(path, 3, store=store, progress=False)  # one more: the next unused seed
     seeds = {(v, s) for v, s, c, _ in _metas(store).values() if c}
     assert seeds == {(v, s) for v in ARMS for s in (2, 3, 4)}
+
+
+def test_confirm_skips_seeds_seen_outside_the_store(make_study, tmp_path):
+    """``seen_seeds``: seeds looked at in an earlier store are never confirmation seeds."""
+    path = make_study("conf", grid=GRID, seeds=[0, 1], seen_seeds=[2, 4], claims=[CLAIM], base={})
+    plan = load_study(path)
+    assert plan.seen_seeds == (2, 4)
+    assert confirm_seeds(plan, tmp_path / "empty", 3) == [3, 5, 6]
+    bad = make_study("bad", grid=GRID, seeds=[0, 1], seen_seeds=["x"], base={})
+    res = CliRunner().invoke(app, ["plan", str(bad)])
+    assert res.exit_code == 2 and "seen_seeds" in res.output.strip().splitlines()[0]
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from ablate.report.claim_checks import (
     decide_claim,
 )
 from ablate.report.collect import load_study
-from ablate.report.comparisons import compare
+from ablate.report.comparisons import PAIRED, STREAMS_DIFFER, compare
 from ablate.report.power import (
     beyond_power,
     diff_power,
@@ -344,3 +344,27 @@ def test_registration_confirmation_and_looks_in_the_report(tmp_path, write_run):
         "- look 2: 6 seeds (information fraction 1); alpha spent so far 0.05, nominal " in section
     )
     assert "decided: early" in section
+
+
+@pytest.mark.parametrize(
+    ("order", "test", "why"),
+    [("rows", "Welch t", STREAMS_DIFFER), ("tokens", "paired t", PAIRED)],
+)
+def test_batch_sizes_pair_by_seed_only_when_they_share_the_token_stream(
+    tmp_path, write_run, order, test, why
+):
+    """Under ``data.order: rows`` a seed's token order changes with the batch size, so batch 8
+    vs 64 is Welch; under ``tokens`` both see one stream per seed and the test is paired. The
+    report says which and why."""
+    store, bs = tmp_path / "runs", "data.batch_size"
+    for b, base in ((8, 1.8), (64, 1.9)):
+        for seed in range(3):
+            axes = {bs: b, "data.order": order}
+            final = base + 0.03 * seed + 0.004 * seed**2 * (b == 64)
+            write_run(store, "pair", axes, seed, "completed", final)
+    spec = tmp_path / "pair.yaml"
+    spec.write_text(yaml.safe_dump({"name": "pair", "grid": {bs: [8, 64]}, "seeds": [0, 1, 2]}))
+    (comp,), _ = analyse(load_study(store, "pair", spec))
+    assert (comp.test, comp.pairing) == (test, why)
+    (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
+    assert f"**Pairing.** 1 {why}." in path.read_text()

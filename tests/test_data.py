@@ -28,6 +28,7 @@ from ablate.data import (
     CharTokenizer,
     DatasetSpec,
     LMDataModule,
+    TokenOrderSampler,
     WindowSampler,
     WordTokenizer,
     batchify,
@@ -446,6 +447,58 @@ def test_sampler_resume_continues_the_stream():
     assert window_order(n, 5, 0, shuffle=False).tolist() == list(range(n))
 
 
+def _stream(dm: LMDataModule, batches: int) -> tuple[list[int], list[int]]:
+    """The first ``batches`` training batches, flattened row by row: (inputs, targets)."""
+    xs, ys, loader = [], [], dm.train_dataloader(start=0)
+    while len(xs) < batches * dm.tokens_per_batch:  # pass after pass (epoch after epoch)
+        for _, (x, y) in zip(range(batches - len(xs) // dm.tokens_per_batch), loader, strict=False):
+            xs += x.flatten().tolist()
+            ys += y.flatten().tolist()
+    return xs, ys
+
+
+def test_token_order_is_the_same_stream_at_every_batch_size(text_file):
+    """Issue 22: at one seed, batch 8 and batch 64 see the same first N tokens in the same
+    order (here 640 windows, across the 337-window epoch boundary); ``rows`` does not."""
+    b8 = _stream(make_dm(text_file, seed=4, batch_size=8, order="tokens", eval_batch_size=2), 80)
+    b64 = _stream(make_dm(text_file, seed=4, batch_size=64, order="tokens", eval_batch_size=2), 10)
+    assert len(b8[0]) == len(b64[0]) == 640 * 8
+    assert b8 == b64
+    dm = make_dm(text_file, seed=4, batch_size=8, order="tokens")
+    assert dm.batched("train").shape == (1, 2700) and dm.num_train_windows == 337 // 8
+    src = dm.tokens("train")
+    n = len(window_starts(2700, 8, 8))
+    windows = [tuple(src[i : i + 8].tolist()) for i in window_starts(2700, 8, 8)]
+    x = torch.tensor(b8[0]).reshape(-1, 8)
+    first_epoch = [tuple(r) for r in x[:n].tolist()]
+    assert sorted(first_epoch) == sorted(windows)  # each epoch: every window once
+    assert [tuple(r) for r in torch.tensor(b8[1]).reshape(-1, 8)[:, :-1].tolist()] == [
+        w[1:] for w in first_epoch + [tuple(r) for r in x[n:].tolist()]
+    ]  # targets: the next token
+    rows8 = _stream(make_dm(text_file, seed=4, batch_size=8), 8)
+    rows64 = _stream(make_dm(text_file, seed=4, batch_size=64, eval_batch_size=2), 1)
+    assert rows8[0] != rows64[0]  # the batch size changes the order under ``rows``
+
+
+def test_token_order_sampler_resumes_mid_stream():
+    full = TokenOrderSampler(7, 3, seed=5, shuffle=True)
+    stream = [i for e in range(4) for i in window_order(7, 5, e).tolist()]
+    batches = [b for _ in range(4) for b in full]
+    assert len(full) == 2 and sum(batches, []) == stream[:24]
+    resumed = TokenOrderSampler(7, 3, seed=5, shuffle=True, start=3)
+    assert list(resumed) == batches[3:4]  # the rest of the pass it resumed in
+    assert list(resumed) + list(resumed) == batches[4:8]
+    assert list(TokenOrderSampler(4, 2, 0, shuffle=False)) == [[0, 1], [2, 3]]
+
+
+def test_token_order_needs_one_batch_of_windows(text_file):
+    with pytest.raises(ConfigError, match="fewer than one batch") as err:
+        make_dm(text_file, batch_size=400, order="tokens", eval_batch_size=2)
+    assert err.value.key == "data.batch_size"
+    with pytest.raises(ValueError, match="'rows' or 'tokens'"):
+        DataConfig(order="random")
+
+
 def test_val_loader_covers_the_split(text_file):
     dm = make_dm(text_file, eval_batch_size=3)
     src = dm.batched("val").long()  # (3, 100); the memmap holds uint16
@@ -505,7 +558,8 @@ def test_unigram_entropy():
 
 @pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader`")
 @pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated")
-def test_lightning_resume_sees_the_same_batches(text_file, tmp_path):
+@pytest.mark.parametrize("order", ["rows", "tokens"])
+def test_lightning_resume_sees_the_same_batches(text_file, tmp_path, order):
     pl = pytest.importorskip("pytorch_lightning")
 
     class Recorder(pl.LightningModule):
@@ -535,7 +589,7 @@ def test_lightning_resume_sees_the_same_batches(text_file, tmp_path):
         )
         trainer.fit(
             model,
-            datamodule=make_dm(text_file, seed=3, seq_len=32),
+            datamodule=make_dm(text_file, seed=3, seq_len=32, order=order),
             ckpt_path=str(ckpt) if ckpt else None,
         )
         return model.seen, trainer

@@ -8,6 +8,7 @@ Public API (see each module for the formulas):
 - datasets: ``DatasetSpec``, ``DATASETS``, ``resolve_dataset``, ``read_text``, ``download``,
   ``split_bounds``, ``split_sequence``, ``sha256_file``, ``data_dir``, ``cache_dir``
 - module: ``LMDataModule``, ``unigram_entropy``, ``window_order``, ``WindowSampler``,
+  ``TokenOrderSampler``,
   ``WindowDataset``
 """
 
@@ -26,6 +27,7 @@ from ablate.data.datasets import (
 )
 from ablate.data.module import (
     LMDataModule,
+    TokenOrderSampler,
     WindowDataset,
     WindowSampler,
     unigram_entropy,
@@ -57,6 +59,7 @@ __all__ = [
     "Dictionary",
     "LMDataModule",
     "WindowDataset",
+    "TokenOrderSampler",
     "WindowSampler",
     "WordTokenizer",
     "batchify",

@@ -6,6 +6,10 @@ The stream is cut into ``batch_size`` contiguous rows (``batchify``); a batch is
 sequences of one batch never overlap each other. ``window_starts`` lists the valid window
 offsets for a given stride (1 = sliding window, ``seq_len`` = non-overlapping).
 
+``data.order: tokens`` cuts batches differently: the stream stays one row, its windows are
+visited in one seeded order, and a batch is the next ``batch_size`` of them (``stack_windows``),
+so the token order of a seed does not depend on the batch size.
+
 All functions are pure; ``batchify`` and ``get_batch`` return views of their input (no copy).
 """
 
@@ -80,3 +84,19 @@ def window_starts(tps: int, seq_len: int, stride: int, *, key: str = "data.seq_l
             key=key,
         )
     return range(0, tps - seq_len, stride)
+
+
+def stack_windows(
+    source: torch.Tensor, starts: torch.Tensor, seq_len: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The windows of a one-row ``source`` (shape ``(1, n_tokens)``) at offsets ``starts``,
+    stacked: ``x[b] = source[0, starts[b] : starts[b] + seq_len]`` and ``y[b]`` the same one
+    token later; shapes ``(len(starts), seq_len)``, int64 copies."""
+    if source.dim() != 2 or source.size(0) != 1:
+        raise ValueError(f"stack_windows expects one row (1, n), got {tuple(source.shape)}")
+    idx = starts.reshape(-1, 1) + torch.arange(seq_len + 1)  # (B, seq_len + 1)
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= source.size(1)):
+        raise ValueError(f"a window of {seq_len + 1} tokens at {starts.tolist()} leaves the row")
+    # gather from a numpy view: a uint16 memmap cannot be indexed by torch on every version
+    rows = torch.from_numpy(source[0].numpy()[idx.numpy()].astype("int64"))
+    return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()

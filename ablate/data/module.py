@@ -13,7 +13,8 @@ to learn ``vocab_size`` and Lightning's own ``setup("fit")`` is then free):
      cut words and lines in half and create words the vocabulary never saw).
    Char/word vocabularies come from the whole text (no OOV in val/test); bpe is trained on
    the train split and cached on disk (see ``ablate.data.tokenizers``);
-3. ``batchify``: train with ``batch_size`` rows, val/test with ``eval_bs`` rows.
+3. ``batchify``: train with ``batch_size`` rows (one row under ``data.order: tokens``), val/test
+   with ``eval_bs`` rows.
 
 Loaders yield ready-made ``(x, y)`` batches of shape ``(rows, seq_len)`` (``get_batch`` windows),
 so each DataLoader uses ``batch_size=None`` over a dataset of window offsets:
@@ -24,6 +25,10 @@ so each DataLoader uses ``batch_size=None`` over a dataset of window offsets:
   starts at batch ``global_step * accumulate_grad_batches`` of that stream of epochs
   (``WindowSampler``), so a resumed run sees exactly the batches an uninterrupted one would
   (exact when ``accumulate_grad_batches`` is 1 or divides the batches per epoch).
+- train under ``data.order: tokens``: the split stays one row; its windows are visited in the
+  same seeded per-epoch permutation, and batch ``k`` is windows ``k*B .. k*B + B - 1`` of that
+  stream of epochs (``TokenOrderSampler``). The stream does not depend on ``B``, so at one seed
+  batch 8 and batch 64 see the same tokens in the same order (64 batches of 8 = one of 64).
 - val/test: non-overlapping windows (stride = seq_len) in order over the whole split (only full
   windows: the last ``< seq_len`` targets of each row are not scored).
 
@@ -43,7 +48,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ablate.config import ConfigError, DataConfig
-from ablate.data.batching import batchify, get_batch, window_starts
+from ablate.data.batching import batchify, get_batch, stack_windows, window_starts
 from ablate.data.datasets import resolve_dataset
 from ablate.data.source import is_hf, load_hf
 from ablate.data.token_cache import token_splits
@@ -142,6 +147,58 @@ class WindowDataset(Dataset):
         return x.to(torch.long, copy=True), y.to(torch.long, copy=True)
 
 
+class TokenOrderSampler(Sampler[list[int]]):
+    """Batches of ``batch_size`` window indices cut from one seeded stream of windows.
+
+    The stream is the epochs' permutations (``window_order``) one after another; batch ``k``
+    is its positions ``[k*B, (k+1)*B)``, so a batch may straddle two epochs and the stream is
+    the same for every ``B``. ``start`` is a batch index (the resume point); Lightning's epochs
+    are a nominal ``n // B`` batches (``len``), and a pass ends at the next such boundary.
+    """
+
+    def __init__(self, n: int, batch_size: int, seed: int, shuffle: bool, *, start: int = 0):
+        if n < 1 or batch_size < 1:
+            raise ValueError(f"need windows and a batch size, got n={n}, B={batch_size}")
+        self.n, self.batch_size, self.seed, self.shuffle = n, batch_size, seed, shuffle
+        self.position = start
+        self._orders: dict[int, torch.Tensor] = {}
+
+    def __len__(self) -> int:
+        return max(1, self.n // self.batch_size)
+
+    def _window(self, j: int) -> int:
+        """Window index at stream position ``j``."""
+        epoch, k = divmod(j, self.n)
+        if epoch not in self._orders:  # keep the current and next epoch's permutations only
+            self._orders = {e: o for e, o in self._orders.items() if e >= epoch - 1}
+            self._orders[epoch] = window_order(self.n, self.seed, epoch, self.shuffle)
+        return int(self._orders[epoch][k])
+
+    def __iter__(self) -> Iterator[list[int]]:
+        # a pass ends at the next multiple of len(self), as an uninterrupted run's would (a
+        # resumed pass is shorter), so Lightning's epoch counter stays in step
+        first = self.position
+        self.position = (first // len(self) + 1) * len(self)  # an abandoned pass still counts
+        for batch in range(first, self.position):
+            lo = batch * self.batch_size
+            yield [self._window(j) for j in range(lo, lo + self.batch_size)]
+
+
+class TokenWindowDataset(Dataset):
+    """Item ``[k1, k2, ...]`` is the batch of windows ``starts[k1], starts[k2], ...`` of a
+    one-row ``source`` (``stack_windows``)."""
+
+    def __init__(self, source: torch.Tensor, starts: range, seq_len: int):
+        self.source, self.starts, self.seq_len = source, starts, seq_len
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, ks: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        offsets = torch.tensor([self.starts[k] for k in ks], dtype=torch.long)
+        return stack_windows(self.source, offsets, self.seq_len)
+
+
 class ResumableLoader(DataLoader):
     """The training DataLoader; its ``WindowSampler`` was positioned at the resume point.
 
@@ -188,7 +245,8 @@ class LMDataModule(pl.LightningDataModule):
         # tokenized once into a memory-mapped file per (data content, tokenizer, splits)
         splits = token_splits(c)
         tok, self._tokens, self._chars = splits.tokenizer, splits.tokens, splits.chars
-        batched = {"train": self._batchify("train", c.batch_size, "data.batch_size")}
+        train_rows = 1 if c.order == "tokens" else c.batch_size
+        batched = {"train": self._batchify("train", train_rows, "data.batch_size")}
         eval_key = "data.eval_batch_size" if c.eval_batch_size else "data.batch_size"
         batched["val"] = self._batchify("val", c.eval_bs, eval_key)
         if c.test_fraction > 0:
@@ -196,7 +254,13 @@ class LMDataModule(pl.LightningDataModule):
         # fail now, not at the first batch: every split must hold at least one window
         for split, source in batched.items():
             stride = c.window_stride if split == "train" else c.seq_len
-            self._starts(split, c.seq_len, stride, source=source)
+            n = len(self._starts(split, c.seq_len, stride, source=source))
+            if split == "train" and c.order == "tokens" and n < c.batch_size:
+                raise ConfigError(
+                    f"the train split holds {n} windows of {c.seq_len} tokens, fewer than one "
+                    f"batch of {c.batch_size} (data.order: tokens)",
+                    key="data.batch_size",
+                )
         self._batched, self._tokenizer = batched, tok
         return self
 
@@ -267,7 +331,8 @@ class LMDataModule(pl.LightningDataModule):
         return self.tokens("train")
 
     def batched(self, split: str) -> torch.Tensor:
-        """``split`` batchified: ``(batch_size, tps)`` for train, ``(eval_bs, tps)`` otherwise."""
+        """``split`` batchified: ``(batch_size, tps)`` for train (``(1, n)`` under ``data.order:
+        tokens``), ``(eval_bs, tps)`` otherwise."""
         self.prepare()
         if split not in self._batched:
             if split == "test":
@@ -279,8 +344,9 @@ class LMDataModule(pl.LightningDataModule):
 
     @property
     def num_train_windows(self) -> int:
-        """Training batches per epoch."""
-        return len(self._starts("train", self.cfg.seq_len, self.cfg.window_stride))
+        """Training batches per epoch (under ``data.order: tokens``, windows // batch_size)."""
+        n = len(self._starts("train", self.cfg.seq_len, self.cfg.window_stride))
+        return max(1, n // self.cfg.batch_size) if self.cfg.order == "tokens" else n
 
     # --- loaders --------------------------------------------------------------------------------
     def _loader(
@@ -311,12 +377,14 @@ class LMDataModule(pl.LightningDataModule):
         """
         c = self.cfg
         starts = self._starts("train", c.seq_len, c.window_stride)
-        sampler = WindowSampler(
-            len(starts),
-            self.seed,
-            c.shuffle,
-            start=self._resume_position() if start is None else start,
-        )
+        start = self._resume_position() if start is None else start
+        if c.order == "tokens":
+            sampler = TokenOrderSampler(
+                len(starts), c.batch_size, self.seed, c.shuffle, start=start
+            )
+            dataset = TokenWindowDataset(self.batched("train"), starts, c.seq_len)
+            return self._loader(dataset, sampler, ResumableLoader)
+        sampler = WindowSampler(len(starts), self.seed, c.shuffle, start=start)
         dataset = WindowDataset(self.batched("train"), starts, c.seq_len)
         return self._loader(dataset, sampler, ResumableLoader)
 

@@ -2,11 +2,11 @@
 
 A claim written after its runs were seen can only be confirmed on data it has not seen. This
 trains ``N`` seeds the study never used (not in its ``seeds`` list, not in any run of the
-study in the store) for the variants its claims select (:func:`claim_arms`: the runs of arms
-``a`` and ``b`` under ``where``; every run under ``where`` for a fitted exponent), and nothing
-else. Every arm gets the same seeds, so the arms stay paired. Each run's ``run.yaml`` meta and
-``summary.json`` say ``confirm: true``; its run id is its config's, so it differs from the
-study's runs by the seed alone.
+study in the store, not in its ``seen_seeds``) for the variants its claims select
+(:func:`claim_arms`: the runs of arms ``a`` and ``b`` under ``where``; every run under ``where``
+for a fitted exponent), and nothing else. Every arm gets the same seeds, so the arms stay
+paired. Each run's ``run.yaml`` meta and ``summary.json`` say ``confirm: true``; its run id is
+its config's, so it differs from the study's runs by the seed alone.
 
 Deterministic and resumable: the confirmation seeds already in the store come first, then the
 next unused integers above the study's largest seed, so ``--confirm 3`` run again resumes the
@@ -88,6 +88,7 @@ def confirm_seeds(study: Study, store: str | Path, n: int) -> list[int]:
     """The ``n`` confirmation seeds: those already in the store, then fresh ones (module doc)."""
     own = {r.seed for r in study.runs}
     used, confirm = store_seeds(store, study.name)
+    used |= set(study.seen_seeds)  # looked at in an earlier store: not fresh
     have = sorted(confirm - own)
     if len(have) >= n:
         return have[:n]

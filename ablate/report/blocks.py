@@ -6,6 +6,8 @@ Markdown and HTML.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pandas as pd
 
 from ablate.report.claims_section import against_the_paper, extra_seeds_section
@@ -48,7 +50,8 @@ HOW_TO_READ = (
     "deviation, then the 95% t-interval over seeds [lo, hi] (mean ± t·s/√n); n is the number of "
     "seeds behind it. Lower loss is better. Comparisons pair variants that differ in one axis "
     "only, everything else fixed: a paired t-test on per-seed differences when both sides have "
-    "the same seeds (same data order), else Welch's t-test; the interval is the 95% t-interval "
+    "the same seeds and a seed gives both the same token stream, else Welch's t-test (the "
+    "Pairing line under the comparisons says which and why); the interval is the 95% t-interval "
     "of the difference. The study's claims (above) are the confirmatory family, Holm–Bonferroni "
     "corrected over the claims only; the comparisons below are exploratory, Benjamini–Hochberg "
     "corrected (false discovery rate) within this report: they suggest, they do not confirm. "
@@ -231,7 +234,15 @@ def comparison_blocks(study: StudyData, verdicts: list[tuple[Comparison, Verdict
             "TOST: equivalence within the margin; the percentile bootstrap CI (9999 "
             f"resamples, seed {SEED}) is secondary and too narrow at few seeds.",
         ),
+        Block("p", pairing_line([c for c, _ in verdicts])),
     ]
+
+
+def pairing_line(comps: list[Comparison]) -> str:
+    """Which tests are paired and why: how many comparisons for each reason."""
+    counts = Counter(c.pairing or c.test for c in comps)
+    parts = [f"{n} {reason}" for reason, n in counts.most_common()]
+    return "**Pairing.** " + "; ".join(parts) + "."
 
 
 def figure_blocks(figures: list[FigureFile]) -> list[Block]:

@@ -16,6 +16,7 @@ import pandas as pd
 from ablate.report import registration as reg
 from ablate.report.claim_checks import INCONCLUSIVE, ClaimCheck, confirm_mask
 from ablate.report.collect import StudyData
+from ablate.report.comparisons import STREAMS_DIFFER
 from ablate.report.fit import lr_fit
 from ablate.report.render import Block
 from ablate.report.verdicts import fmt_num, fmt_p, verdict
@@ -48,7 +49,8 @@ def numbers(check: ClaimCheck, unit: str) -> str:
         return f"{text}; {check.detail}" if check.detail else text
     if claim.metric.endswith("@init"):  # a slope of gradient norms over layers, not a loss
         unit = "(grad-norm slope per layer)"
-    return verdict(c, unit=unit, where=_where(check), seeds=False).text
+    text = verdict(c, unit=unit, where=_where(check), seeds=False).text
+    return f"{text} [{c.pairing}]" if c.pairing == STREAMS_DIFFER else text
 
 
 def seeds_used(check: ClaimCheck) -> str:

@@ -48,6 +48,8 @@ CONFIG_COLUMNS = {
     "model.max_seq_len": "cfg.max_seq_len",
     "data.seq_len": "cfg.seq_len",
     "data.tokenizer": "cfg.tokenizer",
+    "data.batch_size": "cfg.batch_size",  # with data.order: whether seeds share a token stream
+    "data.order": "cfg.order",
 }
 
 

@@ -28,6 +28,12 @@ from ablate.report.stats import (
 )
 
 FINISHED = ("completed", "diverged")
+PAIRED = "paired by seed: same initialisation and the same token stream"
+SEEDS_DIFFER = "Welch: the two sides were not trained on the same seeds"
+STREAMS_DIFFER = (
+    "Welch: the batch size differs under data.order: rows, so a seed's token order differs "
+    "(data.order: tokens keeps one stream per seed at every batch size)"
+)
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,9 @@ class Comparison:
     boot_hi: float = math.nan
     key: tuple = ()
     """Identity of the two groups (their run ids), so one comparison is counted once."""
+    pairing: str = ""
+    """Why the test is paired or not: :data:`PAIRED`, :data:`SEEDS_DIFFER` or
+    :data:`STREAMS_DIFFER`."""
 
     @property
     def n_a(self) -> int:
@@ -167,6 +176,7 @@ def compare(
         boot_lo=blo,
         boot_hi=bhi,
         key=key,
+        pairing=PAIRED if pairs is not None else SEEDS_DIFFER,
     )
 
 
@@ -189,16 +199,31 @@ def compare_groups(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, **kwargs: An
     (with their seeds, so equal seed sets are paired), diverged runs are counted, and the run
     ids identify the comparison (``key``)."""
     da, db = ga[ga["status"] == "completed"], gb[gb["status"] == "completed"]
-    return compare(
+    same_stream = token_streams(ga) == token_streams(gb) or gb.empty
+    comp = compare(
         pd.to_numeric(da[metric], errors="coerce").tolist() if metric in da else [],
         pd.to_numeric(db[metric], errors="coerce").tolist() if metric in db else [],
-        seeds_a=da["seed"].tolist(),
-        seeds_b=db["seed"].tolist(),
+        seeds_a=da["seed"].tolist() if same_stream else None,
+        seeds_b=db["seed"].tolist() if same_stream else None,
         diverged_a=int((ga["status"] == "diverged").sum()),
         diverged_b=int((gb["status"] == "diverged").sum()),
         key=(metric, tuple(sorted(map(str, ga["run_id"]))), tuple(sorted(map(str, gb["run_id"])))),
         **kwargs,
     )
+    return comp if same_stream else replace(comp, pairing=STREAMS_DIFFER)
+
+
+def token_streams(g: pd.DataFrame) -> set[Any]:
+    """What fixes a seed's training token order in these runs: under ``data.order: rows`` (and
+    in stores from before the field) the batch size cuts the stream into rows, so it is part
+    of the order; under ``tokens`` it is not."""
+    if "cfg.batch_size" not in g:
+        return set()
+    order = g["cfg.order"] if "cfg.order" in g else pd.Series("rows", index=g.index)
+    return {
+        ("tokens",) if o == "tokens" else ("rows", b)
+        for o, b in zip(order.fillna("rows"), g["cfg.batch_size"], strict=True)
+    }
 
 
 def axis_comparisons(

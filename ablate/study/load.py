@@ -58,6 +58,7 @@ def load_study(
         plugins=all_plugins,
         claims=claims,
         equivalence_margin=margin,
+        seen_seeds=spec.seen_seeds,
     )
 
 

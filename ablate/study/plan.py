@@ -85,6 +85,8 @@ class Study:
     claims: list = field(default_factory=list)
     """The study's ``claims:`` (:class:`ablate.study.claims.Claim`), checked by the report."""
     equivalence_margin: float = 0.01
+    seen_seeds: tuple[int, ...] = ()
+    """Seeds looked at outside the store (``seen_seeds:``); ``--confirm`` skips them."""
 
     def meta(self, run: PlannedRun) -> dict[str, Any]:
         meta = run.meta(self.name, self.profile)

@@ -26,6 +26,7 @@ A study file::
       - {name: transformer, set: {}}
       - {name: lstm, set: {model.arch: lstm, model.d_model: 96}}
     seeds: [0, 1, 2]                # every point is run once per seed (sets train.seed)
+    seen_seeds: [3, 4]              # trained and looked at elsewhere: --confirm skips them
     derived:                        # values computed from the resolved config of each run
       train.max_steps: "2_000_000 // (data.batch_size * data.seq_len)"
     profiles:                       # named partial configs chosen with --profile
@@ -74,6 +75,7 @@ TOP_LEVEL = (
     "grid",
     "variants",
     "seeds",
+    "seen_seeds",
     "derived",
     "profiles",
     "default_profile",
@@ -377,6 +379,9 @@ class StudySpec:
     derived: Derived
     profiles: dict[str, Profile]
     default_profile: str | None
+    seen_seeds: tuple[int, ...] = ()
+    """Seeds trained and looked at outside the store (an earlier store, a deleted run):
+    ``--confirm`` never picks them, so a confirmation seed is one nobody has seen."""
 
     @property
     def variant_names(self) -> list[str]:
@@ -422,6 +427,7 @@ def parse_spec(raw: dict[str, Any], source: Path) -> StudySpec:
         derived=derived,
         profiles=profiles,
         default_profile=default_profile,
+        seen_seeds=tuple(parse_seeds(raw.get("seen_seeds"), source, "seen_seeds") or ()),
     )
 
 
