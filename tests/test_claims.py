@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -75,6 +76,9 @@ CLAIMS = [
         "margin": 0.05,
     },
 ]
+
+
+ART = {"artifact": "no.json"}
 
 
 def study_yaml(path, claims=CLAIMS, **extra):
@@ -201,6 +205,21 @@ def test_report_lists_every_claim_with_its_outcome(checked, tmp_path):
             "claims[0].b",
             "needs b:",
         ),
+        (
+            {"id": "x", "text": "t", "expect": "equivalent", "a": {}, "b": {"artifact": "no.json"}},
+            "claims[0].b.key",
+            "must name the artifact's list of values",
+        ),
+        (
+            {"id": "x", "text": "t", "expect": "equivalent", "a": {}, "b": ART | {"key": "x"}},
+            "claims[0].b.artifact",
+            "no.json: not found",
+        ),
+        (
+            {"id": "x", "text": "t", "expect": "equivalent", "a": {}, "b": ART | {"values": [1]}},
+            "claims[0].b",
+            "give either values or artifact",
+        ),
     ],
 )
 def test_bad_claims_are_one_line_naming_file_and_key(tmp_path, claim, key, message):
@@ -209,6 +228,31 @@ def test_bad_claims_are_one_line_naming_file_and_key(tmp_path, claim, key, messa
         plan_study(spec, check_data=False)
     assert str(err.value).startswith(f"{spec}: {key}: ") and message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_a_published_arm_is_read_from_its_artifact(checked, tmp_path):
+    """``b: {artifact, key}``: the values come from the committed file that produced them, the
+    report names it, a key not in it is one line listing the lists it holds."""
+    _, store, *_ = checked
+    art = tmp_path / "reports" / "own.json"
+    art.parent.mkdir()
+    art.write_text(json.dumps({"seeds": [1, 2, 3], "full": [1.598, 1.6, 1.603], "what": "x"}))
+    claim = dict(CLAIMS[-1], b={"artifact": "reports/own.json", "key": "full", "label": "paper"})
+    spec = study_yaml(tmp_path / "s.yaml", [claim])
+    (parsed,) = plan_study(spec, check_data=False).claims
+    assert parsed.external == (1.598, 1.6, 1.603)
+    assert parsed.external_source == "reports/own.json: full"
+    (check,) = analyse(load_study(store, "norm_pos", spec))[1]
+    assert check.comparison.label_b == "paper (reports/own.json: full)"
+    spec = study_yaml(
+        tmp_path / "s.yaml", [dict(claim, b={"artifact": "reports/own.json", "key": "f"})]
+    )
+    with pytest.raises(
+        ConfigError, match=r"claims\[0\]\.b\.key: .* has no 'f'; lists in it: seeds, full"
+    ):
+        plan_study(spec, check_data=False)
+    typed = analyse(load_study(store, "norm_pos", study_yaml(tmp_path / "t.yaml", [CLAIMS[-1]])))
+    assert typed[1][0].comparison.label_b == "paper (typed into the study YAML, no artifact)"
 
 
 def test_bad_margin_and_cli_plan_exits_2(tmp_path):

@@ -131,7 +131,9 @@ def run(nanogpt: Path, out: Path, seeds: tuple[int, ...] = SEEDS, threads: int =
         for seed in seeds:
             printed, ckpt, seconds = train(tree, seed, threads)
             full = full_split_loss(tree, ckpt, cfg)
-            print(f"seed {seed}: printed val {printed:.4f}, full split {full:.4f} ({seconds:.0f} s)")
+            print(
+                f"seed {seed}: printed val {printed:.4f}, full split {full:.4f} ({seconds:.0f} s)"
+            )
             record["printed_val_loss"].append(printed)
             record["full_split_val_loss"].append(round(full, 6))
             record["train_seconds"].append(round(seconds, 1))

@@ -180,13 +180,20 @@ def _arm_check(check: ClaimCheck, base: pd.DataFrame, m: float) -> None:
             pd.to_numeric(done[col], errors="coerce").tolist(),
             list(claim.external),
             label_a=la,
-            label_b=claim.external_label,
+            label_b=published_label(claim),
             margin=m,
             diverged_a=int((ga["status"] == "diverged").sum()),
         )
     else:
         gb, lb = _best(base, claim.b, col)
         check.comparison = compare_groups(ga, gb, col, label_a=la, label_b=lb, margin=m)
+
+
+def published_label(claim: Claim) -> str:
+    """A published arm's name with where its numbers come from: the artifact file and key, or
+    a note that they were typed into the study."""
+    where = claim.external_source or "typed into the study YAML, no artifact"
+    return f"{claim.external_label} ({where})"
 
 
 def build_comparisons(study: StudyData, claims: list[Claim], margin: float) -> list[ClaimCheck]:

@@ -15,8 +15,12 @@ report time (:mod:`ablate.report.claim_checks`). One claim::
         margin: 0.01                             # optional: this claim's equivalence margin
 
 A list as a value (``a: {model.activation: [swiglu, geglu]}``) means the best of those values
-(lowest mean), chosen at report time and named in the report. ``b: {values: [1.897, 1.898],
-label: nanoGPT}`` compares arm a with published per-seed numbers (Welch, unpaired).
+(lowest mean), chosen at report time and named in the report. ``b: {artifact:
+../reports/nanogpt_own.json, key: full_split_val_loss, label: nanoGPT}`` compares arm a with
+per-seed numbers read from a committed file that the command which produced them wrote (a JSON
+object whose ``key`` is a list of numbers; the path is relative to the study file), Welch,
+unpaired; the report names the file. ``b: {values: [...]}`` types such numbers in instead, and
+the report says so.
 ``metric: lr_exponent`` is the fitted exponent alpha in lr* ∝ batch^alpha (needs grid axes
 ``data.batch_size`` and ``optim.lr``); its claim is ``expect: equivalent`` to ``value:`` within
 ``margin`` (or ``better``/``worse`` = above/below ``value``).
@@ -24,6 +28,7 @@ label: nanoGPT}`` compares arm a with published per-seed numbers (Welch, unpaire
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -58,6 +63,8 @@ class Claim:
     external: tuple[float, ...] = ()
     """``b: {values: [...]}``: published per-seed numbers to compare arm a with."""
     external_label: str = ""
+    external_source: str = ""
+    """Where ``external`` came from: ``"<artifact path>: <key>"``, or empty when typed in."""
 
     @property
     def length(self) -> float | None:
@@ -108,19 +115,47 @@ def _selector(raw: Any, where: str, source: Path, axes: dict[str, list[Any]]) ->
     return out
 
 
-def _external(raw: dict, where: str, source: Path) -> tuple[tuple[float, ...], str]:
+EXTERNAL_KEYS = ("values", "artifact", "key", "label")
+
+
+def _external(raw: dict, where: str, source: Path) -> tuple[tuple[float, ...], str, str]:
+    """(values, label, source) of a published arm: typed ``values``, or ``artifact`` + ``key``."""
     for k in raw:
-        if k not in ("values", "label"):
-            raise ConfigError("valid keys: values, label", key=f"{where}.{k}", source=source)
-    vals = raw.get("values")
+        check_known(k, EXTERNAL_KEYS, key=f"{where}.{k}", source=source)
+    if ("values" in raw) == ("artifact" in raw):
+        raise ConfigError("give either values or artifact (with key)", key=where, source=source)
+    label = str(raw.get("label") or "published values")
+    if "values" in raw:
+        return _numbers(raw["values"], f"{where}.values", source), label, ""
+    path, key = raw["artifact"], raw.get("key")
+    if not isinstance(key, str):
+        raise ConfigError(
+            "must name the artifact's list of values", key=f"{where}.key", source=source
+        )
+    file = source.parent / str(path)
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, ValueError) as err:
+        why = "not found" if isinstance(err, FileNotFoundError) else f"not JSON ({err})"
+        raise ConfigError(f"{file}: {why}", key=f"{where}.artifact", source=source) from None
+    if not isinstance(data, dict) or key not in data:
+        keys = ", ".join(k for k, v in data.items() if isinstance(v, list)) if data else ""
+        raise ConfigError(
+            f"{file} has no {key!r}; lists in it: {keys or 'none'}",
+            key=f"{where}.key",
+            source=source,
+        )
+    return _numbers(data[key], f"{where}.key", source), label, f"{path}: {key}"
+
+
+def _numbers(vals: Any, where: str, source: Path) -> tuple[float, ...]:
     if not isinstance(vals, list) or len(vals) < 2:
         raise ConfigError(
             "must be a list of at least 2 numbers (published per-seed values)",
-            key=f"{where}.values",
+            key=where,
             source=source,
         )
-    nums = tuple(_number(v, f"{where}.values[{i}]", source) for i, v in enumerate(vals))
-    return nums, str(raw.get("label") or "published values")
+    return tuple(_number(v, f"{where}[{i}]", source) for i, v in enumerate(vals))
 
 
 def _metric(raw: Any, where: str, source: Path, axes: dict[str, list[Any]]) -> str:
@@ -155,10 +190,10 @@ def parse_claim(
     _check_length(metric, lengths, f"{where}.metric", source)
     margin = raw.get("margin")
     margin = None if margin is None else parse_margin(margin, source, f"{where}.margin")
-    external, label = (), ""
+    external, label, ext_source = (), "", ""
     b_raw = raw.get("b")
-    if isinstance(b_raw, dict) and "values" in b_raw:
-        external, label = _external(b_raw, f"{where}.b", source)
+    if isinstance(b_raw, dict) and ("values" in b_raw or "artifact" in b_raw):
+        external, label, ext_source = _external(b_raw, f"{where}.b", source)
         b = {}
     else:
         b = _selector(b_raw, f"{where}.b", source, axes)
@@ -177,6 +212,7 @@ def parse_claim(
         value=value,
         external=external,
         external_label=label,
+        external_source=ext_source,
     )
 
 
