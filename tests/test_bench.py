@@ -191,3 +191,23 @@ def test_one_section_goes_into_the_existing_report(tmp_path):
     text = out.read_text()
     assert "re-measured alone by `ablate bench --section efficiency`" in text
     assert "## 1. Framework overhead\n\nnot run" in text
+
+
+def test_nanogpt_own_runs_train_py_with_the_seed_shifted(tmp_path):
+    """The seed shim: nanoGPT seeds ``torch.manual_seed(1337)``; seed s must train under s.
+    A stand-in checkout prints what nanoGPT prints; the real one is run by hand (docs)."""
+    from ablate.bench import nanogpt_own
+
+    tree = tmp_path / "nanoGPT"
+    (tree / "config").mkdir(parents=True)
+    (tree / "train.py").write_text(
+        "import sys, torch\n"
+        "torch.manual_seed(1337)\n"
+        "assert sys.argv[1] == 'config/train_shakespeare_char.py', sys.argv\n"
+        "print(f'step 2000: train loss 1.0000, val loss {torch.initial_seed() / 1e4:.4f}')\n"
+    )
+    printed, ckpt, _ = nanogpt_own.train(tree, 1339, threads=1)
+    assert printed == 0.1339 and ckpt == tree / "out-seed1339" / "ckpt.pt"
+    with pytest.raises(SystemExit) as err:
+        nanogpt_own.main(["--nanogpt", str(tmp_path / "nowhere")])
+    assert err.value.code == 2
