@@ -368,3 +368,54 @@ def test_batch_sizes_pair_by_seed_only_when_they_share_the_token_stream(
     assert (comp.test, comp.pairing) == (test, why)
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
     assert f"**Pairing.** 1 {why}." in path.read_text()
+
+
+def test_a_claim_decided_at_a_look_is_reported_on_that_looks_seeds(tmp_path, write_run):
+    """Look 3 added seeds to the open claim's arms only; the claim decided at look 2 keeps its
+    6 paired seeds and look 2's level, not a Welch test over unequal arms (issue 22, item 3)."""
+    store = tmp_path / "runs"
+    for pos in ("learned", "rope"):
+        for norm, base in (("post", 1.9 if pos == "learned" else 1.6), ("pre", 1.6)):
+            for seed in range(3, 9 if pos == "learned" else 12):
+                final = base + 0.01 * (seed % 3) + 0.002 * seed * (norm == "pre")
+                write_run(store, "seq", {NORM: norm, POS: pos}, seed, "completed", final)
+    _mark_confirm(store, "seq", set(range(3, 12)))
+    claims = [
+        _claim("big", "pre", "post", where={POS: "learned"}),
+        _claim("tie", "pre", "post", expect="equivalent", where={POS: "rope"}),
+    ]
+    spec = tmp_path / "seq.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "seq",
+                "grid": {NORM: ["post", "pre"], POS: ["learned", "rope"]},
+                "seeds": [0, 1, 2],
+                "claims": claims,
+            }
+        )
+    )
+    levels = [0.0007, 0.0157, 0.0336]
+    looks = [
+        {
+            "look": k + 1,
+            "seeds": 3 * (k + 1),
+            "seed_set": list(range(3, 6 + 3 * k)),
+            "info_fraction": (k + 1) / 3,
+            "alpha_spent": 0.0,
+            "nominal_alpha": levels[k],
+            "decided": ["big"] if k == 1 else [],
+        }
+        for k in range(3)
+    ]
+    log = {"rounds": [], "design": {"max_looks": 3, "alpha": 0.05}, "looks": looks}
+    (store / "seq" / "until_decided.json").write_text(json.dumps(log))
+    _, checks = analyse(load_study(store, "seq", spec))
+    big, tie = checks
+    assert big.look["look"] == 2 and big.comparison.paired and big.comparison.n_a == 6
+    assert big.outcome == "reproduces"
+    assert tie.look["look"] == 3 and tie.comparison.n_a == tie.comparison.n_b == 9
+    (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
+    assert "decided at look 2 of the sequential design on its 6 confirmation seeds" in (
+        path.read_text()
+    )

@@ -68,14 +68,6 @@ def look_seed_counts(first: int, per_look: int, max_looks: int) -> list[int]:
     return [first + k * per_look for k in range(max_looks)]
 
 
-def _restrict(data: collect.StudyData, seeds: Sequence[int]) -> collect.StudyData:
-    """The study's runs at ``seeds`` only: a look analyses exactly its planned seeds."""
-    keep = {int(s) for s in seeds}
-    runs = data.runs
-    mask = runs["seed"].map(lambda s: s == s and s is not None and int(s) in keep)
-    return dataclasses.replace(data, runs=runs[mask.astype(bool)])
-
-
 def _design(
     plan: Study, store: Path, max_looks: int, seeds_per_look: int | None, alpha: float, confirm
 ) -> tuple[dict[str, Any], list[int]]:
@@ -218,7 +210,7 @@ def run_until_decided(
         if "stopped" in log:  # the design was finished before: nothing more to look at
             return results
         seed_set = _look_seeds(log, look)
-        data = _restrict(collect.load_study(store, plan.name, study_path), seed_set)
+        data = collect.restrict_seeds(collect.load_study(store, plan.name, study_path), seed_set)
         data = dataclasses.replace(data, claims=[c for c in data.claims if c.id not in decided])
         level = look_levels(design["seeds_at_looks"], alpha)[look - 1]["nominal_alpha"]
         open_ = _record_look(log, look, seed_set, outcomes(data, level), decided)

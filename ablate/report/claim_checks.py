@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from ablate.report.collect import StudyData, axis_column, format_value
+from ablate.report.collect import StudyData, axis_column, format_value, restrict_seeds
 from ablate.report.comparisons import (
     FINISHED,
     Comparison,
@@ -75,6 +75,9 @@ class ClaimCheck:
     """Decided on the confirmation runs only (``ablate run --confirm``)."""
     has_confirmation: bool = False
     """The study has confirmation runs at all (then an original-seed verdict says why)."""
+    look: dict | None = None
+    """The ``--until-decided`` look that decided the claim (or its last look): its seeds and
+    nominal level, from ``until_decided.json``; None outside a sequential design."""
 
 
 def confirm_mask(runs: pd.DataFrame) -> pd.Series:
@@ -385,8 +388,41 @@ def analyse(study: StudyData) -> tuple[list[Comparison], list[ClaimCheck]]:
     margin = study.equivalence_margin
     original = study.runs[~confirm_mask(study.runs)]
     comps = adjust(axis_comparisons(original, study.varying_axes, margin=margin), method="bh")
-    checks = build_comparisons(study, study.claims, margin)
+    looks = study_looks(study)
+    decided = sequential_checks(study, looks) if looks else {}
+    rest = [c for c in study.claims if c.id not in decided]
+    checks = build_comparisons(study, rest, margin)
     confirmatory_family(checks)
     for check in checks:
         decide_claim(check, ALPHA)
-    return comps, checks
+    by_id = decided | {check.claim.id: check for check in checks}
+    return comps, [by_id[c.id] for c in study.claims]
+
+
+def study_looks(study: StudyData) -> list[dict]:
+    """The looks of the study's ``--until-decided`` design (``until_decided.json``), if any."""
+    from ablate.store.rundir import DECISIONS_FILE, read_decisions
+
+    path = study.path / DECISIONS_FILE
+    looks = list(read_decisions(path).get("looks", [])) if path.is_file() else []
+    # a log without each look's seeds and level cannot be replayed: decide on all runs then
+    return looks if all("seed_set" in lk and "nominal_alpha" in lk for lk in looks) else []
+
+
+def sequential_checks(study: StudyData, looks: list[dict]) -> dict[str, ClaimCheck]:
+    """Each claim of a sequential design as it was decided: at the look that decided it (or
+    the last look), on exactly that look's seeds, Holm over the claims still open there, at
+    the look's nominal level (as ``ablate run --until-decided`` decided it)."""
+    out: dict[str, ClaimCheck] = {}
+    for i, look in enumerate(looks):
+        open_claims = [c for c in study.claims if c.id not in out]
+        data = restrict_seeds(study, look.get("seed_set", []))
+        checks = build_comparisons(data, open_claims, study.equivalence_margin)
+        confirmatory_family(checks)
+        last = i == len(looks) - 1
+        for check in checks:
+            decide_claim(check, float(look["nominal_alpha"]))
+            if last or check.claim.id in look.get("decided", []):
+                check.look = look
+                out[check.claim.id] = check
+    return out

@@ -56,6 +56,13 @@ def numbers(check: ClaimCheck, unit: str) -> str:
 def seeds_used(check: ClaimCheck) -> str:
     """Which seeds decided the claim: its confirmation runs only, or the original seeds."""
     c = check.comparison
+    if check.look is not None:  # a sequential design: the look that decided it
+        lk = check.look
+        kind = "confirmation " if check.confirmation else ""
+        return (
+            f"decided at look {lk['look']} of the sequential design on its "
+            f"{len(lk.get('seed_set', []))} {kind}seeds (nominal level {lk['nominal_alpha']:.3g})"
+        )
     if check.confirmation:
         n = f"{c.n_a}" if c is not None and (c.n_a == c.n_b or check.claim.external) else ""
         n = n or (f"{c.n_a} vs {c.n_b}" if c is not None else "its")

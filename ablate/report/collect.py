@@ -16,7 +16,7 @@ store is read; nothing here writes to it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +224,14 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
     for key, col in CONFIG_COLUMNS.items():
         row[col] = _config_value(config, key)
     return row, axes, meta
+
+
+def restrict_seeds(data: StudyData, seeds: Any) -> StudyData:
+    """The study's runs at ``seeds`` only (a sequential look analyses exactly its seeds)."""
+    keep = {int(s) for s in seeds}
+    runs = data.runs
+    mask = runs["seed"].map(lambda s: s == s and s is not None and int(s) in keep)
+    return replace(data, runs=runs[mask.astype(bool)])
 
 
 def format_value(v: Any) -> str:
