@@ -16,7 +16,7 @@ export ABLATE_DATA_DIR
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-slurm run report bench bench-quick bench-section bench-gpu bench-chaos lint clean
+.PHONY: install test test-slurm run report bench bench-quick bench-section bench-gpu bench-chaos nanogpt-reference lint clean
 
 install: $(STAMP)
 
@@ -60,6 +60,11 @@ bench-section: install
 # the GPU acceptance bench (reports/bench_gpu.md); on a machine without CUDA it says so, exit 0
 bench-gpu: install
 	$(BIN)/ablate bench --gpu
+
+# nanoGPT's own code at the reference study's settings -> reports/nanogpt_own.json, which the
+# reference claim reads (~4-7 min per seed): `make nanogpt-reference NANOGPT=../nanoGPT`
+nanogpt-reference: install
+	$(BIN)/python -m ablate.bench.nanogpt_own --nanogpt $(NANOGPT)
 
 # crash safety: kill -9 workers and drivers (local, Ray) until a 24-run study completes (~10 min)
 bench-chaos: install

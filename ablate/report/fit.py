@@ -1,10 +1,11 @@
 """Fitted quantities: the loss-optimal learning rate per batch size, and the exponent alpha in
 lr* ∝ batch^alpha. Pure functions on arrays, then one table function on the runs table.
 
-Per seed (runs with the same seed see the same data order), for each batch size the final loss
-is fitted by a quadratic in log10(lr) around the lowest point of the sweep and its vertex is the
-optimum; alpha is the least-squares slope of log lr* on log batch. The spread of the per-seed
-alphas gives its t-interval, like every other interval in the report.
+Per seed (same initial weights; the same token stream at every batch size under ``data.order:
+tokens``), for each batch size the final loss is fitted by a quadratic in log10(lr) around the
+lowest point of the sweep and its vertex is the optimum; alpha is the least-squares slope of
+log lr* on log batch. The spread of the per-seed alphas gives its t-interval, like every other
+interval in the report.
 """
 
 from __future__ import annotations
