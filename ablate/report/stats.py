@@ -261,23 +261,23 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     """Holm–Bonferroni adjusted p-values (``multipletests(method="holm")``): sort the k finite
     p ascending, ``p_adj(i) = max_{j<=i} min(1, (k - j + 1) · p_(j))``. NaN stays NaN and does
     not count in k."""
-    p = np.asarray(pvalues, dtype=float)
-    out = np.full(len(p), math.nan)
-    ok = np.isfinite(p)
-    if ok.any():
-        out[ok] = multipletests(p[ok], method="holm")[1]
-    return [float(v) for v in out]
+    return _adjusted(pvalues, "holm")
 
 
 def bh(pvalues: Sequence[float]) -> list[float]:
     """Benjamini–Hochberg adjusted p-values (FDR; ``multipletests(method="fdr_bh")``): sort the k
     finite p ascending, ``q(i) = min_{j>=i} min(1, k · p_(j) / j)``. NaN stays NaN and does not
     count in k. For exploratory comparisons: controls the expected share of false findings."""
+    return _adjusted(pvalues, "fdr_bh")
+
+
+def _adjusted(pvalues: Sequence[float], method: str) -> list[float]:
+    """``multipletests(method=method)`` over the finite p-values; NaN stays NaN."""
     p = np.asarray(pvalues, dtype=float)
     out = np.full(len(p), math.nan)
     ok = np.isfinite(p)
     if ok.any():
-        out[ok] = multipletests(p[ok], method="fdr_bh")[1]
+        out[ok] = multipletests(p[ok], method=method)[1]
     return [float(v) for v in out]
 
 
