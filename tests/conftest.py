@@ -212,6 +212,22 @@ def assert_same_as_local():
     return _assert_same_as_local
 
 
+def _assert_stacked_like_solo(results, path, tmp_path, members):
+    """Runs trained in stacks of ``members`` equal the same study trained solo, locally."""
+    from ablate.execution.runner import run_study
+
+    local = run_study(path, store=tmp_path / "local", progress=False)
+    for r, ref in zip(results, local, strict=True):
+        assert r["run_id"] == ref["run_id"] and r["stack"]["members"] == members
+        assert r["final_val_loss"] == pytest.approx(ref["final_val_loss"], rel=1e-5)
+
+
+@pytest.fixture
+def assert_stacked_like_solo():
+    """``assert_stacked_like_solo(results, study_path, tmp_path, members)``: see above."""
+    return _assert_stacked_like_solo
+
+
 # --- synthetic stores through the store API (report and claim tests) -----------------------------
 
 from ablate.config import build_config  # noqa: E402 - after the environment above is set

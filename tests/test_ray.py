@@ -132,7 +132,9 @@ def test_an_explicit_address_sends_the_auth_token_when_there_is_one(
     assert os.environ.get(AUTH_MODE_ENV) == expected
 
 
-def test_a_stacked_group_is_one_ray_task(local_ray, make_study, tmp_path, capsys):
+def test_a_stacked_group_is_one_ray_task(
+    local_ray, make_study, tmp_path, capsys, assert_stacked_like_solo
+):
     path = make_study(grid={"optim.lr": [1e-3, 3e-3]}, seeds=[0, 1])
     opts = ExecutorOptions(executor="ray", max_retries=1)
     results = run_study(
@@ -140,9 +142,6 @@ def test_a_stacked_group_is_one_ray_task(local_ray, make_study, tmp_path, capsys
     )
     out = capsys.readouterr().out
     assert "4 as 1 stacked groups" in out and out.count(": completed") == 4
-    local = run_study(path, store=tmp_path / "local", progress=False)
-    for r, ref in zip(results, local, strict=True):
-        assert r["run_id"] == ref["run_id"] and r["stack"]["members"] == 4
-        assert r["final_val_loss"] == pytest.approx(ref["final_val_loss"], rel=1e-5)
+    assert_stacked_like_solo(results, path, tmp_path, members=4)
     assert len({r["attempts"][-1]["pid"] for r in results}) == 1  # one Ray worker
     assert os.getpid() not in {r["attempts"][-1]["pid"] for r in results}

@@ -313,7 +313,7 @@ def test_a_study_on_a_real_cluster_survives_a_requeue_and_leaves_an_empty_queue(
     _wait_for(lambda: not _slurm("squeue", "-h", "-r"), 120, "an empty queue")
 
 
-def test_a_stacked_group_is_one_array_task(make_study, tmp_path, capsys):
+def test_a_stacked_group_is_one_array_task(make_study, tmp_path, capsys, assert_stacked_like_solo):
     path = make_study(grid={"optim.lr": [1e-3, 3e-3]}, seeds=[0, 1])
     store = tmp_path / "slurm"
     results = run_study(
@@ -321,8 +321,5 @@ def test_a_stacked_group_is_one_array_task(make_study, tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert "(2 tasks, 4 runs)" in out and out.count(": completed") == 4
-    local = run_study(path, store=tmp_path / "local", progress=False)
-    for r, ref in zip(results, local, strict=True):
-        assert r["run_id"] == ref["run_id"] and r["stack"]["members"] == 2
-        assert r["final_val_loss"] == pytest.approx(ref["final_val_loss"], rel=1e-5)
+    assert_stacked_like_solo(results, path, tmp_path, members=2)
     assert len({r["attempts"][-1]["pid"] for r in results}) == 2  # one job per group
