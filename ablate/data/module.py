@@ -28,7 +28,7 @@ so each DataLoader uses ``batch_size=None`` over a dataset of window offsets:
 - train under ``data.order: tokens``: the split stays one row; its windows are visited in the
   same seeded per-epoch permutation, and batch ``k`` is windows ``k*B .. k*B + B - 1`` of that
   stream of epochs (``TokenOrderSampler``). The stream does not depend on ``B``, so at one seed
-  batch 8 and batch 64 see the same tokens in the same order (64 batches of 8 = one of 64).
+  batch 8 and batch 64 see the same tokens in the same order (8 batches of 8 = one of 64).
 - val/test: non-overlapping windows (stride = seq_len) in order over the whole split (only full
   windows: the last ``< seq_len`` targets of each row are not scored).
 
@@ -169,7 +169,7 @@ class TokenOrderSampler(Sampler[list[int]]):
     def _window(self, j: int) -> int:
         """Window index at stream position ``j``."""
         epoch, k = divmod(j, self.n)
-        if epoch not in self._orders:  # keep the current and next epoch's permutations only
+        if epoch not in self._orders:  # keep only the previous and the current epoch's permutation
             self._orders = {e: o for e, o in self._orders.items() if e >= epoch - 1}
             self._orders[epoch] = window_order(self.n, self.seed, epoch, self.shuffle)
         return int(self._orders[epoch][k])
