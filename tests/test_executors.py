@@ -141,7 +141,8 @@ def test_a_killed_worker_does_not_stop_the_study(tmp_path, tiny_base):
 
     base = tiny_base
     base["data"]["dataset"] = str(_corpus(tmp_path, 400))
-    base["train"].update(max_steps=100, log_interval=5, eval_interval=50)
+    # long enough that the kill, polled every 0.2 s from step 10 on, lands mid-run on a fast CPU
+    base["train"].update(max_steps=600, log_interval=5, eval_interval=300)
     study = tmp_path / "s.yaml"
     grid = {"model.activation": ["relu", "gelu"]}
     study.write_text(yaml.safe_dump({"name": "s", "base": base, "grid": grid}))
