@@ -371,19 +371,19 @@ def test_batch_sizes_pair_by_seed_only_when_they_share_the_token_stream(
 
 
 def test_a_claim_decided_at_a_look_is_reported_on_that_looks_seeds(tmp_path, write_run):
-    """Look 3 added seeds to the open claim's arms only; the claim decided at look 2 keeps its
-    6 paired seeds and look 2's level, not a Welch test over unequal arms (issue 22, item 3)."""
+    """Look 3 added seeds to the open claim's arms only, one of which the decided claim shares;
+    the claim decided at look 2 keeps its 6 paired seeds and look 2's level, not a Welch test
+    over 9 vs 6 seeds (issue 22, item 3)."""
     store = tmp_path / "runs"
     for pos in ("learned", "rope"):
-        for norm, base in (("post", 1.9 if pos == "learned" else 1.6), ("pre", 1.6)):
-            for seed in range(3, 9 if pos == "learned" else 12):
-                final = base + 0.01 * (seed % 3) + 0.002 * seed * (norm == "pre")
+        for norm, base in (("post", 1.9), ("pre", 1.6)):
+            for seed in range(3, 12 if norm == "pre" else 9):  # look 3 grew the pre arms only
+                final = base + 0.01 * (seed % 3) + 0.001 * seed * (2 + (pos == "rope"))
                 write_run(store, "seq", {NORM: norm, POS: pos}, seed, "completed", final)
     _mark_confirm(store, "seq", set(range(3, 12)))
-    claims = [
-        _claim("big", "pre", "post", where={POS: "learned"}),
-        _claim("tie", "pre", "post", expect="equivalent", where={POS: "rope"}),
-    ]
+    tie = _claim("tie", "pre", "pre", expect="equivalent")
+    tie["a"][POS], tie["b"][POS] = "learned", "rope"  # shares big's pre@learned arm
+    claims = [_claim("big", "pre", "post", where={POS: "learned"}), tie]
     spec = tmp_path / "seq.yaml"
     spec.write_text(
         yaml.safe_dump(
