@@ -39,6 +39,7 @@ def test_study_runs_end_to_end_and_a_rerun_skips_finished_runs(make_study, tmp_p
         assert name in out  # the summary table
     runs = list(RunStore(store).runs("tiny"))
     assert len(runs) == 2
+    assert RunStore(store).spec_file("tiny").read_text() == path.read_text()  # for the report
     for d in runs:
         meta = d.read_run()["meta"]
         assert meta["study"] == "tiny" and meta["profile"] is None and meta["seed"] == 0

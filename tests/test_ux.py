@@ -218,3 +218,37 @@ def test_readme_shows_the_data_dir_export_next_to_the_train_examples():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     setup = readme.split("## Set-up", 1)[1].split("\n## ", 1)[0]
     assert "export ABLATE_DATA_DIR=" in setup and ".venv/bin/ablate" in setup and "make" in setup
+
+
+# --- ablate report NAME from any directory ------------------------------------------------------
+
+
+def test_report_by_name_keeps_the_claims_from_another_directory(
+    tmp_path, norm_pos_store, monkeypatch
+):
+    import yaml
+
+    store = norm_pos_store(tmp_path / "runs")
+    claim = {"id": "pre-wins", "text": "Pre-LN trains better", "expect": "better"}
+    claim |= {"a": {"model.norm_placement": "pre"}, "b": {"model.norm_placement": "post"}}
+    spec = tmp_path / "norm_pos.yaml"
+    grid = {"model.norm_placement": ["post", "pre"], "model.pos_encoding": ["learned", "rope"]}
+    study = {"name": "norm_pos", "description": "Does Pre-LN win?", "grid": grid}
+    spec.write_text(yaml.safe_dump(study | {"seeds": [0, 1, 2], "claims": [claim]}))
+    RunStore(store).keep_spec("norm_pos", spec)  # what `ablate run` does when it starts
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    args = ["report", "norm_pos", "--store", str(store), "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0 and "warning" not in result.output, result.output
+    md = (tmp_path / "out" / "norm_pos" / "report.md").read_text()
+    assert "**pre-wins**" in md and "Does Pre-LN win?" in md and "claims (above)" in md
+
+    RunStore(store).spec_file("norm_pos").unlink()  # a store written before it kept specs
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if line.startswith("warning")]
+    assert len(warnings) == 1 and "no study file" in warnings[0], result.output
+    md = (tmp_path / "out" / "norm_pos" / "report.md").read_text()
+    assert "pre-wins" not in md and "claims (above)" not in md and "checks no claims" in md

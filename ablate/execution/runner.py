@@ -116,8 +116,9 @@ def run_study(
     seeds, ``--confirm``, :mod:`ablate.execution.confirm`): only these runs are planned, each
     marked ``confirm: true`` in its meta and summary.
 
-    Before any run trains, the store registers the study's claims
-    (:mod:`ablate.store.registration`); after training it notes when the first run started.
+    Before any run trains, the store keeps a copy of the study file (``study.yaml``) and
+    registers the study's claims (:mod:`ablate.store.registration`); after training it notes
+    when the first run started.
     """
     opts = executor or ExecutorOptions()
     if workers is not None:
@@ -127,6 +128,7 @@ def run_study(
     runs_store = RunStore(store)
     console = make_console()
     dirs = _prepare_store(study, runs_store, console, rerun_stale=rerun_stale)
+    runs_store.keep_spec(study.name, study.path)  # the report reads claims from it anywhere
     done = sum(1 for r in study.runs if dirs[r.run_id].status in FINISHED)
     todo = [r for r in study.runs if dirs[r.run_id].status not in FINISHED]
     tasks = [
