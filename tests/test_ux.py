@@ -252,3 +252,25 @@ def test_report_by_name_keeps_the_claims_from_another_directory(
     assert len(warnings) == 1 and "no study file" in warnings[0], result.output
     md = (tmp_path / "out" / "norm_pos" / "report.md").read_text()
     assert "pre-wins" not in md and "claims (above)" not in md and "checks no claims" in md
+
+
+def test_the_resume_command_repeats_how_ablate_was_invoked(tmp_path, monkeypatch):
+    from ablate.execution.runner import invoked_as
+
+    venv = tmp_path / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "ablate").write_text("#!/bin/sh\n")
+    (venv / "ablate").chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    typed = [".venv/bin/python", ".venv/bin/ablate", "run", "s.yaml"]
+    assert invoked_as([".venv/bin/ablate", "run"], typed) == [".venv/bin/ablate"]
+    monkeypatch.setenv("PATH", f"{venv}:/usr/bin:/bin")  # found on PATH: typed as `ablate`
+    assert invoked_as([str(venv / "ablate"), "run"], typed) == ["ablate"]
+    module = ["/usr/bin/python3", "-m", "ablate", "run", "s.yaml"]
+    assert invoked_as(["/x/ablate/__main__.py", "run"], module) == [
+        "/usr/bin/python3",
+        "-m",
+        "ablate",
+    ]
+    assert invoked_as(["/x/pytest"], ["python", "/x/pytest"]) == ["ablate"]

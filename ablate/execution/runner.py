@@ -23,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+import shutil
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -72,6 +74,24 @@ def _describe(outcome: str, s: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def invoked_as(argv: Sequence[str] | None = None, orig: Sequence[str] | None = None) -> list[str]:
+    """How the user started ablate, for a command printed back to them: the script as typed
+    (``.venv/bin/ablate``; ``ablate`` when that is what ``PATH`` finds), ``<python> -m ablate``,
+    else ``ablate`` (called from Python, e.g. a test). ``argv``/``orig``: ``sys.argv`` and
+    ``sys.orig_argv`` (the interpreter's own command line)."""
+    argv = sys.argv if argv is None else argv
+    orig = sys.orig_argv if orig is None else orig
+    if list(orig[1:3]) == ["-m", "ablate"]:
+        return [orig[0], "-m", "ablate"]
+    script = Path(argv[0]) if argv else None
+    if script is None or script.name != "ablate":
+        return ["ablate"]
+    on_path = shutil.which("ablate")
+    if on_path and script.is_file() and Path(on_path).resolve() == script.resolve():
+        return ["ablate"]
+    return [str(script)]
+
+
 def resume_command(
     study_path: str | Path,
     profile: str | None,
@@ -79,7 +99,7 @@ def resume_command(
     store: str | Path,
     executor: ExecutorOptions | None = None,
 ) -> str:
-    args = ["ablate", "run", str(study_path)]
+    args = [*invoked_as(), "run", str(study_path)]
     if profile:
         args += ["--profile", profile]
     for o in overrides:
