@@ -192,26 +192,111 @@ def test_an_identical_train_on_a_finished_run_only_reports_it(tmp_path, monkeypa
 # --- HTML tables, README -----------------------------------------------------------------------
 
 
-def test_html_tables_fit_short_headers_unwrapped_numbers_own_scroll():
+def test_html_tables_fit_short_headers_numbers_wrap_only_between_whole_parts():
     import pandas as pd
 
     from ablate.report.render import CSS, html_table
 
     df = pd.DataFrame(
         {
-            "variant": ["post", "pre"],
+            "variant": ["norm_placement=post,warmup_ratio=0.0", "pre"],
             "final val loss": ["1.9012 ± 0.0123 [1.8706, 1.9318]", "1.6 (1 seed)"],
+            "workers": [2.0, 1.0],
             "verdict": ["pre is lower by 0.30 nats; significant after Holm correction " * 2, "—"],
         }
     )
     out = html_table(df)
     assert out.startswith('<div class="table-wrap"><table>')
     assert '<th title="final val loss">final loss</th>' in out and "<th>variant</th>" in out
-    assert '<td class="num">1.9012 ± 0.0123 [1.8706, 1.9318]</td>' in out
+    nb = "\u00a0"  # mean ± sd together, the interval together, a break only between them
+    assert f'<td class="num">1.9012{nb}±{nb}0.0123 [1.8706,{nb}1.9318]</td>' in out
+    assert "norm_placement=<wbr>post,<wbr>warmup_ratio=0.0" in out  # labels may wrap
+    assert '<td class="num">2</td>' in out and "2.0" not in out  # whole numbers as integers
     assert '<td class="text">pre is lower' in out  # prose may wrap
     assert '<p class="legend">final loss = final val loss</p>' in out
-    css = CSS.replace("\n", "")
-    assert ".table-wrap{overflow-x:auto" in css and "td.num{white-space:nowrap}" in css
+    assert ".table-wrap{overflow-x:auto" in CSS.replace("\n", "")  # only a last resort
+
+
+def test_markdown_emphasis_is_rendered_but_not_inside_code():
+    from ablate.report.render import _inline
+
+    html = _inline("*better*/*worse*, **bold**, `*code*`, 2*3*4 and a * b")
+    assert "<em>better</em>/<em>worse</em>" in html and "<strong>bold</strong>" in html
+    assert "<code>*code*</code>" in html and "2*3*4" in html and "a * b" in html
+
+
+def _variant_axis_store(root, write_run):
+    """A study whose axis is named ``variant`` (its values are the variant labels), with an
+    environment whose thread and worker counts are read back as floats."""
+    for arch, base in (("lstm", 2.3), ("transformer", 2.1)):
+        for seed in range(3):
+            write_run(root, "arch", {"variant": arch}, seed, "completed", base + 0.01 * seed)
+    for d in RunStore(root).runs("arch"):
+        d.update_summary(environment={"torch_threads": 1, "workers": 2, "device": "cpu"})
+    return root
+
+
+def test_html_report_has_no_repeated_column_and_whole_integers(tmp_path, write_run):
+    import re
+
+    from ablate.report import build_reports
+
+    store = _variant_axis_store(tmp_path / "runs", write_run)
+    build_reports(["arch"], store=store, out=tmp_path / "reports", quiet=True)
+    html = (tmp_path / "reports" / "arch" / "report.html").read_text()
+    seen = 0
+    for table in re.findall(r"<table>.*?</table>", html, flags=re.S):
+        heads = re.findall(r"<th(?: [^>]*)?>(.*?)</th>", table)
+        rows = [re.findall(r"<td[^>]*>(.*?)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", table)]
+        columns = list(zip(*[r for r in rows if r], strict=True))
+        assert len(set(heads)) == len(heads) == len(columns), heads
+        if heads[0] == "variant":  # no axis column repeats the variant labels
+            assert all(col != columns[0] for col in columns[1:]), heads
+        assert not re.search(r">\d+\.0<", table), table  # 1, not 1.0
+        seen += heads[0] == "variant"
+    assert seen >= 2  # the quality and cost tables were checked
+    assert "<em>better</em>" in html and "*better*" not in html
+
+
+def test_html_report_fits_1200_px_in_chromium(tmp_path, write_run):
+    """Headless Chromium lays the report out at 1200 px: no table needs its scrollbar, so every
+    column (the comparisons' verdict too) is on screen. Skipped without Chromium (Debian:
+    ``apt-get install chromium``)."""
+    import re
+    import shutil
+    import subprocess
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium on PATH")
+    from ablate.report import build_reports
+
+    store = tmp_path / "runs"
+    for norm, base in (("post", 1.9), ("pre", 1.6)):
+        for wr in (0.0, 0.1):
+            axes = {"model.norm_placement": norm, "optim.warmup_ratio": wr}
+            for seed in range(3):
+                write_run(store, "nw", axes, seed, "completed", base + 0.013 * seed * (1 + wr))
+    for d in RunStore(store).runs("nw"):  # the real labels: long, with commas
+        data = d.read_run()
+        axes = data["meta"]["axes"]
+        label = ",".join(f"{k.split('.')[1]}={v}" for k, v in axes.items())
+        d.run_file.unlink()
+        d.write_run(data["config"], data["meta"] | {"variant": label})
+    build_reports(["nw"], store=store, out=tmp_path / "reports", quiet=True)
+    page = tmp_path / "reports" / "nw" / "report.html"
+    probe = tmp_path / "probe.html"
+    measure = (  # which tables overflow their box, written where --dump-dom shows it
+        '<script>addEventListener("load",()=>{document.body.dataset.overflow=JSON.stringify('
+        '[...document.querySelectorAll(".table-wrap")].filter(w=>w.scrollWidth>w.clientWidth)'
+        '.map(w=>w.querySelector("th").textContent))})</script>'
+    )
+    probe.write_text(page.read_text().replace("</body>", measure + "</body>"))
+    args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1200,2000"]
+    args += ["--virtual-time-budget=3000", "--dump-dom", probe.as_uri()]
+    dom = subprocess.run(args, capture_output=True, text=True, timeout=120).stdout
+    assert 'data-overflow="[]"' in dom, re.findall(r'data-overflow="[^"]*"', dom) or dom[-2000:]
+    assert "Comparisons" in dom and ">verdict<" in dom
 
 
 def test_readme_shows_the_data_dir_export_next_to_the_train_examples():
