@@ -359,3 +359,30 @@ def test_the_resume_command_repeats_how_ablate_was_invoked(tmp_path, monkeypatch
         "ablate",
     ]
     assert invoked_as(["/x/pytest"], ["python", "/x/pytest"]) == ["ablate"]
+
+
+# --- ablate plan: how long -----------------------------------------------------------------------
+
+
+def test_a_run_estimate_is_its_steps_plus_its_evaluations(tiny_run):
+    from ablate.config import build_config
+    from ablate.execution.estimate import run_seconds
+
+    cfg = build_config(tiny_run)  # 20 steps, eval every 10 on 2 batches, final eval 4 batches
+    # 20 steps x 0.1 s + (2 evals x 2 batches + 4 final batches) x a forward (0.1 s / 3)
+    assert run_seconds(cfg, 0.1) == pytest.approx(20 * 0.1 + (2 * 2 + 4) * 0.1 / 3)
+    longer = build_config(tiny_run | {"train.eval_lengths": [2.0]})  # the final eval at 2x too
+    assert run_seconds(longer, 0.1) == pytest.approx(2.0 + (4 + 4 * 3) * 0.1 / 3)
+
+
+def test_plan_prints_a_measured_time_per_run_and_in_total(make_study, tmp_path):
+    path = make_study(seeds=[0, 1], grid={"model.activation": ["relu", "gelu"]})
+    args = ["plan", str(path), "--store", str(tmp_path / "runs")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Time: about" in result.output and "for the 4 runs to train" in result.output
+    assert "measured now on this machine: 3 timed steps of each of 2 model" in result.output
+    rows = [line for line in result.output.splitlines() if "seed=" in line]
+    assert len(rows) == 4 and all(line.rstrip(" │").endswith("s") for line in rows), rows
+    quiet = CliRunner().invoke(app, [*args, "--no-estimate"])
+    assert quiet.exit_code == 0 and "Time:" not in quiet.output

@@ -33,7 +33,6 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from ablate.config import ConfigError
 from ablate.execution.executors import ExecutorFailed, ExecutorOptions, RunTask, check, execute
 from ablate.execution.groups import group_tasks
 from ablate.execution.progress import LiveProgress, fmt_duration
@@ -277,10 +276,10 @@ def _prepare_store(
 
     check_compile(study)  # train.compile without a C++ compiler: one line now, not per run
     dirs = {r.run_id: runs_store.run(study.name, r.run_id) for r in study.runs}
-    fetch_datasets(
-        [r for r in study.runs if rerun_stale or dirs[r.run_id].status not in FINISHED],
-        source=study.path,
-    )
+    from ablate.data import fetch_registered
+
+    todo = [r for r in study.runs if rerun_stale or dirs[r.run_id].status not in FINISHED]
+    fetch_registered({r.config.data.dataset for r in todo}, source=study.path)
     if rerun_stale:
         from ablate.store.provenance import archive_stale
 
@@ -288,19 +287,6 @@ def _prepare_store(
         if moved:
             console.print(f"{len(moved)} stale runs moved to {escape(str(moved[0].parent))}")
     return dirs
-
-
-def fetch_datasets(runs: Sequence[Any], source: Path | None = None) -> None:
-    """Fetch the registered datasets ``runs`` need once, here, before any run starts: without a
-    network (or with a bad checksum) that is one ``ConfigError`` naming the study, not every run
-    failing with it in its worker."""
-    from ablate.data import DATASETS, resolve_dataset
-
-    for name in sorted({r.config.data.dataset for r in runs} & set(DATASETS)):
-        try:
-            resolve_dataset(name)
-        except ConfigError as err:
-            raise ConfigError(err.message, key=err.key, source=source) from None
 
 
 def _n_workers(opts: ExecutorOptions, tasks: list[RunTask]) -> int:

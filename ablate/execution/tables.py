@@ -236,10 +236,16 @@ def plan_study(
     overrides: Sequence[str] = (),
     store: str | Path = "runs",
     plugins: Sequence[str] = (),
+    estimate: bool = True,
 ) -> Study:
     """Print the expanded runs of a study without training (or writing) anything."""
     return plan_studies(
-        [study_path], profile=profile, overrides=overrides, store=store, plugins=plugins
+        [study_path],
+        profile=profile,
+        overrides=overrides,
+        store=store,
+        plugins=plugins,
+        estimate=estimate,
     )[0]
 
 
@@ -250,49 +256,76 @@ def plan_studies(
     overrides: Sequence[str] = (),
     store: str | Path = "runs",
     plugins: Sequence[str] = (),
+    estimate: bool = True,
 ) -> list[Study]:
-    """Print the expanded runs of each study; every study is validated before anything prints."""
+    """Print the expanded runs of each study, and with ``estimate`` how long they take here
+    (:mod:`ablate.execution.estimate`). Every study is validated first, its registered
+    datasets fetched as ``ablate run`` does (``ConfigError`` when one cannot be)."""
+    from ablate.data import fetch_registered
+
     studies = [load_study(p, profile, overrides, plugins=plugins) for p in study_paths]
     for study in studies:
-        _print_plan(study, RunStore(store), make_console())
+        fetch_registered({r.config.data.dataset for r in study.runs}, source=study.path)
+    for study in studies:
+        _print_plan(study, RunStore(store), make_console(), estimate=estimate)
     return studies
 
 
-def _print_plan(study: Study, runs_store: RunStore, console: Console) -> None:
+PLAN_COLUMNS = [
+    Col("#", 9, "right"),
+    Col("name"),
+    Col("run id"),
+    Col("status"),
+    Col("stack", 8),
+    Col("params (non-emb)", 5, "right"),
+    Col("steps", 4, "right"),
+    Col("batch x seq", 6, "right"),
+    Col("lr", 3, "right"),
+    Col("time", 2, "right"),
+]
+
+
+def _print_plan(study: Study, runs_store: RunStore, console: Console, *, estimate: bool) -> None:
+    from ablate.execution.estimate import estimate_runs, total_line
+    from ablate.execution.groups import plan_labels
+
     header = f"[bold]{study.name}[/]"
     if study.profile:
         header += f" (profile {study.profile}; profiles: {', '.join(study.profiles)})"
     console.print(header)
     if study.description:
         console.print(escape(study.description.splitlines()[0]), soft_wrap=True)
-    table = Table(
-        title_justify="left", title=escape(f"{len(study.runs)} runs -> {runs_store.root}")
-    )
-    from ablate.execution.groups import plan_labels
-
     groups, stack_lines = plan_labels(study.runs)
-    table.add_column("#", justify="right")
-    for col in ("name", "run id", "status", *(["stack"] if groups else [])):
-        table.add_column(col)
-    for col in ("params (non-emb)", "steps", "batch x seq", "lr"):
-        table.add_column(col, justify="right")
     counts = _non_embedding_params(study)
+    est = estimate_runs({r.run_id: r.config for r in study.runs}) if estimate else None
+    cols = [c for c in PLAN_COLUMNS if (groups or c.header != "stack")]
+    cols = [c for c in cols if (est or c.header != "time")]
+    rows, todo = [], []
     for i, run in enumerate(study.runs, 1):
         c = run.config
-        table.add_row(
-            str(i),
-            escape(run.name),
-            run.run_id,
-            status_cell(run_state(runs_store.run(study.name, run.run_id))),
-            *([groups.get(run.run_id, "-")] if groups else []),
-            f"{counts[run.run_id]:,}" if counts.get(run.run_id) is not None else "?",
-            str(c.train.max_steps),
-            f"{c.data.batch_size} x {c.data.seq_len}",
-            f"{c.lr:.3g}",
-        )
-    console.print(table)
+        status = run_state(runs_store.run(study.name, run.run_id))
+        if status not in ("completed", "diverged"):
+            todo.append(run.run_id)
+        seconds = est.seconds[run.run_id] if est else None
+        cells = {
+            "#": str(i),
+            "name": escape(run.name),
+            "run id": run.run_id,
+            "status": status_cell(status),
+            "stack": groups.get(run.run_id, "-"),
+            "params (non-emb)": f"{n:,}" if (n := counts.get(run.run_id)) is not None else "?",
+            "steps": str(c.train.max_steps),
+            "batch x seq": f"{c.data.batch_size} x {c.data.seq_len}",
+            "lr": f"{c.lr:.3g}",
+            "time": fmt_duration(seconds, missing="?"),
+        }
+        rows.append([cells[col.header] for col in cols])
+    title = escape(f"{len(study.runs)} runs -> {runs_store.root}")
+    print_rows(console, title, cols, rows)
     for line in stack_lines:
         console.print(escape(line), soft_wrap=True)
+    if est:
+        console.print(escape(total_line(est, todo, fmt_duration)))
 
 
 def _non_embedding_params(study: Study) -> dict[str, int | None]:
