@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 
-from ablate.config import RunConfig
+from ablate.config import ConfigError, RunConfig
 
 PROBE_STEPS = 3
 SLOW_STEP_S = 5.0  # a step slower than this is timed once: the probe must stay short
@@ -99,7 +99,10 @@ def _val_batches(cfg: RunConfig, batches: int | None) -> float:
         return batches
     from ablate.data import resolve_dataset
 
-    chars = resolve_dataset(cfg.data.dataset).stat().st_size
+    try:
+        chars = resolve_dataset(cfg.data.dataset).stat().st_size
+    except (ConfigError, OSError):  # e.g. an hf: dataset: its size is not known here
+        return 0.0  # not counted: the estimate stays a floor
     per_token = {"char": 1.0, "word": 5.0}.get(cfg.data.tokenizer, 3.0)  # characters a token
     tokens = chars / per_token * cfg.data.val_fraction
     return tokens / ((cfg.data.eval_batch_size or cfg.data.batch_size) * cfg.data.seq_len)

@@ -261,9 +261,9 @@ def plan_studies(
     """Print the expanded runs of each study, and with ``estimate`` how long they take here
     (:mod:`ablate.execution.estimate`). Every study is validated first, its registered
     datasets fetched as ``ablate run`` does (``ConfigError`` when one cannot be)."""
-    from ablate.data import fetch_registered
-
     studies = [load_study(p, profile, overrides, plugins=plugins) for p in study_paths]
+    from ablate.data import fetch_registered  # loads torch: after the studies validate
+
     for study in studies:
         fetch_registered({r.config.data.dataset for r in study.runs}, source=study.path)
     for study in studies:
