@@ -1,4 +1,4 @@
-"""Stacked groups planned and run by a study (issue 24, phase 2): ``train.stack`` groups runs
+"""Stacked groups planned and run by a study: ``train.stack`` groups runs
 that share a stack key, ``ablate plan`` shows them, ``ablate run`` trains each group as one task
 (local in-process and in a worker pool; Ray and SLURM in their own test modules) and every
 member stays a run: same run id, same final loss as the solo study, its own W&B run."""
