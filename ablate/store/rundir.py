@@ -8,6 +8,7 @@ Layout::
         metrics.csv      long-form ``step,metric,value`` rows, append-only
         progress.json    step/total/loss while training, for live progress lines (display only)
         error.log        the traceback of the last failed attempt (the summary keeps one line)
+        tokenizer.json   the run's tokenizer (``ablate sample`` reads it)
         checkpoints/     Lightning checkpoints (``last.ckpt``) for resume
         wandb/           the W&B (offline) run directory
         run.lease.<n>    who trains the run, renewed by a heartbeat (store/lease.py)
@@ -69,6 +70,7 @@ SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.csv"
 CHECKPOINT_DIR = "checkpoints"
 ERROR_FILE = "error.log"
+TOKENIZER_FILE = "tokenizer.json"
 
 
 class StoreWriteError(OSError):
@@ -108,19 +110,6 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def write_final_summary(run_dir: RunDir, summary: dict[str, Any]) -> None:
-    """``run_dir.write_summary`` for a run's outcome; an OS error (a full disk) becomes a
-    :class:`StoreWriteError` with one line naming the file, without the chained traceback."""
-    try:
-        run_dir.write_summary(summary)
-    except OSError as err:
-        raise StoreWriteError(
-            err.errno,
-            f"cannot write {run_dir.summary_file}: {describe_os_error(err)}; stopping "
-            "(free space, then run the same command again to resume)",
-        ) from None
 
 
 def _json_default(obj: Any) -> Any:
