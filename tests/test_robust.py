@@ -162,7 +162,7 @@ def test_a_truncated_checkpoint_falls_back_to_a_fresh_start_recorded_in_the_summ
     d = RunStore(store).run("tiny", first["run_id"])
     ckpt = d.checkpoint_dir / "last.ckpt"
     ckpt.write_bytes(ckpt.read_bytes()[:1000])
-    d.update_summary(status="running")  # as if killed before it finished
+    d.write_summary({**d.read_summary(), "status": "running"})  # as if killed before it finished
     (again,) = run_study(path, store=store, progress=False)
     assert again["status"] == "completed" and "resumed_from_step" not in again
     assert again["corrupt_checkpoints"][0]["file"] == str(ckpt)

@@ -254,11 +254,6 @@ class RunDir:
             raise ValueError(f"status must be one of {STATUSES}, got {summary.get('status')!r}")
         atomic_write_json(self.summary_file, summary)
 
-    def update_summary(self, **fields: Any) -> dict[str, Any]:
-        summary = {**(self.read_summary() or {}), **fields}
-        self.write_summary(summary)
-        return summary
-
     @property
     def status(self) -> str | None:
         s = self.read_summary()
