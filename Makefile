@@ -7,8 +7,9 @@ TORCH_SPEC  ?= torch==2.13.0
 STUDY       ?= studies/norm_placement.yaml
 PROFILE     ?= cpu
 STORE       ?= runs
-# 2 workers x 1 thread beat 1 worker x 2 threads on a 2-core CPU (reports/bench.md, section 5)
-WORKERS     ?= 2
+# auto: one worker per core on a CPU (2 workers x 1 thread beat 1 worker x 2 threads on a 2-core
+# CPU, reports/bench.md section 5), one per GPU (x --runs-per-gpu) on GPUs
+WORKERS     ?= auto
 # where registered datasets are found before any download (tiny shakespeare lives here)
 ABLATE_DATA_DIR ?= $(abspath ../shared/data)
 export ABLATE_DATA_DIR

@@ -106,8 +106,11 @@ def run(
     set_: SetOpt = None,
     store: StoreOpt = Path("runs"),
     workers: Annotated[
-        int | None,
-        typer.Option(min=1, help="local: runs trained at once (default 1; GPUs x runs-per-gpu)."),
+        str | None,
+        typer.Option(
+            help="local: runs trained at once, or auto (default: one per core on a CPU, "
+            "GPUs x runs-per-gpu on GPUs; $ABLATE_DEFAULT_WORKERS overrides the default)."
+        ),
     ] = None,
     no_progress: NoProgressOpt = False,
     executor: ExecOpt = "local",

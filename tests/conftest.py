@@ -24,6 +24,10 @@ _SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 if "ABLATE_DATA_DIR" not in os.environ and _SHARED.is_dir():
     os.environ["ABLATE_DATA_DIR"] = str(_SHARED)
 os.environ.setdefault("WANDB_SILENT", "true")
+# `ablate run` defaults to --workers auto (a pool filling the cores); tests train one run at a
+# time in their own process (monkeypatched hooks reach the run) unless they name --workers, and
+# the child processes they start inherit this. test_executors checks auto's layout itself.
+os.environ["ABLATE_DEFAULT_WORKERS"] = "1"
 
 # A shell starts background jobs (`make test &`, nohup) with SIGINT ignored, and Python then keeps
 # it ignored: the Ctrl-C tests would never see their KeyboardInterrupt. Restore Python's default.

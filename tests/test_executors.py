@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.config import ConfigError, RunConfig
-from ablate.execution.executors import ExecutorOptions, RunTask, check
+from ablate.execution.executors import ExecutorOptions, RunTask, check, local
 from ablate.execution.executors.local import Slot, assign_devices, plan_workers
 
 
@@ -43,13 +43,36 @@ def _tasks(n, accelerator):
     return [RunTask(None, cfg, f"/x/{i}") for i in range(n)]
 
 
-def test_worker_count_defaults_to_gpus_times_k_and_cpu_runs_ignore_gpus():
-    opts = ExecutorOptions(runs_per_gpu=2)
+def test_worker_count_auto_is_gpus_times_k_and_cpu_runs_ignore_gpus():
+    opts = ExecutorOptions(workers="auto", runs_per_gpu=2)
     assert len(plan_workers(_tasks(10, "gpu"), opts, ["0", "1"])) == 4
     assert len(plan_workers(_tasks(3, "gpu"), opts, ["0", "1"])) == 3  # no idle workers
     cpu = plan_workers(_tasks(10, "cpu"), ExecutorOptions(workers=2), ["0", "1"])
     assert cpu == [Slot(None, None)] * 2  # a CPU study on a GPU box does not touch the GPUs
-    assert plan_workers(_tasks(10, "gpu"), ExecutorOptions(), []) == [Slot(None, None)]
+    assert plan_workers(_tasks(10, "gpu"), ExecutorOptions(workers=1), []) == [Slot(None, None)]
+
+
+def test_auto_is_the_default_and_fills_the_cores_one_thread_each(monkeypatch):
+    monkeypatch.delenv("ABLATE_DEFAULT_WORKERS")  # conftest pins tests to one worker
+    monkeypatch.setattr(local, "cpu_count", lambda: 2)
+    default = plan_workers(_tasks(6, "cpu"), ExecutorOptions(), [])
+    # on 2 cores: the layout of --workers 2, 2 workers x 1 thread (measured faster than 1 x 2)
+    assert default == plan_workers(_tasks(6, "cpu"), ExecutorOptions(workers=2), [])
+    assert len(default) == 2 and local.worker_threads(len(default)) == 1
+    assert len(plan_workers(_tasks(1, "cpu"), ExecutorOptions(), [])) == 1  # no idle worker
+    monkeypatch.setattr(local, "cpu_count", lambda: 16)
+    auto = ExecutorOptions(workers="auto")
+    assert len(plan_workers(_tasks(20, "cpu"), auto, [])) == 16
+    assert local.worker_threads(16) == 1 and local.worker_threads(3) == 5
+    four = [RunTask(None, RunConfig.model_validate({"train": {"threads": 4}}), "/x/t")] * 20
+    assert len(plan_workers(four, auto, [])) == 4  # 4 workers x 4 threads: the 16 cores
+    # an integer still means that many; the default can be set for a shared machine
+    assert len(plan_workers(_tasks(20, "cpu"), ExecutorOptions(workers=3), [])) == 3
+    monkeypatch.setenv("ABLATE_DEFAULT_WORKERS", "5")
+    assert len(plan_workers(_tasks(20, "cpu"), ExecutorOptions(), [])) == 5
+    monkeypatch.setenv("ABLATE_DEFAULT_WORKERS", "many")
+    with pytest.raises(ConfigError, match="ABLATE_DEFAULT_WORKERS.*'many'"):
+        check(ExecutorOptions())
 
 
 def test_bad_executor_options_are_one_line_config_errors():
@@ -79,6 +102,8 @@ def test_resume_hint_repeats_the_executor_options():
         (["--executor", "dask"], "unknown executor"),
         (["--runs-per-gpu", "0"], "--runs-per-gpu"),
         (["--slurm-opt", "noequals"], "--slurm-opt"),
+        (["--workers", "0"], "--workers"),
+        (["--workers", "many"], "--workers"),
     ],
 )
 def test_cli_rejects_bad_executor_settings_before_writing(tmp_path, args, message):

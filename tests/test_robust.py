@@ -6,6 +6,7 @@ import logging
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,10 @@ from typer.testing import CliRunner
 
 import ablate.training.checkpoints
 from ablate.cli import app
+from ablate.config import build_config
 from ablate.execution.runner import run_study
 from ablate.store import RunStore
+from ablate.store.attempt import RunAttempt
 from ablate.study import load_study
 from ablate.training.checkpoints import atomic_save, select_checkpoint
 
@@ -159,7 +162,7 @@ def test_a_truncated_checkpoint_falls_back_to_a_fresh_start_recorded_in_the_summ
     d = RunStore(store).run("tiny", first["run_id"])
     ckpt = d.checkpoint_dir / "last.ckpt"
     ckpt.write_bytes(ckpt.read_bytes()[:1000])
-    d.update_summary(status="running")  # as if killed before it finished
+    d.write_summary({**d.read_summary(), "status": "running"})  # as if killed before it finished
     (again,) = run_study(path, store=store, progress=False)
     assert again["status"] == "completed" and "resumed_from_step" not in again
     assert again["corrupt_checkpoints"][0]["file"] == str(ckpt)
@@ -493,6 +496,43 @@ def test_run_and_summary_files_respect_the_umask(tmp_path):
         os.umask(old)
     for f in (d.run_file, d.summary_file, d.metrics_file):
         assert stat.S_IMODE(f.stat().st_mode) == 0o644, f
+
+
+def test_a_run_attempt_writes_the_run_directory_and_keeps_earlier_attempts(tmp_path):
+    cfg = build_config({"train.seed": 3})
+    d = RunStore(tmp_path / "runs").run("s", "r")
+    first = RunAttempt.start(cfg, d, {"name": "r"}, time.time() - 5)
+    assert d.read_run()["config"] == cfg.to_dict() and d.read_run()["meta"]["name"] == "r"
+    assert d.read_summary() == first.summary
+    status = first.summary["status"], first.summary["seed"], first.summary["study"]
+    assert status == ("running", 3, "s")
+    for step in (10, 20):
+        d.append_metrics(step, {"train/loss": 1.0})
+    first.interrupted()  # stopped after ~5 s
+    stopped = d.read_summary()
+    assert stopped["wall_time_s"] == pytest.approx(5, abs=1)
+    second = RunAttempt.start(cfg, d, {"name": "renamed"}, time.time() - 2)
+    assert d.read_run()["meta"]["name"] == "r"  # run.yaml is written once
+    assert len(second.summary["attempts"]) == 2 and second.prior == stopped
+    assert second.wall_time() == pytest.approx(7, abs=1)  # the clock goes on
+    second.resume(10, ["last.ckpt.corrupt"])
+    assert [s for s, _, _ in d.read_metrics()] == [10]  # step 20 is trained again
+    assert second.summary["resumed_from_step"] == 10
+    assert second.summary["corrupt_checkpoints"] == ["last.ckpt.corrupt"]
+    second.restore()  # e.g. a refused resume: the store says what it said before
+    assert d.read_summary() == stopped
+    third = RunAttempt.start(cfg, d, None, time.time())
+    third.resume(None, [])  # a fresh start replays every step
+    assert d.read_metrics() == []
+    try:
+        raise ValueError("boom")
+    except ValueError as err:
+        third.failed(err)
+    third.write()
+    assert (
+        d.read_summary()["status"] == "failed" and d.read_summary()["error"] == "ValueError: boom"
+    )
+    assert "boom" in d.error_file.read_text()
 
 
 # --- 10. a missing file answers before the heavy imports ----------------------------------------

@@ -1,4 +1,4 @@
-"""Stacked groups planned and run by a study (issue 24, phase 2): ``train.stack`` groups runs
+"""Stacked groups planned and run by a study: ``train.stack`` groups runs
 that share a stack key, ``ablate plan`` shows them, ``ablate run`` trains each group as one task
 (local in-process and in a worker pool; Ray and SLURM in their own test modules) and every
 member stays a run: same run id, same final loss as the solo study, its own W&B run."""
@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.config import build_config
 from ablate.execution.runner import run_study
-from ablate.store import RunStore
+from ablate.store import RunDir, RunStore
 from ablate.training.stacked.plan import (
     AUTO_CAP,
     auto_members,
@@ -80,6 +80,28 @@ def test_ablate_plan_shows_the_groups_and_bad_values_are_one_line(study6, tmp_pa
     assert not list(tmp_path.glob("tiny"))  # nothing written
 
 
+def test_an_lstm_arm_trains_alone_in_a_stacked_study(make_study, tmp_path, monkeypatch):
+    # torch.vmap has no batching rule for aten::lstm: the plan must keep the LSTM out of groups
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    study = make_study(grid={"model.arch": ["transformer", "lstm"]}, seeds=[0, 1, 2])
+    plan = CliRunner().invoke(app, ["plan", str(study), "--set", "train.stack=3"])
+    assert plan.exit_code == 0, plan.output
+    assert plan.output.count("g1 (3)") == 3 and plan.output.count("alone") == 3 + 1
+    assert "runs train alone (model.arch lstm: torch.vmap has no batching rule" in plan.output
+    args = ["run", str(study), "--store", str(tmp_path / "st"), "--no-progress"]
+    result = CliRunner().invoke(app, [*args, "--set", "train.stack=3"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count(": completed") == 6, result.output
+    dirs = [RunDir(p.parent) for p in (tmp_path / "st").glob("tiny/*/summary.json")]
+    arch = {d.run_id: d.read_run()["config"]["model"]["arch"] for d in dirs}
+    runs = [d.read_summary() for d in dirs]
+    assert sorted(arch.values()) == ["lstm"] * 3 + ["transformer"] * 3
+    for r in runs:
+        assert r["status"] == "completed"
+        assert ("stack" in r) == (arch[r["run_id"]] == "transformer"), r["run_id"]
+    assert all(r["stack"]["members"] == 3 for r in runs if "stack" in r)
+
+
 def test_grouping_and_auto():
     cfgs = [build_config({"train.seed": s, "optim.lr": lr}) for lr in (1e-3, 3e-3) for s in (0, 1)]
     cfgs.append(build_config({"model.d_model": 64}))  # another shape: alone
@@ -87,6 +109,7 @@ def test_grouping_and_auto():
     assert [len(g) for g in groups] == [2, 2, 1]  # 4 runs at most 3: two of two
     assert stack_limit(build_config({"train.stack": 2})) == 2
     assert stack_limit(build_config({"train.stack": 2, "train.compile": True})) == 1
+    assert stack_limit(build_config({"train.stack": 2, "model.arch": "lstm"})) == 1
     cpu = build_config({"train.stack": "auto"})
     assert stack_limit(cpu, lambda c: auto_members(c, cuda=True, free_bytes=2**40, params=1)) == 1
     gpu = build_config({"train.stack": "auto", "train.accelerator": "gpu"})

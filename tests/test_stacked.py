@@ -1,4 +1,4 @@
-"""Stacked groups (issue 24): every member equals its solo run (``train_run``), stays a run
+"""Stacked groups: every member equals its solo run (``train_run``), stays a run
 in the store, diverges alone, and resumes bit-exact after an interruption."""
 
 import os

@@ -31,7 +31,6 @@ from ablate.bench.machine import summary as _summary
 from ablate.bench.markdown import columns, seconds, upsert, write
 from ablate.store import FINISHED
 
-MUST_BE_EMPTY = ("lost", "twice", "stuck")
 HEADING = "## 6. Crash safety (`ablate bench --chaos`)"
 MONITOR_S = 0.2
 LEFT_BEHIND_S = 15.0  # how long a killed driver's workers get to checkpoint and exit

@@ -240,7 +240,7 @@ def _stacked(plan: Plan, say, results: dict[str, Any]) -> dict[str, Any]:
 
 # --- 7. memory against corpus size ------------------------------------------------------------
 
-DATA_GOAL = 1.2  # issue 21: the large corpus's peak at most this x the small one's
+DATA_GOAL = 1.2  # goal: the large corpus's peak at most this x the small one's
 DATA_RUNS = ("builds the cache", "cached")
 # a tiny model, few steps: the memory of interest is the data's, not the model's
 DATA_TRAIN = {**TINY, "model.max_seq_len": 64, "data.tokenizer": "char", "data.seq_len": 64}

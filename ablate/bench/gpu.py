@@ -8,7 +8,7 @@
 4. packing k ``ablate train`` processes of a small model on the one GPU: runs/hour;
 5. time to quality: the reference study's gpu profile (nanoGPT's GPU config) trained by
    ``train_run`` to nanoGPT's published 1.4697 on the whole val split (``versus.time_to_target``);
-6. stacked runs: a heading that reads "not run" until measured (issue 24).
+6. stacked runs: a heading that reads "not run" until measured.
 
 MFU = ``flops_per_token`` (6 N + attention) x tokens/s / the dense bf16 peak. Sections run
 within time budgets; without CUDA the command prints one line and exits 0.

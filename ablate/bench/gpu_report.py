@@ -140,7 +140,7 @@ SECTIONS: list[Section] = [
     ("overhead", "## 3. Framework overhead on the GPU", _overhead),
     ("packing", "## 4. Packing runs on one GPU", _packing),
     ("quality", "## 5. Time to quality", _quality),
-    # issue 24: not measured yet, so the report says "not run" here until `ablate bench --gpu` does
+    # not measured yet, so the report says "not run" here until `ablate bench --gpu` does
     ("stacked", "## 6. Stacked runs vs solo vs --runs-per-gpu 4", str),
 ]
 

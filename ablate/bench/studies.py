@@ -2,7 +2,7 @@
 
 5. study throughput: seeds of the bench config with ``--workers 1`` against ``--workers 2``
    (the runner gives each worker ``cores // workers`` torch threads);
-9. stacked runs (``train.stack``, issue 24): seeds of a shipped cpu profile
+9. stacked runs (``train.stack``): seeds of a shipped cpu profile
    (``studies/activation.yaml``: 4L/128d, context 64, batch 16) with ``--workers 2``, one run
    per process, against ``train.stack=N``, one process training them as one stacked model;
    each member's final loss against its solo run.

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ablate.config import ConfigError
 from ablate.execution.confirm import claim_arms, confirm_seeds, fresh_seeds, store_seeds
@@ -175,7 +175,7 @@ def run_until_decided(
     profile: str | None = None,
     overrides: Sequence[str] = (),
     store: str | Path = "runs",
-    workers: int | None = None,
+    workers: int | Literal["auto"] | None = None,
     max_looks: int = DEFAULT_MAX_LOOKS,
     seeds_per_look: int | None = None,
     alpha: float = ALPHA,

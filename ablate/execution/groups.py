@@ -1,4 +1,4 @@
-"""Stacked groups of a study's runs (``train.stack``, issue 24): which runs train as one
+"""Stacked groups of a study's runs (``train.stack``): which runs train as one
 stacked model, as one executor task.
 
 The rules are ``ablate.training.stacked.plan``'s (torch-free); this module adds what needs the
@@ -18,6 +18,7 @@ from ablate.execution.executors import RunTask
 from ablate.training.stacked.plan import (
     auto_members,
     describe_limit,
+    not_stackable,
     plan_groups,
     stack_key,
     stack_limit,
@@ -76,8 +77,9 @@ def group_tasks(tasks: Sequence[RunTask]) -> list[RunTask]:
 
 
 def plan_labels(runs: Sequence[Any]) -> tuple[dict[str, str], list[str]]:
-    """For ``ablate plan``: each run id's group (``g1 (3)``; runs alone: none) and one line
-    per distinct ``train.stack`` setting saying what it does here."""
+    """For ``ablate plan``: each run id's group (``g1 (3)``; a run that cannot stack although
+    its ``train.stack`` asks for it: ``alone``; other runs alone: none) and one line per
+    distinct ``train.stack`` setting saying what it does here."""
     groups = plan_groups(list(runs), lambda r: r.config, limit_here)
     labels: dict[str, str] = {}
     n = 0
@@ -85,6 +87,8 @@ def plan_labels(runs: Sequence[Any]) -> tuple[dict[str, str], list[str]]:
         if len(g) > 1:
             n += 1
             labels.update({r.run_id: f"g{n} ({len(g)})" for r in g})
+        elif g[0].config.train.stack != "off" and not_stackable(g[0].config):
+            labels[g[0].run_id] = "alone"
     lines: dict[tuple[str, str], str] = {}
     for r in runs:
         key = (stack_key(r.config), r.config.train.stack)

@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.markup import escape
@@ -116,7 +116,7 @@ def run_study(
     profile: str | None = None,
     overrides: Sequence[str] = (),
     store: str | Path = "runs",
-    workers: int | None = None,
+    workers: int | Literal["auto"] | None = None,
     progress: bool = True,
     executor: ExecutorOptions | None = None,
     plugins: Sequence[str] = (),

@@ -18,6 +18,8 @@ class LSTMLM(LanguageModel):
     ``d_model`` -> dropout -> head, regularised as in Zaremba et al. 2014 (arXiv 1409.2329):
     dropout on the non-recurrent connections only. Causal by construction."""
 
+    unbatchable = "torch.vmap has no batching rule for aten::lstm"
+
     def __init__(self, cfg: ModelConfig, vocab_size: int):
         super().__init__(cfg, vocab_size)
         self.drop = nn.Dropout(cfg.dropout)

@@ -14,6 +14,7 @@ lists it once, as ``tok_emb.weight``.
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import torch
 import torch.nn as nn
@@ -380,6 +381,10 @@ class LanguageModel(nn.Module):
     ``forward(idx)``: ``(B, T)`` token ids -> ``(B, T, vocab)`` logits. Subclasses build their
     body and call ``init_weights()`` last.
     """
+
+    unbatchable: ClassVar[str | None] = None
+    """Why ``torch.vmap`` cannot batch this model, so its runs never train stacked (``None``:
+    it can); read at plan time, so such a run is planned alone instead of failing in a group."""
 
     def __init__(self, cfg: ModelConfig, vocab_size: int):
         super().__init__()

@@ -6,7 +6,8 @@
 temporary directory next to it and swapped in by rename, so a half-built report never replaces
 a good one. Reports read only the store and can be rebuilt at any time, also mid-study.
 
-The stage, in the order a report is built:
+The stage, in the order a report is built (``build`` runs it; this package only hands its
+names on):
 
 * ``collect``: the store -> :class:`~ablate.report.collect.StudyData` (runs and metrics tables).
 * ``stats`` (numbers on per-seed values) -> ``comparisons`` (two groups of runs, adjusted over
@@ -20,127 +21,7 @@ The stage, in the order a report is built:
   ``wandb_report`` logs the same to W&B.
 """
 
-from __future__ import annotations
-
-import os
-import shutil
-import sys
-import tempfile
-from dataclasses import replace
-from pathlib import Path
-
-import pandas as pd
-
-from ablate.report.blocks import build_blocks, progress_line
-from ablate.report.claim_checks import analyse
-from ablate.report.claims_section import numbers
-from ablate.report.collect import (
-    StudyData,
-    load_study,
-    loss_unit,
-    resolve_studies,
-    results_frame,
-)
-from ablate.report.plots import make_figures
-from ablate.report.render import Block, to_html, to_markdown
-from ablate.report.tables import comparisons_table, where_text
-from ablate.report.verdicts import verdict
-from ablate.report.wandb_report import log_report
+from ablate.report.build import build_report, build_reports
+from ablate.report.collect import load_study
 
 __all__ = ["build_report", "build_reports", "load_study"]
-
-REPORT_FILES = ("results.csv", "report.md", "report.html")
-
-
-def build_report(study: StudyData, out: Path) -> Path:
-    """Write ``out/<study>/`` for one loaded study; returns the path of its ``report.md``."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{study.name}.", suffix=".tmp", dir=out))
-    try:
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private
-        results_frame(study).to_csv(tmp / "results.csv", index=False)
-        comps, checks = analyse(study)
-        figures = make_figures(study, tmp)
-        blocks = build_blocks(study, comps, figures, checks)
-        blocks[1:1] = damaged_blocks(study)
-        (tmp / "report.md").write_text(to_markdown(blocks))
-        (tmp / "report.html").write_text(to_html(blocks, f"{study.name}: ablation report"))
-        _swap_in(tmp, out / study.name)
-        figures = [replace(f, path=out / study.name / f.path.name) for f in figures]
-        log_report(study, wandb_tables(study, comps, checks), figures)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out / study.name / "report.md"
-
-
-def damaged_blocks(study: StudyData) -> list[Block]:
-    """A note listing the damaged runs the report skipped (path and reason)."""
-    damaged = study.extra.get("damaged") or {}
-    if not damaged:
-        return []
-    return [
-        Block("note", f"**{len(damaged)} damaged run(s) skipped** (their files cannot be read):"),
-        Block("ul", [str(reason) for reason in damaged.values()]),
-    ]
-
-
-def wandb_tables(study: StudyData, comps: list, checks: list) -> dict:
-    """The verdicts and claims as tables for W&B (the same rows as report.md)."""
-    unit = loss_unit(study).split("/")[0]
-    verdicts = [(c, verdict(c, unit=unit, where=where_text(c, study))) for c in comps]
-    table = comparisons_table(verdicts, study)
-    if len(table):
-        table["verdict text"] = [v.text for _, v in verdicts]
-    claims = pd.DataFrame(
-        [
-            {
-                "id": ch.claim.id,
-                "claim": ch.claim.text,
-                "expect": ch.claim.expect,
-                "metric": ch.claim.metric,
-                "outcome": ch.outcome,
-                "seeds needed": ch.seeds_needed.text() if ch.seeds_needed else "",
-                "numbers": numbers(ch, unit),
-            }
-            for ch in checks
-        ]
-    )
-    return {"verdicts": table, "claims": claims}
-
-
-def _swap_in(new: Path, dest: Path) -> None:
-    """Replace directory ``dest`` by ``new`` with renames (the old one is removed after)."""
-    old = None
-    if dest.exists():
-        old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(dest, old)
-    os.replace(new, dest)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def build_reports(studies: list[str], *, store: Path, out: Path, quiet: bool = False) -> list[Path]:
-    """Build the reports of ``studies`` (names in the store or study YAMLs; empty = all).
-
-    Returns the ``report.md`` paths. Raises ``ConfigError`` (one line) for an empty or missing
-    store or an unknown study (listing the studies present).
-    """
-    store, out = Path(store), Path(out)
-    paths = []
-    for name, yaml_path in resolve_studies(list(studies or []), store):
-        study = load_study(store, name, yaml_path)
-        if study.extra.get("no_spec"):  # one line: the report lacks claims and description
-            print(f"warning: {name}: {study.extra['no_spec']}", file=sys.stderr)
-        path = build_report(study, out)
-        paths.append(path)
-        if not quiet:
-            partial = progress_line(study)
-            note = f"  ({partial.split('.')[0]})" if partial else ""
-            print(f"{name}: {path.parent}/ (report.md, report.html, results.csv){note}")
-            for reason in (study.extra.get("damaged") or {}).values():
-                print(f"  damaged run skipped: {reason}")
-    return paths

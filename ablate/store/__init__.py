@@ -1,6 +1,7 @@
 """The run store, the source of truth for runs and reports (W&B is a mirror).
 
-``rundir``: run directories and their atomically written files; ``states``: what state a run is
+``rundir``: run directories and their atomically written files; ``attempt``: one attempt at
+training a run, the one writer of its directory while it trains; ``states``: what state a run is
 in and which of its files is damaged; ``lease``: who trains a run (heartbeat leases);
 ``provenance``: what made a run (code fingerprint, git, environment).
 """
@@ -16,7 +17,6 @@ from ablate.store.rundir import (
     StoreWriteError,
     describe_os_error,
     file_mode,
-    write_final_summary,
 )
 from ablate.store.states import DAMAGED, run_damage, run_state
 
@@ -34,5 +34,4 @@ __all__ = [
     "file_mode",
     "run_damage",
     "run_state",
-    "write_final_summary",
 ]

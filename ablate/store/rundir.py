@@ -9,6 +9,7 @@ Layout::
         metrics.csv      long-form ``step,metric,value`` rows, append-only
         progress.json    step/total/loss while training, for live progress lines (display only)
         error.log        the traceback of the last failed attempt (the summary keeps one line)
+        tokenizer.json   the run's tokenizer (``ablate sample`` reads it)
         checkpoints/     Lightning checkpoints (``last.ckpt``) for resume
         wandb/           the W&B (offline) run directory
         run.lease.<n>    who trains the run, renewed by a heartbeat (store/lease.py)
@@ -70,6 +71,7 @@ SUMMARY_FILE = "summary.json"
 METRICS_FILE = "metrics.csv"
 CHECKPOINT_DIR = "checkpoints"
 ERROR_FILE = "error.log"
+TOKENIZER_FILE = "tokenizer.json"
 
 
 class StoreWriteError(OSError):
@@ -109,19 +111,6 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def write_final_summary(run_dir: RunDir, summary: dict[str, Any]) -> None:
-    """``run_dir.write_summary`` for a run's outcome; an OS error (a full disk) becomes a
-    :class:`StoreWriteError` with one line naming the file, without the chained traceback."""
-    try:
-        run_dir.write_summary(summary)
-    except OSError as err:
-        raise StoreWriteError(
-            err.errno,
-            f"cannot write {run_dir.summary_file}: {describe_os_error(err)}; stopping "
-            "(free space, then run the same command again to resume)",
-        ) from None
 
 
 def _json_default(obj: Any) -> Any:
@@ -269,11 +258,6 @@ class RunDir:
         if summary.get("status") not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {summary.get('status')!r}")
         atomic_write_json(self.summary_file, summary)
-
-    def update_summary(self, **fields: Any) -> dict[str, Any]:
-        summary = {**(self.read_summary() or {}), **fields}
-        self.write_summary(summary)
-        return summary
 
     @property
     def status(self) -> str | None:

@@ -17,8 +17,7 @@ from pydantic import ValidationError
 
 from ablate.config import ConfigError, RunConfig
 from ablate.store import RunDir, RunStore
-
-TOKENIZER_FILE = "tokenizer.json"
+from ablate.store.rundir import TOKENIZER_FILE
 
 
 def find_run(ref: str, store: str | Path = "runs") -> RunDir:

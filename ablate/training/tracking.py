@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import netrc
 import os
-from pathlib import Path
 from typing import Any
 
 from pytorch_lightning.loggers import Logger
@@ -161,11 +160,6 @@ def make_wandb_logger(
         )
         _wandb_warned = True
         return None
-
-
-def wandb_run_dirs(run_dir: RunDir) -> list[Path]:
-    """The W&B run directories of a run (one per start, resumed ones included)."""
-    return sorted((run_dir.wandb_dir).glob("*run-*"))
 
 
 def finish_wandb_run(run: Any, summary: dict[str, Any]) -> None:

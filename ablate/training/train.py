@@ -6,12 +6,9 @@ import hashlib
 import json
 import logging
 import math
-import os
 import signal
-import socket
 import threading
 import time
-import traceback
 import warnings
 from collections.abc import Iterable
 from contextlib import contextmanager, nullcontext
@@ -29,9 +26,9 @@ from pytorch_lightning.plugins.environments import LightningEnvironment
 from ablate.accel import pick_backend
 from ablate.config import ConfigError, RunConfig
 from ablate.data import LMDataModule
-from ablate.store import RunDir, StoreWriteError, write_final_summary
+from ablate.store import RunDir
+from ablate.store.attempt import RunAttempt
 from ablate.store.provenance import environment
-from ablate.store.rundir import atomic_write_text
 from ablate.training.callbacks import ProgressFile
 from ablate.training.checkpoints import (
     AtomicCheckpointIO,
@@ -253,102 +250,64 @@ def train_run(
     ``failed`` with the error (re-raised for KeyboardInterrupt so the caller can stop).
     """
     from ablate.model.plugins import load_plugins
-    from ablate.store.provenance import provenance
 
     # another process (a worker, a cluster job) imports the study's plugins again
     load_plugins((meta or {}).get("plugins"), key="meta.plugins", source=run_dir.run_file)
-    meta = {"run_id": run_dir.run_id, "study": run_dir.study, **(meta or {}), **provenance(cfg)}
     progress = cfg.train.progress if progress is None else progress
     quiet_lightning()
-    if not run_dir.exists() or not run_dir.read_run()["config"]:  # new, or run.yaml damaged
-        try:
-            run_dir.write_run(cfg.to_dict(), meta)
-        except OSError as err:
-            raise StoreWriteError(err.errno, f"cannot write {run_dir.run_file}: {err}") from None
-    t0 = time.time()
-    prior = run_dir.read_summary() or {}
-    base_wall = prior.get("wall_time_s") if prior.get("status") == "running" else 0.0
-    base_wall = float(base_wall) if isinstance(base_wall, int | float) else 0.0  # damaged: 0
-    summary = start_summary(cfg, run_dir, meta, prior, t0)
-    write_final_summary(run_dir, summary)
+    attempt = RunAttempt.start(cfg, run_dir, meta, time.time())
+    summary = attempt.summary  # filled in while training; attempt.write() stores it
     wandb_logger = None
     wandb_wait = 0.0  # a slow or dead W&B server is not train time
     stop = StepBoundaryStop()
     try:
         with torch_threads(cfg.train.threads):
-            dm, lit, ckpt_path = prepare_run(cfg, run_dir, summary, prior)
+            dm, lit, ckpt_path = prepare_run(cfg, attempt)
             t_wandb = time.time()
-            wandb_logger = _wandb_logger(cfg, run_dir, meta, summary)
+            wandb_logger = _wandb_logger(cfg, run_dir, attempt.meta, summary)
             wandb_wait += time.time() - t_wandb
             loggers = [StoreLogger(run_dir), *([wandb_logger] if wandb_logger else [])]
             trainer = make_trainer(cfg, run_dir, loggers, progress=progress, stop=stop)
             _fit(cfg, lit, dm, trainer, ckpt_path, stop, summary)
     except ResumeMismatch:
         # bad input, not a failed run: put back what the store said and touch nothing else
-        if prior:
-            run_dir.write_summary(prior)
+        attempt.restore()
         raise
     except (KeyboardInterrupt, SystemExit):
         # Ctrl-C (Lightning turns it into SystemExit) or SIGTERM: an "interrupted" checkpoint
         # was saved; the run stays "running" so the next `ablate run` resumes it
-        summary.update(status="running", wall_time_s=base_wall + time.time() - t0 - wandb_wait)
-        write_final_summary(run_dir, summary)
+        attempt.interrupted(wandb_wait)
         raise
     except Exception as err:  # noqa: BLE001 - a failed run must not stop a study
         if isinstance(err, OSError) and err.errno is not None:  # e.g. a full disk: one line
             log.error("run %s failed: %s", run_dir.run_id, err)
         else:
             log.exception("run %s failed", run_dir.run_id)
-        summary.update(status="failed", error=f"{type(err).__name__}: {err}")
-        write_error_log(run_dir)
+        attempt.failed(err)
     finally:
         if wandb_logger is not None:
             t_close = time.time()
             finish_wandb_run(wandb_logger, summary)
             wandb_wait += time.time() - t_close
-    summary["wall_time_s"] = base_wall + time.time() - t0 - wandb_wait
+    summary["wall_time_s"] = attempt.wall_time(wandb_wait)
     if wandb_wait:
         summary["wandb_wait_s"] = round(wandb_wait, 3)
-    write_final_summary(run_dir, summary)
+    attempt.write()
     if stop.requested:  # asked to stop during the last step: the run finished, the study stops
         raise KeyboardInterrupt
     return summary
 
 
-def start_summary(
-    cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], prior: dict[str, Any], t0: float
-) -> dict[str, Any]:
-    """The ``running`` summary of this attempt, keeping the attempts of earlier ones."""
-    attempts = prior.get("attempts") if isinstance(prior.get("attempts"), list) else []
-    return {
-        "status": "running",
-        "name": meta.get("name", run_dir.run_id),
-        "variant": meta.get("variant"),
-        "seed": cfg.train.seed,
-        "axes": meta.get("axes") or {},
-        "run_id": run_dir.run_id,
-        "study": meta["study"],
-        **({"confirm": True} if meta.get("confirm") is True else {}),  # ablate run --confirm
-        # one entry per start (fresh, resumed, retried): which process trained the run when
-        "attempts": [
-            *attempts,
-            {"pid": os.getpid(), "host": socket.gethostname(), "started": round(t0, 3)},
-        ],
-    }
-
-
-def prepare_run(
-    cfg: RunConfig, run_dir: RunDir, summary: dict[str, Any], prior: dict[str, Any]
-) -> tuple[LMDataModule, LitLM, Any]:
+def prepare_run(cfg: RunConfig, attempt: RunAttempt) -> tuple[LMDataModule, LitLM, Any]:
     """Data, model and the checkpoint to resume from (checked against the data), with the
-    run's sizes recorded in the summary; metrics after the resumed step are dropped."""
+    run's sizes recorded in the attempt's summary; metrics after the resumed step are dropped."""
     pl.seed_everything(cfg.train.seed, workers=True, verbose=False)
     dm = LMDataModule(cfg.data, seed=cfg.train.seed)
     dm.setup("fit")
     torch.manual_seed(cfg.train.seed)
     lit = LitLM(cfg, dm.vocab_size, bits_per_token=dm.is_char)
     counts = lit.model.param_counts()
-    summary.update(
+    attempt.write(
         params=counts["total"],
         params_non_embedding=counts["non_embedding"],
         flops_per_token=lit.model.flops_per_token(cfg.data.seq_len),
@@ -356,21 +315,15 @@ def prepare_run(
         lr=cfg.lr,
         environment=environment(cfg.train.accelerator),  # threads/workers/versions
     )
-    run_dir.update_summary(**summary)
-    ckpt_path, step, set_aside = select_checkpoint(run_dir.checkpoint_dir)
-    if set_aside:  # corrupt checkpoints were renamed *.corrupt; say so in the summary
-        summary["corrupt_checkpoints"] = [*(prior.get("corrupt_checkpoints") or []), *set_aside]
-    summary["tokenizer_sha256"] = tokenizer_digest(dm.tokenizer)
-    if not (run_dir.path / "tokenizer.json").is_file():  # for `ablate sample`
-        dm.tokenizer.save(run_dir.path / "tokenizer.json")
+    # corrupt checkpoints are renamed *.corrupt (set aside) and named in the summary
+    ckpt_path, step, set_aside = select_checkpoint(attempt.run_dir.checkpoint_dir)
+    attempt.summary["tokenizer_sha256"] = tokenizer_digest(dm.tokenizer)
+    attempt.save_tokenizer(dm.tokenizer)
     if ckpt_path is not None:
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        check_resume(ckpt, dm, prior, run_dir)  # same vocabulary and tokenizer
+        check_resume(ckpt, dm, attempt.prior, attempt.run_dir)  # same vocabulary and tokenizer
         del ckpt
-        run_dir.truncate_metrics_after(step)
-        summary["resumed_from_step"] = step
-    elif run_dir.metrics_file.exists():
-        run_dir.truncate_metrics_after(-1)  # a fresh start replays every step
+    attempt.resume(step if ckpt_path is not None else None, set_aside)
     return dm, lit, ckpt_path
 
 
@@ -412,15 +365,6 @@ def _fit(
         # the final evaluation under the training precision (autocast), like validation
         with trainer.precision_plugin.forward_context():
             summary.update(_finish(cfg, lit, dm, trainer))
-
-
-def write_error_log(run_dir: RunDir) -> None:
-    """The traceback of the exception being handled, into the run's ``error.log``: the summary
-    and the tables show one line of it; a full disk must not hide the run's own error."""
-    try:
-        atomic_write_text(run_dir.error_file, traceback.format_exc())
-    except OSError:
-        log.error("cannot write %s", run_dir.error_file)
 
 
 class ResumeMismatch(ConfigError):

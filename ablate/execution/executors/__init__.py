@@ -20,9 +20,10 @@ from PATH is a ``ConfigError``.
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import (
     BaseModel,
@@ -49,8 +50,12 @@ class ExecutorOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     executor: Literal["local", "ray", "slurm"] = "local"
-    workers: int | None = Field(None, ge=1)
-    """local: runs trained at once (default 1 on CPU, GPUs x runs_per_gpu on a GPU box)."""
+    workers: Annotated[int, Field(ge=1)] | Literal["auto"] | None = None
+    """local: runs trained at once, or ``auto``: every GPU ``runs_per_gpu`` deep on a GPU box;
+    on a CPU one worker per ``train.threads`` cores (one per core by default: 2 workers x 1
+    thread beat 1 x 2 on a 2-core CPU, ``reports/bench.md`` section 5). None:
+    ``$ABLATE_DEFAULT_WORKERS`` if set (an integer or ``auto``), else ``auto``
+    (``default_workers``)."""
     runs_per_gpu: int = Field(1, ge=1)
     """Runs packed on one GPU, each capped at 1/k of its memory (local, ray)."""
     gpus_per_run: int = Field(1, ge=0)
@@ -102,6 +107,15 @@ class ExecutorOptions(BaseModel):
                 raise ValueError(f"{item!r} is not key=value")
             out[key.strip().lstrip("-").replace("-", "_")] = value.strip()
         return out
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _count_or_auto(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = v.strip()
+            if v != "auto" and not v.isdigit():
+                raise ValueError(f"{v!r} is not a number of workers or auto")
+        return v
 
     @model_validator(mode="after")
     def _packing(self) -> ExecutorOptions:
@@ -214,8 +228,26 @@ def require_extra(extra: str) -> Any:
         ) from None
 
 
+DEFAULT_WORKERS_ENV = "ABLATE_DEFAULT_WORKERS"
+
+
+def default_workers() -> int | Literal["auto"]:
+    """What ``--workers`` means when not given: ``$ABLATE_DEFAULT_WORKERS`` (an integer or
+    ``auto``; e.g. 1 on a machine shared with others), else ``auto``."""
+    value = os.environ.get(DEFAULT_WORKERS_ENV, "auto").strip()
+    if value == "auto":
+        return "auto"
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(
+            f"{value!r} is not a number of workers >= 1 or auto", key=DEFAULT_WORKERS_ENV
+        )
+    return int(value)
+
+
 def check(opts: ExecutorOptions) -> None:
     """Validate the options against this machine before anything is written."""
+    if opts.workers is None:
+        default_workers()
     if opts.executor == "local":
         if opts.gpus_per_run > 1:
             raise ConfigError(

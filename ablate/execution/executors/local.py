@@ -3,7 +3,9 @@
 On a box with G visible GPUs each worker gets its own device through ``CUDA_VISIBLE_DEVICES``
 (round-robin), and ``runs_per_gpu = k`` packs k workers on one GPU, each capped at 1/k of its
 memory with ``torch.cuda.set_per_process_memory_fraction``. CPU threads are split between the
-workers (``max(1, cores // workers)`` unless ``train.threads`` is set).
+workers (``max(1, cores // workers)`` unless ``train.threads`` is set), so workers never
+oversubscribe the cores. ``--workers auto`` (the default) fills the machine: the GPUs, or on a
+CPU one worker per core (per ``train.threads`` cores), see ``auto_workers``.
 
 Ctrl-C: workers ignore the terminal's SIGINT; the parent sends each one SIGUSR1, which stops its
 run at the next step boundary (an ``interrupted`` checkpoint, status ``running``), cancels the
@@ -27,7 +29,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate.config import ConfigError
-from ablate.execution.executors import ExecutorFailed, ExecutorOptions, Progress, RunTask
+from ablate.execution.executors import (
+    ExecutorFailed,
+    ExecutorOptions,
+    Progress,
+    RunTask,
+    default_workers,
+)
+from ablate.execution.worker import cpu_count
 
 POLL_S = 0.5  # how often the wait loop wakes to call progress.poll()
 PARENT_POLL_S = 0.5  # how often a worker checks that its driver is alive
@@ -80,12 +89,32 @@ def uses_gpu(tasks: Sequence[RunTask]) -> bool:
     return any(t.config.train.accelerator != "cpu" for t in tasks)
 
 
+def auto_workers(tasks: Sequence[RunTask], gpus: Sequence[str], runs_per_gpu: int) -> int:
+    """``--workers auto``: every GPU ``runs_per_gpu`` deep; on a CPU one worker per
+    ``train.threads`` cores (the largest the runs ask for; 1 when unset), so ``cores`` workers
+    of one thread each: on 2 cores 2 workers x 1 thread train faster than 1 x 2
+    (``reports/bench.md`` section 5)."""
+    if gpus:
+        return len(gpus) * runs_per_gpu
+    threads = max((t.config.train.threads or 1 for t in tasks), default=1)
+    return max(1, cpu_count() // threads)
+
+
+def worker_threads(workers: int) -> int:
+    """Torch threads of each of ``workers`` pool workers: the cores split between them (a run's
+    ``train.threads`` still wins inside it)."""
+    return max(1, cpu_count() // workers)
+
+
 def plan_workers(
     tasks: Sequence[RunTask], opts: ExecutorOptions, gpus: Sequence[str]
 ) -> list[Slot]:
-    """The worker slots for this study: GPUs only if its runs train on them."""
+    """The worker slots for this study: GPUs only if its runs train on them; at most one
+    worker per task."""
     gpus = list(gpus) if uses_gpu(tasks) else []
-    workers = opts.workers or (len(gpus) * opts.runs_per_gpu if gpus else 1)
+    workers = opts.workers if opts.workers is not None else default_workers()
+    if workers == "auto":
+        workers = auto_workers(tasks, gpus, opts.runs_per_gpu)
     workers = max(1, min(workers, len(tasks) or 1))
     return assign_devices(gpus, workers, opts.runs_per_gpu)
 
@@ -214,10 +243,8 @@ def _one_pool(
     import multiprocessing as mp
     from concurrent.futures.process import BrokenProcessPool
 
-    from ablate.execution.worker import cpu_count
-
     slots = slots[: len(tasks)]
-    threads = max(1, cpu_count() // len(slots))
+    threads = worker_threads(len(slots))
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
     slot_queue = ctx.Queue()

@@ -41,7 +41,8 @@ import torch
 
 from ablate.config import ConfigError, RunConfig
 from ablate.data import LMDataModule
-from ablate.store import FINISHED, RunDir, StoreWriteError, write_final_summary
+from ablate.store import FINISHED, RunDir
+from ablate.store.attempt import RunAttempt
 from ablate.store.rundir import PROGRESS_FILE, write_progress
 from ablate.training.lit import LitLM, decay_groups, lr_factor
 from ablate.training.stacked.ops import Stack, StackedAdamW
@@ -61,10 +62,8 @@ from ablate.training.train import (
     finish_summary,
     prepare_run,
     quiet_lightning,
-    start_summary,
     stoppable,
     torch_threads,
-    write_error_log,
 )
 
 log = logging.getLogger("ablate")
@@ -111,9 +110,9 @@ class Member:
     summary: dict[str, Any]
     dm: LMDataModule
     lit: LitLM
+    attempt: RunAttempt  # the writer of the member's run directory
     step: int = 0
     start_step: int = 0
-    base_wall: float = 0.0
     loop: dict[str, Any] = field(default_factory=dict)  # restored loop state (checkpoint)
     optimizer: dict | None = None  # restored AdamW state_dict
     batches: Iterator | None = None
@@ -147,23 +146,13 @@ def _open_member(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], t0: floa
     """Write ``run.yaml`` and the ``running`` summary, build data and model exactly as a solo
     run does, and read the member's checkpoint (if any) into its model."""
     from ablate.model.plugins import load_plugins
-    from ablate.store.provenance import provenance
 
     load_plugins((meta or {}).get("plugins"), key="meta.plugins", source=run_dir.run_file)
-    meta = {"run_id": run_dir.run_id, "study": run_dir.study, **(meta or {}), **provenance(cfg)}
-    if not run_dir.exists() or not run_dir.read_run()["config"]:
-        try:
-            run_dir.write_run(cfg.to_dict(), meta)
-        except OSError as err:
-            raise StoreWriteError(err.errno, f"cannot write {run_dir.run_file}: {err}") from None
-    prior = run_dir.read_summary() or {}
-    base_wall = prior.get("wall_time_s") if prior.get("status") == "running" else 0.0
-    base_wall = float(base_wall) if isinstance(base_wall, int | float) else 0.0
-    summary = start_summary(cfg, run_dir, meta, prior, t0)
-    write_final_summary(run_dir, summary)
-    dm, lit, ckpt_path = prepare_run(cfg, run_dir, summary, prior)
-    member = Member(cfg, run_dir, summary, dm, lit, base_wall=base_wall)
-    member.wandb = start_member_wandb(cfg, run_dir, meta, summary["name"])
+    attempt = RunAttempt.start(cfg, run_dir, meta, t0)
+    summary = attempt.summary
+    dm, lit, ckpt_path = prepare_run(cfg, attempt)
+    member = Member(cfg, run_dir, summary, dm, lit, attempt)
+    member.wandb = start_member_wandb(cfg, run_dir, attempt.meta, summary["name"])
     if member.wandb is not None:
         summary["wandb_dir"] = str(member.wandb.dir)
     if ckpt_path is not None:
@@ -357,7 +346,7 @@ def _validate(g: Group, due: list[int], clock: dict) -> None:
         clock[i] = (t_last + spent, step_last)
 
 
-def _finalize(m: Member, t0: float) -> dict[str, Any]:
+def _finalize(m: Member) -> dict[str, Any]:
     """The member's final summary (final evaluation unless diverged), written to its store."""
     m.write_progress(step=m.step, phase="final eval")
     history = [v for _, name, v in m.run_dir.read_metrics() if name == "val/loss"]
@@ -373,8 +362,7 @@ def _finalize(m: Member, t0: float) -> dict[str, Any]:
             val_history=history,
             diverged_step=m.diverged_step,
         )
-    m.summary.update(fields, wall_time_s=m.base_wall + time.time() - t0)
-    write_final_summary(m.run_dir, m.summary)
+    m.attempt.write(**fields, wall_time_s=m.attempt.wall_time())
     m.close_wandb()
     return m.summary
 
@@ -395,7 +383,7 @@ def _checkpoint(g: Group, idx: list[int], writer: CheckpointWriter) -> None:
     writer.submit(jobs)
 
 
-def _loop(g: Group, stop: StepBoundaryStop, writer: CheckpointWriter, t0: float) -> None:
+def _loop(g: Group, stop: StepBoundaryStop, writer: CheckpointWriter) -> None:
     """Train until every member is done; a stop request ends it at a step boundary with a
     checkpoint of every member (so the re-run continues bit-exact)."""
     ms, t = g.members, g.members[0].cfg.train
@@ -429,7 +417,7 @@ def _loop(g: Group, stop: StepBoundaryStop, writer: CheckpointWriter, t0: float)
             writer.wait()  # a finished run's checkpoint is on disk before its summary
             for i in finished:
                 _unstack(g, i)
-                _finalize(ms[i], t0)
+                _finalize(ms[i])
             if not all(m.done for m in ms):  # the others go on without the finished ones
                 g = _without_finished(g)
                 ms, now = g.members, time.perf_counter()
@@ -519,19 +507,18 @@ def train_group(
             slots, members = _open_all(cfgs, run_dirs, metas, device, t0)
             for m in members:
                 if m.done:
-                    _finalize(m, t0)
+                    _finalize(m)
             training = [m for m in members if not m.done]
             if training:
                 group = Group(training, device, fold_attention)
                 with stoppable(stop):
-                    _loop(group, stop, writer, t0)
+                    _loop(group, stop, writer)
             writer.close()
     except (KeyboardInterrupt, SystemExit):
         _close_quietly(writer)
         for m in members:
             if not m.done:  # stays "running": the next run resumes it from its checkpoint
-                m.summary.update(status="running", wall_time_s=m.base_wall + time.time() - t0)
-                write_final_summary(m.run_dir, m.summary)
+                m.attempt.interrupted()
             m.close_wandb()
         raise
     except Exception as err:  # noqa: BLE001 - a failed group must not stop a study
@@ -539,10 +526,8 @@ def train_group(
         log.exception("stacked group %s failed", [rd.run_id for rd in run_dirs])
         for m in members:
             if m.summary.get("status") == "running":
-                m.summary.update(status="failed", error=f"{type(err).__name__}: {err}")
-                m.summary["wall_time_s"] = m.base_wall + time.time() - t0
-                write_error_log(m.run_dir)
-                write_final_summary(m.run_dir, m.summary)
+                m.attempt.failed(err)
+                m.attempt.write(wall_time_s=m.attempt.wall_time())
             m.close_wandb()
     return [rd.read_summary() or {} for rd in run_dirs]  # what each member's store says
 

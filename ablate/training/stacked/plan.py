@@ -1,17 +1,19 @@
-"""Which runs train as one stacked group, and how many members a group gets (no torch here).
+"""Which runs train as one stacked group, and how many members a group gets (no torch imported
+here; ``not_stackable`` reads the model's class from the registry, which imports it on first use).
 
 ``train.stack`` says how runs train, never what they are (it is not in the run id):
 
 * ``off``: one run per process (the default);
 * ``N``: runs that share a ``stack_key`` train in groups of at most N members;
 * ``auto``: chosen from the device and the model size (``auto_members``): off on a CPU, where
-  stacking was measured slower (``reports/bench_cpu.md``, section "stacked runs"; phase 1 of
-  issue 24: 3 members stacked are ~1.4x slower than 3 solo runs on 2 cores, because CPU SDPA
-  has no vmap batching rule and the models are already compute-bound); on a GPU as many
+  stacking was measured slower (``reports/bench_cpu.md``, section "stacked runs": 3 members
+  stacked are ~1.4x slower than 3 solo runs on 2 cores, because CPU SDPA has no vmap batching
+  rule and the models are already compute-bound); on a GPU as many
   members as fit in the free memory (``member_bytes`` each, 70% of what is free), at most
   ``AUTO_CAP``.
 
-A run that cannot stack (``not_stackable``) trains alone whatever ``train.stack`` says.
+A run that cannot stack (``not_stackable``: e.g. a model ``torch.vmap`` cannot batch, the LSTM)
+trains alone whatever ``train.stack`` says; the plan lists it alone.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from ablate import registry
 from ablate.config import RunConfig
 
 # what members of one group may differ in: the seed and optimizer scalars
@@ -58,6 +61,9 @@ def not_stackable(cfg: RunConfig) -> str | None:
         return "more than one device"
     if t.compile:
         return "train.compile"
+    unbatchable = getattr(registry.lookup("arch", cfg.model.arch), "unbatchable", None)
+    if unbatchable:
+        return f"model.arch {cfg.model.arch}: {unbatchable}"
     return None
 
 
@@ -121,16 +127,12 @@ def plan_groups(
 
 def describe_limit(cfg: RunConfig, members: int) -> str:
     """One line for ``ablate plan``: what ``train.stack`` means for these runs."""
-    why = not_stackable(cfg)
     if cfg.train.stack == "off":
         return "train.stack off: one run per process"
+    why = not_stackable(cfg)
     if why:
-        return f"train.stack {cfg.train.stack}: runs train alone ({why} does not stack)"
+        return f"train.stack {cfg.train.stack}: runs train alone ({why})"
     if cfg.train.stack == "auto" and members == 1:
         where = "a CPU" if cfg.train.accelerator == "cpu" else "no CUDA device visible here"
         return f"train.stack auto: off ({where}; stacking is slower on CPUs, see docs/stacking.md)"
     return f"train.stack {cfg.train.stack}: groups of at most {members}"
-
-
-def group_label(index: int, size: int) -> str:
-    return f"g{index} ({size})"
