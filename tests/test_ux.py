@@ -232,7 +232,8 @@ def _variant_axis_store(root, write_run):
         for seed in range(3):
             write_run(root, "arch", {"variant": arch}, seed, "completed", base + 0.01 * seed)
     for d in RunStore(root).runs("arch"):
-        d.update_summary(environment={"torch_threads": 1, "workers": 2, "device": "cpu"})
+        env = {"torch_threads": 1, "workers": 2, "device": "cpu"}
+        d.write_summary({**d.read_summary(), "environment": env})
     return root
 
 
