@@ -35,6 +35,7 @@ from ablate.report.claim_checks import analyse
 from ablate.report.claims_section import numbers
 from ablate.report.collect import (
     StudyData,
+    display_names,
     load_study,
     loss_unit,
     resolve_studies,
@@ -42,9 +43,9 @@ from ablate.report.collect import (
 )
 from ablate.report.plots import make_figures
 from ablate.report.render import Block, to_html, to_markdown
-from ablate.report.tables import comparisons_table, where_text
+from ablate.report.tables import where_text
 from ablate.report.verdicts import verdict
-from ablate.report.wandb_report import log_report
+from ablate.report.wandb_report import comparisons_frame, log_report
 
 __all__ = ["build_report", "build_reports", "load_study"]
 
@@ -89,9 +90,7 @@ def wandb_tables(study: StudyData, comps: list, checks: list) -> dict:
     """The verdicts and claims as tables for W&B (the same rows as report.md)."""
     unit = loss_unit(study).split("/")[0]
     verdicts = [(c, verdict(c, unit=unit, where=where_text(c, study))) for c in comps]
-    table = comparisons_table(verdicts, study)
-    if len(table):
-        table["verdict text"] = [v.text for _, v in verdicts]
+    table = comparisons_frame(verdicts, display_names(study.axes))
     claims = pd.DataFrame(
         [
             {
