@@ -41,6 +41,7 @@ from ablate.report.collect import (
     resolve_studies,
     results_frame,
 )
+from ablate.report.dashboards import write_specs
 from ablate.report.plots import make_figures
 from ablate.report.render import Block, to_html, to_markdown
 from ablate.report.tables import where_text
@@ -66,6 +67,7 @@ def build_report(study: StudyData, out: Path) -> Path:
         blocks[1:1] = damaged_blocks(study)
         (tmp / "report.md").write_text(to_markdown(blocks))
         (tmp / "report.html").write_text(to_html(blocks, f"{study.name}: ablation report"))
+        write_specs(study, blocks, tmp)  # wandb_workspace.json, wandb_report.json
         _swap_in(tmp, out / study.name)
         figures = [replace(f, path=out / study.name / f.path.name) for f in figures]
         log_report(study, wandb_tables(study, comps, checks), figures)

@@ -226,6 +226,9 @@ def finish_wandb_run(run: Any, summary: dict[str, Any]) -> None:
         for k in ("status", "final_val_loss", "best_val_loss", "steps", "params", "diverged_step"):
             if summary.get(k) is not None:
                 run.summary[k] = summary[k]
+        for mult, loss in (summary.get("val_loss_at_length") or {}).items():
+            if loss is not None:  # the report's column names: val_loss_at_2x, ...
+                run.summary[f"val_loss_at_{float(mult):g}x"] = loss
         if summary.get("final_val_loss") is not None:
             # the curve's last val/loss point averages train.eval_batches batches, so it is
             # not final_val_loss: say what the final number was measured on
