@@ -85,7 +85,7 @@ def _panels(study: StudyData) -> dict[str, list]:
             wr.BarPlot(
                 title="final_val_loss, measured once at the end (final_val_loss_on says on "
                 "what); not the curve's last point",
-                metrics=[wr.SummaryMetric("final_val_loss")],
+                metrics=["final_val_loss"],  # a bar chart plots each run's summary value
                 orientation="h",
                 **BAND,
             ),
@@ -105,7 +105,7 @@ def _panels(study: StudyData) -> dict[str, list]:
         sections["Length extrapolation"] = [
             wr.BarPlot(
                 title="validation loss at each evaluation length (multiples of seq_len)",
-                metrics=[wr.SummaryMetric(c) for c in lengths],
+                metrics=lengths,
                 orientation="v",
                 **BAND,
             )
@@ -130,9 +130,17 @@ def _fix_ids(panels: list, prefix: str) -> None:
         panel._id = f"{prefix}-{i}"
 
 
+def config_column(axis: str) -> str:
+    """The run-table column of a dotted config key: W&B keeps a nested config as
+    ``{"model": {"value": {...}}}``, so ``model.norm_placement`` is
+    ``config:model.value.norm_placement`` (the path a parallel-coordinates axis gets too)."""
+    top, _, rest = axis.partition(".")
+    return f"config:{top}.value.{rest}" if rest else f"config:{top}"
+
+
 def run_columns(study: StudyData) -> list[str]:
-    """The run table's pinned columns: the axes, final and best loss, state."""
-    axes = [f"config:{a}" for a in study.varying_axes or study.axes]
+    """The run table's pinned columns: the axes, final and best loss, state, tags."""
+    axes = [config_column(a) for a in study.axes]
     return [*axes, "summary:final_val_loss", "summary:best_val_loss", "run:state", "run:tags"]
 
 
