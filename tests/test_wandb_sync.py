@@ -3,6 +3,8 @@ history in the folder that is uploaded, the report run with one id per study."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -68,7 +70,7 @@ def test_a_run_interrupted_twice_syncs_its_whole_history(
 ):
     from ablate.report.collect import load_study
     from ablate.report.wandb_report import log_report, report_run_id
-    from ablate.report.wandb_sync import logged_steps
+    from ablate.report.wandb_sync import logged_steps, read_records
 
     store = tmp_path / "runs"
     path = make_study(base=OFFLINE, grid={"model.activation": ["relu"]})
@@ -85,6 +87,14 @@ def test_a_run_interrupted_twice_syncs_its_whole_history(
     newest = sorted(run.wandb_dir.glob("offline-run-*/*.wandb"))[-1]
     steps = sorted({s for s, _, _ in stored})
     assert sorted(set(logged_steps(newest))) == steps and steps[-1] == 20
+    summary = {
+        item.key: json.loads(item.value_json)
+        for rec in read_records(newest)
+        if rec.WhichOneof("record_type") == "summary"
+        for item in rec.summary.update
+    }
+    assert summary["final_val_loss"] == pytest.approx(result["final_val_loss"])
+    assert summary["final_val_loss_on"] == "2 validation batches"  # train.final_eval_batches
     study = load_study(store, "tiny")
     assert log_report(study, {}, []) == "offline" and log_report(study, {}, []) == "offline"
     (report,) = (study.path / ".report-wandb" / "wandb").glob("offline-run-*")  # the last one
@@ -115,3 +125,26 @@ def test_sync_of_an_unknown_study_is_one_line(tmp_path, norm_pos_store):
     assert result.exit_code == 2 and "studies present: norm_pos" in result.output
     result = CliRunner().invoke(app, ["sync", "norm_pos", "--store", str(store), "--dry-run"])
     assert result.exit_code == 2 and "no offline W&B runs" in result.output
+
+
+def test_confirmation_runs_are_tagged():
+    from ablate.training.tracking import wandb_tags
+
+    axes = {"model.activation": "relu"}
+    assert wandb_tags({"axes": axes}, ["x"]) == ["model.activation=relu", "x"]
+    assert "confirm" in wandb_tags({"axes": axes, "confirm": True}, [])
+
+
+def test_report_tables_keep_numbers_as_numbers():
+    import math
+
+    import pandas as pd
+
+    from ablate.report.wandb_report import numeric_table
+
+    df = pd.DataFrame(
+        {"loss": [1.5, math.nan], "n": [3, 4], "ok": [True, False], "name": ["a", None]}
+    )
+    out = numeric_table(df)
+    assert out["loss"].dtype.kind == "f" and out["n"].dtype.kind == "i"
+    assert out["ok"].dtype.kind == "b" and list(out["name"]) == ["a", None]

@@ -63,7 +63,7 @@ def numeric_table(df: pd.DataFrame) -> pd.DataFrame:
     out = df.reset_index(drop=True).copy()
     for col in out.columns:
         if not (pd.api.types.is_numeric_dtype(out[col]) or pd.api.types.is_bool_dtype(out[col])):
-            out[col] = out[col].map(_cell).astype(object)
+            out[col] = pd.Series([_cell(v) for v in out[col]], index=out.index, dtype=object)
     return out
 
 
