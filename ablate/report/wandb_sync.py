@@ -97,7 +97,8 @@ def offline_runs(store: Path, study: str) -> list[OfflineRun]:
     """The study's offline W&B runs, the report run last (module doc)."""
     resolve_studies([study], store)  # a one-line ConfigError for an unknown study
     root = Path(store) / study
-    sources = [(RunDir(p), p / "wandb") for p in sorted(root.iterdir()) if p.name[0] != "."]
+    dirs = [p for p in sorted(root.iterdir()) if p.is_dir() and not p.name.startswith(".")]
+    sources: list[tuple[RunDir | None, Path]] = [(RunDir(p), p / "wandb") for p in dirs]
     sources.append((None, root / REPORT_WANDB_DIR / "wandb"))
     out = []
     for run_dir, wdir in sources:
