@@ -271,13 +271,22 @@ def plan(
     set_: SetOpt = None,
     store: StoreOpt = Path("runs"),
     plugin: PluginOpt = None,
+    no_estimate: Annotated[
+        bool, typer.Option("--no-estimate", help="Skip the measured time estimate.")
+    ] = False,
 ) -> None:
-    """Print the expanded runs of studies (name, id, status, key params) without training."""
+    """Print the expanded runs of studies (name, id, status, key params, time) without
+    training; check their datasets as run does."""
     from ablate.execution.tables import plan_studies
 
     try:
         plan_studies(
-            studies, profile=profile, overrides=set_ or [], store=store, plugins=plugin or []
+            studies,
+            profile=profile,
+            overrides=set_ or [],
+            store=store,
+            plugins=plugin or [],
+            estimate=not no_estimate,
         )
     except ConfigError as err:
         fail(err)

@@ -605,6 +605,9 @@ def test_lightning_resume_sees_the_same_batches(text_file, tmp_path, order):
 def test_a_study_fetches_its_registered_dataset_before_any_run(server, monkeypatch, tmp_path):
     """No network (here: a missing file on the loopback server) is one line naming the study,
     before a run directory exists, not every run failing with it in its worker."""
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
     from ablate.execution.runner import run_study
 
     register(monkeypatch, "tiny", server.url("/missing.txt"), server.sha)
@@ -620,3 +623,6 @@ def test_a_study_fetches_its_registered_dataset_before_any_run(server, monkeypat
         run_study(spec, store=store, progress=False)
     assert err.value.key == "data.dataset" and str(err.value).startswith(str(spec))
     assert not store.exists() and server.hits == 1  # fetched once, not once per run
+    plan = CliRunner().invoke(app, ["plan", str(spec), "--store", str(store)])  # as run checks
+    assert plan.exit_code == 2 and "could not download" in plan.output, plan.output
+    assert server.hits == 2 and not store.exists()

@@ -40,6 +40,7 @@ def test_study_runs_end_to_end_and_a_rerun_skips_finished_runs(make_study, tmp_p
         assert name in out  # the summary table
     runs = list(RunStore(store).runs("tiny"))
     assert len(runs) == 2
+    assert RunStore(store).spec_file("tiny").read_text() == path.read_text()  # for the report
     for d in runs:
         meta = d.read_run()["meta"]
         assert meta["study"] == "tiny" and meta["profile"] is None and meta["seed"] == 0
@@ -107,6 +108,7 @@ def test_interrupted_run_resumes_with_every_step_once(
     interrupt_first_run_at_step_12(path, store)  # a KeyboardInterrupt, what Ctrl-C raises
     out = capsys.readouterr().out
     assert "Interrupted" in out and f"ablate run {path} --store {store}" in out
+    assert "12 saved" in out and "resumes from step 12" in out  # the step its checkpoint holds
     (d,) = RunStore(store).runs("tiny")
     assert d.read_summary()["status"] == "running"
     assert not d.is_locked()  # the lock went with the interrupted attempt

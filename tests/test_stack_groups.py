@@ -16,7 +16,7 @@ from ablate.cli import app
 from ablate.config import build_config
 from ablate.execution.runner import run_study
 from ablate.store import RunStore
-from ablate.training.stacked_plan import (
+from ablate.training.stacked.plan import (
     AUTO_CAP,
     auto_members,
     member_bytes,
@@ -99,7 +99,7 @@ def test_grouping_and_auto():
 
 KILL_SCRIPT = """
 import os, signal, sys
-import ablate.training.stacked as stacked
+import ablate.training.stacked.group as stacked
 from ablate.cli import app
 def hook(steps):
     if min(steps) >= 13:
@@ -129,7 +129,7 @@ def test_kill_9_mid_group_then_rerun_is_bit_exact(study6, tmp_path):
 
 
 def test_a_solo_rerun_resumes_a_stacked_checkpoint(study6, tmp_path, monkeypatch):
-    import ablate.training.stacked as stacked
+    import ablate.training.stacked.group as stacked
     from ablate.training.train import request_stop
 
     def stop_at_12(steps):
@@ -183,7 +183,7 @@ def test_each_member_logs_its_own_offline_wandb_run(
 
 
 def test_a_diverged_member_leaves_the_stack(tmp_path, monkeypatch, tiny_run):
-    import ablate.training.stacked as stacked
+    import ablate.training.stacked.group as stacked
 
     sizes = []
     monkeypatch.setattr(stacked, "_step_done", lambda steps: sizes.append(len(steps)))

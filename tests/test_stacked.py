@@ -9,10 +9,10 @@ import sys
 import pytest
 import torch
 
-import ablate.training.stacked as stacked
+import ablate.training.stacked.group as stacked
 from ablate.config import ConfigError, build_config
 from ablate.store import RunStore
-from ablate.training.stacked import check_group, stack_key, train_group
+from ablate.training.stacked.group import check_group, stack_key, train_group
 from ablate.training.train import request_stop, train_run
 
 # Relative tolerance of a member's losses against its solo run. Each member computes the solo
@@ -131,7 +131,7 @@ def test_interrupted_group_resumes_bit_exact(tmp_path, monkeypatch, cfgs_of):
 
 KILL_SCRIPT = """
 import os, signal, sys
-import ablate.training.stacked as stacked
+import ablate.training.stacked.group as stacked
 from ablate.config import build_config
 from ablate.store import RunStore
 cfgs = [build_config({**eval(sys.argv[1]), "train.seed": s}) for s in (0, 1)]

@@ -192,29 +192,197 @@ def test_an_identical_train_on_a_finished_run_only_reports_it(tmp_path, monkeypa
 # --- HTML tables, README -----------------------------------------------------------------------
 
 
-def test_html_tables_fit_short_headers_unwrapped_numbers_own_scroll():
+def test_html_tables_fit_short_headers_numbers_wrap_only_between_whole_parts():
     import pandas as pd
 
     from ablate.report.render import CSS, html_table
 
     df = pd.DataFrame(
         {
-            "variant": ["post", "pre"],
+            "variant": ["norm_placement=post,warmup_ratio=0.0", "pre"],
             "final val loss": ["1.9012 ± 0.0123 [1.8706, 1.9318]", "1.6 (1 seed)"],
+            "workers": [2.0, 1.0],
             "verdict": ["pre is lower by 0.30 nats; significant after Holm correction " * 2, "—"],
         }
     )
     out = html_table(df)
     assert out.startswith('<div class="table-wrap"><table>')
     assert '<th title="final val loss">final loss</th>' in out and "<th>variant</th>" in out
-    assert '<td class="num">1.9012 ± 0.0123 [1.8706, 1.9318]</td>' in out
+    nb = "\u00a0"  # mean ± sd together, the interval together, a break only between them
+    assert f'<td class="num">1.9012{nb}±{nb}0.0123 [1.8706,{nb}1.9318]</td>' in out
+    assert "norm_placement=<wbr>post,<wbr>warmup_ratio=0.0" in out  # labels may wrap
+    assert '<td class="num">2</td>' in out and "2.0" not in out  # whole numbers as integers
     assert '<td class="text">pre is lower' in out  # prose may wrap
     assert '<p class="legend">final loss = final val loss</p>' in out
-    css = CSS.replace("\n", "")
-    assert ".table-wrap{overflow-x:auto" in css and "td.num{white-space:nowrap}" in css
+    assert ".table-wrap{overflow-x:auto" in CSS.replace("\n", "")  # only a last resort
+
+
+def test_markdown_emphasis_is_rendered_but_not_inside_code():
+    from ablate.report.render import _inline
+
+    html = _inline("*better*/*worse*, **bold**, `*code*`, 2*3*4 and a * b")
+    assert "<em>better</em>/<em>worse</em>" in html and "<strong>bold</strong>" in html
+    assert "<code>*code*</code>" in html and "2*3*4" in html and "a * b" in html
+
+
+def _variant_axis_store(root, write_run):
+    """A study whose axis is named ``variant`` (its values are the variant labels), with an
+    environment whose thread and worker counts are read back as floats."""
+    for arch, base in (("lstm", 2.3), ("transformer", 2.1)):
+        for seed in range(3):
+            write_run(root, "arch", {"variant": arch}, seed, "completed", base + 0.01 * seed)
+    for d in RunStore(root).runs("arch"):
+        d.update_summary(environment={"torch_threads": 1, "workers": 2, "device": "cpu"})
+    return root
+
+
+def test_html_report_has_no_repeated_column_and_whole_integers(tmp_path, write_run):
+    import re
+
+    from ablate.report import build_reports
+
+    store = _variant_axis_store(tmp_path / "runs", write_run)
+    build_reports(["arch"], store=store, out=tmp_path / "reports", quiet=True)
+    html = (tmp_path / "reports" / "arch" / "report.html").read_text()
+    seen = 0
+    for table in re.findall(r"<table>.*?</table>", html, flags=re.S):
+        heads = re.findall(r"<th(?: [^>]*)?>(.*?)</th>", table)
+        rows = [re.findall(r"<td[^>]*>(.*?)</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", table)]
+        columns = list(zip(*[r for r in rows if r], strict=True))
+        assert len(set(heads)) == len(heads) == len(columns), heads
+        if heads[0] == "variant":  # no axis column repeats the variant labels
+            assert all(col != columns[0] for col in columns[1:]), heads
+        assert not re.search(r">\d+\.0<", table), table  # 1, not 1.0
+        seen += heads[0] == "variant"
+    assert seen >= 2  # the quality and cost tables were checked
+    assert "<em>better</em>" in html and "*better*" not in html
+
+
+def test_html_report_fits_1200_px_in_chromium(tmp_path, write_run):
+    """Headless Chromium lays the report out at 1200 px: no table needs its scrollbar, so every
+    column (the comparisons' verdict too) is on screen. Skipped without Chromium (Debian:
+    ``apt-get install chromium``)."""
+    import re
+    import shutil
+    import subprocess
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium on PATH")
+    from ablate.report import build_reports
+
+    store = tmp_path / "runs"
+    for norm, base in (("post", 1.9), ("pre", 1.6)):
+        for wr in (0.0, 0.1):
+            axes = {"model.norm_placement": norm, "optim.warmup_ratio": wr}
+            for seed in range(3):
+                write_run(store, "nw", axes, seed, "completed", base + 0.013 * seed * (1 + wr))
+    for d in RunStore(store).runs("nw"):  # the real labels: long, with commas
+        data = d.read_run()
+        axes = data["meta"]["axes"]
+        label = ",".join(f"{k.split('.')[1]}={v}" for k, v in axes.items())
+        d.run_file.unlink()
+        d.write_run(data["config"], data["meta"] | {"variant": label})
+    build_reports(["nw"], store=store, out=tmp_path / "reports", quiet=True)
+    page = tmp_path / "reports" / "nw" / "report.html"
+    probe = tmp_path / "probe.html"
+    measure = (  # which tables overflow their box, written where --dump-dom shows it
+        '<script>addEventListener("load",()=>{document.body.dataset.overflow=JSON.stringify('
+        '[...document.querySelectorAll(".table-wrap")].filter(w=>w.scrollWidth>w.clientWidth)'
+        '.map(w=>w.querySelector("th").textContent))})</script>'
+    )
+    probe.write_text(page.read_text().replace("</body>", measure + "</body>"))
+    args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1200,2000"]
+    args += ["--virtual-time-budget=3000", "--dump-dom", probe.as_uri()]
+    dom = subprocess.run(args, capture_output=True, text=True, timeout=120).stdout
+    assert 'data-overflow="[]"' in dom, re.findall(r'data-overflow="[^"]*"', dom) or dom[-2000:]
+    assert "Comparisons" in dom and ">verdict<" in dom
 
 
 def test_readme_shows_the_data_dir_export_next_to_the_train_examples():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     setup = readme.split("## Set-up", 1)[1].split("\n## ", 1)[0]
     assert "export ABLATE_DATA_DIR=" in setup and ".venv/bin/ablate" in setup and "make" in setup
+
+
+# --- ablate report NAME from any directory ------------------------------------------------------
+
+
+def test_report_by_name_keeps_the_claims_from_another_directory(
+    tmp_path, norm_pos_store, monkeypatch
+):
+    import yaml
+
+    store = norm_pos_store(tmp_path / "runs")
+    claim = {"id": "pre-wins", "text": "Pre-LN trains better", "expect": "better"}
+    claim |= {"a": {"model.norm_placement": "pre"}, "b": {"model.norm_placement": "post"}}
+    spec = tmp_path / "norm_pos.yaml"
+    grid = {"model.norm_placement": ["post", "pre"], "model.pos_encoding": ["learned", "rope"]}
+    study = {"name": "norm_pos", "description": "Does Pre-LN win?", "grid": grid}
+    spec.write_text(yaml.safe_dump(study | {"seeds": [0, 1, 2], "claims": [claim]}))
+    RunStore(store).keep_spec("norm_pos", spec)  # what `ablate run` does when it starts
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    args = ["report", "norm_pos", "--store", str(store), "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0 and "warning" not in result.output, result.output
+    md = (tmp_path / "out" / "norm_pos" / "report.md").read_text()
+    assert "**pre-wins**" in md and "Does Pre-LN win?" in md and "claims (above)" in md
+
+    RunStore(store).spec_file("norm_pos").unlink()  # a store written before it kept specs
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if line.startswith("warning")]
+    assert len(warnings) == 1 and "no study file" in warnings[0], result.output
+    md = (tmp_path / "out" / "norm_pos" / "report.md").read_text()
+    assert "pre-wins" not in md and "claims (above)" not in md and "checks no claims" in md
+
+
+def test_the_resume_command_repeats_how_ablate_was_invoked(tmp_path, monkeypatch):
+    from ablate.execution.runner import invoked_as
+
+    venv = tmp_path / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "ablate").write_text("#!/bin/sh\n")
+    (venv / "ablate").chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    typed = [".venv/bin/python", ".venv/bin/ablate", "run", "s.yaml"]
+    assert invoked_as([".venv/bin/ablate", "run"], typed) == [".venv/bin/ablate"]
+    monkeypatch.setenv("PATH", f"{venv}:/usr/bin:/bin")  # found on PATH: typed as `ablate`
+    assert invoked_as([str(venv / "ablate"), "run"], typed) == ["ablate"]
+    module = ["/usr/bin/python3", "-m", "ablate", "run", "s.yaml"]
+    assert invoked_as(["/x/ablate/__main__.py", "run"], module) == [
+        "/usr/bin/python3",
+        "-m",
+        "ablate",
+    ]
+    assert invoked_as(["/x/pytest"], ["python", "/x/pytest"]) == ["ablate"]
+
+
+# --- ablate plan: how long -----------------------------------------------------------------------
+
+
+def test_a_run_estimate_is_its_steps_plus_its_evaluations(tiny_run):
+    from ablate.config import build_config
+    from ablate.execution.estimate import run_seconds
+
+    cfg = build_config(tiny_run)  # 20 steps, eval every 10 on 2 batches, final eval 4 batches
+    # 20 steps x 0.1 s + (2 evals x 2 batches + 4 final batches) x a forward (0.1 s / 3)
+    assert run_seconds(cfg, 0.1) == pytest.approx(20 * 0.1 + (2 * 2 + 4) * 0.1 / 3)
+    longer = build_config(tiny_run | {"train.eval_lengths": [2.0]})  # the final eval at 2x too
+    assert run_seconds(longer, 0.1) == pytest.approx(2.0 + (4 + 4 * 3) * 0.1 / 3)
+
+
+def test_plan_prints_a_measured_time_per_run_and_in_total(make_study, tmp_path):
+    path = make_study(seeds=[0, 1], grid={"model.activation": ["relu", "gelu"]})
+    args = ["plan", str(path), "--store", str(tmp_path / "runs")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Time: about" in result.output and "for the 4 runs to train" in result.output
+    assert "measured now on this machine: 3 timed steps of each of 2 model" in result.output
+    rows = [line for line in result.output.splitlines() if "seed=" in line]
+    assert len(rows) == 4 and all(line.rstrip(" │").endswith("s") for line in rows), rows
+    quiet = CliRunner().invoke(app, [*args, "--no-estimate"])
+    assert quiet.exit_code == 0 and "Time:" not in quiet.output

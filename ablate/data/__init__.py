@@ -5,8 +5,9 @@ Public API (see each module for the formulas):
 - batching: ``batchify``, ``get_batch``, ``window_starts``
 - tokenizers: ``BaseTokenizer``, ``CharTokenizer``, ``WordTokenizer``, ``Dictionary``,
   ``BPETokenizer``, ``build_tokenizer``, ``load_tokenizer``, ``train_bpe``, ``cached_bpe``
-- datasets: ``DatasetSpec``, ``DATASETS``, ``resolve_dataset``, ``read_text``, ``download``,
-  ``split_bounds``, ``split_sequence``, ``sha256_file``, ``data_dir``, ``cache_dir``
+- datasets: ``DatasetSpec``, ``DATASETS``, ``resolve_dataset``, ``fetch_registered``,
+  ``read_text``, ``download``, ``split_bounds``, ``split_sequence``, ``sha256_file``,
+  ``data_dir``, ``cache_dir``
 - module: ``LMDataModule``, ``unigram_entropy``, ``window_order``, ``WindowSampler``,
   ``TokenOrderSampler``,
   ``WindowDataset``
@@ -19,6 +20,7 @@ from ablate.data.datasets import (
     cache_dir,
     data_dir,
     download,
+    fetch_registered,
     read_text,
     resolve_dataset,
     sha256_file,
@@ -71,6 +73,7 @@ __all__ = [
     "get_batch",
     "load_tokenizer",
     "read_text",
+    "fetch_registered",
     "resolve_dataset",
     "sha256_file",
     "split_bounds",

@@ -26,7 +26,7 @@ import os
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -140,6 +140,18 @@ def resolve_dataset(name_or_path: str | Path) -> Path:
         f"(registered: {', '.join(sorted(DATASETS))})",
         key=KEY,
     )
+
+
+def fetch_registered(names: Iterable[str], source: Path | None = None) -> None:
+    """Fetch (or find, verified) each registered dataset among ``names`` once, before any run
+    needs it: without a network (or with a bad checksum) that is one ``ConfigError`` naming
+    ``source`` (the study), not every run failing with it. ``ablate run`` and ``ablate plan``
+    both check this way."""
+    for name in sorted(set(names) & set(DATASETS)):
+        try:
+            resolve_dataset(name)
+        except ConfigError as err:
+            raise ConfigError(err.message, key=err.key, source=source) from None
 
 
 def local_copy(name: str) -> Path | None:

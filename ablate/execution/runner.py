@@ -23,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+import shutil
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +33,6 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from ablate.config import ConfigError
 from ablate.execution.executors import ExecutorFailed, ExecutorOptions, RunTask, check, execute
 from ablate.execution.groups import group_tasks
 from ablate.execution.progress import LiveProgress, fmt_duration
@@ -72,6 +73,24 @@ def _describe(outcome: str, s: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def invoked_as(argv: Sequence[str] | None = None, orig: Sequence[str] | None = None) -> list[str]:
+    """How the user started ablate, for a command printed back to them: the script as typed
+    (``.venv/bin/ablate``; ``ablate`` when that is what ``PATH`` finds), ``<python> -m ablate``,
+    else ``ablate`` (called from Python, e.g. a test). ``argv``/``orig``: ``sys.argv`` and
+    ``sys.orig_argv`` (the interpreter's own command line)."""
+    argv = sys.argv if argv is None else argv
+    orig = sys.orig_argv if orig is None else orig
+    if list(orig[1:3]) == ["-m", "ablate"]:
+        return [orig[0], "-m", "ablate"]
+    script = Path(argv[0]) if argv else None
+    if script is None or script.name != "ablate":
+        return ["ablate"]
+    on_path = shutil.which("ablate")
+    if on_path and script.is_file() and Path(on_path).resolve() == script.resolve():
+        return ["ablate"]
+    return [str(script)]
+
+
 def resume_command(
     study_path: str | Path,
     profile: str | None,
@@ -79,7 +98,7 @@ def resume_command(
     store: str | Path,
     executor: ExecutorOptions | None = None,
 ) -> str:
-    args = ["ablate", "run", str(study_path)]
+    args = [*invoked_as(), "run", str(study_path)]
     if profile:
         args += ["--profile", profile]
     for o in overrides:
@@ -116,8 +135,9 @@ def run_study(
     seeds, ``--confirm``, :mod:`ablate.execution.confirm`): only these runs are planned, each
     marked ``confirm: true`` in its meta and summary.
 
-    Before any run trains, the store registers the study's claims
-    (:mod:`ablate.store.registration`); after training it notes when the first run started.
+    Before any run trains, the store keeps a copy of the study file (``study.yaml``) and
+    registers the study's claims (:mod:`ablate.store.registration`); after training it notes
+    when the first run started.
     """
     opts = executor or ExecutorOptions()
     if workers is not None:
@@ -127,6 +147,7 @@ def run_study(
     runs_store = RunStore(store)
     console = make_console()
     dirs = _prepare_store(study, runs_store, console, rerun_stale=rerun_stale)
+    runs_store.keep_spec(study.name, study.path)  # the report reads claims from it anywhere
     done = sum(1 for r in study.runs if dirs[r.run_id].status in FINISHED)
     todo = [r for r in study.runs if dirs[r.run_id].status not in FINISHED]
     tasks = [
@@ -255,10 +276,10 @@ def _prepare_store(
 
     check_compile(study)  # train.compile without a C++ compiler: one line now, not per run
     dirs = {r.run_id: runs_store.run(study.name, r.run_id) for r in study.runs}
-    fetch_datasets(
-        [r for r in study.runs if rerun_stale or dirs[r.run_id].status not in FINISHED],
-        source=study.path,
-    )
+    from ablate.data import fetch_registered
+
+    todo = [r for r in study.runs if rerun_stale or dirs[r.run_id].status not in FINISHED]
+    fetch_registered({r.config.data.dataset for r in todo}, source=study.path)
     if rerun_stale:
         from ablate.store.provenance import archive_stale
 
@@ -266,19 +287,6 @@ def _prepare_store(
         if moved:
             console.print(f"{len(moved)} stale runs moved to {escape(str(moved[0].parent))}")
     return dirs
-
-
-def fetch_datasets(runs: Sequence[Any], source: Path | None = None) -> None:
-    """Fetch the registered datasets ``runs`` need once, here, before any run starts: without a
-    network (or with a bad checksum) that is one ``ConfigError`` naming the study, not every run
-    failing with it in its worker."""
-    from ablate.data import DATASETS, resolve_dataset
-
-    for name in sorted({r.config.data.dataset for r in runs} & set(DATASETS)):
-        try:
-            resolve_dataset(name)
-        except ConfigError as err:
-            raise ConfigError(err.message, key=err.key, source=source) from None
 
 
 def _n_workers(opts: ExecutorOptions, tasks: list[RunTask]) -> int:

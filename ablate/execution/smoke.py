@@ -38,9 +38,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ablate.config import ConfigError, RunConfig
+from ablate.execution.tables import Col, make_console, print_rows
 from ablate.store import RunStore
 from ablate.study import PlannedRun, Study, load_study
 
@@ -141,7 +141,7 @@ def smoke_study(
 
     study = load_study(study_path, profile, overrides, check_device=False)  # it trains on the CPU
     check_compile(study)
-    console = console or Console(highlight=False)
+    console = console or make_console()
     runs = smoke_runs(study)
     console.print(
         f"[bold]{study.name}[/] smoke test (profile {study.profile}): {len(runs)} of "
@@ -190,33 +190,35 @@ def _row(run: PlannedRun, cfg: RunConfig, s: dict[str, Any], seconds: float) -> 
 
 
 def _print_table(study: Study, rows: list[dict[str, Any]], console: Console) -> None:
-    table = Table(title=f"{study.name} --smoke: {len(rows)} runs", title_justify="left")
-    for col in (
-        "run",
-        "params",
-        "shape",
-        "precision",
-        "attn (cpu)",
-        "status",
-        "val loss",
-        "s",
-        "error",
-    ):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        loss = r["final_val_loss"]
-        table.add_row(
+    cols = [
+        Col("run"),
+        Col("params", 4, "right"),
+        Col("shape", 5),
+        Col("precision", 6),
+        Col("attn (cpu)", 7),
+        Col("status"),
+        Col("val loss", 2, "right"),
+        Col("s", 3, "right"),
+        Col("error", 1, prose=True),
+    ]
+    cells = [
+        [
             escape(r["name"]),
             f"{r['params']:,}" if r["params"] else "-",
             r["shape"],
             r["precision"],
             r["attn"] or "-",
             r["status"] or "-",
-            f"{loss:.3f}" if loss is not None else "-",
+            f"{r['final_val_loss']:.3f}" if r["final_val_loss"] is not None else "-",
             f"{r['seconds']:.1f}",
-            escape(str(r["error"] or "")[:200]),
-        )
-    console.print(table)
+            escape(str(r["error"] or "").splitlines()[0] if r["error"] else ""),
+        ]
+        for r in rows
+    ]
+    print_rows(console, f"{study.name} --smoke: {len(rows)} runs", cols, cells)
+    for r in rows:  # the whole error, which the table cuts to its width
+        if r["error"]:
+            console.print(escape(f"{r['name']}: {r['error']}"))
     bad = [r for r in rows if r["status"] != "completed"]
     console.print(
         f"[red]{len(bad)} of {len(rows)} smoke runs did not complete[/]"

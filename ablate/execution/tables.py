@@ -1,24 +1,34 @@
 """The tables a user reads: a study's plan (``ablate plan``), the store's status (``ablate
 status``) and the summary printed when ``ablate run`` ends, one row per run, each readable at 80
 columns.
+
+A run's name and id are never cut (ids are what ``ablate sample`` takes), and a number never
+breaks across lines: when the table is wider than the terminal, the least useful columns are
+left out (a line says which), and when even name, id and status do not fit, each run is
+printed as two lines instead (:func:`print_rows`). A pipe or a log file gets 160 columns, or
+``$COLUMNS`` when set.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ablate.config import ConfigError
 from ablate.execution.progress import fmt_duration
-from ablate.store import DAMAGED, RunStore, run_damage, run_state
+from ablate.store import DAMAGED, RunDir, RunStore, run_damage, run_state
 from ablate.store.rundir import ERROR_FILE
 from ablate.study import Study, load_study
 
@@ -26,8 +36,121 @@ MAX_ERROR_LOGS = 5  # error.log paths listed under the summary table; the rest a
 
 
 def make_console() -> Console:
-    # a log file or a pipe gets wide tables rather than rich's 80 columns
-    return Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 160)
+    # a log file or a pipe gets wide tables rather than rich's 80 columns, unless $COLUMNS says
+    wide = sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
+    return Console(file=sys.stdout, highlight=False, width=None if wide else 160)
+
+
+@dataclass(frozen=True)
+class Col:
+    """A column of a run table. ``drop``: 0 = always shown (name, run id, status); otherwise
+    the higher, the sooner it is left out of a table too wide for the terminal. ``prose``: a
+    note or error, cut with an ellipsis to the width left (its full text is printed elsewhere)."""
+
+    header: str
+    drop: int = 0
+    justify: str = "left"
+    prose: bool = False
+
+
+PROSE_MIN = 12  # a note or error column is never narrower than this
+
+
+def _needed(col: Col, cells: list[str]) -> int:
+    width = max([cell_len(col.header), *(Text.from_markup(c).cell_len for c in cells)])
+    return min(width, max(PROSE_MIN, cell_len(col.header))) if col.prose else width
+
+
+def print_rows(console: Console, title: str, cols: list[Col], rows: list[list[str]]) -> list[str]:
+    """Print ``rows`` (cells in rich markup) as a table that fits ``console.width``; returns
+    the headers left out. Columns go in ``drop`` order until the rest fits; if that would leave
+    out all of them, or the columns always shown do not fit, each row becomes two lines
+    instead: its first cell whole, then the others with their headers (wrapped between cells,
+    so a number never breaks)."""
+    need = [_needed(c, [r[i] for r in rows]) for i, c in enumerate(cols)]
+    droppable = sorted((i for i, c in enumerate(cols) if c.drop), key=lambda i: -cols[i].drop)
+    shown = list(range(len(cols)))
+    for i in droppable:
+        if sum(need[j] for j in shown) + 3 * len(shown) + 1 <= console.width:
+            break
+        shown.remove(i)
+    too_wide = sum(need[j] for j in shown) + 3 * len(shown) + 1 > console.width
+    if too_wide or (droppable and not set(droppable) & set(shown)):
+        console.print(title, soft_wrap=True)
+        for r in rows:
+            console.print(r[0], soft_wrap=True)  # a long name wraps on screen, never cut
+            rest = [
+                _cut(f"{c.header} {r[i]}", console.width - 2) if c.prose else f"{c.header} {r[i]}"
+                for i, c in enumerate(cols)
+                if i and r[i] not in ("", "-")
+            ]
+            _print_packed(console, rest)
+        return []
+    spare = console.width - (sum(need[j] for j in shown) + 3 * len(shown) + 1)
+    table = Table(title=title, title_justify="left")
+    for i in shown:
+        c = cols[i]
+        table.add_column(
+            c.header,
+            justify=c.justify,  # type: ignore[arg-type]
+            no_wrap=True,
+            overflow="ellipsis" if c.prose else "fold",
+            min_width=None if c.prose else need[i],
+            max_width=need[i] + spare if c.prose else None,
+        )
+    for r in rows:
+        table.add_row(*(r[i] for i in shown))
+    console.print(table)
+    hidden = [cols[i].header for i in range(len(cols)) if i not in shown]
+    if hidden:
+        console.print(
+            escape(f"(left out at {console.width} columns: {', '.join(hidden)})"), style="dim"
+        )
+    return hidden
+
+
+def _cut(markup: str, width: int) -> str:
+    """``markup`` cut to ``width`` cells with an ellipsis (prose: its full text is elsewhere)."""
+    text = Text.from_markup(markup)
+    text.truncate(max(width, 1), overflow="ellipsis")
+    return text.markup
+
+
+def _print_packed(console: Console, units: list[str]) -> None:
+    """``units`` (markup) on indented lines of at most the console's width, never split."""
+    line, used = "  ", 2
+    for unit in units:
+        n = Text.from_markup(unit).cell_len
+        if used > 2 and used + 2 + n > console.width:
+            console.print(line, soft_wrap=True)
+            line, used = "  ", 2
+        line, used = line + ("  " if used > 2 else "") + unit, used + (2 if used > 2 else 0) + n
+    console.print(line, soft_wrap=True)
+
+
+def saved_step(run_dir: RunDir) -> int | None:
+    """The step of the checkpoint an unfinished run resumes from; None without one."""
+    path = run_dir.last_checkpoint()
+    if path is None:
+        return None
+    try:
+        import torch
+
+        ckpt = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+        return int(ckpt["global_step"])
+    except Exception:  # noqa: BLE001 - unreadable: the resume sets it aside and says so
+        return None
+
+
+def steps_cell(summary: dict[str, Any], status: str, run_dir: RunDir | None) -> str:
+    """Steps trained; for an interrupted or failed run the step its checkpoint saved."""
+    if summary.get("steps") is not None:
+        return str(summary["steps"])
+    if status in ("interrupted", "failed", "running") and run_dir is not None:
+        step = saved_step(run_dir)
+        if step is not None:
+            return f"{step} saved"
+    return "-"
 
 
 _STYLE = {
@@ -54,20 +177,22 @@ def status_cell(status: str) -> str:
 def print_summary(
     study: Study, results: list[dict[str, Any]], console: Console, *, elapsed: float
 ) -> None:
-    table = Table(title=f"{study.name}: {len(results)} runs", title_justify="left")
-    for col, kw in (
-        ("name", {}),
-        ("status", {}),
-        ("best val loss", {"justify": "right"}),
-        ("final val loss", {"justify": "right"}),
-        ("steps", {"justify": "right"}),
-        ("wall time", {"justify": "right"}),
+    cols = [
+        Col("name"),
+        Col("run id"),
+        Col("status"),
+        Col("best val loss", 4, "right"),
+        Col("final val loss", 2, "right"),
+        Col("steps", 3, "right"),
+        Col("wall time", 5, "right"),
         # one line per run, cut to the width left: a long error would otherwise fold into a
         # column of word fragments; the whole error is in the run's error.log (printed below)
-        ("note", {"no_wrap": True, "overflow": "ellipsis", "min_width": 12}),
-    ):
-        table.add_column(col, **kw)
+        Col("note", 1, prose=True),
+    ]
+    rows = []
     for r in results:
+        run_dir = RunDir(Path(r["path"])) if r.get("path") else None
+        steps = steps_cell(r, r["status"], run_dir)
         note = ""
         if r.get("diverged_step") is not None:
             note = f"diverged at step {r['diverged_step']}"
@@ -76,17 +201,22 @@ def print_summary(
         elif r["status"] == "running":
             note = "another process is training it"
         elif r["status"] == "interrupted":
-            note = "resumes from its last checkpoint"
-        table.add_row(
-            escape(r["name"]),
-            status_cell(r["status"]),
-            fmt_loss(r.get("best_val_loss")),
-            fmt_loss(r.get("final_val_loss")),
-            str(r.get("steps", "")) if r.get("steps") is not None else "-",
-            fmt_duration(r.get("wall_time_s"), missing="-"),
-            escape(note),
+            saved = steps.removesuffix(" saved")
+            at = f"step {saved}" if saved.isdigit() else "its last checkpoint"
+            note = f"resumes from {at}"
+        rows.append(
+            [
+                escape(r["name"]),
+                escape(str(r.get("run_id", "-"))),
+                status_cell(r["status"]),
+                fmt_loss(r.get("best_val_loss")),
+                fmt_loss(r.get("final_val_loss")),
+                steps,
+                fmt_duration(r.get("wall_time_s"), missing="-"),
+                escape(note),
+            ]
         )
-    console.print(table)
+    print_rows(console, f"{study.name}: {len(results)} runs", cols, rows)
     counts = Counter(r["status"] for r in results)
     console.print(
         ", ".join(f"{n} {s}" for s, n in counts.most_common())
@@ -106,10 +236,16 @@ def plan_study(
     overrides: Sequence[str] = (),
     store: str | Path = "runs",
     plugins: Sequence[str] = (),
+    estimate: bool = True,
 ) -> Study:
     """Print the expanded runs of a study without training (or writing) anything."""
     return plan_studies(
-        [study_path], profile=profile, overrides=overrides, store=store, plugins=plugins
+        [study_path],
+        profile=profile,
+        overrides=overrides,
+        store=store,
+        plugins=plugins,
+        estimate=estimate,
     )[0]
 
 
@@ -120,49 +256,76 @@ def plan_studies(
     overrides: Sequence[str] = (),
     store: str | Path = "runs",
     plugins: Sequence[str] = (),
+    estimate: bool = True,
 ) -> list[Study]:
-    """Print the expanded runs of each study; every study is validated before anything prints."""
+    """Print the expanded runs of each study, and with ``estimate`` how long they take here
+    (:mod:`ablate.execution.estimate`). Every study is validated first, its registered
+    datasets fetched as ``ablate run`` does (``ConfigError`` when one cannot be)."""
     studies = [load_study(p, profile, overrides, plugins=plugins) for p in study_paths]
+    from ablate.data import fetch_registered  # loads torch: after the studies validate
+
     for study in studies:
-        _print_plan(study, RunStore(store), make_console())
+        fetch_registered({r.config.data.dataset for r in study.runs}, source=study.path)
+    for study in studies:
+        _print_plan(study, RunStore(store), make_console(), estimate=estimate)
     return studies
 
 
-def _print_plan(study: Study, runs_store: RunStore, console: Console) -> None:
+PLAN_COLUMNS = [
+    Col("#", 9, "right"),
+    Col("name"),
+    Col("run id"),
+    Col("status"),
+    Col("stack", 8),
+    Col("params (non-emb)", 5, "right"),
+    Col("steps", 4, "right"),
+    Col("batch x seq", 6, "right"),
+    Col("lr", 3, "right"),
+    Col("time", 2, "right"),
+]
+
+
+def _print_plan(study: Study, runs_store: RunStore, console: Console, *, estimate: bool) -> None:
+    from ablate.execution.estimate import estimate_runs, total_line
+    from ablate.execution.groups import plan_labels
+
     header = f"[bold]{study.name}[/]"
     if study.profile:
         header += f" (profile {study.profile}; profiles: {', '.join(study.profiles)})"
     console.print(header)
     if study.description:
         console.print(escape(study.description.splitlines()[0]), soft_wrap=True)
-    table = Table(
-        title_justify="left", title=escape(f"{len(study.runs)} runs -> {runs_store.root}")
-    )
-    from ablate.execution.groups import plan_labels
-
     groups, stack_lines = plan_labels(study.runs)
-    table.add_column("#", justify="right")
-    for col in ("name", "run id", "status", *(["stack"] if groups else [])):
-        table.add_column(col)
-    for col in ("params (non-emb)", "steps", "batch x seq", "lr"):
-        table.add_column(col, justify="right")
     counts = _non_embedding_params(study)
+    est = estimate_runs({r.run_id: r.config for r in study.runs}) if estimate else None
+    cols = [c for c in PLAN_COLUMNS if (groups or c.header != "stack")]
+    cols = [c for c in cols if (est or c.header != "time")]
+    rows, todo = [], []
     for i, run in enumerate(study.runs, 1):
         c = run.config
-        table.add_row(
-            str(i),
-            escape(run.name),
-            run.run_id,
-            status_cell(run_state(runs_store.run(study.name, run.run_id))),
-            *([groups.get(run.run_id, "-")] if groups else []),
-            f"{counts[run.run_id]:,}" if counts.get(run.run_id) is not None else "?",
-            str(c.train.max_steps),
-            f"{c.data.batch_size} x {c.data.seq_len}",
-            f"{c.lr:.3g}",
-        )
-    console.print(table)
+        status = run_state(runs_store.run(study.name, run.run_id))
+        if status not in ("completed", "diverged"):
+            todo.append(run.run_id)
+        seconds = est.seconds[run.run_id] if est else None
+        cells = {
+            "#": str(i),
+            "name": escape(run.name),
+            "run id": run.run_id,
+            "status": status_cell(status),
+            "stack": groups.get(run.run_id, "-"),
+            "params (non-emb)": f"{n:,}" if (n := counts.get(run.run_id)) is not None else "?",
+            "steps": str(c.train.max_steps),
+            "batch x seq": f"{c.data.batch_size} x {c.data.seq_len}",
+            "lr": f"{c.lr:.3g}",
+            "time": fmt_duration(seconds, missing="?"),
+        }
+        rows.append([cells[col.header] for col in cols])
+    title = escape(f"{len(study.runs)} runs -> {runs_store.root}")
+    print_rows(console, title, cols, rows)
     for line in stack_lines:
         console.print(escape(line), soft_wrap=True)
+    if est:
+        console.print(escape(total_line(est, todo, fmt_duration)))
 
 
 def _non_embedding_params(study: Study) -> dict[str, int | None]:
@@ -210,43 +373,57 @@ def store_status(
         return {}
     totals: dict[str, Counter] = {}
     for name in names:
-        table = Table(title=f"{name}", title_justify="left")
-        for col in ("name", "run id", "profile", "status"):
-            table.add_column(col)
-        for col in ("steps", "final val loss", "wall time"):
-            table.add_column(col, justify="right")
-        counts: Counter = Counter()
-        runs = sorted(
-            ((d.read_run()["meta"], d) for d in runs_store.runs(name)),
-            key=lambda md: (str(md[0].get("profile")), str(md[0].get("name", md[1].run_id))),
-        )
-        damaged = []
-        from ablate.store.provenance import is_stale
-
-        for meta, d in runs:
-            s = d.read_summary() or {}
-            status = run_state(d)
-            if status == DAMAGED:  # shown, never a crash: the rest of the study still lists
-                s = {}
-                damaged.append(run_damage(d))
-            counts[status] += 1
-            # made by other model/training code than the current one
-            stale = " [yellow](stale code)[/]" if is_stale(d) else ""
-            table.add_row(
-                escape(str(meta.get("name", d.run_id))),
-                d.run_id,
-                str(meta.get("profile") or "-"),
-                status_cell(status) + stale,
-                str(s.get("steps", "-")),
-                fmt_loss(s.get("final_val_loss")),
-                fmt_duration(s.get("wall_time_s"), missing="-"),
-            )
-        console.print(table)
+        rows, counts, damaged = _status_rows(runs_store, name)
+        print_rows(console, escape(name), STATUS_COLUMNS, rows)
         console.print(", ".join(f"{n} {s}" for s, n in counts.most_common()))
         for reason in damaged:
             console.print(escape(f"damaged: {reason}"), soft_wrap=True)
         totals[name] = counts
     return totals
+
+
+STATUS_COLUMNS = [
+    Col("name"),
+    Col("run id"),
+    Col("profile", 4),
+    Col("status"),
+    Col("steps", 2, "right"),
+    Col("final val loss", 1, "right"),
+    Col("wall time", 3, "right"),
+]
+
+
+def _status_rows(runs_store: RunStore, name: str) -> tuple[list[list[str]], Counter, list[str]]:
+    """(one row of :data:`STATUS_COLUMNS` per run, counts per state, damage reasons)."""
+    from ablate.store.provenance import is_stale
+
+    counts: Counter = Counter()
+    runs = sorted(
+        ((d.read_run()["meta"], d) for d in runs_store.runs(name)),
+        key=lambda md: (str(md[0].get("profile")), str(md[0].get("name", md[1].run_id))),
+    )
+    damaged, rows = [], []
+    for meta, d in runs:
+        s = d.read_summary() or {}
+        status = run_state(d)
+        if status == DAMAGED:  # shown, never a crash: the rest of the study still lists
+            s = {}
+            damaged.append(run_damage(d))
+        counts[status] += 1
+        # made by other model/training code than the current one
+        stale = " [yellow](stale code)[/]" if is_stale(d) else ""
+        rows.append(
+            [
+                escape(str(meta.get("name", d.run_id))),
+                d.run_id,
+                str(meta.get("profile") or "-"),
+                status_cell(status) + stale,
+                steps_cell(s, status, d),
+                fmt_loss(s.get("final_val_loss")),
+                fmt_duration(s.get("wall_time_s"), missing="-"),
+            ]
+        )
+    return rows, counts, damaged
 
 
 def _study_name(arg: str) -> str:

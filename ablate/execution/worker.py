@@ -6,7 +6,7 @@ the lease, so no run is ever trained twice at once.
 
 ``execute_group`` does the same for a stacked group (``train.stack``): it takes every member's
 lease (a member another live process holds is left out, a finished one skipped), trains the
-rest as one stacked model (``ablate.training.stacked.train_group``) and releases the leases.
+rest as one stacked model (``ablate.training.stacked.group.train_group``) and releases the leases.
 ``execute_task`` is either, for executors that ship lists (one run: a list of one).
 
 A run whose newest checkpoint was written by a stacked group (a study started with
@@ -76,7 +76,7 @@ def execute_run(
             return SKIPPED, summary
         lease.start_heartbeat()
         if stacked_checkpoint(run_dir):
-            from ablate.training.stacked import train_group
+            from ablate.training.stacked.group import train_group
 
             return TRAINED, train_group([cfg], [run_dir], [meta])[0]
         from ablate.training.train import train_run
@@ -132,7 +132,7 @@ def execute_group(
             lease.start_heartbeat()
             train.append(i)
         if train:
-            from ablate.training.stacked import train_group
+            from ablate.training.stacked.group import train_group
 
             out = train_group(
                 [cfgs[i] for i in train], [run_dirs[i] for i in train], [metas[i] for i in train]

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -137,6 +138,8 @@ def build_reports(studies: list[str], *, store: Path, out: Path, quiet: bool = F
     paths = []
     for name, yaml_path in resolve_studies(list(studies or []), store):
         study = load_study(store, name, yaml_path)
+        if study.extra.get("no_spec"):  # one line: the report lacks claims and description
+            print(f"warning: {name}: {study.extra['no_spec']}", file=sys.stderr)
         path = build_report(study, out)
         paths.append(path)
         if not quiet:

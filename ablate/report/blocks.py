@@ -52,16 +52,26 @@ HOW_TO_READ = (
     "only, everything else fixed: a paired t-test on per-seed differences when both sides have "
     "the same seeds and a seed gives both the same token stream, else Welch's t-test (the "
     "Pairing line under the comparisons says which and why); the interval is the 95% t-interval "
-    "of the difference. The study's claims (above) are the confirmatory family, Holm–Bonferroni "
-    "corrected over the claims only; the comparisons below are exploratory, Benjamini–Hochberg "
+    "of the difference. {claims}the comparisons below are exploratory, Benjamini–Hochberg "
     "corrected (false discovery rate) within this report: they suggest, they do not confirm. "
-    f"Verdicts use the corrected p (α = {ALPHA:g}): *better*/*worse* when it "
+    "Verdicts use the corrected p (α = {alpha:g}): *better*/*worse* when it "
     "is below α, *equivalent within ±m* when the two one-sided tests (TOST) against the study's "
     "equivalence margin m pass, otherwise *inconclusive*, with the seeds per variant that would "
     "decide it at 80% power. Diverged runs are counted and reported, never averaged in. Figure "
     "bands and bars are the same 95% t-intervals over seeds; the percentile bootstrap CI (seed "
-    f"{SEED}) is a secondary column only."
+    "{seed}) is a secondary column only."
 )
+
+
+def how_to_read(study: StudyData) -> str:
+    """The reading guide; it points at the claims only when the report has some."""
+    claims = (
+        "The study's claims (above) are the confirmatory family, Holm–Bonferroni corrected over "
+        "the claims only; "
+        if study.claims
+        else "This report checks no claims (the study file names none, or was not found); "
+    )
+    return HOW_TO_READ.format(claims=claims, alpha=ALPHA, seed=SEED)
 
 
 def _axes_line(study: StudyData) -> str:
@@ -100,7 +110,7 @@ def build_blocks(
     return [
         *header_blocks(study),
         *against_the_paper(study, checks or [], unit),
-        Block("p", HOW_TO_READ),
+        Block("p", how_to_read(study)),
         Block("p", _axes_line(study)),
         *verdict_blocks(study, comps, verdicts),
         *extra_seeds_section(study),
@@ -153,7 +163,8 @@ def verdict_blocks(
         Block(
             "p",
             "Every pair of values along every axis, other axes fixed: exploratory, BH-corrected "
-            "within this report, never a finding by themselves (the claims above are).",
+            "within this report, never a finding by themselves"
+            + (" (the claims above are)." if study.claims else "."),
         )
     )
     blocks.append(Block("ul", items))

@@ -138,17 +138,25 @@ def shipped_yaml(name: str, folder: Path = Path("studies")) -> Path | None:
     return path if str(data.get("name") or path.stem) == name else None
 
 
+def study_yaml(name: str, store: Path) -> Path | None:
+    """The study file of a study given by name: ``studies/<name>.yaml`` under the working
+    directory when it names this study, else the copy ``ablate run`` kept in the store."""
+    kept = RunStore(store).spec_file(name)
+    return shipped_yaml(name) or (kept if kept.is_file() else None)
+
+
 def resolve_studies(args: list[str], store: Path) -> list[tuple[str, Path | None]]:
     """``(study name, study YAML or None)`` for each argument; every study when ``args`` is empty.
 
     An argument is a study YAML when it ends in ``.yaml``/``.yml`` or is an existing file (its
-    ``name:``, default the file stem, names the study), else a study name in the store.
+    ``name:``, default the file stem, names the study), else a study name in the store
+    (:func:`study_yaml` finds its file).
     """
     present = RunStore(store).studies()
     if not present:
         raise no_runs_error(store)
     if not args:
-        return [(s, shipped_yaml(s)) for s in present]
+        return [(s, study_yaml(s, store)) for s in present]
     out: list[tuple[str, Path | None]] = []
     for arg in args:
         yaml_path = Path(arg) if _is_yaml_arg(arg) else None
@@ -156,7 +164,7 @@ def resolve_studies(args: list[str], store: Path) -> list[tuple[str, Path | None
         if yaml_path is not None:
             name = str(read_study_yaml(yaml_path).get("name") or yaml_path.stem)
         else:
-            yaml_path = shipped_yaml(name)
+            yaml_path = study_yaml(name, store)
         if name not in present:
             raise ConfigError(
                 f"no runs for study '{name}' in the store; studies present: {', '.join(present)}",
@@ -270,20 +278,24 @@ def _study_description(store_dir: Path, yaml_data: dict[str, Any], metas: list[d
 
 
 def _expand(yaml_path: Path | None, profile: str | None):
-    """The study YAML expanded by ``ablate.study.load`` (None if it cannot be). A bad ``claims`` or
-    ``equivalence_margin`` is an error here too (one line naming the key)."""
+    """``(study, None)``: the study YAML expanded by ``ablate.study.load``, or ``(None, why
+    not)``. A bad ``claims`` or ``equivalence_margin`` is an error here too (one line naming
+    the key)."""
     if yaml_path is None:
-        return None
+        return None, (
+            "no study file (neither ./studies/<name>.yaml nor a copy in the store); pass the "
+            "study YAML to report its claims and description"
+        )
     try:
         from ablate.study import load_study as expand
 
-        return expand(yaml_path, profile, check_data=False, check_device=False)
+        return expand(yaml_path, profile, check_data=False, check_device=False), None
     except ConfigError as err:
         if str(getattr(err, "key", "") or "").startswith(("claims", "equivalence_margin")):
             raise
-        return None
-    except Exception:  # noqa: BLE001 - optional: the report must not depend on the study module
-        return None
+        return None, f"cannot read {yaml_path}: {err}"
+    except Exception as err:  # noqa: BLE001 - optional: the report must not depend on it
+        return None, f"cannot read {yaml_path}: {type(err).__name__}: {err}"
 
 
 def load_study(store: Path, name: str, yaml_path: Path | None = None) -> StudyData:
@@ -348,7 +360,10 @@ def load_study(store: Path, name: str, yaml_path: Path | None = None) -> StudyDa
         metrics = pd.DataFrame(columns=id_cols + ["step", "metric", "value"])
 
     yaml_data = read_study_yaml(yaml_path) if yaml_path is not None else {}
-    plan = _expand(yaml_path, next((m.get("profile") for m in metas), None))
+    plan, why = _expand(yaml_path, next((m.get("profile") for m in metas), None))
+    extra: dict[str, Any] = {"damaged": damaged} if damaged else {}
+    if why:  # the claims and expected run count are missing: the user must hear it
+        extra["no_spec"] = why
     return StudyData(
         name=name,
         path=rs.root / name,
@@ -360,7 +375,7 @@ def load_study(store: Path, name: str, yaml_path: Path | None = None) -> StudyDa
         reference=parse_reference(yaml_data.get("reference"), yaml_path) if yaml_path else None,
         expected_runs=len(plan.runs) if plan is not None else None,
         yaml_path=yaml_path,
-        extra={"damaged": damaged} if damaged else {},
+        extra=extra,
         claims=list(plan.claims) if plan is not None else [],
         equivalence_margin=plan.equivalence_margin if plan is not None else 0.01,
     )

@@ -28,8 +28,15 @@ class Block:
 # --- markdown ----------------------------------------------------------------------------------
 
 
+def cell_text(x: Any) -> str:
+    """A table cell as text; a whole float as an integer (``1.0`` -> ``'1'``)."""
+    if isinstance(x, float) and x.is_integer():
+        return str(int(x))
+    return str(x)
+
+
 def _md_cell(x: Any) -> str:
-    return str(x).replace("|", "\\|").replace("\n", " ")
+    return cell_text(x).replace("|", "\\|").replace("\n", " ")
 
 
 def md_table(df: pd.DataFrame) -> str:
@@ -76,22 +83,33 @@ h1{font-size:1.6em}
 h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
 .table-wrap{overflow-x:auto;margin:.6em 0;max-width:100%}
 table{border-collapse:collapse;font-size:.8em}
-th,td{border:1px solid #ddd;padding:.3em .55em;text-align:left;vertical-align:top}
-th{background:#f4f4f4;white-space:nowrap}tr:nth-child(even) td{background:#fafafa}
+th,td{border:1px solid #ddd;padding:.3em .4em;text-align:left;vertical-align:top}
+th{background:#f4f4f4}tr:nth-child(even) td{background:#fafafa}
 th[title]{text-decoration:underline dotted;cursor:help}
-td.num{white-space:nowrap}td.text{min-width:12em;max-width:32em}
+td.num{font-variant-numeric:tabular-nums}td.text{min-width:6em;max-width:28em}
 .legend{font-size:.8em;color:#555;margin:.2em 0 1em}
 .caption,figcaption{font-size:.85em;color:#555;font-style:italic;margin-bottom:1em}
 .note{background:#fff4d6;border-left:4px solid #e0a800;padding:.5em .8em}
 figure{margin:1.2em 0}img{max-width:100%;height:auto}code{background:#f2f2f2;padding:0 .2em}
 """
+"""Tables fit the page: cells wrap only where :func:`_html_cell` allows (between the parts of
+``mean ± sd [lo, hi]``, after a comma in a label), never inside a number; the wrapper's
+scrollbar is a last resort for a page narrower than ~1000 px."""
 
 
 def _inline(text: str) -> str:
-    s = html.escape(str(text))
-    s = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", s)
-    s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
-    return s
+    """Markdown's inline marks as HTML: ``code``, **strong**, *emphasis* (not inside code)."""
+    parts = re.split(r"(`[^`]+`)", str(text))
+    out = []
+    for part in parts:
+        if part.startswith("`") and part.endswith("`") and len(part) > 1:
+            out.append(f"<code>{html.escape(part[1:-1])}</code>")
+            continue
+        s = html.escape(part)
+        s = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", s)
+        s = re.sub(r"(?<![\w*])\*(?=\S)([^*]+?)(?<=\S)\*(?![\w*])", r"<em>\1</em>", s)
+        out.append(s)
+    return "".join(out)
 
 
 # long column names -> what the HTML header shows; the full name is its tooltip and legend
@@ -112,13 +130,24 @@ _HTML_ABBREV = {
     "activation": "act",
 }
 # a cell that starts like a number (mean ± std [lo, hi], 1.23e-3, −0.05) never wraps
-_NUMERIC_CELL = re.compile(r"^[-+−]?(\d|\.\d|nan|inf|—$|-$)")
+_NUMERIC_CELL = re.compile(r"^\[?[-+−]?(\d|\.\d|nan|inf|—$|-$)")
+
+
+NBSP = "\u00a0"
 
 
 def _html_cell(v: Any) -> str:
-    text = str(v)
-    cls = "num" if _NUMERIC_CELL.match(text) or len(text) <= 24 else "text"
-    return f'<td class="{cls}">{html.escape(text)}</td>'
+    """A cell that wraps only between whole parts: ``mean ± sd`` | ``[lo, hi]`` of a number
+    cell; after a comma or ``=`` before a letter in a label (``norm=<wbr>post,<wbr>warm=0``)."""
+    text = cell_text(v)
+    numeric = bool(_NUMERIC_CELL.match(text))
+    cls = "num" if numeric or len(text) <= 24 else "text"
+    out = html.escape(text)
+    if numeric:  # each number and each interval whole
+        out = out.replace(" ± ", f"{NBSP}±{NBSP}")
+        out = re.sub(r", (?=[-+−]?\d)", f",{NBSP}", out)
+    out = re.sub(r"([,=])(?=[^\d\s])", r"\1<wbr>", out)
+    return f'<td class="{cls}">{out}</td>'
 
 
 def html_table(df: pd.DataFrame) -> str:

@@ -11,7 +11,7 @@ import math
 
 import pandas as pd
 
-from ablate.report.collect import StudyData, variant_order
+from ablate.report.collect import StudyData, format_value, variant_order
 from ablate.report.stats import mean_std
 
 ENV_COLUMNS = ["torch", "lightning", "numpy", "python", "device", "torch_threads", "workers"]
@@ -29,7 +29,7 @@ def environment_table(study: StudyData) -> pd.DataFrame | None:
         return None
     g = runs.groupby(cols, dropna=False).size().reset_index(name="runs")
     g.columns = [c.removeprefix("env.") for c in g.columns]
-    return g.astype(str)
+    return g.map(format_value)  # threads and workers are read as floats: 1, not 1.0
 
 
 def chaotic_variants(

@@ -117,6 +117,8 @@ def variant_tables(study: StudyData) -> tuple[pd.DataFrame, pd.DataFrame]:
     order = {v: i for i, v in enumerate(variant_order(runs))}
     summ = summ.sort_values("variant", key=lambda s: s.map(order)).reset_index(drop=True)
     q_rows, c_rows = [], []
+    # an axis whose values are the variant labels (a study's ``variant`` axis) repeats them
+    axes = [a for a in axes if not summ[a].map(format_value).equals(summ["variant"])]
     for _, r in summ.iterrows():
         ident = {"variant": r["variant"], **{names[a]: format_value(r[a]) for a in axes}}
         div, other = _status_cells(r)
@@ -232,7 +234,10 @@ def comparisons_table(comps: list[tuple[Comparison, Verdict]], study: StudyData)
                 "mean b": f"{c.mean_b:.4f}" if _isnum(c.mean_b) else "—",
                 "a − b": f"{c.diff:+.4f}" if _isnum(c.diff) else "—",
                 "95% t-CI": f"[{c.ci_lo:+.4f}, {c.ci_hi:+.4f}]" if _isnum(c.ci_lo) else "—",
-                "test (df)": f"{c.test} ({c.df:.1f})" if _isnum(c.df) else c.test or "—",
+                # before the test details: the column a reader looks for, on any page width
+                "verdict": v.kind.replace("_", " ")
+                + (f" (≈{v.seeds_needed} seeds)" if v.seeds_needed else ""),
+                "test (df)": f"{c.test} ({c.df:.3g})" if _isnum(c.df) else c.test or "—",
                 "p": f"{c.p:.3g}" if _isnum(c.p) else "—",
                 f"{c.correction} p": f"{c.p_adj:.3g}" if _isnum(c.p_adj) else "—",
                 f"TOST ±{c.margin:g} {c.correction} p": (
@@ -241,8 +246,6 @@ def comparisons_table(comps: list[tuple[Comparison, Verdict]], study: StudyData)
                 "bootstrap CI (secondary)": (
                     f"[{c.boot_lo:+.4f}, {c.boot_hi:+.4f}]" if _isnum(c.boot_lo) else "—"
                 ),
-                "verdict": v.kind.replace("_", " ")
-                + (f" (≈{v.seeds_needed} seeds)" if v.seeds_needed else ""),
             }
         )
     return pd.DataFrame(rows)

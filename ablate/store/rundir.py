@@ -2,6 +2,7 @@
 
 Layout::
 
+    <root>/<study>/study.yaml   the study file its last ``ablate run`` read (for the report)
     <root>/<study>/<run-id>/
         run.yaml         resolved RunConfig plus meta (name, variant, axes, seed), written once
         summary.json     status and headline numbers, replaced atomically
@@ -175,6 +176,10 @@ def read_progress(path: Path) -> dict[str, Any] | None:
         return None
     return data
 
+
+STUDY_SPEC_FILE = "study.yaml"
+"""``<store>/<study>/study.yaml``: a copy of the study file ``ablate run`` read, rewritten at
+each start, so ``ablate report NAME`` finds the claims and description from any directory."""
 
 DECISIONS_FILE = "until_decided.json"
 """``<store>/<study>/until_decided.json``: the rounds of ``ablate run --until-decided``."""
@@ -359,6 +364,20 @@ class RunStore:
 
     def run(self, study: str, run_id: str) -> RunDir:
         return RunDir(self.root / study / run_id)
+
+    def spec_file(self, study: str) -> Path:
+        """Where the study file of ``study`` is kept (:data:`STUDY_SPEC_FILE`)."""
+        return self.root / study / STUDY_SPEC_FILE
+
+    def keep_spec(self, study: str, source: Path) -> None:
+        """Copy the study file ``source`` into the store (atomically; a full disk is one
+        :class:`StoreWriteError` line)."""
+        try:
+            atomic_write_text(self.spec_file(study), Path(source).read_text(encoding="utf-8"))
+        except OSError as err:
+            raise StoreWriteError(
+                err.errno, f"cannot write {self.spec_file(study)}: {describe_os_error(err)}"
+            ) from None
 
     def studies(self) -> list[str]:
         if not self.root.is_dir():

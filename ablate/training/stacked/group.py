@@ -1,7 +1,7 @@
-"""Train a group of runs as one stacked model in one process (issue 24, phase 1).
+"""Train a group of runs as one stacked model in one process.
 
 A study's seeds and LR sweeps are many small runs of one shape; ``train_group`` trains them
-together (``ablate.training.stacked_ops``: ``torch.func.stack_module_state`` + ``vmap``, the
+together (``ablate.training.stacked.ops``: ``torch.func.stack_module_state`` + ``vmap``, the
 model code unchanged) while each member stays a run: its own initial weights (the solo run's
 seeding sequence, ``train.prepare_run``), data order (its seed's ``LMDataModule`` stream), LR
 schedule (``lit.lr_factor``), gradient clipping, AdamW state, evaluation, metrics (the names and
@@ -18,7 +18,7 @@ is frozen at once (its update masked on the device, no host sync) and, like ``Li
 the next log step and recorded ``diverged`` at the step of the first non-finite loss; the others
 go on unchanged. Members resume from their own checkpoints, even at different steps.
 
-Each member logs to W&B through its own run object (``stacked_wandb``). Not (yet) here:
+Each member logs to W&B through its own run object (``stacked.tracking``). Not (yet) here:
 ``16-mixed``/``bf16-true`` precision,
 ``train.compile``, dropout equal to a solo run's masks (vmap draws its own).
 """
@@ -44,15 +44,15 @@ from ablate.data import LMDataModule
 from ablate.store import FINISHED, RunDir, StoreWriteError, write_final_summary
 from ablate.store.rundir import PROGRESS_FILE, write_progress
 from ablate.training.lit import LitLM, decay_groups, lr_factor
-from ablate.training.stacked_ops import Stack, StackedAdamW
-from ablate.training.stacked_plan import MEMBER_FIELDS, PRECISIONS, stack_key
-from ablate.training.stacked_store import (
+from ablate.training.stacked.ops import Stack, StackedAdamW
+from ablate.training.stacked.plan import MEMBER_FIELDS, PRECISIONS, stack_key
+from ablate.training.stacked.store import (
     LAST,
     CheckpointWriter,
     member_checkpoint,
     state_dict_keys,
 )
-from ablate.training.stacked_wandb import log_member, start_member_wandb
+from ablate.training.stacked.tracking import log_member, start_member_wandb
 from ablate.training.tracking import finish_wandb_run
 from ablate.training.train import (
     StepBoundaryStop,
@@ -121,7 +121,7 @@ class Member:
     diverged_step: int | None = None
     done: bool = False
     progress: dict[str, Any] = field(default_factory=dict)
-    wandb: Any = None  # the member's own W&B run object (stacked_wandb), or None
+    wandb: Any = None  # the member's own W&B run object (stacked.tracking), or None
 
     def lr(self, step: int) -> float:
         # base * factor, as LambdaLR computes the LR a solo run's update uses
