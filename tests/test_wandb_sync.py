@@ -4,6 +4,7 @@ history in the folder that is uploaded, the report run with one id per study."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from typer.testing import CliRunner
@@ -63,6 +64,9 @@ def _interrupt_at(step, path, store, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run_study(path, store=store, progress=False)
     monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_batch_end", original)
+    # W&B names an offline folder by the second it started: the next start gets its own
+    # (a start within the same second reuses the folder, and the replay keeps it whole)
+    time.sleep(1.1)
 
 
 def test_a_run_interrupted_twice_syncs_its_whole_history(
