@@ -330,6 +330,42 @@ def report(
 
 
 @app.command()
+def sync(
+    study: Annotated[str, typer.Argument(help="Study name in the store.")],
+    store: StoreOpt = Path("runs"),
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be uploaded; upload nothing.")
+    ] = False,
+) -> None:
+    """Upload a study's offline W&B runs, its report run included (needs `wandb login`)."""
+    from ablate.report.wandb_sync import sync_study
+
+    try:
+        code = sync_study(store, study, dry_run=dry_run)
+    except ConfigError as err:
+        fail(err)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+def dashboard(
+    study: Annotated[str, typer.Argument(help="Study name in the store.")],
+    store: StoreOpt = Path("runs"),
+    out: Annotated[Path, typer.Option(help="Reports directory.")] = Path("reports"),
+) -> None:
+    """Save the study's W&B workspace and Report (from `ablate report`); update them next time."""
+    from ablate.report.wandb_views import save_dashboards
+
+    try:
+        record = save_dashboards(store, study, out)
+    except ConfigError as err:
+        fail(err)
+    for kind in ("workspace", "report"):
+        typer.echo(f"{study} {kind}: {record[kind]['url']}")
+
+
+@app.command()
 def sample(
     run: Annotated[str, typer.Argument(help="Run directory, or a run id in the store.")],
     prompt: Annotated[str, typer.Option(help="Text to continue (default: a newline).")] = "",

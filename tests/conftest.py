@@ -369,15 +369,18 @@ def _read_wandb_records(path: Path) -> list:
 
 
 def _offline_wandb_run(run_dir) -> SimpleNamespace:
-    """The run's one offline W&B run: its ``run`` record, record ``kinds`` (a Counter), the
-    merged ``config`` and the ``history`` (metric -> logged values)."""
+    """The run's newest offline W&B run (the one ``ablate sync`` uploads): its ``run`` record,
+    record ``kinds`` (a Counter), the merged ``config``, the ``history`` (metric -> logged
+    values) and the number of offline ``folders`` (one per start) of its W&B id."""
     import collections
     import json
 
-    rid = run_dir.run_id
-    files = list(run_dir.wandb_dir.glob(f"offline-run-*-{rid}/run-{rid}.wandb"))
-    assert len(files) == 1, list(run_dir.wandb_dir.rglob("*"))
-    records = _read_wandb_records(files[0])
+    from ablate.training.tracking import wandb_run_id
+
+    rid = wandb_run_id(run_dir)
+    files = sorted(run_dir.wandb_dir.glob(f"offline-run-*-{rid}/run-{rid}.wandb"))
+    assert files, list(run_dir.wandb_dir.rglob("*"))
+    records = _read_wandb_records(files[-1])
     kinds = collections.Counter(rec.WhichOneof("record_type") for rec in records)
     (run,) = [rec.run for rec in records if rec.WhichOneof("record_type") == "run"]
     config = {u.key: json.loads(u.value_json) for u in run.config.update}
@@ -388,7 +391,7 @@ def _offline_wandb_run(run_dir) -> SimpleNamespace:
         if rec.WhichOneof("record_type") == "history":
             for i in rec.history.item:
                 history[i.key or "/".join(i.nested_key)].append(json.loads(i.value_json))
-    return SimpleNamespace(run=run, kinds=kinds, config=config, history=history)
+    return SimpleNamespace(run=run, kinds=kinds, config=config, history=history, folders=len(files))
 
 
 @pytest.fixture(scope="session")

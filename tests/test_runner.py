@@ -15,6 +15,7 @@ import ablate.training.lit
 from ablate.cli import app
 from ablate.execution.runner import run_study
 from ablate.store import RunStore
+from ablate.training.tracking import wandb_run_id
 
 pytestmark = pytest.mark.usefixtures("no_wandb")
 
@@ -273,7 +274,7 @@ def test_wandb_offline_run_per_run_holds_config_and_metrics(
         d = RunStore(store).run("tiny", r["run_id"])
         w = offline_wandb_run(d)
         run, kinds, config, history = w.run, w.kinds, w.config, w.history
-        assert run.run_id == r["run_id"] and run.run_group == "tiny"
+        assert run.run_id == wandb_run_id(d) and run.run_group == "tiny"
         assert run.job_type == r["variant"]
         assert f"model.activation={r['axes']['model.activation']}" in run.tags
         assert config["model"]["d_model"] == 16

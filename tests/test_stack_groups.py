@@ -23,6 +23,7 @@ from ablate.training.stacked.plan import (
     plan_groups,
     stack_limit,
 )
+from ablate.training.tracking import wandb_run_id
 
 # a member's final loss against its solo run: float rounding only (tests/test_stacked.py)
 RTOL = 1e-5
@@ -193,7 +194,7 @@ def test_each_member_logs_its_own_offline_wandb_run(
         d = RunStore(store).run("tiny", r["run_id"])
         w = offline_wandb_run(d)
         run, kinds, config, history = w.run, w.kinds, w.config, w.history
-        assert run.run_id == r["run_id"] and run.run_group == "tiny"
+        assert run.run_id == wandb_run_id(d) and run.run_group == "tiny"
         assert run.job_type == r["variant"] and run.display_name == r["name"]
         assert f"optim.lr={r['axes']['optim.lr']}" in run.tags
         assert config["optim"]["lr"] == r["axes"]["optim.lr"]

@@ -2,7 +2,8 @@
 
 ``build_reports(["norm_placement"], store=Path("runs"), out=Path("reports"))`` writes, per study,
 ``reports/<study>/``: ``results.csv`` (one row per run), ``report.md``, a self-contained
-``report.html`` (figures embedded as base64 PNG) and the PNG figures. The folder is built in a
+``report.html`` (figures embedded as base64 PNG), the PNG figures and the W&B dashboard specs
+(``wandb_workspace.json``, ``wandb_report.json``). The folder is built in a
 temporary directory next to it and swapped in by rename, so a half-built report never replaces
 a good one. Reports read only the store and can be rebuilt at any time, also mid-study.
 
@@ -18,7 +19,10 @@ names on):
   ``fit`` fits the LR optimum.
 * ``tables``, ``claims_section``, ``repro`` (text and tables) and ``figure_data`` -> ``plots``
   (the PNGs) are put in order by ``blocks`` and written as Markdown and HTML by ``render``;
-  ``wandb_report`` logs the same to W&B.
+  ``wandb_report`` logs the same to W&B, and ``dashboards`` writes the study's W&B workspace
+  and Report specs beside it.
+* Beside the build: ``wandb_sync`` (``ablate sync``) uploads a study's offline W&B runs,
+  ``wandb_views`` (``ablate dashboard``) saves the dashboards and updates them next time.
 """
 
 from ablate.report.build import build_report, build_reports

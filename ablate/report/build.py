@@ -21,16 +21,18 @@ from ablate.report.claim_checks import analyse
 from ablate.report.claims_section import numbers
 from ablate.report.collect import (
     StudyData,
+    display_names,
     load_study,
     loss_unit,
     resolve_studies,
     results_frame,
 )
+from ablate.report.dashboards import write_specs
 from ablate.report.plots import make_figures
 from ablate.report.render import Block, to_html, to_markdown
-from ablate.report.tables import comparisons_table, where_text
+from ablate.report.tables import where_text
 from ablate.report.verdicts import verdict
-from ablate.report.wandb_report import log_report
+from ablate.report.wandb_report import comparisons_frame, log_report
 
 
 def build_report(study: StudyData, out: Path) -> Path:
@@ -47,6 +49,7 @@ def build_report(study: StudyData, out: Path) -> Path:
         blocks[1:1] = damaged_blocks(study)
         (tmp / "report.md").write_text(to_markdown(blocks))
         (tmp / "report.html").write_text(to_html(blocks, f"{study.name}: ablation report"))
+        write_specs(study, blocks, tmp)  # wandb_workspace.json, wandb_report.json
         _swap_in(tmp, out / study.name)
         figures = [replace(f, path=out / study.name / f.path.name) for f in figures]
         log_report(study, wandb_tables(study, comps, checks), figures)
@@ -71,9 +74,7 @@ def wandb_tables(study: StudyData, comps: list, checks: list) -> dict:
     """The verdicts and claims as tables for W&B (the same rows as report.md)."""
     unit = loss_unit(study).split("/")[0]
     verdicts = [(c, verdict(c, unit=unit, where=where_text(c, study))) for c in comps]
-    table = comparisons_table(verdicts, study)
-    if len(table):
-        table["verdict text"] = [v.text for _, v in verdicts]
+    table = comparisons_frame(verdicts, display_names(study.axes))
     claims = pd.DataFrame(
         [
             {

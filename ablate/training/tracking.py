@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import netrc
 import os
+from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from pytorch_lightning.loggers import Logger
@@ -12,6 +15,7 @@ from pytorch_lightning.utilities import rank_zero_only
 
 from ablate.config import TrackingConfig
 from ablate.store import RunDir
+from ablate.store.provenance import STALE_DIR
 
 log = logging.getLogger("ablate")
 
@@ -46,6 +50,42 @@ class StoreLogger(Logger):
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         metrics = {k: v for k, v in metrics.items() if k != "epoch"}
         self.run_dir.append_metrics(int(step or 0), metrics)
+
+
+def wandb_run_id(run_dir: RunDir) -> str:
+    """The run's W&B id: ``<run id>-<8 hex>``, the hex a digest of the study and how often the
+    run was retrained (``--rerun-stale`` moves the old one to ``<study>/.stale/``).
+
+    The run id hashes the config only, so the same config in two studies, or a retrained stale
+    run, would otherwise resume (and overwrite) another W&B run. A resumed run keeps its id.
+    """
+    retrains = sum(1 for _ in (run_dir.path.parent / STALE_DIR).glob(f"{run_dir.run_id}-*"))
+    key = f"{run_dir.study}/{run_dir.run_id}/{retrains}"
+    return f"{run_dir.run_id}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
+
+def wandb_tags(meta: dict[str, Any], extra: list[str]) -> list[str]:
+    """A run's W&B tags: its axis values, ``confirm`` for a confirmation run (``ablate run
+    --confirm``: fresh seeds, to tell apart from the exploratory ones), the config's tags."""
+    axes = [f"{k}={v}" for k, v in (meta.get("axes") or {}).items()]
+    confirm = ["confirm"] if meta.get("confirm") is True else []
+    return sorted({*axes, *confirm, *extra})[:64]
+
+
+def replay_history(run_dir: RunDir, log_step: Callable[[dict[str, float], int], Any]) -> int:
+    """Log the store's metrics again, one call per step, into a resumed offline W&B run.
+
+    A resumed offline run is a new ``offline-run-*`` folder with the same id, and syncing
+    several folders of one id replaces history rather than appending (wandb#3841): so each
+    folder holds the whole history (the store's rows up to the checkpoint, then the new steps)
+    and ``ablate sync`` uploads only the newest. Returns the number of steps replayed.
+    """
+    by_step: dict[int, dict[str, float]] = defaultdict(dict)
+    for step, metric, value in run_dir.read_metrics():
+        by_step[step][metric] = value
+    for step in sorted(by_step):
+        log_step(by_step[step], step)
+    return len(by_step)
 
 
 def wandb_logged_in() -> bool:
@@ -89,7 +129,7 @@ def _start_wandb_logger(
         project=cfg.project or os.environ.get("WANDB_PROJECT") or "ablate",
         entity=cfg.entity,
         save_dir=str(run_dir.path),
-        id=run_dir.run_id,
+        id=wandb_run_id(run_dir),
         name=kw["name"],
         group=kw["group"],
         job_type=kw["job_type"],
@@ -109,6 +149,8 @@ def _start_wandb_logger(
     experiment = logger.experiment  # start now so a failure is caught here, not mid-training
     experiment.define_metric("val/loss", summary="min")
     experiment.define_metric("train/loss", summary="last")
+    if offline:
+        replay_history(run_dir, logger.log_metrics)
     return logger
 
 
@@ -137,7 +179,7 @@ def make_wandb_logger(
     mode = wandb_mode(cfg)
     if mode == "disabled":
         return None
-    if set(run_dir.run_id) & _WANDB_ID_BAD:
+    if set(wandb_run_id(run_dir)) & _WANDB_ID_BAD:
         raise ValueError(f"run id {run_dir.run_id!r} has characters W&B rejects")
     kw = {"run_config": run_config, "group": group, "job_type": job_type, "name": name}
     kw["tags"] = tags
@@ -162,6 +204,12 @@ def make_wandb_logger(
         return None
 
 
+def final_val_split(config: dict[str, Any]) -> str:
+    """What a run's ``final_val_loss`` averages, from its config's ``train.final_eval_batches``."""
+    n = (config.get("train") or {}).get("final_eval_batches")
+    return "the full validation split" if n is None else f"{n} validation batches"
+
+
 def finish_wandb_run(run: Any, summary: dict[str, Any]) -> None:
     """Copy the summary's headline numbers into the W&B run (a wandb run, or a Lightning
     ``WandbLogger``'s) and finish it; a W&B that fails to close is a warning, never a failed run."""
@@ -172,6 +220,13 @@ def finish_wandb_run(run: Any, summary: dict[str, Any]) -> None:
         for k in ("status", "final_val_loss", "best_val_loss", "steps", "params", "diverged_step"):
             if summary.get(k) is not None:
                 run.summary[k] = summary[k]
+        for mult, loss in (summary.get("val_loss_at_length") or {}).items():
+            if loss is not None:  # the report's column names: val_loss_at_2x, ...
+                run.summary[f"val_loss_at_{float(mult):g}x"] = loss
+        if summary.get("final_val_loss") is not None:
+            # the curve's last val/loss point averages train.eval_batches batches, so it is
+            # not final_val_loss: say what the final number was measured on
+            run.summary["final_val_loss_on"] = final_val_split(dict(run.config))
         run.finish(exit_code=0 if summary.get("status") != "failed" else 1)
     except Exception as err:  # noqa: BLE001
         log.warning("W&B did not close cleanly: %s", err)

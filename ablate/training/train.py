@@ -37,7 +37,12 @@ from ablate.training.checkpoints import (
     select_checkpoint,
 )
 from ablate.training.lit import LitLM, lm_loss
-from ablate.training.tracking import StoreLogger, finish_wandb_run, make_wandb_logger
+from ablate.training.tracking import (
+    StoreLogger,
+    finish_wandb_run,
+    make_wandb_logger,
+    wandb_tags,
+)
 
 log = logging.getLogger("ablate")
 
@@ -336,7 +341,7 @@ def _wandb_logger(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], summary
         group=meta["study"],
         job_type=meta.get("variant") or summary["name"],
         name=summary["name"],
-        tags=[f"{k}={v}" for k, v in (meta.get("axes") or {}).items()],
+        tags=wandb_tags(meta, []),
     )
     if wandb_logger is not None:
         summary["wandb_dir"] = str(wandb_logger.experiment.dir)

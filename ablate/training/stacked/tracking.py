@@ -6,8 +6,8 @@ integrations that assume one global run, Lightning's ``WandbLogger`` among them,
 support that mode). Everything else is what a solo run's ``WandbLogger`` gets
 (``ablate.training.tracking``, ``train._wandb_logger``): the mode (offline unless a login is
 configured; an unreachable server turns later runs offline), directory (``<run>/wandb``), id,
-name, group, job type, tags, config, ``resume="allow"``, and metrics logged with
-``trainer/global_step`` as their step metric.
+name, group, job type, tags, config, ``resume="allow"``, the store's history replayed into a
+resumed offline run, and metrics logged with ``trainer/global_step`` as their step metric.
 """
 
 from __future__ import annotations
@@ -19,7 +19,13 @@ from typing import Any
 from ablate.config import RunConfig
 from ablate.store import RunDir
 from ablate.training import tracking
-from ablate.training.tracking import WANDB_INIT_TIMEOUT_S, wandb_mode
+from ablate.training.tracking import (
+    WANDB_INIT_TIMEOUT_S,
+    replay_history,
+    wandb_mode,
+    wandb_run_id,
+    wandb_tags,
+)
 
 log = logging.getLogger("ablate")
 
@@ -39,11 +45,11 @@ def _init(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], name: str, mode
         project=t.project or os.environ.get("WANDB_PROJECT") or "ablate",
         entity=t.entity,
         dir=str(run_dir.path),
-        id=run_dir.run_id,
+        id=wandb_run_id(run_dir),
         name=name,
         group=meta["study"],
         job_type=meta.get("variant") or name,
-        tags=sorted({*(f"{k}={v}" for k, v in (meta.get("axes") or {}).items()), *t.tags})[:64],
+        tags=wandb_tags(meta, t.tags),
         config={**cfg.to_dict(), "meta": meta},
         mode=mode,
         resume="allow",
@@ -56,6 +62,8 @@ def _init(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], name: str, mode
     run.define_metric("*", step_metric=STEP, step_sync=True)
     run.define_metric("val/loss", summary="min")
     run.define_metric("train/loss", summary="last")
+    if mode == "offline":
+        replay_history(run_dir, lambda metrics, step: log_member(run, metrics, step))
     return run
 
 

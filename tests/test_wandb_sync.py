@@ -1,0 +1,154 @@
+"""W&B identity and ``ablate sync``: one W&B run per study and run, a resumed run's whole
+history in the folder that is uploaded, the report run with one id per study."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from ablate.cli import app
+from ablate.execution.runner import run_study
+from ablate.store import RunStore
+from ablate.training.tracking import wandb_run_id
+
+OFFLINE = {"tracking.wandb": True, "tracking.mode": "offline"}
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """W&B offline, and no login (no key, an empty home)."""
+    for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+def test_two_studies_with_the_same_config_get_two_wandb_runs(
+    make_study, tmp_path, offline, offline_wandb_run
+):
+    store = tmp_path / "runs"
+    grid = {"grid": {"model.activation": ["relu"]}}
+    for name in ("first", "second"):
+        run_study(make_study(name, {**OFFLINE, "train.max_steps": 5}, **grid), store=store)
+    (a,), (b,) = (list(RunStore(store).runs(s)) for s in ("first", "second"))
+    assert a.run_id == b.run_id  # the same config: the same run id in the store
+    wa, wb = offline_wandb_run(a), offline_wandb_run(b)
+    assert wa.run.run_id != wb.run.run_id
+    assert (wa.run.run_group, wb.run.run_group) == ("first", "second")
+    assert len(wa.history["train/loss"]) == len(wb.history["train/loss"]) == 1  # step 5 only
+
+
+def test_a_retrained_stale_run_gets_a_new_wandb_id(tmp_path):
+    run = RunStore(tmp_path).run("s", "abc123")
+    first = wandb_run_id(run)
+    assert first.startswith("abc123-") and wandb_run_id(run) == first  # a resume keeps it
+    assert wandb_run_id(RunStore(tmp_path).run("t", "abc123")) != first  # another study
+    (tmp_path / "s" / ".stale" / "abc123-1700000000").mkdir(parents=True)  # --rerun-stale
+    assert wandb_run_id(run) not in (first, wandb_run_id(RunStore(tmp_path).run("t", "abc123")))
+
+
+def _interrupt_at(step, path, store, monkeypatch):
+    """Train the study until its run is interrupted at ``step`` (a Ctrl-C mid-run)."""
+    import ablate.training.lit
+
+    original = ablate.training.lit.LitLM.on_train_batch_end
+
+    def interrupt(self, outputs, batch, batch_idx):
+        original(self, outputs, batch, batch_idx)
+        if self.global_step == step:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_batch_end", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(path, store=store, progress=False)
+    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_batch_end", original)
+    # W&B names an offline folder by the second it started: the next start gets its own
+    # (a start within the same second reuses the folder, and the replay keeps it whole)
+    time.sleep(1.1)
+
+
+def test_a_run_interrupted_twice_syncs_its_whole_history(
+    make_study, tmp_path, offline, monkeypatch, offline_wandb_run
+):
+    from ablate.report.collect import load_study
+    from ablate.report.wandb_report import log_report, report_run_id
+    from ablate.report.wandb_sync import logged_steps, read_records
+
+    store = tmp_path / "runs"
+    path = make_study(base=OFFLINE, grid={"model.activation": ["relu"]})
+    _interrupt_at(6, path, store, monkeypatch)
+    _interrupt_at(13, path, store, monkeypatch)
+    (result,) = run_study(path, store=store, progress=False)
+    assert result["status"] == "completed" and result["resumed_from_step"] == 13
+    (run,) = RunStore(store).runs("tiny")
+    w = offline_wandb_run(run)
+    assert w.folders == 3  # one offline folder per start, one W&B id
+    stored = run.read_metrics()
+    for key in ("train/loss", "val/loss", "grad_norm/global"):  # every step once, in order
+        assert w.history[key] == pytest.approx([v for _, m, v in stored if m == key])
+    newest = sorted(run.wandb_dir.glob("offline-run-*/*.wandb"))[-1]
+    steps = sorted({s for s, _, _ in stored})
+    assert sorted(set(logged_steps(newest))) == steps and steps[-1] == 20
+    summary = {
+        item.key: json.loads(item.value_json)
+        for rec in read_records(newest)
+        if rec.WhichOneof("record_type") == "summary"
+        for item in rec.summary.update
+    }
+    assert summary["final_val_loss"] == pytest.approx(result["final_val_loss"])
+    assert summary["final_val_loss_on"] == "2 validation batches"  # train.final_eval_batches
+    study = load_study(store, "tiny")
+    assert log_report(study, {}, []) == "offline" and log_report(study, {}, []) == "offline"
+    (report,) = (study.path / ".report-wandb" / "wandb").glob("offline-run-*")  # the last one
+
+    dry = CliRunner().invoke(app, ["sync", "tiny", "--store", str(store), "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    lines = dry.output.splitlines()
+    listed = [x for x in lines if x.startswith("  ")]
+    (line,) = [x for x in listed if wandb_run_id(run) in x]
+    assert f"steps {steps[0]}-20" in line and "supersedes 2 earlier start(s)" in line
+    assert newest.parent.name in line
+    (rline,) = [x for x in listed if report_run_id("tiny") in x]
+    assert len(listed) == 2 and rline.split()[0] == "report" and report.name in rline
+    would = lines[-1]
+    assert would.startswith("would run: ") and " sync " in would
+    assert str(newest.parent) in would and str(report) in would
+    assert would.count("offline-run-") == 2  # the superseded folders stay home
+
+    nolog = CliRunner().invoke(app, ["sync", "tiny", "--store", str(store)])
+    assert nolog.exit_code == 2 and "no W&B login" in nolog.output
+    assert len(nolog.output.strip().splitlines()) == 1
+    assert not list(store.rglob("*.wandb.synced"))  # nothing changed
+
+
+def test_sync_of_an_unknown_study_is_one_line(tmp_path, norm_pos_store):
+    store = norm_pos_store(tmp_path / "runs")
+    result = CliRunner().invoke(app, ["sync", "nope", "--store", str(store), "--dry-run"])
+    assert result.exit_code == 2 and "studies present: norm_pos" in result.output
+    result = CliRunner().invoke(app, ["sync", "norm_pos", "--store", str(store), "--dry-run"])
+    assert result.exit_code == 2 and "no offline W&B runs" in result.output
+
+
+def test_confirmation_runs_are_tagged():
+    from ablate.training.tracking import wandb_tags
+
+    axes = {"model.activation": "relu"}
+    assert wandb_tags({"axes": axes}, ["x"]) == ["model.activation=relu", "x"]
+    assert "confirm" in wandb_tags({"axes": axes, "confirm": True}, [])
+
+
+def test_report_tables_keep_numbers_as_numbers():
+    import math
+
+    import pandas as pd
+
+    from ablate.report.wandb_report import numeric_table
+
+    df = pd.DataFrame(
+        {"loss": [1.5, math.nan], "n": [3, 4], "ok": [True, False], "name": ["a", None]}
+    )
+    out = numeric_table(df)
+    assert out["loss"].dtype.kind == "f" and out["n"].dtype.kind == "i"
+    assert out["ok"].dtype.kind == "b" and list(out["name"]) == ["a", None]
