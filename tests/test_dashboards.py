@@ -211,6 +211,9 @@ def loopback(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     yield server
     server.server.shutdown()
+    import wandb
+
+    wandb.teardown()  # wandb.Api() kept the loopback's settings in wandb's process-wide setup
 
 
 def test_dashboard_saves_the_specs_then_updates_them(norm_pos, loopback, tmp_path):
