@@ -183,7 +183,7 @@ class OptimConfig(_Section):
     """Scale ``lr`` with batch size against ``ref_batch_size``: linear (Goyal et al.) or sqrt."""
     ref_batch_size: int | None = Field(None, ge=1)
     fused: bool | None = None
-    """Fused AdamW kernel; ``None`` = on wherever torch has one for the device (CUDA, CPU)."""
+    """The AdamW update compiled (``torch.compile``) into fused kernels; ``None`` = on CUDA only."""
 
     @model_validator(mode="after")
     def _check(self) -> OptimConfig:
