@@ -65,6 +65,16 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
 
 
+def lm_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``lm_loss`` of each of k members at once: logits (k, B, T, V), targets (k, B, T) ->
+    (k,), with one cross-entropy call for all members."""
+    k, vocab = logits.size(0), logits.size(-1)
+    tokens = F.cross_entropy(
+        logits.reshape(-1, vocab).float(), targets.reshape(-1), reduction="none"
+    )
+    return tokens.view(k, -1).mean(1)
+
+
 class LitLM(pl.LightningModule):
     def __init__(self, cfg: RunConfig, vocab_size: int, *, bits_per_token: bool = False):
         super().__init__()

@@ -24,14 +24,12 @@ Facts this rests on:
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from ablate.training.lit import grad_norm_metrics, layer_of, lm_loss
+from ablate.training.lit import grad_norm_metrics, layer_of, lm_losses
 
 _SDPA = F.scaled_dot_product_attention
 
@@ -91,13 +89,59 @@ class _FoldedSDPA(torch.autograd.Function):
         return out.reshape(n, rows, *out.shape[1:]), 0
 
 
-class _FoldAttention(TorchFunctionMode):
-    """Route the model's ``F.scaled_dot_product_attention`` calls through ``_FoldedSDPA``
-    (the model code stays as it is); calls with dropout keep the plain op."""
+def _batched(t: torch.Tensor, dim: int | None, n: int) -> torch.Tensor:
+    return t.movedim(dim, 0) if dim is not None else t.expand(n, *t.shape)
+
+
+class _StackedLinear(torch.autograd.Function):
+    """``F.linear`` whose vmap rule is one ``baddbmm`` (bias included): vmap's own rule for a
+    batched bias is a ``bmm`` and a separate ``add``, one more launch per linear layer."""
+
+    @staticmethod
+    def forward(x, w, b):
+        return F.linear(x, w, b)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError("_StackedLinear is applied under vmap only")
+
+    @staticmethod
+    def vmap(info, in_dims, x, w, b):
+        n = info.batch_size
+        x, w = _batched(x, in_dims[0], n), _batched(w, in_dims[1], n)
+        x3 = x.reshape(n, -1, x.shape[-1])
+        if b is None:
+            out = torch.bmm(x3, w.transpose(1, 2))
+        else:
+            out = torch.baddbmm(_batched(b, in_dims[2], n).unsqueeze(1), x3, w.transpose(1, 2))
+        return out.reshape(*x.shape[:-1], w.shape[1]), 0
+
+
+class _StackOps(TorchFunctionMode):
+    """Route the model's SDPA calls through ``_FoldedSDPA`` (calls with dropout or a custom
+    scale keep the plain op) and its ``F.linear`` calls through ``_StackedLinear``; the model
+    code stays as it is."""
+
+    def __init__(self, fold_attention: bool):
+        super().__init__()
+        self.fold_attention = fold_attention
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func is _SDPA and not kwargs.get("dropout_p") and not kwargs.get("scale"):
+        if func is F.linear:
+            x, w = args[:2]
+            b = kwargs.get("bias", args[2] if len(args) > 2 else None)
+            return _StackedLinear.apply(x, w, b)
+        if (
+            func is _SDPA
+            and self.fold_attention
+            and not kwargs.get("dropout_p")
+            and not kwargs.get("scale")
+        ):
             q, k, v = args[:3]
             mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
             return _FoldedSDPA.apply(q, k, v, mask, bool(kwargs.get("is_causal", False)))
@@ -126,29 +170,18 @@ class Stack:
         self.layer_map = {n: layer_of(n) for n in self.params}
         self.fold_attention = fold_attention
 
-    @contextmanager
-    def _attention(self) -> Iterator[None]:
-        if self.fold_attention:
-            with _FoldAttention():
-                yield
-        else:
-            yield
-
     def _call(self, p, b, x):
         p = {**p, **{alias: p[name] for alias, name in self.aliases.items()}}
         return torch.func.functional_call(self.base, (p, b), (x,))
 
     def losses(self, x: torch.Tensor, y: torch.Tensor, *, shared: bool = False) -> torch.Tensor:
         """``(k,)`` mean token losses; ``x, y`` are ``(k, B, T)``, or ``(B, T)`` for every
-        member when ``shared`` (evaluation batches)."""
-        dim = None if shared else 0
-
-        def loss(p, b, xi, yi):
-            return lm_loss(self._call(p, b, xi), yi)
-
-        run = torch.vmap(loss, in_dims=(0, 0, dim, dim), randomness="different")
-        with self._attention():
-            return run(self.params, self.buffers, x, y)
+        member when ``shared`` (evaluation batches). The loss is taken outside ``vmap``, over
+        all members at once (``nll_loss`` has no batching rule: vmap would decompose it)."""
+        run = torch.vmap(self._call, in_dims=(0, 0, None if shared else 0), randomness="different")
+        with _StackOps(self.fold_attention):
+            logits = run(self.params, self.buffers, x)
+        return lm_losses(logits, y.expand(self.k, *y.shape) if shared else y)
 
     def train(self, mode: bool = True) -> None:
         self.base.train(mode)
