@@ -184,7 +184,7 @@ class OptimConfig(_Section):
     """Scale ``lr`` with batch size against ``ref_batch_size``: linear (Goyal et al.) or sqrt."""
     ref_batch_size: int | None = Field(None, ge=1)
     fused: bool | None = None
-    """The AdamW update compiled (``torch.compile``) into fused kernels; ``None`` = on CUDA only."""
+    """Fused AdamW kernel; ``None`` = on wherever torch has one for the device (CUDA, CPU)."""
 
     @model_validator(mode="after")
     def _check(self) -> OptimConfig:

@@ -10,7 +10,13 @@ from torch.testing import assert_close
 
 from ablate.config import build_config
 from ablate.model import build_model
-from ablate.training.adamw import MemberAdamW, decay_groups, lr_factor, use_fused
+from ablate.training.adamw import (
+    MemberAdamW,
+    decay_groups,
+    fused_adamw_supported,
+    lr_factor,
+    use_fused,
+)
 
 
 def _cfg(**kw):
@@ -35,13 +41,16 @@ def _reference(model, cfg):
     return opt, step
 
 
-def test_a_stack_equals_torch_adamw_and_clipping_per_member_and_a_masked_member_stays():
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_stack_equals_torch_adamw_and_clipping_per_member_and_a_masked_member_stays(fused):
+    if fused and not fused_adamw_supported("cpu"):
+        pytest.skip("no fused AdamW on this CPU")
     members = [
         {"optim.lr": 3e-3, "optim.weight_decay": 0.1, "optim.grad_clip": 0.05},
         {"optim.lr": 1e-2, "optim.weight_decay": 0.0, "optim.beta1": 0.8, "optim.grad_clip": None},
         {"optim.lr": 5e-4, "optim.weight_decay": 0.3, "optim.beta2": 0.95, "optim.grad_clip": 1.0},
     ]
-    cfgs = [_cfg(**m) for m in members]
+    cfgs = [_cfg(**m, **{"optim.fused": fused}) for m in members]
     models = []
     for seed in range(3):
         torch.manual_seed(seed)
@@ -111,7 +120,8 @@ def test_a_solo_model_is_a_stack_of_one_and_its_state_dict_is_torch_adamws():
     assert fresh.at.item() == opt.at.item() == 4
 
 
-@pytest.mark.parametrize(("fused", "want"), [(None, False), (True, True), (False, False)])
-def test_fused_means_a_compiled_update_and_is_off_on_cpu_by_default(fused, want):
-    assert use_fused(_cfg(**{"optim.fused": fused}), torch.device("cpu")) is want
-    assert use_fused(_cfg(), torch.device("cuda")) is True
+def test_fused_is_the_default_where_torch_has_the_kernel_and_config_wins():
+    cpu = torch.device("cpu")
+    assert use_fused(_cfg(), cpu) == fused_adamw_supported("cpu")
+    assert use_fused(_cfg(**{"optim.fused": False}), cpu) is False
+    assert use_fused(_cfg(**{"optim.fused": True}), cpu) is True

@@ -12,15 +12,14 @@ a resume would build it.
 
 What stacking keeps equal to a solo run (CPU, fp32): each member computes exactly the solo
 operations on its own tensors (vmap maps ``mm`` to a batched ``bmm``), so losses agree with
-the solo run's to float rounding (the AdamW update here is not the fused kernel's instruction
-order); ``tests/test_stacked.py`` states the tolerance. A member whose loss becomes non-finite
+the solo run's to float rounding (a batched matmul adds in another order than the solo one);
+``tests/test_stacked.py`` states the tolerance. A member whose loss becomes non-finite
 is frozen at once (its update masked on the device, no host sync) and, like ``LitLM``, found at
 the next log step and recorded ``diverged`` at the step of the first non-finite loss; the others
 go on unchanged. Members resume from their own checkpoints, even at different steps.
 
 Each member logs to W&B through its own run object (``stacked.tracking``). Not (yet) here:
-``16-mixed``/``bf16-true`` precision,
-``train.compile``, dropout equal to a solo run's masks (vmap draws its own).
+``16-mixed``/``bf16-true`` precision, dropout equal to a solo run's masks (vmap draws its own).
 """
 
 from __future__ import annotations
@@ -190,7 +189,7 @@ class Group:
         cfgs = [m.cfg for m in members]
         models = [m.lit.model.to(device) for m in members]
         self.fold = fold
-        self.stack = Stack(models, fold_attention=fold)
+        self.stack = Stack(models, fold_attention=fold, compile=cfgs[0].train.compile)
         names = {id(p): n for n, p in models[0].named_parameters()}
         decay, other = (g["params"] for g in decay_groups(models[0], 1.0))
         order = [self.stack.params[names[id(p)]] for p in [*decay, *other]]

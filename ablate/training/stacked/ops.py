@@ -93,6 +93,29 @@ def _batched(t: torch.Tensor, dim: int | None, n: int) -> torch.Tensor:
     return t.movedim(dim, 0) if dim is not None else t.expand(n, *t.shape)
 
 
+class _Baddbmm(torch.autograd.Function):
+    """``x @ w^T + b`` for ``(k, M, in)``, ``(k, out, in)``, ``(k, out)``, with a backward that
+    makes each gradient in its parameter's layout at once (autograd's ``bmm`` backward would
+    make the weight's transposed, and accumulating it into the weight copies it)."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w)
+        ctx.bias = b is not None
+        if b is None:
+            return torch.bmm(x, w.transpose(1, 2))
+        return torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        gx = torch.bmm(grad, w) if need[0] else None
+        gw = torch.bmm(grad.transpose(1, 2), x) if need[1] else None
+        gb = grad.sum(1) if ctx.bias and need[2] else None
+        return gx, gw, gb
+
+
 class _StackedLinear(torch.autograd.Function):
     """``F.linear`` whose vmap rule is one ``baddbmm`` (bias included): vmap's own rule for a
     batched bias is a ``bmm`` and a separate ``add``, one more launch per linear layer."""
@@ -113,18 +136,16 @@ class _StackedLinear(torch.autograd.Function):
     def vmap(info, in_dims, x, w, b):
         n = info.batch_size
         x, w = _batched(x, in_dims[0], n), _batched(w, in_dims[1], n)
-        x3 = x.reshape(n, -1, x.shape[-1])
-        if b is None:
-            out = torch.bmm(x3, w.transpose(1, 2))
-        else:
-            out = torch.baddbmm(_batched(b, in_dims[2], n).unsqueeze(1), x3, w.transpose(1, 2))
+        b = None if b is None else _batched(b, in_dims[2], n)
+        out = _Baddbmm.apply(x.reshape(n, -1, x.shape[-1]), w, b)
         return out.reshape(*x.shape[:-1], w.shape[1]), 0
 
 
 class _StackOps(TorchFunctionMode):
     """Route the model's SDPA calls through ``_FoldedSDPA`` (calls with dropout or a custom
     scale keep the plain op) and its ``F.linear`` calls through ``_StackedLinear``; the model
-    code stays as it is."""
+    code stays as it is. (LayerNorm keeps vmap's own rule: an ``addcmul`` affine would save a
+    forward operation per norm and cost two in the backward.)"""
 
     def __init__(self, fold_attention: bool):
         super().__init__()
@@ -154,7 +175,9 @@ class Stack:
     ``params[name]`` is ``(k, *shape)``; members are independent in everything computed here.
     """
 
-    def __init__(self, models: list[torch.nn.Module], *, fold_attention: bool = True):
+    def __init__(
+        self, models: list[torch.nn.Module], *, fold_attention: bool = True, compile: bool = False
+    ):
         first = models[0]
         params, self.buffers = torch.func.stack_module_state(models)
         self.params = {n: p.detach().requires_grad_() for n, p in params.items()}
@@ -169,18 +192,24 @@ class Stack:
         }
         self.layer_map = {n: layer_of(n) for n in self.params}
         self.fold_attention = fold_attention
+        # train.compile: the vmapped forward (the members' loss and its backward) compiled as
+        # one graph; the optimizer's update is compiled apart (optim.fused)
+        self._forward = torch.compile(self._logits) if compile else self._logits
 
     def _call(self, p, b, x):
         p = {**p, **{alias: p[name] for alias, name in self.aliases.items()}}
         return torch.func.functional_call(self.base, (p, b), (x,))
 
+    def _logits(self, x: torch.Tensor, shared: bool) -> torch.Tensor:
+        run = torch.vmap(self._call, in_dims=(0, 0, None if shared else 0), randomness="different")
+        with _StackOps(self.fold_attention):
+            return run(self.params, self.buffers, x)
+
     def losses(self, x: torch.Tensor, y: torch.Tensor, *, shared: bool = False) -> torch.Tensor:
         """``(k,)`` mean token losses; ``x, y`` are ``(k, B, T)``, or ``(B, T)`` for every
         member when ``shared`` (evaluation batches). The loss is taken outside ``vmap``, over
         all members at once (``nll_loss`` has no batching rule: vmap would decompose it)."""
-        run = torch.vmap(self._call, in_dims=(0, 0, None if shared else 0), randomness="different")
-        with _StackOps(self.fold_attention):
-            logits = run(self.params, self.buffers, x)
+        logits = self._forward(x, shared)
         return lm_losses(logits, y.expand(self.k, *y.shape) if shared else y)
 
     def train(self, mode: bool = True) -> None:

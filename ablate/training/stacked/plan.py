@@ -56,8 +56,6 @@ def not_stackable(cfg: RunConfig) -> str | None:
         return f"precision {t.precision}"
     if t.devices != 1:
         return "more than one device"
-    if t.compile:
-        return "train.compile"
     return None
 
 
