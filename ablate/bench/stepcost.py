@@ -29,8 +29,8 @@ from ablate.training.opcount import OpCounter
 SHORT, LONG = 4, 10  # run lengths; their difference is the steps counted
 MEMBERS = (0, 2, 4, 8)  # 0: solo
 # (name, layers, d_model, heads, seq_len, batch): nanoGPT's CPU shape (the cpu profiles) and
-# the gpu profiles' 6L-384d; an operation count does not depend on the batch, so the gpu
-# shape is counted at a CPU-sized batch
+# the gpu profiles' 6L-384d; an operation count does not depend on the batch, so both are
+# counted at batch 1
 SHAPES = (("cpu profile 4L-128d, ctx 64, batch 12", 4, 128, 4, 64, 12),
           ("gpu profile 6L-384d, ctx 256, batch 64", 6, 384, 6, 256, 64))  # fmt: skip
 
@@ -105,6 +105,7 @@ def _tokens_per_s(overrides: dict[str, Any], members: int, steps: int) -> float:
     from ablate.training.train import train_run
 
     every = {"train.log_interval": steps // 2, "train.eval_interval": 10 * steps}
+    every |= {"train.progress": False}
     cfg = build_config({**overrides, **every, "train.max_steps": steps, "tracking.wandb": False})
     with tempfile.TemporaryDirectory() as root:
         store = RunStore(Path(root))
@@ -124,13 +125,13 @@ def measure(threads: int, quick: bool, log=print) -> dict[str, Any]:
     shapes, members = (SHAPES[:1], MEMBERS[:2]) if quick else (SHAPES, MEMBERS)
     for i, (name, *shape) in enumerate(shapes):
         full = _shape(*shape) | {"train.threads": threads}
-        counted = full if i == 0 else full | {"data.batch_size": 1, "data.seq_len": 32}
+        counted = full | {"data.batch_size": 1}  # the count does not depend on the batch
         if quick:  # a smoke test of the section: its numbers measure nothing
             name, full = "quick 1L-32d, ctx 16, batch 2", _shape(1, 32, 2, 16, 2)
             full = counted = full | {"train.threads": threads}
         for k in members:
             cost = step_cost(counted, k)
-            tps = _tokens_per_s(full, k, 6 if quick else 40) if (i == 0 or cuda) else None
+            tps = _tokens_per_s(full, k, 6 if quick else 12) if (i == 0 or cuda) else None
             rows.append(
                 {"shape": name, "members": k, "kernels": cost.kernels,
                  "host_reads": cost.host_reads, "tokens_per_s": tps,

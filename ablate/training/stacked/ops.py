@@ -19,6 +19,10 @@ Facts this rests on:
   extension point). The folded call keeps its autograd graph from forward to backward, so
   the backward is SDPA's own: one SDPA forward and one backward per layer for the whole stack,
   as in a solo step. On by default, on the CPU too.
+* Every operation is a kernel launch on a GPU (``ablate.training.opcount``), so the stacked
+  forward also replaces two of vmap's generic rules: ``F.linear`` with a batched bias becomes
+  one ``baddbmm`` (vmap's: ``bmm`` + ``add``), and the loss is taken outside ``vmap`` in one
+  cross-entropy call (``nll_loss`` has no batching rule; vmap decomposes it).
 """
 
 from __future__ import annotations
