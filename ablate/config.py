@@ -151,6 +151,7 @@ class DataConfig(_Section):
     eval_batch_size: int | None = Field(None, ge=1)
     """Batch size for validation/test batchify. Default: ``batch_size``."""
     pin_memory: bool = False
+    """Pin training batches in page-locked memory; on CUDA they are pinned whatever this says."""
 
     @model_validator(mode="after")
     def _check_split(self) -> DataConfig:

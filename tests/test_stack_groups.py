@@ -109,7 +109,8 @@ def test_grouping_and_auto():
     groups = plan_groups(cfgs, lambda c: c, lambda c: 3)
     assert [len(g) for g in groups] == [2, 2, 1]  # 4 runs at most 3: two of two
     assert stack_limit(build_config({"train.stack": 2})) == 2
-    assert stack_limit(build_config({"train.stack": 2, "train.compile": True})) == 1
+    assert stack_limit(build_config({"train.stack": 2, "train.compile": True})) == 2
+    assert stack_limit(build_config({"train.stack": 2, "train.precision": "16-mixed"})) == 1
     assert stack_limit(build_config({"train.stack": 2, "model.arch": "lstm"})) == 1
     cpu = build_config({"train.stack": "auto"})
     assert stack_limit(cpu, lambda c: auto_members(c, cuda=True, free_bytes=2**40, params=1)) == 1

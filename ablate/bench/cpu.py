@@ -238,6 +238,12 @@ def _stacked(plan: Plan, say, results: dict[str, Any]) -> dict[str, Any]:
     return stacked(plan.stack_members, plan.stack_set, log=say)
 
 
+def _stepcost(plan: Plan, say, results: dict[str, Any]) -> dict[str, Any]:
+    from ablate.bench.stepcost import measure
+
+    return measure(plan.base["train.threads"], plan.quick, log=say)
+
+
 # --- 7. memory against corpus size ------------------------------------------------------------
 
 DATA_GOAL = 1.2  # goal: the large corpus's peak at most this x the small one's
@@ -336,4 +342,5 @@ SECTIONS = {
     "data": ("7. memory vs corpus size", _data),
     "nanogpt": ("8. nanoGPT's procedure on the reference study", _nanogpt),
     "stacked": ("9. stacked runs", _stacked),
+    "stepcost": ("10. step cost", _stepcost),
 }

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ablate.bench import markdown
+from ablate.bench import markdown, stepcost
 from ablate.bench.markdown import Section, bold, columns, document, pairs, seconds, si, table, x
 from ablate.bench.studies import render_stacked, render_study
 from ablate.report.stats import mean_ci
@@ -22,6 +22,7 @@ HEADINGS = {
     "data": "## 7. Memory vs corpus size",
     "nanogpt": "## 8. nanoGPT's procedure on the reference study",
     "stacked": "## 9. Stacked runs",
+    "stepcost": "## 10. Step cost: operations and host reads per step",
     "gpu_paths": "## GPU paths",
 }
 SECTIONS = tuple(HEADINGS.values())
@@ -249,6 +250,7 @@ def render(r: dict[str, Any]) -> str:
         "data": _data,
         "nanogpt": _nanogpt,
         "stacked": render_stacked,
+        "stepcost": stepcost.render,
         "gpu_paths": lambda g: _gpu(g, gpu),
     }
     sections: list[Section] = [(k, heading, bodies[k]) for k, heading in HEADINGS.items()]

@@ -156,7 +156,7 @@ def autocast_context(precision: str, dev: torch.device):
 
 def raw_loop(cfg: RunConfig, *, sync_at: set[int] | None = None) -> LoopResult:
     """The minimal PyTorch loop: ``cfg.train.max_steps`` steps, nothing else."""
-    t, o = cfg.train, cfg.optim
+    t = cfg.train
     dev, sync_at = device_of(cfg), sync_at or set()
     deterministic = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(t.deterministic and dev.type == "cpu")  # as Lightning
@@ -165,11 +165,10 @@ def raw_loop(cfg: RunConfig, *, sync_at: set[int] | None = None) -> LoopResult:
             dm = LMDataModule(cfg.data, seed=t.seed)
             dm.setup("fit")
             torch.manual_seed(t.seed)
-            # LitLM only builds the model, AdamW and the LR schedule; the loop is plain PyTorch
+            # LitLM only builds the model and its optimizer (clipping, AdamW and the LR
+            # schedule in one step); the loop is plain PyTorch
             lit = LitLM(cfg, dm.vocab_size).to(dev)
-            optimizers = lit.configure_optimizers()
-            opt, sched = optimizers["optimizer"], optimizers["lr_scheduler"]["scheduler"]
-            params = [p for group in opt.param_groups for p in group["params"]]
+            opt = lit.configure_optimizers()
             model = torch.compile(lit.model) if t.compile else lit.model
             model.train()
             loader = dm.train_dataloader(start=0)
@@ -187,10 +186,7 @@ def raw_loop(cfg: RunConfig, *, sync_at: set[int] | None = None) -> LoopResult:
                         loss = lm_loss(model(x), y)
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
-                    if o.grad_clip is not None:
-                        torch.nn.utils.clip_grad_norm_(params, o.grad_clip)
                     opt.step()
-                    sched.step()
                     losses.append(loss.detach())
     finally:
         torch.use_deterministic_algorithms(deterministic)

@@ -166,7 +166,7 @@ def render_stacked(s: dict[str, Any]) -> str:
             f"loss against its solo run: largest relative difference {x(s['max_rel_diff'], 9)} "
             f"over {s['compared']} runs (float rounding; the tests hold 20 steps of a 1-layer "
             "model to 1e-5).",
-            f"`train.stack: auto` on this machine: {auto_txt}. On CPUs `auto` is off: CPU SDPA "
-            "has no vmap batching rule and these models are already compute-bound on 2 cores.",
+            f"`train.stack: auto` on this machine: {auto_txt}. On CPUs `auto` is off: these "
+            "models are already compute-bound on 2 cores.",
         ]
     )

@@ -26,7 +26,8 @@ from ablate.bench.loops import ablate_loop, autocast_context, bench_config, devi
 from ablate.config import RunConfig
 from ablate.data import LMDataModule
 from ablate.model import build_model
-from ablate.training.lit import decay_groups, lm_loss
+from ablate.training.adamw import decay_groups
+from ablate.training.lit import lm_loss
 from ablate.training.train import attn_context, evaluate, torch_threads
 
 # nanoGPT's config/train_shakespeare_char.py cadence (its README's CPU command: --eval_iters=20)

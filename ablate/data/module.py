@@ -359,7 +359,9 @@ class LMDataModule(pl.LightningDataModule):
             batch_size=None,
             sampler=sampler,
             num_workers=0,
-            pin_memory=self.cfg.pin_memory,
+            # always on CUDA: Lightning copies batches with non_blocking=True, which only
+            # runs beside the GPU from pinned memory (pinning changes no result)
+            pin_memory=self.cfg.pin_memory or torch.cuda.is_available(),
         )
 
     def _resume_position(self) -> int:

@@ -12,7 +12,6 @@ import math
 import re
 import time
 from collections.abc import Iterable
-from functools import cache, partial
 
 import pytorch_lightning as pl
 import torch
@@ -20,7 +19,7 @@ import torch.nn.functional as F
 
 from ablate.config import RunConfig
 from ablate.model import build_model
-from ablate.training.schedules import lr_at
+from ablate.training.adamw import MemberAdamW, lr_of
 
 _LAYER = re.compile(r"(?:^|\.)blocks\.(\d+)\.|_l(\d+)(?:_reverse)?$")
 
@@ -31,74 +30,6 @@ def layer_of(param_name: str) -> str:
     if m:
         return f"layer_{int(m.group(1) or m.group(2)):02d}"
     return "other"
-
-
-def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW groups: weight decay on matrices only (no decay on biases, norms: 1-D params)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    return [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-
-
-@cache
-def fused_adamw_supported(device_type: str) -> bool:
-    """Whether this torch has a fused AdamW kernel for ``device_type`` (CUDA; CPU since 2.4).
-
-    Probed with one tiny step: torch checks the device only when stepping.
-    """
-    try:
-        p = torch.zeros(1, device=device_type, requires_grad=True)
-        p.grad = torch.zeros_like(p)
-        torch.optim.AdamW([p], fused=True).step()
-    except (RuntimeError, ValueError):
-        return False
-    return True
-
-
-def use_fused_adamw(cfg: RunConfig, device: torch.device) -> bool:
-    """``optim.fused``, or by default: on wherever ``device`` has the fused AdamW kernel.
-
-    Fused is one kernel per parameter instead of about ten ops each (on this project's CPU
-    reference model the optimizer step drops from ~8 ms to ~2 ms). Off by default under
-    ``16-mixed``: Lightning refuses to clip gradients of a fused optimizer behind a GradScaler.
-    """
-    if cfg.optim.fused is not None:
-        return cfg.optim.fused
-    if cfg.train.precision == "16-mixed" and cfg.optim.grad_clip is not None:
-        return False
-    return fused_adamw_supported(device.type)
-
-
-def make_adamw(model: torch.nn.Module, cfg: RunConfig) -> torch.optim.AdamW:
-    """AdamW over ``decay_groups`` at ``cfg.lr``, fused where ``use_fused_adamw`` says so."""
-    o = cfg.optim
-    device = next(model.parameters()).device
-    return torch.optim.AdamW(
-        decay_groups(model, o.weight_decay),
-        lr=cfg.lr,
-        betas=(o.beta1, o.beta2),
-        eps=o.eps,
-        fused=use_fused_adamw(cfg, device) or None,
-    )
-
-
-def lr_factor(cfg: RunConfig, step: int, base_lr: float | None = None) -> float:
-    """The run's LR at optimizer step ``step`` as a multiple of ``base_lr`` (default
-    ``cfg.lr``): the ``LambdaLR`` factor, so ``base_lr * factor`` is the LR the update uses."""
-    base_lr = cfg.lr if base_lr is None else base_lr
-    o = cfg.optim
-    lr = lr_at(
-        step,
-        total_steps=cfg.train.max_steps,
-        base_lr=base_lr,
-        warmup_ratio=o.warmup_ratio,
-        min_lr=o.min_lr,
-        decay=o.decay,
-        cycles=o.cycles,
-    )
-    return lr / base_lr
 
 
 @torch.no_grad()
@@ -132,6 +63,16 @@ def grad_norm_metrics(
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean token cross-entropy in nats: logits (B, T, V), targets (B, T)."""
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
+
+
+def lm_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``lm_loss`` of each of k members at once: logits (k, B, T, V), targets (k, B, T) ->
+    (k,), with one cross-entropy call for all members."""
+    k, vocab = logits.size(0), logits.size(-1)
+    tokens = F.cross_entropy(
+        logits.reshape(-1, vocab).float(), targets.reshape(-1), reduction="none"
+    )
+    return tokens.view(k, -1).mean(1)
 
 
 class LitLM(pl.LightningModule):
@@ -171,34 +112,15 @@ class LitLM(pl.LightningModule):
 
     # --- optimisation ---------------------------------------------------------------------
     def configure_optimizers(self):
-        opt = make_adamw(self.model, self.cfg)
-        factor = partial(self._lr_factor, base_lr=self.cfg.lr)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+        """``MemberAdamW`` (clipping, AdamW and the LR schedule in one step, the stacked
+        path's code) over the model: no Lightning scheduler, no Lightning clipping."""
+        return MemberAdamW.for_model(self.model, self.cfg)
 
     def configure_gradient_clipping(
         self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
     ) -> None:
-        """Clip the global gradient norm to ``gradient_clip_val``.
-
-        Lightning's mixed-precision plugin refuses to clip for a fused optimizer under
-        ``bf16-mixed`` too (its check is for fp16's GradScaler, whose scaled gradients a fused
-        step unscales internally), so every GPU run with fused AdamW and clipping crashed on its
-        first step. Under bf16 and fp32 there is no scaler and the gradients are the true ones:
-        clip them directly, over the optimizer's parameters as Lightning does. ``16-mixed``
-        (never fused with clipping, see ``configure_optimizers``) keeps Lightning's path."""
-        if gradient_clip_val is None:
-            return
-        if self.cfg.train.precision == "16-mixed":
-            super().configure_gradient_clipping(
-                optimizer, gradient_clip_val, gradient_clip_algorithm
-            )
-            return
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
-
-    def _lr_factor(self, step: int, base_lr: float) -> float:
-        return lr_factor(self.cfg, step, base_lr)
+        """Nothing: ``MemberAdamW.step`` clips (``optim.grad_clip``) on the device, after
+        Lightning's ``16-mixed`` scaler has unscaled the gradients."""
 
     # --- training -------------------------------------------------------------------------
     def training_step(self, batch, batch_idx):
@@ -227,7 +149,7 @@ class LitLM(pl.LightningModule):
         ).tolist()
         metrics = {
             "train/loss": mean_loss,
-            "lr": self.trainer.optimizers[0].param_groups[0]["lr"],
+            "lr": lr_of(self.cfg, step),
         }
         if step > self._step_last:
             dt = now - self._t_last

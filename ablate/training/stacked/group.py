@@ -12,15 +12,14 @@ a resume would build it.
 
 What stacking keeps equal to a solo run (CPU, fp32): each member computes exactly the solo
 operations on its own tensors (vmap maps ``mm`` to a batched ``bmm``), so losses agree with
-the solo run's to float rounding (the AdamW update here is not the fused kernel's instruction
-order); ``tests/test_stacked.py`` states the tolerance. A member whose loss becomes non-finite
+the solo run's to float rounding (a batched matmul adds in another order than the solo one);
+``tests/test_stacked.py`` states the tolerance. A member whose loss becomes non-finite
 is frozen at once (its update masked on the device, no host sync) and, like ``LitLM``, found at
 the next log step and recorded ``diverged`` at the step of the first non-finite loss; the others
 go on unchanged. Members resume from their own checkpoints, even at different steps.
 
 Each member logs to W&B through its own run object (``stacked.tracking``). Not (yet) here:
-``16-mixed``/``bf16-true`` precision,
-``train.compile``, dropout equal to a solo run's masks (vmap draws its own).
+``16-mixed``/``bf16-true`` precision, dropout equal to a solo run's masks (vmap draws its own).
 """
 
 from __future__ import annotations
@@ -44,8 +43,9 @@ from ablate.data import LMDataModule
 from ablate.store import FINISHED, RunDir
 from ablate.store.attempt import RunAttempt
 from ablate.store.rundir import PROGRESS_FILE, write_progress
-from ablate.training.lit import LitLM, decay_groups, lr_factor
-from ablate.training.stacked.ops import Stack, StackedAdamW
+from ablate.training.adamw import MemberAdamW, decay_groups, lr_of
+from ablate.training.lit import LitLM
+from ablate.training.stacked.ops import Stack
 from ablate.training.stacked.plan import MEMBER_FIELDS, PRECISIONS, stack_key
 from ablate.training.stacked.store import (
     LAST,
@@ -123,8 +123,7 @@ class Member:
     wandb: Any = None  # the member's own W&B run object (stacked.tracking), or None
 
     def lr(self, step: int) -> float:
-        # base * factor, as LambdaLR computes the LR a solo run's update uses
-        return self.cfg.lr * lr_factor(self.cfg, step)
+        return lr_of(self.cfg, step)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self.run_dir.append_metrics(step, metrics)
@@ -164,15 +163,6 @@ def _open_member(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], t0: floa
     return member
 
 
-def _hyper(cfgs: list[RunConfig]) -> dict[str, list[float]]:
-    return {
-        "weight_decay": [c.optim.weight_decay for c in cfgs],
-        "beta1": [c.optim.beta1 for c in cfgs],
-        "beta2": [c.optim.beta2 for c in cfgs],
-        "eps": cfgs[0].optim.eps,
-    }
-
-
 def _device(cfg: RunConfig) -> torch.device:
     want = cfg.train.accelerator
     if want == "gpu" or (want == "auto" and torch.cuda.is_available()):
@@ -183,26 +173,19 @@ def _device(cfg: RunConfig) -> torch.device:
 class Group:
     """The stacked state of the members that still train, and one step of all of them."""
 
-    def __init__(self, members: list[Member], device: torch.device, fold: bool | None):
+    def __init__(self, members: list[Member], device: torch.device, fold: bool):
         self.members, self.device = members, device
         cfgs = [m.cfg for m in members]
         models = [m.lit.model.to(device) for m in members]
-        fold = device.type == "cuda" if fold is None else fold
         self.fold = fold
-        self.stack = Stack(models, fold_attention=fold)
-        model = models[0]
-        names = {id(p): n for n, p in model.named_parameters()}
-        groups = decay_groups(model, 1.0)
-        order = [names[id(p)] for g in groups for p in g["params"]]
-        self.opt = StackedAdamW(
-            self.stack, order, {names[id(p)] for p in groups[0]["params"]}, _hyper(cfgs)
-        )
+        self.stack = Stack(models, fold_attention=fold, compile=cfgs[0].train.compile)
+        names = {id(p): n for n, p in models[0].named_parameters()}
+        decay, other = (g["params"] for g in decay_groups(models[0], 1.0))
+        order = [self.stack.params[names[id(p)]] for p in [*decay, *other]]
+        # the solo run's optimizer path; its mask ``active``: the members finite so far
+        self.opt = MemberAdamW(order, cfgs, len(decay))
         self.keys = state_dict_keys(members[0].lit)
         k = len(members)
-        self.max_norms = torch.tensor(
-            [c.optim.grad_clip or math.inf for c in cfgs], dtype=torch.float32, device=device
-        )
-        self.updating = torch.ones(k, dtype=torch.bool, device=device)  # finite so far
         self.nonfinite = torch.full((k,), -1, dtype=torch.long, device=device)
         self.loss_sum = torch.zeros(k, dtype=torch.float32, device=device)
         self.loss_n = [0] * k
@@ -218,9 +201,10 @@ class Group:
                 self.loss_sum[i] = loop["loss_sum"]
                 self.loss_n[i] = int(loop["loss_n"])
                 self.nonfinite[i] = int(loop["nonfinite_step"])
-                self.updating[i] = int(loop["nonfinite_step"]) < 0
+                self.opt.active[i] = int(loop["nonfinite_step"]) < 0
                 self.es[i] = (float(loop["es_best"]), int(loop["es_wait"]))
             m.batches = _endless(m.dm, m.step)
+        self.opt.start_at([m.step for m in self.members])
         rng = [m.loop.get("rng") for m in self.members]
         if rng[0] is not None and all(m.step == self.members[0].step for m in self.members):
             torch.set_rng_state(rng[0])  # dropout masks continue as uninterrupted
@@ -260,42 +244,46 @@ def _step_done(steps: list[int]) -> None:
     inject a stop or a crash at a chosen step."""
 
 
-def _train_step(g: Group, running: list[bool]) -> None:
-    """One optimizer step of every running member (the others' updates are masked)."""
+def _to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``batch`` on ``device``; on CUDA from pinned memory, without waiting for the copy."""
+    if device.type != "cuda":
+        return batch
+    return batch.pin_memory().to(device, non_blocking=True)
+
+
+def _train_step(g: Group) -> None:
+    """One optimizer step of every member (a diverged member's update is masked). Nothing is
+    read back to the host: the mask, the steps and the losses stay on the device."""
     ms, dev = g.members, g.device
     xs, ys = zip(*(next(m.batches) for m in ms), strict=True)
-    x, y = torch.stack(xs).to(dev), torch.stack(ys).to(dev)
-    active = torch.tensor(running, device=dev)
+    x, y = _to_device(torch.stack(xs), dev), _to_device(torch.stack(ys), dev)
     autocast = ms[0].cfg.train.precision == "bf16-mixed"
     with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast):
         losses = g.stack.losses(x, y)
     losses.sum().backward()  # members share no operation: each gets its own loss's gradient
     loss = losses.detach().float()
     finite = torch.isfinite(loss)
-    steps = torch.tensor([m.step for m in ms], device=dev)
-    g.nonfinite = torch.where(~finite & active & (g.nonfinite < 0), steps, g.nonfinite)
-    g.updating &= finite | ~active  # frozen from its first non-finite loss on
-    g.loss_sum += torch.where(active, loss, torch.zeros_like(loss))
+    g.nonfinite = torch.where(~finite & (g.nonfinite < 0), g.opt.at.view(-1), g.nonfinite)
+    g.opt.active &= finite.view(-1, 1)  # frozen from its first non-finite loss on
+    g.loss_sum += loss
     interval = ms[0].cfg.train.grad_norm_interval
-    due = [i for i, m in enumerate(ms) if running[i] and interval and m.step % interval == 0]
+    due = [i for i, m in enumerate(ms) if interval and m.step % interval == 0]
     if due:  # before clipping, at the step whose gradients they are (as LitLM)
         norms = g.stack.grad_norms()
         values = torch.stack(list(norms.values()), 1).tolist()
         for i in due:
             ms[i].log(dict(zip(norms, values[i], strict=True)), ms[i].step)
-    g.stack.clip_(g.max_norms)
-    lrs = torch.tensor([m.lr(m.step) for m in ms], dtype=torch.float32, device=dev)
-    g.opt.step(lrs, g.updating & active)
-    for p in g.stack.params.values():
-        p.grad = None
+    g.opt.step()
+    g.opt.zero_grad(set_to_none=True)
     for i, m in enumerate(ms):
-        if running[i]:
-            m.step += 1
-            g.loss_n[i] += 1
+        m.step += 1
+        g.loss_n[i] += 1
 
 
 def _log_train(g: Group, due: list[int], clock: dict) -> None:
     """LitLM's log-interval metrics of the ``due`` members; divergence found here."""
+    if not due:  # the read below waits for the device: only at log steps
+        return
     n = torch.tensor([max(c, 1) for c in g.loss_n], dtype=torch.float32, device=g.device)
     means, bad = torch.stack([g.loss_sum / n, g.nonfinite.to(g.loss_sum)]).tolist()
     now = time.perf_counter()
@@ -397,9 +385,8 @@ def _loop(g: Group, stop: StepBoundaryStop, writer: CheckpointWriter) -> None:
             _checkpoint(g, [i for i, m in enumerate(ms) if not m.done], writer)
             writer.wait()
             raise KeyboardInterrupt
-        running = [not m.done for m in ms]
-        _train_step(g, running)
-        ran = [i for i, r in enumerate(running) if r]
+        _train_step(g)  # every member of g is running: finished ones leave the group
+        ran = range(len(ms))
         last = t.max_steps
         _log_train(
             g, [i for i in ran if ms[i].step % t.log_interval == 0 or ms[i].step == last], clock
@@ -478,7 +465,7 @@ def train_group(
     run_dirs: list[RunDir],
     metas: list[dict[str, Any] | None] | None = None,
     *,
-    fold_attention: bool | None = None,
+    fold_attention: bool = True,
 ) -> list[dict[str, Any]]:
     """Train (or resume) the runs ``cfgs`` into ``run_dirs`` as one stacked group and return
     their summaries, in order. Finished runs (completed, diverged) are skipped.
@@ -487,7 +474,7 @@ def train_group(
     summary.json, metrics.csv, progress.json, checkpoints/last.ckpt; its summary adds
     ``stack`` (the group). An exception fails every unfinished member (``failed``, error.log);
     Ctrl-C stops at a step boundary with a checkpoint each and re-raises KeyboardInterrupt.
-    ``fold_attention``: fold the members into SDPA's batch (default: on CUDA only).
+    ``fold_attention``: fold the members into SDPA's batch (default: on).
     """
     check_group(cfgs)
     metas = list(metas or [None] * len(cfgs))

@@ -59,8 +59,6 @@ def not_stackable(cfg: RunConfig) -> str | None:
         return f"precision {t.precision}"
     if t.devices != 1:
         return "more than one device"
-    if t.compile:
-        return "train.compile"
     unbatchable = getattr(registry.lookup("arch", cfg.model.arch), "unbatchable", None)
     if unbatchable:
         return f"model.arch {cfg.model.arch}: {unbatchable}"
