@@ -125,20 +125,20 @@ def test_run_study_script_archives_restores_and_resumes(make_study, tmp_path):
     # and leases, and the script exits 0
     res = _run_study(study, tmp_path / "out1", 600, **env)
     assert res.returncode == 0 and "every run finished" in res.stdout, res.stdout + res.stderr
-    archive = tmp_path / "out1" / "gputiny" / "store.tgz"
+    archive = tmp_path / "out1" / "gputiny.tgz"
     names = _members(archive)
     assert sum(n.endswith("summary.json") for n in names) == 2
     assert any(n.endswith("metrics.csv") for n in names)
     assert list((tmp_path / "store1" / "gputiny").glob("*/checkpoints/*.ckpt"))  # left behind
     assert not [n for n in names if "checkpoints" in n or "run.lease" in n]
-    assert "completed" in (tmp_path / "out1" / "gputiny" / "status.txt").read_text()
+    assert "completed" in (tmp_path / "out1" / "gputiny.status.txt").read_text()
 
     # 2. another machine: the archive is restored into an empty store, and a budget that ends
     # before training can start still exits 0 with the restored runs archived again
     env = {"STORE": str(tmp_path / "store2"), "ARCHIVE": str(archive)}
     res = _run_study(study, second, 1, **env)
     assert res.returncode == 0 and "budget of 1s reached" in res.stdout, res.stdout + res.stderr
-    assert sorted(_members(second / "gputiny" / "store.tgz")) == sorted(names)
+    assert sorted(_members(second / "gputiny.tgz")) == sorted(names)
 
     # 3. the same command resumes: the restored runs count as finished and are not retrained
     summaries = {p: p.read_bytes() for p in (tmp_path / "store2").glob("*/*/summary.json")}

@@ -5,8 +5,8 @@
 #   scripts/gpu/run_study.sh STUDY OUTDIR [SECONDS]
 #
 #   STUDY    a study YAML, e.g. studies/norm_placement.yaml
-#   OUTDIR   gets <name>/store.tgz (the study's store without checkpoints, W&B files or leases),
-#            <name>/run.log and <name>/status.txt
+#   OUTDIR   gets <name>.tgz (the study's store without checkpoints, W&B files or leases),
+#            <name>.run.log and <name>.status.txt
 #   SECONDS  the budget of `ablate run` (default 480). At its end ablate gets SIGINT, as from
 #            Ctrl-C: every run in flight saves a checkpoint at its current step and stops; a
 #            process still alive 60 s later is killed (it loses the steps since its last
@@ -16,21 +16,21 @@
 # Environment (defaults in brackets):
 #   PROFILE      [gpu] the study profile; empty: the study's default
 #   STORE        [runs/gpu] the run store, kept between calls on one machine
-#   ARCHIVE      [reports/gpu/<name>/store.tgz] a store archive restored before the run: files
+#   ARCHIVE      [reports/gpu/stores/<name>.tgz] a store archive restored before the run: files
 #                already in $STORE are kept, so a later call never rolls a run back
 #   ABLATE_ARGS  extra arguments of `ablate run`, split on spaces (e.g. "--workers 4
 #                --set train.stack=auto")
 #   PYTHON       [python3] the interpreter whose torch the runs use
 #   INSTALL      [1] 0: use $PYTHON as it is (ablate importable from this checkout)
-#   WHEELS       [.whl] a folder of wheels (pydantic, wandb, ...) installed offline when the
-#                machine's Python lacks them
+#   WHEELS       [.whl] wheels installed as they are (no dependencies resolved) when the
+#                machine has no package index: what its Python lacks (pydantic, wandb, ...)
 #   ABLATE_DATA_DIR  where tinyshakespeare/input.txt is; default shared/data or ../shared/data
 #
 # Exit status: 0 when every run finished or the budget ran out (the archive is written either
 # way), 3 when the environment cannot run ablate, else `ablate run`'s own status.
 set -uo pipefail
 
-usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 2 ] && [ $# -le 3 ] || usage
 STUDY=$1
 OUTDIR=$2
@@ -47,31 +47,53 @@ STORE=${STORE:-runs/gpu}
 PYTHON=${PYTHON:-python3}
 WHEELS=${WHEELS:-.whl}
 VENV=.venv
-READY=$VENV/.gpu-ready   # this machine's environment passed the import check below
+READY=$VENV/.gpu-ready
 
 log() { echo "[run_study $(date -u +%H:%M:%S)] $*"; }
 
-# an offline install: the venv sees the machine's packages, carried wheels fill the gaps and a
-# .pth file puts this checkout on the path (no build backend, no index needed)
+# an offline install: a venv that sees the machine's packages, every carried wheel installed as
+# it is (--no-deps: carry the dependencies the machine lacks too) and a .pth file that puts this
+# checkout on the path (no build backend, no index). Where no venv with pip can be made, the
+# machine's Python itself with PYTHONPATH (the wheels unpacked into $VENV/deps).
 install_offline() {
-    test -x $VENV/bin/python || "$PYTHON" -m venv --system-site-packages $VENV || return 1
-    if compgen -G "$WHEELS/*.whl" > /dev/null; then
-        $VENV/bin/python -m pip install -q --no-index --find-links "$WHEELS" "$WHEELS"/*.whl \
-            || return 1
+    local wheels="" site
+    if compgen -G "$WHEELS/*.whl" > /dev/null; then wheels=yes; fi
+    if { test -x $VENV/bin/python || "$PYTHON" -m venv --system-site-packages $VENV; } &&
+        { [ -z "$wheels" ] || $VENV/bin/python -m pip --version > /dev/null 2>&1; }; then
+        PY=$VENV/bin/python
+        if [ -n "$wheels" ]; then
+            $PY -m pip install -q --no-index --no-deps "$WHEELS"/*.whl || return 1
+        fi
+        site=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || return 1
+        echo "$ROOT" > "$site/ablate-checkout.pth"
+        echo "PY=$PY" > $READY.new
+        return 0
     fi
-    local site
-    site=$($VENV/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') \
-        || return 1
-    echo "$ROOT" > "$site/ablate-checkout.pth"
+    log "no venv with pip: using $PYTHON with PYTHONPATH"
+    rm -rf $VENV && mkdir -p $VENV/deps
+    if [ -n "$wheels" ]; then
+        "$PYTHON" -m pip install -q --no-index --no-deps --target $VENV/deps "$WHEELS"/*.whl ||
+            return 1
+    fi
+    PY=$PYTHON
+    export PYTHONPATH=$ROOT:$ROOT/$VENV/deps
+    printf 'PY=%q\nexport PYTHONPATH=%q\n' "$PY" "$PYTHONPATH" > $READY.new
 }
 
+# sets PY; $READY (a sourced file) remembers an environment that passed the check, for the next
+# call on this machine
 install() {
     if [ "${INSTALL:-1}" = 0 ]; then PY=$PYTHON; return 0; fi
-    PY=$VENV/bin/python
-    [ -f $READY ] && return 0
+    if [ -f $READY ]; then
+        . $READY
+        return 0
+    fi
     log "installing with the machine's torch (make install TORCH_SPEC=)"
     # an offline machine fails fast here (no retries) and takes the offline path
-    if ! PIP_RETRIES=0 PIP_TIMEOUT=5 make -s install TORCH_SPEC= PYTHON="$PYTHON"; then
+    if PIP_RETRIES=0 PIP_TIMEOUT=5 make -s install TORCH_SPEC= PYTHON="$PYTHON"; then
+        PY=$VENV/bin/python
+        echo "PY=$PY" > $READY.new
+    else
         log "make install failed (no package index?): installing offline"
         install_offline || { log "offline install failed"; return 1; }
     fi
@@ -81,7 +103,8 @@ check_env() {
     "$PY" - <<'EOF' || return 1
 import importlib, sys
 missing = []
-for mod in ("torch", "pytorch_lightning", "pydantic", "typer", "pandas", "yaml", "rich", "scipy"):
+for mod in ("torch", "pytorch_lightning", "pydantic", "typer", "yaml", "rich", "tokenizers",
+            "filelock", "numpy", "pandas", "scipy", "statsmodels", "seaborn", "matplotlib"):
     try:
         importlib.import_module(mod)
     except Exception as err:  # noqa: BLE001
@@ -89,7 +112,7 @@ for mod in ("torch", "pytorch_lightning", "pydantic", "typer", "pandas", "yaml",
 if missing:
     sys.exit("missing: " + "; ".join(missing) + " -- carry their wheels in $WHEELS (docs/gpu.md)")
 import torch
-import ablate.cli  # noqa: F401
+import ablate.cli, ablate.execution.runner, ablate.training.train  # noqa: F401, E401
 try:
     import wandb  # noqa: F401
     w = "wandb " + wandb.__version__
@@ -101,7 +124,7 @@ EOF
 }
 
 install && check_env || { log "this machine cannot run ablate (above)"; exit 3; }
-[ "${INSTALL:-1}" = 0 ] || touch $READY
+if [ -f $READY.new ]; then mv $READY.new $READY; fi
 
 if [ -z "${ABLATE_DATA_DIR:-}" ]; then
     for d in "$ROOT/shared/data" "$ROOT/../shared/data"; do
@@ -112,8 +135,8 @@ log "data: ${ABLATE_DATA_DIR:-(none: a registered dataset is downloaded)}"
 
 NAME=$("$PY" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["name"])' "$STUDY") \
     || exit 2
-ARCHIVE=${ARCHIVE:-reports/gpu/$NAME/store.tgz}
-mkdir -p "$STORE" "$OUTDIR/$NAME"
+ARCHIVE=${ARCHIVE:-reports/gpu/stores/$NAME.tgz}
+mkdir -p "$STORE"
 if [ -f "$ARCHIVE" ]; then
     tar -xzf "$ARCHIVE" -C "$STORE" --skip-old-files || { log "cannot read $ARCHIVE"; exit 2; }
     log "restored $ARCHIVE into $STORE (files already there kept)"
@@ -124,7 +147,7 @@ log "ablate run $STUDY${PROFILE:+ --profile $PROFILE} --store $STORE, budget ${B
 # shellcheck disable=SC2086  # ABLATE_ARGS is split on spaces on purpose
 PYTHONUNBUFFERED=1 timeout --signal=INT --kill-after=60 "$BUDGET" \
     "$PY" -m ablate run "$STUDY" ${PROFILE:+--profile "$PROFILE"} --store "$STORE" \
-    --no-progress ${ABLATE_ARGS:-} 2>&1 | tee "$OUTDIR/$NAME/run.log"
+    --no-progress ${ABLATE_ARGS:-} 2>&1 | tee "$OUTDIR/$NAME.run.log"
 RC=${PIPESTATUS[0]}
 case $RC in
     0) log "every run finished" ;;
@@ -137,10 +160,10 @@ if [ ! -d "$STORE/$NAME" ]; then
     exit $((RC == 0 ? 1 : RC))
 fi
 # checkpoints (~128 MB a run) and W&B's offline files stay here; leases belong to this machine
-tar -czf "$OUTDIR/$NAME/store.tgz" -C "$STORE" --exclude=checkpoints --exclude=wandb \
+tar -czf "$OUTDIR/$NAME.tgz" -C "$STORE" --exclude=checkpoints --exclude=wandb \
     --exclude='run.lease.*' --exclude='*.tmp' "$NAME" || { log "cannot write the archive"; exit 1; }
-SIZE=$(wc -c < "$OUTDIR/$NAME/store.tgz")
-log "archive: $OUTDIR/$NAME/store.tgz ($((SIZE / 1024)) KiB)"
+SIZE=$(wc -c < "$OUTDIR/$NAME.tgz")
+log "archive: $OUTDIR/$NAME.tgz ($((SIZE / 1024)) KiB)"
 [ "$SIZE" -le $((16 * 1024 * 1024)) ] || log "WARNING: the archive is over 16 MiB"
-"$PY" -m ablate status "$NAME" --store "$STORE" 2>&1 | tee "$OUTDIR/$NAME/status.txt"
+"$PY" -m ablate status "$NAME" --store "$STORE" 2>&1 | tee "$OUTDIR/$NAME.status.txt"
 case $RC in 0 | 124 | 137) exit 0 ;; *) exit "$RC" ;; esac
