@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.config import RunConfig
+from ablate.data.datasets import resolve_dataset
 from ablate.data.token_cache import token_splits
 from ablate.execution.flops import device_minutes, run_flops, study_flops
 from ablate.model import build_model
@@ -27,6 +28,13 @@ MIN_TOKENS_X, MIN_PARAMS_X = 10, 15
 # nanoGPT's own CPU (4L/128d) and GPU (6L/384d) shapes are 13.4x apart in parameters; the
 # reference study and positional_encoding use exactly those two shapes
 NANOGPT_SHAPES_X = {"reference_nanogpt_cpu": 13, "positional_encoding": 13}
+
+
+@pytest.fixture(autouse=True)
+def shakespeare():
+    """The shipped studies' data on this machine (downloaded once if missing): a plan counts
+    FLOPs with its real vocabulary only where the data is at hand, never downloading it."""
+    resolve_dataset("tinyshakespeare")
 
 
 def test_run_flops_match_the_matmuls_a_flop_counter_sees():
