@@ -157,7 +157,7 @@ esac
 
 if [ ! -d "$STORE/$NAME" ]; then
     log "nothing in $STORE/$NAME to archive"
-    exit $((RC == 0 ? 1 : RC))
+    case $RC in 124 | 137) exit 0 ;; 0) exit 1 ;; *) exit "$RC" ;; esac
 fi
 # checkpoints (~128 MB a run) and W&B's offline files stay here; leases belong to this machine
 tar -czf "$OUTDIR/$NAME.tgz" -C "$STORE" --exclude=checkpoints --exclude=wandb \
