@@ -63,14 +63,16 @@ def _data_sizes(data_json: str) -> tuple[int, int | None]:
 @functools.lru_cache(maxsize=64)
 def _model_cost(model_json: str, vocab: int, seq_lens: tuple[int, ...]) -> tuple[int, ...]:
     """``(non-embedding params, flops_per_token at each of seq_lens...)``, built on the meta
-    device (no memory, no weights)."""
+    device (no memory, no weights); 0 at a length past the model's (it is not evaluated)."""
     import torch
 
     from ablate.model import build_model
 
     with torch.device("meta"):
         model = build_model(ModelConfig.model_validate_json(model_json), vocab)
-    return model.param_counts()["non_embedding"], *(model.flops_per_token(t) for t in seq_lens)
+    limit = model.max_len or max(seq_lens)
+    fpt = (model.flops_per_token(t) if t <= limit else 0 for t in seq_lens)
+    return model.param_counts()["non_embedding"], *fpt
 
 
 def run_flops(cfg: RunConfig) -> RunFlops:
