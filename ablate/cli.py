@@ -277,22 +277,52 @@ def plan(
     no_estimate: Annotated[
         bool, typer.Option("--no-estimate", help="Skip the measured time estimate.")
     ] = False,
+    flops: Annotated[
+        bool,
+        typer.Option(
+            "--flops",
+            help="Print FLOPs and H100-minutes per variant instead (no GPU needed to plan).",
+        ),
+    ] = False,
+    mfu: Annotated[
+        float, typer.Option(min=0.001, max=1.0, help="With --flops: the assumed MFU.")
+    ] = 0.25,
 ) -> None:
     """Print the expanded runs of studies (name, id, status, key params, time) without
     training; check their datasets as run does."""
     from ablate.execution.tables import plan_studies
 
     try:
-        plan_studies(
-            studies,
-            profile=profile,
-            overrides=set_ or [],
-            store=store,
-            plugins=plugin or [],
-            estimate=not no_estimate,
-        )
+        if flops:
+            plan_flops(studies, profile, set_ or [], plugin or [], mfu)
+        else:
+            plan_studies(
+                studies,
+                profile=profile,
+                overrides=set_ or [],
+                store=store,
+                plugins=plugin or [],
+                estimate=not no_estimate,
+            )
     except ConfigError as err:
         fail(err)
+
+
+def plan_flops(
+    studies: list[Path], profile: str | None, overrides: list[str], plugins: list[str], mfu: float
+) -> None:
+    """``ablate plan --flops``: every study validated as for a run except for the device (a
+    gpu profile is costed on a laptop), then one FLOPs table in minutes of an H100 SXM."""
+    from ablate.bench.machine import GPU_BF16_PEAK
+    from ablate.execution.flops import print_flops
+    from ablate.execution.tables import make_console
+    from ablate.study import load_study
+
+    planned = [
+        load_study(p, profile, overrides, plugins=plugins, check_device=False) for p in studies
+    ]
+    peak = GPU_BF16_PEAK["H100"][0]
+    print_flops(planned, mfu=mfu, peak=peak, peak_label="H100", console=make_console())
 
 
 @app.command()

@@ -1,0 +1,178 @@
+"""What a planned study costs in FLOPs, before anything trains (``ablate plan --flops``).
+
+Training FLOPs of a run are the model's own accounting, ``model.flops_per_token(seq_len)``
+(``6 N + 6 d vocab + 12 L d T``: forward + backward, the number every run's ``summary.json``
+records), times the tokens it trains on, ``max_steps * batch_size * seq_len``. Evaluation is a
+forward pass, a third of that per token, over the validation tokens the schedule reads: every
+``eval_interval`` steps ``eval_batches`` batches (capped by the split), then the whole split once
+and once more at each ``train.eval_lengths`` multiple. Device time is FLOPs / (MFU x peak): an
+estimate at an assumed utilisation, never a measurement.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ablate.config import DataConfig, ModelConfig, RunConfig
+from ablate.study import Study
+
+FALLBACK_VOCAB = 256
+"""Vocabulary assumed when the dataset is not at hand (a byte-level upper bound for char data)."""
+
+
+@dataclass(frozen=True)
+class RunFlops:
+    """One planned run's size and FLOPs."""
+
+    non_embedding_params: int
+    flops_per_token: int
+    train_tokens: int
+    train_flops: float
+    eval_flops: float | None
+    """Forward FLOPs of every evaluation (periodic, final, ``eval_lengths``); ``None`` when
+    the dataset is not on this machine (its validation split's size is unknown)."""
+
+    @property
+    def total_flops(self) -> float:
+        return self.train_flops + (self.eval_flops or 0.0)
+
+
+@functools.lru_cache(maxsize=16)
+def _data_sizes(data_json: str) -> tuple[int, int | None]:
+    """``(vocab size, validation tokens)`` of a data config; the fallback vocab and ``None``
+    when the dataset is not on this machine (nothing is downloaded for a plan)."""
+    from ablate.data.datasets import DATASETS, local_copy
+    from ablate.data.token_cache import token_splits
+
+    cfg = DataConfig.model_validate_json(data_json)
+    if cfg.dataset in DATASETS and local_copy(cfg.dataset) is None:
+        return FALLBACK_VOCAB, None
+    try:
+        splits = token_splits(cfg)
+    except Exception:  # noqa: BLE001 - a plan without the data still counts training FLOPs
+        return FALLBACK_VOCAB, None
+    return splits.tokenizer.vocab_size, int(splits.tokens["val"].numel())
+
+
+@functools.lru_cache(maxsize=64)
+def _model_cost(model_json: str, vocab: int, seq_lens: tuple[int, ...]) -> tuple[int, ...]:
+    """``(non-embedding params, flops_per_token at each of seq_lens...)``, built on the meta
+    device (no memory, no weights); 0 at a length past the model's (it is not evaluated)."""
+    import torch
+
+    from ablate.model import build_model
+
+    with torch.device("meta"):
+        model = build_model(ModelConfig.model_validate_json(model_json), vocab)
+    limit = model.max_len or max(seq_lens)
+    fpt = (model.flops_per_token(t) if t <= limit else 0 for t in seq_lens)
+    return model.param_counts()["non_embedding"], *fpt
+
+
+def run_flops(cfg: RunConfig) -> RunFlops:
+    """The FLOPs of training (and evaluating) ``cfg`` once, from its model's own accounting."""
+    d, t = cfg.data, cfg.train
+    vocab, val_tokens = _data_sizes(d.model_dump_json())
+    lengths = [int(round(m * d.seq_len)) for m in t.eval_lengths if m != 1]
+    params, fpt, *fpt_at = _model_cost(cfg.model.model_dump_json(), vocab, (d.seq_len, *lengths))
+    train_tokens = t.max_steps * d.batch_size * d.seq_len
+    eval_flops = None
+    if val_tokens is not None:
+        per_eval = min(d.eval_bs * d.seq_len * (t.eval_batches or val_tokens), val_tokens)
+        periodic = (t.max_steps // t.eval_interval) * per_eval * fpt
+        final = val_tokens * (fpt + sum(fpt_at))
+        eval_flops = (periodic + final) / 3  # forward only: a third of forward + backward
+    return RunFlops(params, fpt, train_tokens, float(fpt * train_tokens), eval_flops)
+
+
+def study_flops(study: Study) -> dict[str, RunFlops]:
+    """``run_flops`` of every planned run, by run id."""
+    return {run.run_id: run_flops(run.config) for run in study.runs}
+
+
+def device_minutes(flops: float, *, mfu: float, peak: float) -> float:
+    """Minutes of one device at ``mfu`` of a ``peak`` FLOP/s (an assumed utilisation)."""
+    return flops / (mfu * peak) / 60
+
+
+def _si(flops: float | None) -> str:
+    if flops is None:
+        return "?"
+    return f"{flops / 1e15:,.2f} PFLOP" if flops >= 1e15 else f"{flops / 1e12:,.3g} TFLOP"
+
+
+def _minutes(m: float) -> str:
+    return f"{m:.1f}" if m >= 1 else f"{m:.2g}"
+
+
+def cost_groups(study: Study) -> list[tuple[str, list[RunFlops]]]:
+    """The study's runs grouped by identical per-run cost, in plan order: ``(label, runs)``,
+    the label naming the first variant and how many more cost the same."""
+    costs = study_flops(study)
+    groups: dict[tuple, tuple[list[str], list[RunFlops]]] = {}
+    for run in study.runs:
+        c = costs[run.run_id]
+        key = (c.non_embedding_params, c.train_tokens, c.train_flops, c.eval_flops)
+        variants, runs = groups.setdefault(key, ([], []))
+        if run.variant not in variants:
+            variants.append(run.variant)
+        runs.append(c)
+    out = []
+    for variants, runs in groups.values():
+        more = f" +{len(variants) - 1} alike" if len(variants) > 1 else ""
+        out.append(((variants[0] or "-") + more, runs))
+    return out
+
+
+def _row(table: Table, study: str, label: str, runs: list[RunFlops], minutes, **kw) -> None:
+    train = sum(r.train_flops for r in runs)
+    unknown = any(r.eval_flops is None for r in runs)
+    sizes = {(r.non_embedding_params, r.train_tokens) for r in runs}
+    params, tokens = (f"{n:,}" for n in next(iter(sizes))) if len(sizes) == 1 else ("", "")
+    table.add_row(
+        study,
+        escape(label),
+        str(len(runs)),
+        params,
+        tokens,
+        _si(train),
+        "?" if unknown else _si(sum(r.eval_flops for r in runs)),
+        _minutes(minutes(sum(r.total_flops for r in runs))),
+        **kw,
+    )
+
+
+def print_flops(
+    studies: Sequence[Study], *, mfu: float, peak: float, peak_label: str, console: Console
+) -> float:
+    """One row per group of equally costly variants (seeds summed), one per study and the
+    total; returns the total training FLOPs of all studies. Minutes include evaluation."""
+    table = Table(
+        title=escape(f"FLOPs; minutes of one {peak_label} at {mfu:.0%} MFU"), title_justify="left"
+    )
+    for col in ("study", "variants", "runs", "params (non-emb)", "tokens/run", "train", "eval"):
+        table.add_column(col, justify="left" if col in ("study", "variants") else "right")
+    table.add_column("minutes", justify="right")
+
+    def minutes(flops: float) -> float:
+        return device_minutes(flops, mfu=mfu, peak=peak)
+
+    everything: list[RunFlops] = []
+    for study in studies:
+        name = escape(study.name)
+        groups = cost_groups(study)
+        for label, runs in groups:
+            _row(table, name, label, runs, minutes)
+        runs = [r for _, group in groups for r in group]
+        _row(table, f"[bold]{name}[/]", "all", runs, minutes, end_section=True)
+        everything += runs
+    if len(studies) > 1:
+        _row(table, "[bold]total[/]", "", everything, minutes)
+    console.print(table)
+    return sum(r.train_flops for r in everything)
