@@ -6,8 +6,9 @@ hashes the source files that decide a run's numbers (``CODE_FILES``: the model, 
 step and its optimizer, solo and stacked, schedules, batching, tokenizers); ``is_stale(run_dir)``
 says a finished run was made by a different fingerprint than the current code, so ``ablate
 status``/``ablate report`` can flag it and ``ablate run --rerun-stale`` can retrain it
-(``archive_stale`` first moves the old run aside, into ``<study>/.stale/``, so nothing is lost). A run from before fingerprints were recorded is
-not called stale: there is nothing to compare.
+(``archive_stale`` first moves the old run aside, into ``<study>/.stale/``, so nothing is
+lost). A run from before fingerprints were recorded is not called stale: there is nothing to
+compare.
 """
 
 from __future__ import annotations
