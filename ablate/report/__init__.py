@@ -12,8 +12,9 @@ The stage, in the order a report is built:
 * ``stats`` (numbers on per-seed values) -> ``comparisons`` (two groups of runs, adjusted over
   a family) -> ``verdicts`` (the sentences); ``claim_checks`` checks the study's claims with them
   (the confirmatory family, Holm over the claims only; the axis comparisons are exploratory,
-  Benjamini–Hochberg), ``power`` words the seeds the deciding test needs, ``registration`` reads
-  when each claim was registered, ``sequential`` is the alpha spending of ``--until-decided``,
+  Benjamini–Hochberg), ``power`` words the seeds the deciding test needs, ``audit`` proves
+  from git when the claims were registered and lists every confirmation attempt,
+  ``sequential`` is the alpha spending of ``--until-decided``,
   ``fit`` fits the LR optimum.
 * ``tables``, ``claims_section``, ``repro`` (text and tables) and ``figure_data`` -> ``plots``
   (the PNGs) are put in order by ``blocks`` and written as Markdown and HTML by ``render``;
@@ -30,6 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ablate.report.audit import HISTORY, audit_blocks
 from ablate.report.blocks import build_blocks, progress_line
 from ablate.report.claim_checks import analyse
 from ablate.report.claims_section import numbers
@@ -49,6 +51,9 @@ from ablate.report.wandb_report import log_report
 __all__ = ["build_report", "build_reports", "load_study"]
 
 REPORT_FILES = ("results.csv", "report.md", "report.html")
+KEPT_DIRS = (HISTORY, "archive")
+"""Folders of ``reports/<study>/`` a rebuild keeps: the result tables of earlier confirmation
+attempts (:mod:`ablate.report.audit`) and the archived store they were built from."""
 
 
 def build_report(study: StudyData, out: Path) -> Path:
@@ -58,11 +63,15 @@ def build_report(study: StudyData, out: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{study.name}.", suffix=".tmp", dir=out))
     try:
         os.chmod(tmp, 0o755)  # mkdtemp makes it private
+        for keep in KEPT_DIRS:  # earlier attempts and archives outlive a rebuild
+            if (out / study.name / keep).is_dir():
+                shutil.copytree(out / study.name / keep, tmp / keep)
         results_frame(study).to_csv(tmp / "results.csv", index=False)
         comps, checks = analyse(study)
         figures = make_figures(study, tmp)
         blocks = build_blocks(study, comps, figures, checks)
         blocks[1:1] = damaged_blocks(study)
+        blocks += audit_blocks(study, tmp)
         (tmp / "report.md").write_text(to_markdown(blocks))
         (tmp / "report.html").write_text(to_html(blocks, f"{study.name}: ablation report"))
         _swap_in(tmp, out / study.name)

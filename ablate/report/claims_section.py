@@ -13,14 +13,13 @@ import math
 
 import pandas as pd
 
-from ablate.report import registration as reg
-from ablate.report.claim_checks import INCONCLUSIVE, ClaimCheck, confirm_mask
+from ablate.report.audit import Standing, standing
+from ablate.report.claim_checks import INCONCLUSIVE, ClaimCheck
 from ablate.report.collect import StudyData
 from ablate.report.comparisons import STREAMS_DIFFER
 from ablate.report.fit import lr_fit
 from ablate.report.render import Block
 from ablate.report.verdicts import fmt_num, fmt_p, verdict
-from ablate.study.claims import claim_fingerprint
 
 
 def _where(check: ClaimCheck) -> str:
@@ -33,6 +32,11 @@ def numbers(check: ClaimCheck, unit: str) -> str:
     c, claim = check.comparison, check.claim
     if c is None:
         return check.detail or "no runs to test it"
+    if check.parts:
+        text = "; ".join(p.text() for p in check.parts)
+        if len(check.parts) > 1:
+            text += f"; {c.test} p={fmt_num(c.p)}"
+        return f"{text}; {c.correction} {fmt_p(c.p_adj)} {_where(check)}".rstrip()
     if claim.expect == "diverges":
         tail = f" {_where(check)}" if claim.where else ""
         return f"{c.label_a}: diverged in {c.diverged_a}/{c.total_a} finished seeds{tail}"
@@ -72,17 +76,12 @@ def seeds_used(check: ClaimCheck) -> str:
     return "decided on the original seeds (no confirmation runs)"
 
 
-def registrations(study: StudyData, checks: list[ClaimCheck]) -> dict[str, reg.Registration]:
-    """Each claim's registration standing (:mod:`ablate.report.registration`)."""
-    record = reg.read_registration(study.path)
-    first = reg.first_run_start(study.path) if record is not None else None
-    conf_ids = set(study.runs.loc[confirm_mask(study.runs), "run_id"])
-    conf_start = reg.first_run_start(study.path, conf_ids) if conf_ids and record else None
+def registrations(study: StudyData, checks: list[ClaimCheck]) -> dict[str, Standing]:
+    """Each claim's registration standing, proven from git (:mod:`ablate.report.audit`)."""
     out = {}
     for ch in checks:
-        fp = claim_fingerprint(ch.claim, study.equivalence_margin)  # as `ablate run` records it
-        start = conf_start if ch.confirmation else None
-        out[ch.claim.id] = reg.claim_registration(ch.claim.id, record, first, fp, start)
+        pool = ch.pool if ch.pool is not None else study.runs.iloc[0:0]
+        out[ch.claim.id] = standing(study, pool, ch.confirmation)
     return out
 
 
@@ -103,7 +102,7 @@ def _outcome(check: ClaimCheck) -> str:
 
 
 def claim_items(
-    checks: list[ClaimCheck], unit: str, standing: dict[str, reg.Registration] | None = None
+    checks: list[ClaimCheck], unit: str, standings: dict[str, Standing] | None = None
 ) -> list[str]:
     """One line per claim: id, the paper's statement, the outcome and the numbers, how the
     claim was registered and which seeds decided it."""
@@ -112,8 +111,8 @@ def claim_items(
         claim = check.claim
         expect = claim.expect + (f" {claim.value:g}" if claim.value is not None else "")
         tail = [seeds_used(check)]
-        if standing is not None and claim.id in standing:
-            tail.insert(0, standing[claim.id].status)
+        if standings is not None and claim.id in standings:
+            tail.insert(0, standings[claim.id].text)
         items.append(
             f"**{claim.id}** ({claim.metric}, expect {expect}): {claim.text} → "
             f"{_outcome(check)}: {numbers(check, unit)}. *{'; '.join(tail)}.*"
