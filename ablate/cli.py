@@ -287,6 +287,7 @@ def register(
     looks: Annotated[
         int | None, typer.Option(min=1, help="A sequential design (--until-decided): K looks.")
     ] = None,
+    note: Annotated[str, typer.Option(help="Why this design (e.g. its power, its budget).")] = "",
     profile: ProfileOpt = None,
     set_: SetOpt = None,
     store: StoreOpt = Path("runs"),
@@ -305,6 +306,7 @@ def register(
             overrides=set_ or [],
             plugins=plugin or [],
             looks=looks,
+            note=note,
         )
     except ConfigError as err:
         fail(err)

@@ -126,6 +126,7 @@ def register_study(
     overrides: Sequence[str] = (),
     plugins: Sequence[str] = (),
     looks: int | None = None,
+    note: str = "",
 ) -> Path:
     """Write the study's registration (``ablate register``): its claims and the confirmation
     design, ``n`` fresh seeds per arm (or, with ``looks``, up to ``looks`` looks of ``n`` seeds
@@ -146,6 +147,8 @@ def register_study(
             "later_looks": "the next integers no run of the study used",
         }
     design["arms"] = list(dict.fromkeys(v for vs in claim_arms(study).values() for v in vs))
+    if note:
+        design["note"] = " ".join(note.split())
     record = build_registration(
         study.name, study.profile, study.claims, study.equivalence_margin, design
     )
