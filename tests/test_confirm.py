@@ -106,7 +106,7 @@ def test_confirm_needs_a_committed_matching_registration(study, tmp_path):
 
     res = _confirm_cli(path, store)  # written, not committed
     assert res.exit_code == 2 and "is not committed" in res.output
-    _git(path.parent, "add", reg_file.name)
+    _git(path.parent, "add", str(reg_file))
     _git(path.parent, "commit", "-qm", "register")
     commit = _git(path.parent, "rev-parse", "HEAD")
     assert [v.commit for v in git_versions(reg_file)] == [commit]

@@ -33,7 +33,7 @@ import pandas as pd
 
 from ablate.report.audit import HISTORY, audit_blocks
 from ablate.report.blocks import build_blocks, progress_line
-from ablate.report.claim_checks import analyse
+from ablate.report.claim_checks import SLOPE, analyse
 from ablate.report.claims_section import numbers
 from ablate.report.collect import (
     StudyData,
@@ -42,6 +42,7 @@ from ablate.report.collect import (
     resolve_studies,
     results_frame,
 )
+from ablate.report.fit import init_ffn_grad_slope
 from ablate.report.plots import make_figures
 from ablate.report.render import Block, to_html, to_markdown
 from ablate.report.tables import comparisons_table, where_text
@@ -66,7 +67,11 @@ def build_report(study: StudyData, out: Path) -> Path:
         for keep in KEPT_DIRS:  # earlier attempts and archives outlive a rebuild
             if (out / study.name / keep).is_dir():
                 shutil.copytree(out / study.name / keep, tmp / keep)
-        results_frame(study).to_csv(tmp / "results.csv", index=False)
+        table = results_frame(study)
+        slopes = init_ffn_grad_slope(study.metrics)
+        if len(slopes):  # the per-run quantity of a slope claim, so it recomputes from the csv
+            table[SLOPE] = table["run_id"].map(slopes)
+        table.to_csv(tmp / "results.csv", index=False)
         comps, checks = analyse(study)
         figures = make_figures(study, tmp)
         blocks = build_blocks(study, comps, figures, checks)

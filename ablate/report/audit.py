@@ -62,12 +62,12 @@ def _versions(study: StudyData) -> tuple[Path | None, list[Version], str]:
         return None, [], "the study YAML was not found, so neither was its registration"
     path = registration_path(study.yaml_path)
     if not path.is_file():
-        return path, [], f"no registration file ({path.name}) was committed"
+        return path, [], f"no registration file ({path.parent.name}/{path.name}) was committed"
     problem = commit_problem(path)
     if problem == "not a git checkout":
         return path, [], f"{path.parent} is not a git checkout"
     versions = git_versions(path)
-    return path, versions, f"{path.name} {problem}" if problem else ""
+    return path, versions, f"{path.parent.name}/{path.name} {problem}" if problem else ""
 
 
 def _same_claims(path: Path, study: StudyData) -> bool:
@@ -172,7 +172,7 @@ def audit_blocks(study: StudyData, folder: Path) -> list[Block]:
     items = [
         f"{v.commit[:7]} on {when(v.time)}: {v.subject} — {_design(v.design)}" for v in versions
     ]
-    name = path.name if path is not None else "registration"
+    name = f"{path.parent.name}/{path.name}" if path is not None else "the registration"
     head = f"Versions of {name} in git (oldest first)" + (f"; note: {why}" if why else "") + ":"
     out += [Block("p", head), Block("ul", items or ["none"])]
     attempts = attempt_items(study) + history_items(folder)

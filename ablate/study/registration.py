@@ -1,6 +1,6 @@
 """A study's registration: its claims and confirmation design, fixed in a committed file.
 
-``ablate register STUDY`` writes ``<study>.registration.yaml`` beside the study YAML; the user
+``ablate register STUDY`` writes ``registrations/<study>.yaml`` beside the study YAML; the user
 commits it before any confirmation run. Per claim it records what is tested (text, metric,
 test, margin and where the margin comes from, the claim's fingerprint); once for the study the
 confirmation design fixed in advance (the profile, ``fixed``: which seeds; or ``sequential``:
@@ -24,14 +24,15 @@ import yaml
 from ablate.errors import ConfigError
 from ablate.study.claims import FITTED, Claim, claim_fingerprint
 
-SUFFIX = ".registration.yaml"
+FOLDER = "registrations"
 DESIGNS = ("fixed", "sequential")
 
 
 def registration_path(study_path: str | Path) -> Path:
-    """``studies/x.yaml`` -> ``studies/x.registration.yaml``."""
+    """``studies/x.yaml`` -> ``studies/registrations/x.yaml`` (a folder of its own, so that
+    ``studies/*.yaml`` stays the studies)."""
     p = Path(study_path)
-    return p.with_name(p.stem + SUFFIX)
+    return p.parent / FOLDER / p.name
 
 
 def test_name(claim: Claim) -> str:
@@ -80,6 +81,7 @@ def build_registration(
 
 def write_registration(path: Path, record: dict[str, Any]) -> None:
     """Write ``record`` to ``path`` (through a temporary file: never half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(yaml.safe_dump(record, sort_keys=False, allow_unicode=True, width=100))
     tmp.replace(path)
@@ -157,21 +159,27 @@ class Version:
 def git_versions(path: Path) -> list[Version]:
     """Every committed version of the registration at ``path``, oldest first (empty outside
     git or when never committed)."""
-    log = _git(path, "log", "--follow", "--format=%H %ct %s", "--", path.name)
+    if not path.parent.is_dir():
+        return []
+    log = _git(path, "log", "--follow", "--name-only", "--format=@@%H %ct %s", "--", path.name)
     if log is None or log.returncode != 0:
         return []
-    top = _git(path, "rev-parse", "--show-prefix")
-    prefix = top.stdout.strip() if top is not None and top.returncode == 0 else ""
+    entries = []  # (commit, time, subject, the file's path at that commit)
+    for line in log.stdout.splitlines():
+        if line.startswith("@@"):
+            commit, t, *subject = line[2:].split(" ", 2)
+            entries.append([commit, t, " ".join(subject), ""])
+        elif line.strip() and entries:
+            entries[-1][3] = line.strip()
     out = []
-    for line in reversed(log.stdout.splitlines()):
-        commit, t, *subject = line.split(" ", 2)
-        shown = _git(path, "show", f"{commit}:{prefix}{path.name}")
+    for commit, t, subject, name in reversed(entries):
+        shown = _git(path, "show", f"{commit}:{name}")
         try:
             data = yaml.safe_load(shown.stdout) if shown and shown.returncode == 0 else None
         except yaml.YAMLError:
             data = None
         design = data.get("design") if isinstance(data, dict) else None
-        out.append(Version(commit, float(t), " ".join(subject), design))
+        out.append(Version(commit, float(t), subject, design))
     return out
 
 
