@@ -149,7 +149,8 @@ def test_report_lists_every_claim_with_its_outcome(checked, tmp_path):
     assert "seeds per arm for TOST within ±0.01" in section and "an assumption" in section
     assert "decided on the original seeds (no confirmation runs)" in section
     assert (
-        "registration not provable (no registration file (registrations/norm_pos.yaml) was committed"
+        "registration not provable (no registration file (registrations/norm_pos.yaml) "
+        "was committed"
         in section
     )
     assert "Holm-corrected over this study's 5 claim test(s) only" in section

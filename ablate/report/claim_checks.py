@@ -76,6 +76,10 @@ class ClaimCheck:
     """Decided on the confirmation runs only (``ablate run --confirm``)."""
     has_confirmation: bool = False
     """The study has confirmation runs at all (then an original-seed verdict says why)."""
+    sd_all: float = math.nan
+    """The SD of the claim's test over all the arms' seeds (exploratory and confirmation): what
+    seeds-needed assumes (a few confirmation seeds give a poor SD)."""
+    sd_all_n: int = 0
     parts: list[Part] = field(default_factory=list)
     """``expect: above/below/all``: each one-sample part's test."""
     pool: pd.DataFrame | None = None
@@ -254,7 +258,14 @@ def build_comparisons(study: StudyData, claims: list[Claim], margin: float) -> l
         elif claim.expect in (*ONE_SAMPLE, "all"):
             _one_sample_check(check, base, runs[~confirm_mask(runs)])
         else:
-            _arm_check(check, base, m, _match(runs[~confirm_mask(runs)], claim.where))
+            explore = _match(runs[~confirm_mask(runs)], claim.where)
+            _arm_check(check, base, m, explore)
+            if fresh:  # the same test on every seed of the arms, for its SD
+                every = ClaimCheck(claim)
+                _arm_check(every, _match(runs, claim.where), m, explore)
+                if every.comparison is not None:
+                    check.sd_all = every.comparison.sd
+                    check.sd_all_n = max(every.comparison.n_a, every.comparison.n_b)
         out.append(check)
     return out
 
@@ -329,7 +340,9 @@ def decide_claim(check: ClaimCheck, alpha: float) -> None:
         else:
             check.outcome = INCONCLUSIVE
     if check.outcome == INCONCLUSIVE:
-        check.seeds_needed = claim_seeds_needed(c, claim, alpha)
+        n_all = f" (over all {check.sd_all_n} seeds)" if math.isfinite(check.sd_all) else ""
+        sd = check.sd_all if math.isfinite(check.sd_all) else c.sd
+        check.seeds_needed = claim_seeds_needed(replace(c, sd=sd), claim, alpha, n_all)
 
 
 def _decide_parts(check: ClaimCheck, c: Comparison, alpha: float) -> None:
@@ -384,7 +397,9 @@ def _design(c: Comparison, claim: Claim) -> tuple[str, str, int, int]:
     return "two-sample", "seeds per arm", max(c.n_a, c.n_b), 0
 
 
-def claim_seeds_needed(c: Comparison, claim: Claim, alpha: float = ALPHA) -> SeedsNeeded | None:
+def claim_seeds_needed(
+    c: Comparison, claim: Claim, alpha: float = ALPHA, sd_from: str = ""
+) -> SeedsNeeded | None:
     """Seeds for 80% power of the test that would decide ``claim``, assuming the true
     difference and SD are the observed ones, at Holm's first-step level ``alpha / family``:
     for ``equivalent`` TOST when the difference is inside the margin, else the test that the
@@ -395,7 +410,7 @@ def claim_seeds_needed(c: Comparison, claim: Claim, alpha: float = ALPHA) -> See
         return None
     design, unit, current, n_b = _design(c, claim)
     level, d, sd, m = alpha / max(c.family, 1), c.diff, c.sd, c.margin
-    assumption = f"the true difference is the observed {d:+.3g} with sd {sd:.3g}"
+    assumption = f"the true difference is the observed {d:+.3g} with sd {sd:.3g}{sd_from}"
     lvl = f"α={level:.2g}"
     options = []  # (n, test)
     if abs(d) < m:
@@ -417,10 +432,11 @@ def claim_seeds_needed(c: Comparison, claim: Claim, alpha: float = ALPHA) -> See
     if found:
         n, test = min(found)
         return SeedsNeeded(floor_above(n, current), unit, test, assumption)
+    floor = f"the {n_b} published values alone fix the standard error" if n_b else ""
     why = (
         "the assumed difference sits on the margin"
         if abs(d) == m
-        else f"more than {1000} seeds"
+        else f"more than 1000 seeds{'; ' + floor if floor else ''}"
         if options
         else "no difference at all to detect"
     )

@@ -85,7 +85,7 @@ def registrations(study: StudyData, checks: list[ClaimCheck]) -> dict[str, Stand
     return out
 
 
-def _outcome(check: ClaimCheck) -> str:
+def outcome_text(check: ClaimCheck) -> str:
     """``**outcome** (why)``, and for an inconclusive claim the seeds that would decide it."""
     text = f"**{check.outcome}**"
     if check.why:
@@ -115,7 +115,7 @@ def claim_items(
             tail.insert(0, standings[claim.id].text)
         items.append(
             f"**{claim.id}** ({claim.metric}, expect {expect}): {claim.text} → "
-            f"{_outcome(check)}: {numbers(check, unit)}. *{'; '.join(tail)}.*"
+            f"{outcome_text(check)}: {numbers(check, unit)}. *{'; '.join(tail)}.*"
         )
     return items
 
@@ -158,6 +158,9 @@ def against_the_paper(study: StudyData, checks: list, unit: str) -> list[Block]:
     out = [Block("h2", "Against the paper")]
     if checks:
         k = max((ch.comparison.family for ch in checks if ch.comparison is not None), default=0)
+        scale = scale_text(study)
+        if scale:
+            out.append(Block("p", scale))
         out.append(Block("p", claims_intro(study, k)))
         out.append(Block("ul", claim_items(checks, unit, registrations(study, checks))))
     out.extend(looks_blocks(study))
@@ -179,6 +182,32 @@ def against_the_paper(study: StudyData, checks: list, unit: str) -> list[Block]:
     return out
 
 
+def _span(values: pd.Series, fmt: str = "{:,.0f}") -> str:
+    """``a`` or ``a-b`` over the finite values (``?`` when none)."""
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    if v.empty:
+        return "?"
+    lo, hi = fmt.format(v.min()), fmt.format(v.max())
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def scale_text(study: StudyData) -> str:
+    """The scale every verdict was measured at, computed from the runs: parameters, training
+    tokens per run (steps x batch x sequence length), optimizer and LR."""
+    r = study.runs[study.runs["status"] == "completed"]
+    cols = ("params", "steps", "cfg.batch_size", "cfg.seq_len")
+    if r.empty or not all(c in r for c in cols):
+        return ""
+    tokens = r["steps"] * r["cfg.batch_size"] * r["cfg.seq_len"]
+    lr = f", peak LR {_span(r['lr'], '{:g}')}" if "lr" in r else ""
+    return (
+        f"**Scale**: every verdict here holds at CPU scale only — {_span(r['params'])} "
+        f"parameters, {_span(r['steps'])} steps of {_span(r['cfg.batch_size'])} x "
+        f"{_span(r['cfg.seq_len'])} tokens ({_span(tokens)} training tokens per run), AdamW{lr}. "
+        "The papers' models, budgets and optimizers differ (a claim's text says where)."
+    )
+
+
 def claims_intro(study: StudyData, k: int) -> str:
     """How the claims are tested: the confirmatory family, the outcomes of an equivalence."""
     return (
@@ -190,9 +219,10 @@ def claims_intro(study: StudyData, k: int) -> str:
         "reads *equivalent* (TOST passes: reproduces), *different* (significant, 95% CI wholly "
         "outside ±margin: contradicted), *different but within margin* (significant, 95% CI "
         'inside ±margin: the paper\'s "no difference" holds in practice) or *inconclusive*. '
-        "A claim is confirmatory only when it was registered before the runs that decide it; "
-        "seeds needed are for the test that would decide the claim, at 80% power, assuming the "
-        "observed difference and SD are the true ones."
+        "A claim is confirmatory only when git shows its registration (registrations/<study>.yaml)"
+        " committed before the first run that decides it; each claim says so or why not. "
+        "Seeds needed are for the test that would decide the claim, at 80% power, assuming the "
+        "observed difference and the SD over all the arms' seeds are the true ones."
     )
 
 
