@@ -150,8 +150,7 @@ def test_report_lists_every_claim_with_its_outcome(checked, tmp_path):
     assert "decided on the original seeds (no confirmation runs)" in section
     assert (
         "registration not provable (no registration file (registrations/norm_pos.yaml) "
-        "was committed"
-        in section
+        "was committed" in section
     )
     assert "Holm-corrected over this study's 5 claim test(s) only" in section
     assert "post-diverges" in section and "diverged in 1/3 finished seeds" in section

@@ -103,7 +103,8 @@ def latest_attempt(runs: pd.DataFrame) -> pd.Series:
     if "registration" not in runs or not conf.any():
         return conf
     tags = runs["registration"].where(conf)
-    started = pd.to_datetime(runs.get("started"), utc=True, errors="coerce")
+    started = runs.get("started", pd.Series(None, index=runs.index))
+    started = pd.to_datetime(started, utc=True, errors="coerce")
     first = started.groupby(tags).min().sort_values(na_position="first")
     return conf & (tags == first.index[-1])
 
