@@ -113,11 +113,15 @@ def test_confirm_needs_a_committed_matching_registration(study, tmp_path):
     res = _confirm_cli(path, store, "3")  # another design than the registered one
     assert res.exit_code == 2 and "registers 2 seeds, not 3" in res.output
 
+    for a, b in ((reg_file.name, "moved.yaml"), ("moved.yaml", reg_file.name)):  # no new content
+        _git(reg_file.parent, "mv", a, b)
+        _git(reg_file.parent, "commit", "-qm", f"move {a}")
+    assert len(git_versions(reg_file)) == 3
     results = run_confirm(path, store=store, progress=False)
     assert sorted((r["variant"], r["seed"]) for r in results) == sorted(
         (v, s) for v in ARMS for s in (2, 3)
     )
-    assert _tags(store, results) == {commit}
+    assert _tags(store, results) == {commit}  # the commit that registered this content
 
     _edit_claims(path, [{**CLAIM, "expect": "worse"}])  # edited after registration
     res = _confirm_cli(path, store)

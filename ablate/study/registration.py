@@ -154,6 +154,8 @@ class Version:
     subject: str
     design: dict[str, Any] | None
     """That version's design (None when it cannot be read)."""
+    text: str = ""
+    """The file as committed."""
 
 
 def git_versions(path: Path) -> list[Version]:
@@ -174,19 +176,28 @@ def git_versions(path: Path) -> list[Version]:
     out = []
     for commit, t, subject, name in reversed(entries):
         shown = _git(path, "show", f"{commit}:{name}")
+        text = shown.stdout if shown is not None and shown.returncode == 0 else ""
         try:
-            data = yaml.safe_load(shown.stdout) if shown and shown.returncode == 0 else None
+            data = yaml.safe_load(text)
         except yaml.YAMLError:
             data = None
         design = data.get("design") if isinstance(data, dict) else None
-        out.append(Version(commit, float(t), subject, design))
+        out.append(Version(commit, float(t), subject, design, text))
     return out
 
 
 def head_commit(path: Path) -> str | None:
-    """The commit of the registration as it is now (its last version), if committed."""
+    """The commit that registered the file as it is now, if committed: the earliest of the
+    latest versions with its content (a move or a revert is no new registration)."""
     versions = git_versions(path)
-    return versions[-1].commit if versions and commit_problem(path) is None else None
+    if not versions or commit_problem(path) is not None:
+        return None
+    now, commit = path.read_text(), None
+    for v in reversed(versions):
+        if v.text != now:
+            break
+        commit = v.commit
+    return commit or versions[-1].commit
 
 
 def require_registration(
