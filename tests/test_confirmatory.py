@@ -338,7 +338,7 @@ def test_registration_proven_from_git_and_every_attempt_listed(tmp_path, write_r
 
     _mark_confirm(store, "reg", {6, 7, 8}, started=t0 - 60)  # ran before the commit
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
-    assert "0.0 h AFTER the first confirmation run (exploratory)" in path.read_text()
+    assert "1 min AFTER the first confirmation run (exploratory)" in path.read_text()
 
 
 def test_looks_in_the_report(tmp_path, write_run):

@@ -113,9 +113,10 @@ def standing(study: StudyData, deciding: pd.DataFrame, confirmation: bool) -> St
     hours = (first - version.time) / 3600
     head = f"registered in {version.commit[:7]} on {when(version.time)}"
     which = "confirmation run" if confirmation else "run that decides it"
+    gap = f"{abs(hours):.1f} h" if abs(hours) >= 1 else f"{abs(hours) * 60:.0f} min"
     if hours < 0:
-        return Standing(f"{head}, {-hours:.1f} h AFTER the first {which} (exploratory)", False)
-    return Standing(f"{head}, {hours:.1f} h before the first {which}", True)
+        return Standing(f"{head}, {gap} AFTER the first {which} (exploratory)", False)
+    return Standing(f"{head}, {gap} before the first {which}", True)
 
 
 def _design(design: dict | None) -> str:

@@ -68,7 +68,8 @@ def seeds_used(check: ClaimCheck) -> str:
             f"{len(lk.get('seed_set', []))} {kind}seeds (nominal level {lk['nominal_alpha']:.3g})"
         )
     if check.confirmation:
-        n = f"{c.n_a}" if c is not None and (c.n_a == c.n_b or check.claim.external) else ""
+        one_arm = check.claim.external or check.parts
+        n = f"{c.n_a}" if c is not None and (c.n_a == c.n_b or one_arm) else ""
         n = n or (f"{c.n_a} vs {c.n_b}" if c is not None else "its")
         return f"decided on {n} confirmation seed(s) only (fresh seeds, `ablate run --confirm`)"
     if check.has_confirmation:
