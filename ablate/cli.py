@@ -180,6 +180,13 @@ def run(
             help="2 CPU steps of every variant into a throwaway store; exit 1 on a failure."
         ),
     ] = False,
+    unregistered: Annotated[
+        bool,
+        typer.Option(
+            help="--confirm / --until-decided without a committed registration "
+            "(the report calls the outcome exploratory)."
+        ),
+    ] = False,
 ) -> None:
     """Expand a study into runs and train every run not yet finished (resumable)."""
     from ablate.execution.executors import ExecutorOptions
@@ -223,12 +230,16 @@ def run(
             from ablate.execution.decide import run_until_decided
 
             results = run_until_decided(
-                study, **_sequential_options(max_looks, seeds_per_look, confirm), **kwargs
+                study,
+                **_sequential_options(max_looks, seeds_per_look, confirm),
+                unregistered=unregistered,
+                **kwargs,
             )
         elif confirm is not None:
             from ablate.execution.confirm import check_n, run_confirm
 
-            results = run_confirm(study, check_n(confirm), **kwargs)
+            n = None if confirm == DEFAULT_CONFIRM else check_n(confirm)
+            results = run_confirm(study, n, unregistered=unregistered, **kwargs)
         else:
             results = run_study(study, **kwargs)
     except ConfigError as err:
@@ -254,6 +265,11 @@ def _whole(raw: str | None, key: str, least: int) -> int | None:
     return value
 
 
+def _confirm_n(confirm: str) -> str:
+    """``--confirm`` alone with --until-decided: 3 seeds at the first look."""
+    return "3" if confirm == DEFAULT_CONFIRM else confirm
+
+
 def _sequential_options(max_looks: str, seeds_per_look: str | None, confirm: str | None) -> dict:
     """``--until-decided``'s options, checked (a bad one is a ConfigError naming it)."""
     from ablate.execution.confirm import check_n
@@ -261,8 +277,43 @@ def _sequential_options(max_looks: str, seeds_per_look: str | None, confirm: str
     return {
         "max_looks": _whole(max_looks, "--max-looks", 1),
         "seeds_per_look": _whole(seeds_per_look, "--seeds-per-look", 1),
-        "confirm": None if confirm is None else check_n(confirm),
+        "confirm": None if confirm is None else check_n(_confirm_n(confirm)),
     }
+
+
+@app.command()
+def register(
+    study: Annotated[Path, typer.Argument(help="Study YAML, e.g. studies/norm_placement.yaml.")],
+    seeds: Annotated[
+        int, typer.Option(help="Confirmation seeds per arm (per look with --looks).")
+    ] = 3,
+    looks: Annotated[
+        int | None, typer.Option(min=1, help="A sequential design (--until-decided): K looks.")
+    ] = None,
+    note: Annotated[str, typer.Option(help="Why this design (e.g. its power, its budget).")] = "",
+    profile: ProfileOpt = None,
+    set_: SetOpt = None,
+    store: StoreOpt = Path("runs"),
+    plugin: PluginOpt = None,
+) -> None:
+    """Write the study's registration (claims, margins, the confirmation design and its fresh
+    seeds) beside it; commit it before `ablate run --confirm`."""
+    from ablate.execution.confirm import register_study
+
+    try:
+        path = register_study(
+            study,
+            seeds,
+            store=store,
+            profile=profile,
+            overrides=set_ or [],
+            plugins=plugin or [],
+            looks=looks,
+            note=note,
+        )
+    except ConfigError as err:
+        fail(err)
+    typer.echo(f"wrote {path}: commit it (git add {path} && git commit) before confirming")
 
 
 @app.command()
@@ -479,12 +530,13 @@ def bench(
     run_bench(quick=quick, out=out, only=section)
 
 
-DEFAULT_CONFIRM = "3"
+DEFAULT_CONFIRM = "registered"
+"""``--confirm`` alone: the registration's seeds (3 fresh ones with ``--unregistered``)."""
 
 
 def optional_values(args: list[str]) -> list[str]:
     """``--confirm`` alone (last, or before another option or the study YAML) means
-    ``--confirm 3``: the parser needs every option's value, so it is put in here."""
+    ``--confirm registered``: the parser needs every option's value, so it is put in here."""
     out = []
     for i, arg in enumerate(args):
         out.append(arg)

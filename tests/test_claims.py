@@ -6,8 +6,10 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
+from scipy import stats
 from typer.testing import CliRunner
 
 from ablate.cli import app
@@ -17,6 +19,7 @@ from ablate.report.claim_checks import analyse
 from ablate.report.collect import load_study
 from ablate.report.fit import exponent, grad_slope, optimum_log_lr
 from ablate.report.stats import holm
+from ablate.store import RunStore
 from ablate.study import load_study as plan_study
 
 GRID = {"model.norm_placement": ["post", "pre"], "model.pos_encoding": ["learned", "rope"]}
@@ -145,7 +148,10 @@ def test_report_lists_every_claim_with_its_outcome(checked, tmp_path):
     assert "→ **contradicted**" in section
     assert "seeds per arm for TOST within ±0.01" in section and "an assumption" in section
     assert "decided on the original seeds (no confirmation runs)" in section
-    assert "not registered (no registration record" in section
+    assert (
+        "registration not provable (no registration file (registrations/norm_pos.yaml) "
+        "was committed" in section
+    )
     assert "Holm-corrected over this study's 5 claim test(s) only" in section
     assert "post-diverges" in section and "diverged in 1/3 finished seeds" in section
 
@@ -336,6 +342,8 @@ def test_lr_exponent_claim_and_table(tmp_path, write_run):
     md = path.read_text()
     assert "**sqrt** (lr_exponent, expect equivalent 0.5): square-root rule → **reproduces**" in md
     assert "**linear** (lr_exponent, expect equivalent 1): linear rule → **contradicted**" in md
+    sqrt = next(line for line in md.splitlines() if line.startswith("- **sqrt**"))
+    assert "against 0.5: one-sample t, p" in sqrt and "paired" not in sqrt
     assert "| 8 | 0.001, 0.002, 0.004, 0.008, 0.016 | 0.002 | yes (per seed: 3/3) | 0.002 [" in md
 
 
@@ -379,3 +387,82 @@ def test_grad_slope_is_the_log10_slope_over_layers():
     assert grad_slope(layers, 10 ** (0.1 * layers)) == pytest.approx(0.1)
     assert grad_slope(layers, 3 * 10 ** (-0.25 * layers)) == pytest.approx(-0.25)
     assert math.isnan(grad_slope(layers[:1], np.array([1.0])))
+
+
+INTERSECTION = {
+    "id": "slopes",
+    "text": "Post-LN's slope > 0 and Pre-LN's <= 0",
+    "expect": "all",
+    "metric": "ffn_grad_slope@init",
+    "all": [
+        {"a": {"model.norm_placement": "post"}, "expect": "above", "value": 0},
+        {"a": {"model.norm_placement": "pre"}, "expect": "below", "value": 0},
+    ],
+    "where": {"model.pos_encoding": "learned"},
+}
+
+
+def test_an_intersection_claim_is_the_largest_one_sided_p(tmp_path, norm_pos_store):
+    """Both parts against scipy's one-sided one-sample t-tests on the per-run slopes."""
+    store = norm_pos_store(tmp_path / "runs")
+    flipped = {
+        **INTERSECTION,
+        "id": "flipped",
+        "all": [
+            {"a": {"model.norm_placement": "post"}, "expect": "below", "value": 0},
+            {"a": {"model.norm_placement": "pre"}, "expect": "above", "value": 0},
+        ],
+    }
+    spec = study_yaml(tmp_path / "norm_pos.yaml", [INTERSECTION, flipped])
+    study = load_study(store, "norm_pos", spec)
+    _, (check, back) = analyse(study)
+    (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
+    table = pd.read_csv(path.parent / "results.csv")  # the per-run slopes are committed
+    learned = table[(table["model.pos_encoding"] == "learned") & (table["status"] == "completed")]
+    post = learned.loc[learned["model.norm_placement"] == "post", "ffn_grad_slope@init"]
+    pre = learned.loc[learned["model.norm_placement"] == "pre", "ffn_grad_slope@init"]
+    p_post = stats.ttest_1samp(post, 0, alternative="greater").pvalue
+    p_pre = stats.ttest_1samp(pre, 0, alternative="less").pvalue
+    assert [p.p for p in check.parts] == pytest.approx([p_post, p_pre])
+    assert check.comparison.p == pytest.approx(max(p_post, p_pre))
+    assert check.comparison.p_adj == pytest.approx(min(1.0, 2 * max(p_post, p_pre)), rel=1e-6)
+    assert check.outcome == "reproduces" and back.outcome == "contradicted"
+    assert "intersection-union test" in path.read_text()
+
+
+def test_best_of_is_picked_on_exploratory_seeds_only(tmp_path, write_run):
+    from ablate.report.claim_checks import build_comparisons
+
+    store, act = tmp_path / "runs", "model.activation"
+    finals = {"relu": (2.0, 2.3), "gelu": (2.1, 2.0), "swiglu": (1.9, 1.9)}  # (explore, confirm)
+    for a, (explore, confirm) in finals.items():
+        for seed in range(6):
+            write_run(
+                store,
+                "b",
+                {act: a},
+                seed,
+                "completed",
+                (explore if seed < 3 else confirm) + 0.01 * seed,
+            )
+    for run in RunStore(store).runs("b"):
+        summary = run.read_summary()
+        if summary["seed"] >= 3:
+            run.write_summary({**summary, "confirm": True})
+    claim = {
+        "id": "glu",
+        "text": "t",
+        "expect": "better",
+        "a": {act: "swiglu"},
+        "b": {act: ["relu", "gelu"]},
+    }
+    spec = tmp_path / "b.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {"name": "b", "grid": {act: list(finals)}, "seeds": [0, 1, 2], "claims": [claim]}
+        )
+    )
+    study = load_study(store, "b", spec)
+    (check,) = build_comparisons(study, study.claims, 0.01)
+    # relu is best on the exploratory seeds 0-2, gelu on the confirmation seeds 3-5
+    assert check.confirmation and "activation=relu (best of relu/gelu)" in check.comparison.label_b

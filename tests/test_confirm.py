@@ -1,8 +1,9 @@
-"""Issue 22, execution side: claims registered before the runs, fresh confirmation seeds."""
+"""Registration in a committed file, fresh confirmation seeds fixed by it."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 import yaml
@@ -11,9 +12,9 @@ from typer.testing import CliRunner
 from ablate.cli import app, optional_values
 from ablate.execution.confirm import claim_arms, confirm_seeds, run_confirm
 from ablate.execution.runner import run_study
-from ablate.store.registration import REGISTRATION_FILE, updated_registration
 from ablate.study import load_study
 from ablate.study.claims import claim_fingerprint
+from ablate.study.registration import git_versions, registration_path
 
 GRID = {"model.activation": ["relu", "gelu"], "model.norm_placement": ["pre", "post"]}
 CLAIM = {
@@ -71,59 +72,71 @@ def test_fingerprint_covers_what_a_claim_tests(study):
     assert claim_fingerprint(claim, 0.02) != fp  # the study's margin is in force
 
 
-def test_registration_keeps_the_history_of_edits_and_removals():
-    rec = updated_registration(None, {"x": "f1", "y": "g1"}, None, now=10.0)
-    assert rec == {
-        "registered_at": 10.0,
-        "first_run_at": None,
-        "claims": {
-            "x": {"fingerprint": "f1", "registered_at": 10.0},
-            "y": {"fingerprint": "g1", "registered_at": 10.0},
-        },
-    }
-    same = updated_registration(rec, {"x": "f1", "y": "g1"}, 11.0, now=20.0)
-    assert same["first_run_at"] == 11.0 and same["claims"] == rec["claims"]
-    edited = updated_registration(same, {"x": "f2", "z": "h1"}, 11.0, now=30.0)
-    assert edited["registered_at"] == 10.0
-    assert edited["claims"]["x"] == {
-        "fingerprint": "f2",
-        "registered_at": 30.0,
-        "history": [{"fingerprint": "f1", "registered_at": 10.0}],
-    }
-    assert edited["claims"]["y"]["removed_at"] == 30.0
-    assert edited["claims"]["z"] == {"fingerprint": "h1", "registered_at": 30.0}
-    back = updated_registration(edited, {"x": "f2", "y": "g1", "z": "h1"}, 11.0, now=40.0)
-    assert back["claims"]["y"]["registered_at"] == 40.0  # re-added: registered again, now
-    assert back["claims"]["y"]["history"][0]["removed_at"] == 30.0
+def _git(folder, *args):
+    cmd = ["git", "-C", str(folder), "-c", "user.name=t", "-c", "user.email=t@t", *args]
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def test_claims_are_registered_before_the_first_run_and_edits_are_visible(study, tmp_path):
+def _confirm_cli(path, store, *extra):
+    args = optional_values(["run", str(path), "--store", str(store), "--confirm", *extra])
+    return CliRunner().invoke(app, args)
+
+
+def _tags(store, results):
+    run_yamls = [store / "conf" / r["run_id"] / "run.yaml" for r in results]
+    return {yaml.safe_load(p.read_text())["meta"].get("registration") for p in run_yamls}
+
+
+def test_confirm_needs_a_committed_matching_registration(study, tmp_path):
+    path, store = study(), tmp_path / "runs"
+    _git(path.parent, "init", "-q")
+    run_study(path, store=store, progress=False)  # seeds 0 and 1, exploratory
+    res = _confirm_cli(path, store)
+    assert res.exit_code == 2 and "no registration: run `ablate register" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+
+    res = CliRunner().invoke(app, ["register", str(path), "--seeds", "2", "--store", str(store)])
+    assert res.exit_code == 0, res.output
+    reg_file = registration_path(path)
+    reg = yaml.safe_load(reg_file.read_text())
+    assert reg["design"] == {"kind": "fixed", "seeds": [2, 3], "arms": ARMS}
+    (entry,) = reg["claims"]
+    assert entry["fingerprint"] == claim_fingerprint(load_study(path).claims[0], 0.01)
+    assert entry["test"].startswith("paired t") and "no stated source" in entry["margin_source"]
+
+    res = _confirm_cli(path, store)  # written, not committed
+    assert res.exit_code == 2 and "is not committed" in res.output
+    _git(path.parent, "add", str(reg_file))
+    _git(path.parent, "commit", "-qm", "register")
+    commit = _git(path.parent, "rev-parse", "HEAD")
+    assert [v.commit for v in git_versions(reg_file)] == [commit]
+    res = _confirm_cli(path, store, "3")  # another design than the registered one
+    assert res.exit_code == 2 and "registers 2 seeds, not 3" in res.output
+
+    for a, b in ((reg_file.name, "moved.yaml"), ("moved.yaml", reg_file.name)):  # no new content
+        _git(reg_file.parent, "mv", a, b)
+        _git(reg_file.parent, "commit", "-qm", f"move {a}")
+    assert len(git_versions(reg_file)) == 3
+    results = run_confirm(path, store=store, progress=False)
+    assert sorted((r["variant"], r["seed"]) for r in results) == sorted(
+        (v, s) for v in ARMS for s in (2, 3)
+    )
+    assert _tags(store, results) == {commit}  # the commit that registered this content
+
+    _edit_claims(path, [{**CLAIM, "expect": "worse"}])  # edited after registration
+    res = _confirm_cli(path, store)
+    assert res.exit_code == 2 and "relu-better changed since registration" in res.output
+    reg_file.write_text(reg_file.read_text() + "# edited\n")
+    _edit_claims(path, [CLAIM])
+    res = _confirm_cli(path, store)
+    assert res.exit_code == 2 and "has changes not committed" in res.output
+
+
+def test_unregistered_confirmation_is_tagged(study, tmp_path):
     path, store = study(), tmp_path / "runs"
     run_study(path, store=store, progress=False)
-    reg_file = store / "conf" / REGISTRATION_FILE
-    reg = json.loads(reg_file.read_text())
-    entry = reg["claims"]["relu-better"]
-    assert entry["registered_at"] == reg["registered_at"] < reg["first_run_at"]
-    starts = [s["attempts"][0]["started"] for *_, s in _metas(store).values()]
-    assert reg["first_run_at"] == min(starts)
-    (claim,) = load_study(path).claims
-    assert entry["fingerprint"] == claim_fingerprint(claim, 0.01)
-
-    before = reg_file.read_bytes()
-    run_study(path, store=store, progress=False)  # nothing changed: not rewritten
-    assert reg_file.read_bytes() == before
-
-    _edit_claims(path, [{**CLAIM, "expect": "worse"}])  # edited after the runs were seen
-    run_study(path, store=store, progress=False)
-    edited = json.loads(reg_file.read_text())["claims"]["relu-better"]
-    assert edited["registered_at"] > reg["first_run_at"]
-    assert edited["history"] == [entry]
-
-    reg_file.unlink()  # a store with runs and no record (every study run before issue 22)
-    run_study(path, store=store, progress=False)
-    late = json.loads(reg_file.read_text())
-    assert late["first_run_at"] == reg["first_run_at"]
-    assert late["claims"]["relu-better"]["registered_at"] > late["first_run_at"]
+    results = run_confirm(path, 2, store=store, progress=False, unregistered=True)
+    assert _tags(store, results) == {"unregistered"}
 
 
 def test_claim_arms_follow_a_b_and_where(study):
@@ -160,7 +173,7 @@ def test_claim_arms_follow_a_b_and_where(study):
 def test_confirm_trains_fresh_paired_seeds_for_claim_arms_only(study, tmp_path):
     path, store = study(), tmp_path / "runs"
     run_study(path, store=store, progress=False)  # the study's 8 runs, seeds 0 and 1
-    results = run_confirm(path, 2, store=store, progress=False)
+    results = run_confirm(path, 2, store=store, progress=False, unregistered=True)
     assert sorted((r["variant"], r["seed"]) for r in results) == sorted(
         (v, s) for v in ARMS for s in (2, 3)
     )
@@ -171,9 +184,9 @@ def test_confirm_trains_fresh_paired_seeds_for_claim_arms_only(study, tmp_path):
     assert not any("confirm" in s for v, seed, c, s in metas.values() if not c)
     assert len(metas) == 12  # distinct run ids: the seed differs
 
-    again = run_confirm(path, 2, store=store, progress=False)  # resumes the same seeds
+    again = run_confirm(path, 2, store=store, progress=False, unregistered=True)  # resumes
     assert sorted(r["seed"] for r in again) == [2, 2, 3, 3] and len(_metas(store)) == 12
-    run_confirm(path, 3, store=store, progress=False)  # one more: the next unused seed
+    run_confirm(path, 3, store=store, progress=False, unregistered=True)  # the next unused
     seeds = {(v, s) for v, s, c, _ in _metas(store).values() if c}
     assert seeds == {(v, s) for v in ARMS for s in (2, 3, 4)}
 
@@ -215,9 +228,10 @@ def test_confirm_needs_claims(study, tmp_path):
     assert not store.exists()
 
 
-def test_confirm_alone_means_three_seeds():
-    assert optional_values(["run", "s.yaml", "--confirm"]) == ["run", "s.yaml", "--confirm", "3"]
-    assert optional_values(["run", "--confirm", "s.yaml"]) == ["run", "--confirm", "3", "s.yaml"]
+def test_confirm_alone_means_the_registered_seeds():
+    reg = "registered"
+    assert optional_values(["run", "s.yaml", "--confirm"]) == ["run", "s.yaml", "--confirm", reg]
+    assert optional_values(["run", "--confirm", "s.yaml"]) == ["run", "--confirm", reg, "s.yaml"]
     assert optional_values(["run", "--confirm", "--until-decided", "s.yml"])[3] == "--until-decided"
     assert optional_values(["run", "s.yaml", "--confirm", "5"]) == [
         "run",

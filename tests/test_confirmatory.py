@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from scipy import stats
@@ -38,7 +41,8 @@ from ablate.report.sequential import (
     spending_table,
 )
 from ablate.store import RunStore
-from ablate.study.claims import Claim, claim_fingerprint
+from ablate.study.claims import Claim
+from ablate.study.registration import build_registration, registration_path, write_registration
 
 ALPHA = 0.05
 
@@ -280,14 +284,64 @@ def test_seeds_needed_is_never_fewer_than_the_seeds_that_failed():
     assert need.n is None and "not reachable" in need.text()
 
 
-def _mark_confirm(store, study, seeds):
+def _mark_confirm(store, study, seeds, tag=None, started=None):
     for run in RunStore(store).runs(study):
         summary = run.read_summary()
         if summary["seed"] in seeds:
-            run.write_summary({**summary, "confirm": True})
+            extra = {} if started is None else {"attempts": [{"started": started}]}
+            run.write_summary({**summary, "confirm": True, **extra})
+            if tag is not None:
+                data = run.read_run()
+                run.write_run(
+                    data["config"], {**data["meta"], "confirm": True, "registration": tag}
+                )
 
 
-def test_registration_confirmation_and_looks_in_the_report(tmp_path, write_run):
+def _git(folder, *args, when=None):
+    env = {**os.environ, "GIT_COMMITTER_DATE": f"@{when} +0000"} if when else None
+    cmd = ["git", "-C", str(folder), "-c", "user.name=t", "-c", "user.email=t@t", *args]
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
+def test_registration_proven_from_git_and_every_attempt_listed(tmp_path, write_run):
+    store, t0 = tmp_path / "runs", 1_000_000_000
+    for norm, base in (("post", 1.9), ("pre", 1.6)):
+        for seed in range(9):
+            write_run(store, "reg", {NORM: norm}, seed, "completed", base + 0.01 * (seed % 3))
+    spec = _spec(tmp_path / "reg.yaml", {NORM: ["post", "pre"]}, [_claim("early", "pre", "post")])
+    data = load_study(store, "reg", spec)
+    record = build_registration("reg", None, data.claims, 0.01, {"kind": "fixed", "seeds": [6]})
+    write_registration(registration_path(spec), record)
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "registrations/reg.yaml")
+    _git(tmp_path, "commit", "-qm", "register reg", when=t0)
+    commit = _git(tmp_path, "rev-parse", "HEAD")
+    _mark_confirm(store, "reg", {3, 4, 5}, "before registration files", started=t0 - 86400)
+    _mark_confirm(store, "reg", {6, 7, 8}, commit, started=t0 + 7200)
+    (tmp_path / "r" / "reg" / "history").mkdir(parents=True)
+    old = "seed,confirm,final_val_loss\n0,,1.6\n3,True,1.61\n4,True,1.62\n"
+    (tmp_path / "r" / "reg" / "history" / "attempt-1.csv").write_text(old)
+
+    _, (check,) = analyse(load_study(store, "reg", spec))
+    assert check.confirmation and sorted(check.pool["seed"]) == [6, 6, 7, 7, 8, 8]
+    (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
+    md = path.read_text()
+    claim = next(line for line in md.splitlines() if line.startswith("- **early**"))
+    assert f"registered in {commit[:7]} on 2001-09-09 01:46 UTC, 2.0 h before the first " in claim
+    audit = md.split("## Registration and confirmation attempts")[1]
+    assert f"{commit[:7]} on 2001-09-09 01:46 UTC: register reg — fixed: 1 seeds per arm" in audit
+    assert "under before registration files: 6 runs, seeds 3, 4, 5" in audit
+    assert f"under {commit[:7]}: 6 runs, seeds 6, 7, 8" in audit
+    assert "history/attempt-1.csv): 3 runs, 2 of them confirmation runs (seeds 3, 4)" in audit
+    assert (path.parent / "history" / "attempt-1.csv").read_text() == old  # kept on rebuild
+    assert "started" in pd.read_csv(path.parent / "results.csv")
+
+    _mark_confirm(store, "reg", {6, 7, 8}, started=t0 - 60)  # ran before the commit
+    (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
+    assert "1 min AFTER the first confirmation run (exploratory)" in path.read_text()
+
+
+def test_looks_in_the_report(tmp_path, write_run):
     store = tmp_path / "runs"
     for norm, base in (("post", 1.9), ("pre", 1.6)):
         for seed in range(6):
@@ -295,19 +349,6 @@ def test_registration_confirmation_and_looks_in_the_report(tmp_path, write_run):
     _mark_confirm(store, "reg", {3, 4, 5})
     claims = [_claim("early", "pre", "post"), _claim("late", "post", "pre", expect="worse")]
     spec = _spec(tmp_path / "reg.yaml", {NORM: ["post", "pre"]}, claims)
-    data = load_study(
-        store, "reg", spec
-    )  # the claims as parsed, fingerprinted as `ablate run` does
-    fp = {c.id: claim_fingerprint(c, data.equivalence_margin) for c in data.claims}
-    record = {
-        "registered_at": 100.0,
-        "first_run_at": 150.0,
-        "claims": {
-            "early": {"fingerprint": fp["early"], "registered_at": 100.0},
-            "late": {"fingerprint": fp["late"], "registered_at": 200.0},
-        },
-    }
-    (store / "reg" / "claims_registration.json").write_text(json.dumps(record))
     looks = [
         {
             "look": 1,
@@ -337,8 +378,9 @@ def test_registration_confirmation_and_looks_in_the_report(tmp_path, write_run):
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
     section = path.read_text().split("## Against the paper")[1].split("\n## ")[0]
     early, late = (line for line in section.splitlines() if line.startswith("- **"))
-    assert "*registered before its runs; decided on 3 confirmation seed(s) only" in early
-    assert "written after runs were seen (exploratory)" in late
+    assert "decided on 3 confirmation seed(s) only" in early
+    assert "confirmation run before registration files existed: the order cannot be" in late
+    assert "under before registration files: 6 runs, seeds 3, 4, 5" in path.read_text()
     assert "at most 2 looks, overall α = 0.05, obrien-fleming alpha spending" in section
     assert (
         "- look 2: 6 seeds (information fraction 1); alpha spent so far 0.05, nominal " in section

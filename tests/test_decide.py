@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -11,10 +13,16 @@ import yaml
 from scipy import stats
 
 from ablate.config import ConfigError
-from ablate.execution.decide import claim_outcomes, look_seed_counts, run_until_decided
+from ablate.execution.confirm import register_study
+from ablate.execution.decide import claim_outcomes, look_seed_counts
+from ablate.execution.decide import run_until_decided as run_registered
 from ablate.report.collect import load_study
 from ablate.report.sequential import look_levels, obf_spent
 from ablate.store.rundir import DECISIONS_FILE as LOG
+
+# these tests are about the design's mechanics; test_sequential_needs_its_registration below
+# covers the registration it needs
+run_until_decided = functools.partial(run_registered, unregistered=True)
 
 GRID = {"model.activation": ["relu", "gelu"], "model.norm_placement": ["pre", "post"]}
 OPEN = {  # stays inconclusive in the forced analyses below
@@ -209,3 +217,25 @@ def test_spending_is_obrien_fleming():
     assert obf_spent(0.5, 0.05) == pytest.approx(2 - 2 * stats.norm.cdf(1.959964 / np.sqrt(0.5)))
     levels = look_levels([3, 6, 9], 0.05)
     assert levels[0]["nominal_alpha"] < levels[1]["nominal_alpha"] < levels[2]["nominal_alpha"]
+
+
+def test_sequential_needs_its_registration(make_study, tmp_path):
+    path = make_study(
+        "seqreg",
+        base={"train.max_steps": 2},
+        grid={"model.activation": ["relu", "gelu"]},
+        seeds=[0, 1],
+        claims=[{**OPEN, "where": {}}],
+    )
+    store = tmp_path / "runs"
+    with pytest.raises(ConfigError, match="no registration: run `ablate register"):
+        run_registered(path, store=store, progress=False, confirm=2)
+    reg = register_study(path, 2, store=store, looks=2)
+    git = ["git", "-C", str(path.parent), "-c", "user.name=t", "-c", "user.email=t@t"]
+    for args in (["init", "-q"], ["add", str(reg)], ["commit", "-qm", "register"]):
+        subprocess.run([*git, *args], check=True, capture_output=True)
+    with pytest.raises(ConfigError, match="registers max_looks 2, not 3"):
+        run_registered(path, store=store, progress=False, confirm=2)
+    assert not store.exists()
+    design = yaml.safe_load(reg.read_text())["design"]
+    assert design["kind"] == "sequential" and design["seeds"] == [2, 3]

@@ -8,13 +8,18 @@ for a fitted exponent), and nothing else. Every arm gets the same seeds, so the 
 paired. Each run's ``run.yaml`` meta and ``summary.json`` say ``confirm: true``; its run id is
 its config's, so it differs from the study's runs by the seed alone.
 
-Deterministic and resumable: the confirmation seeds already in the store come first, then the
-next unused integers above the study's largest seed, so ``--confirm 3`` run again resumes the
-same three seeds and ``--confirm 5`` later adds two.
+The design is fixed before the data: ``ablate register`` (:func:`register_study`) picks ``N``
+seeds never seen (not in the study's ``seeds`` or ``seen_seeds``, no run of the study in the
+store) and writes them into the study's registration (:mod:`ablate.study.registration`), which
+the user commits. ``--confirm`` then trains exactly the registered seeds, and only when the
+registration matches the study and is committed; ``--unregistered`` trains fresh seeds without
+one, and the report calls the outcome exploratory. Each confirmation run's meta names the
+registration commit it ran under (``registration``), so the report can group the attempts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +28,12 @@ from ablate.config import ConfigError
 from ablate.store import RunStore
 from ablate.study import Study, load_study
 from ablate.study.claims import FITTED, Claim
+from ablate.study.registration import (
+    build_registration,
+    registration_path,
+    require_registration,
+    write_registration,
+)
 
 DEFAULT_CONFIRM = 3
 
@@ -85,7 +96,8 @@ def fresh_seeds(n: int, taken: set[int], above: int) -> list[int]:
 
 
 def confirm_seeds(study: Study, store: str | Path, n: int) -> list[int]:
-    """The ``n`` confirmation seeds: those already in the store, then fresh ones (module doc)."""
+    """``n`` unregistered confirmation seeds: those already in the store first (so the same
+    command resumes them), then fresh ones."""
     own = {r.seed for r in study.runs}
     used, confirm = store_seeds(store, study.name)
     used |= set(study.seen_seeds)  # looked at in an earlier store: not fresh
@@ -94,6 +106,59 @@ def confirm_seeds(study: Study, store: str | Path, n: int) -> list[int]:
         return have[:n]
     top = max(own | used, default=-1)
     return have + fresh_seeds(n - len(have), own | used, max(own, default=top))
+
+
+def new_seeds(study: Study, store: str | Path, n: int) -> list[int]:
+    """``n`` seeds the study has never used: not its seeds, not its ``seen_seeds``, not a seed
+    of any of its runs in the store (a confirmation of an earlier registration included)."""
+    own = {r.seed for r in study.runs}
+    used, _ = store_seeds(store, study.name)
+    taken = own | used | set(study.seen_seeds)
+    return fresh_seeds(n, taken, max(taken, default=-1))
+
+
+def register_study(
+    study_path: str | Path,
+    n: int,
+    *,
+    store: str | Path = "runs",
+    profile: str | None = None,
+    overrides: Sequence[str] = (),
+    plugins: Sequence[str] = (),
+    looks: int | None = None,
+    note: str = "",
+) -> Path:
+    """Write the study's registration (``ablate register``): its claims and the confirmation
+    design, ``n`` fresh seeds per arm (or, with ``looks``, up to ``looks`` looks of ``n`` seeds
+    each, O'Brien-Fleming alpha spending). Returns the file, which the user commits."""
+    study = load_study(study_path, profile, overrides, plugins=plugins)
+    if not study.claims:
+        raise ConfigError("the study has no claims to register", key="claims", source=study.path)
+    n = check_n(n, "--seeds")
+    if looks is None:
+        design: dict[str, Any] = {"kind": "fixed", "seeds": new_seeds(study, store, n)}
+    else:
+        design = {
+            "kind": "sequential",
+            "max_looks": looks,
+            "seeds_per_look": n,
+            "spending": "obrien-fleming",
+            "seeds": new_seeds(study, store, n),
+            "later_looks": "the next integers no run of the study used",
+        }
+    design["arms"] = list(dict.fromkeys(v for vs in claim_arms(study).values() for v in vs))
+    if note:
+        design["note"] = " ".join(note.split())
+    record = build_registration(
+        study.name, study.profile, study.claims, study.equivalence_margin, design
+    )
+    pilot = pilot_power(study_path, store, study.name)
+    for entry in record["claims"]:
+        if entry["id"] in pilot:
+            entry["pilot"] = pilot[entry["id"]]
+    path = registration_path(study_path)
+    write_registration(path, record)
+    return path
 
 
 def check_n(n: Any, key: str = "--confirm") -> int:
@@ -107,18 +172,62 @@ def check_n(n: Any, key: str = "--confirm") -> int:
     return value
 
 
+def pilot_power(study_path: str | Path, store: str | Path, name: str) -> dict[str, str]:
+    """Claim id -> what the study's exploratory runs in the store (the pilot) say: the outcome
+    and numbers there, and the seeds the deciding test would need at 80% power if the pilot's
+    difference and SD were the true ones (the design's power justification). Empty without
+    runs."""
+    from ablate.report import collect
+    from ablate.report.claim_checks import (
+        build_comparisons,
+        claim_seeds_needed,
+        confirm_mask,
+        confirmatory_family,
+        decide_claim,
+        parts_seeds_needed,
+    )
+    from ablate.report.claims_section import numbers
+    from ablate.report.stats import ALPHA
+
+    if not any(True for _ in RunStore(store).runs(name)):
+        return {}
+    data = collect.load_study(Path(store), name, Path(study_path))
+    explore = data.runs[~confirm_mask(data.runs)]
+    data = dataclasses.replace(data, runs=explore)
+    checks = build_comparisons(data, data.claims, data.equivalence_margin)
+    confirmatory_family(checks)
+    out = {}
+    seeds = ", ".join(str(int(s)) for s in sorted(set(explore["seed"].dropna())))
+    for ch in checks:
+        decide_claim(ch, ALPHA)
+        c = ch.comparison
+        level = ALPHA / max(c.family, 1) if c is not None else ALPHA
+        if ch.parts:
+            need = parts_seeds_needed(ch.parts, level)
+        else:
+            need = claim_seeds_needed(c, ch.claim, ALPHA) if c is not None else None
+        out[ch.claim.id] = (
+            f"on the exploratory seeds {seeds}: {ch.outcome}: {numbers(ch, 'nats')}; "
+            f"seeds needed: {need.text() if need else 'unknown'}"
+        )
+    return out
+
+
 def plan_confirm(
     study_path: str | Path,
-    n: int,
+    n: int | None,
     *,
     store: str | Path,
     profile: str | None = None,
     overrides: Sequence[str] = (),
     plugins: Sequence[str] = (),
-) -> tuple[Study, list[int], dict[str, list[int]]]:
-    """(the study, its confirmation seeds, variant -> those seeds for every claim arm).
-    ``ConfigError`` (nothing written) when the study has no claim or no claim selects a run."""
-    n = check_n(n)
+    unregistered: bool = False,
+) -> tuple[Study, list[int], dict[str, list[int]], str]:
+    """(the study, its confirmation seeds, variant -> those seeds for every claim arm, the
+    registration commit or ``"unregistered"``). Registered: the registration's seeds (``n``,
+    when given, must be their number); ``unregistered``: ``n`` fresh seeds. ``ConfigError``
+    (nothing written) when the study has no claim, no claim selects a run, or the registration
+    is missing, does not match, or is not committed."""
     study = load_study(study_path, profile, overrides, plugins=plugins)
     if not study.claims:
         raise ConfigError("the study has no claims to confirm", key="claims", source=study.path)
@@ -126,26 +235,74 @@ def plan_confirm(
     variants = [v for labels in arms.values() for v in labels]
     if not variants:
         raise ConfigError("no claim selects a run of this study", key="claims", source=study.path)
-    seeds = confirm_seeds(study, store, n)
-    return study, seeds, {v: list(seeds) for v in dict.fromkeys(variants)}
+    if unregistered:
+        seeds = confirm_seeds(study, store, check_n(n if n is not None else DEFAULT_CONFIRM))
+        tag = "unregistered"
+    else:
+        record, commit = require_registration(
+            Path(study_path), study.name, study.profile, study.claims, study.equivalence_margin
+        )
+        design = record["design"]
+        if design["kind"] != "fixed":
+            raise ConfigError(
+                "registers a sequential design: run it with --until-decided",
+                source=registration_path(study_path),
+            )
+        seeds = [int(s) for s in design.get("seeds") or []]
+        if n is not None and check_n(n) != len(seeds):
+            raise ConfigError(
+                f"registers {len(seeds)} seeds, not {n}: a new design needs a new registration",
+                key="--confirm",
+                source=registration_path(study_path),
+            )
+        tag = commit or "uncommitted (not a git checkout)"
+    return study, seeds, {v: list(seeds) for v in dict.fromkeys(variants)}, tag
+
+
+def registered_design(
+    study: Study, study_path: str | Path, max_looks: int, seeds_per_look: int | None
+) -> tuple[list[int], str]:
+    """(the registered seeds, the registration commit) of a sequential design, checked against
+    ``--max-looks`` / ``--seeds-per-look``; ``ConfigError`` when it is not the one registered."""
+    record, commit = require_registration(
+        Path(study_path), study.name, study.profile, study.claims, study.equivalence_margin
+    )
+    design, path = record["design"], registration_path(study_path)
+    if design["kind"] != "sequential":
+        raise ConfigError("registers a fixed design: run it with --confirm", source=path)
+    for key, value in (("max_looks", max_looks), ("seeds_per_look", seeds_per_look)):
+        if value is not None and design.get(key) != value:
+            raise ConfigError(
+                f"registers {key} {design.get(key)}, not {value}: a new design needs a new "
+                "registration",
+                source=path,
+            )
+    return [int(s) for s in design.get("seeds") or []], commit or "uncommitted"
 
 
 def run_confirm(
     study_path: str | Path,
-    n: int = DEFAULT_CONFIRM,
+    n: int | None = None,
     *,
     store: str | Path = "runs",
     profile: str | None = None,
     overrides: Sequence[str] = (),
     plugins: Sequence[str] = (),
+    unregistered: bool = False,
     **kwargs: Any,
 ) -> list[dict[str, Any]]:
-    """Train ``n`` confirmation seeds for the claims' arms (module doc); returns their summaries.
-    ``kwargs`` go to :func:`ablate.execution.runner.run_study` (workers, executor, ...)."""
+    """Train the registered confirmation seeds for the claims' arms (module doc); returns their
+    summaries. ``kwargs`` go to :func:`ablate.execution.runner.run_study` (workers, ...)."""
     from ablate.execution.runner import run_study
 
-    _, _, per_variant = plan_confirm(
-        study_path, n, store=store, profile=profile, overrides=overrides, plugins=plugins
+    _, _, per_variant, tag = plan_confirm(
+        study_path,
+        n,
+        store=store,
+        profile=profile,
+        overrides=overrides,
+        plugins=plugins,
+        unregistered=unregistered,
     )
     return run_study(
         study_path,
@@ -154,5 +311,6 @@ def run_confirm(
         overrides=overrides,
         plugins=plugins,
         confirm_seeds=per_variant,
+        registration=tag,
         **kwargs,
     )

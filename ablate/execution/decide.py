@@ -33,7 +33,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ablate.config import ConfigError
-from ablate.execution.confirm import claim_arms, confirm_seeds, fresh_seeds, store_seeds
+from ablate.execution.confirm import (
+    claim_arms,
+    confirm_seeds,
+    fresh_seeds,
+    registered_design,
+    store_seeds,
+)
 from ablate.execution.runner import run_study
 from ablate.report import collect
 from ablate.report.claim_checks import (
@@ -69,9 +75,16 @@ def look_seed_counts(first: int, per_look: int, max_looks: int) -> list[int]:
 
 
 def _design(
-    plan: Study, store: Path, max_looks: int, seeds_per_look: int | None, alpha: float, confirm
+    plan: Study,
+    store: Path,
+    max_looks: int,
+    seeds_per_look: int | None,
+    alpha: float,
+    confirm,
+    registered: Sequence[int] = (),
 ) -> tuple[dict[str, Any], list[int]]:
-    """The design and the first look's seeds (the study's, or ``confirm`` fresh ones)."""
+    """The design and the first look's seeds (the study's, or ``confirm`` fresh ones: the
+    ``registered`` first-look seeds when given)."""
     _whole(max_looks, "--max-looks")
     if seeds_per_look is not None:
         _whole(seeds_per_look, "--seeds-per-look")
@@ -84,7 +97,7 @@ def _design(
             source=plan.path,
         )
     if confirm is not None:
-        first = confirm_seeds(plan, store, confirm)
+        first = list(registered) if registered else confirm_seeds(plan, store, confirm)
     else:
         first = sorted({r.seed for r in plan.runs})
     per = seeds_per_look or len(first)
@@ -185,22 +198,28 @@ def run_until_decided(
     plugins: Sequence[str] = (),
     rerun_stale: bool = False,
     outcomes: Outcomes = claim_outcomes,
+    unregistered: bool = False,
 ) -> list[dict[str, Any]]:
     """Run the design of the module doc to its end (or resume it); returns the summaries of the
     last look's runs. ``confirm``: the first look is that many fresh confirmation seeds (``ablate
-    run --confirm N --until-decided``) and every added seed is a confirmation run too."""
+    run --confirm N --until-decided``) and every added seed is a confirmation run too. The
+    design must be the committed registration's (:func:`registered_design`), unless
+    ``unregistered`` (the outcome is then exploratory)."""
     from ablate.execution.confirm import check_n
 
     store, study_path = Path(store), Path(study_path)
     plan = load_study(study_path, profile, overrides, plugins=plugins)  # nothing written on error
     confirm = None if confirm is None else check_n(confirm)
-    design, first = _design(plan, store, max_looks, seeds_per_look, alpha, confirm)
+    registered, tag = [], "unregistered"
+    if not unregistered:
+        registered, tag = registered_design(plan, study_path, max_looks, seeds_per_look)
+    design, first = _design(plan, store, max_looks, seeds_per_look, alpha, confirm, registered)
     log_path = store / plan.name / DECISIONS_FILE
     log = _open_log(log_path, design, first)
     first, arms = log["first_seeds"], claim_arms(plan)
     decided = {c for lk in log["looks"] for c in lk["decided"]}
     kw = dict(profile=profile, overrides=overrides, store=store, workers=workers)
-    kw |= dict(progress=progress, executor=executor, plugins=plugins)
+    kw |= dict(progress=progress, executor=executor, plugins=plugins, registration=tag)
     while True:
         look = len(log["looks"]) + 1
         seeds_key = "confirm_seeds" if confirm is not None else "extra_seeds"

@@ -43,14 +43,10 @@ from ablate.store import (
     FINISHED,
     RunDir,
     RunStore,
-    StoreWriteError,
-    describe_os_error,
     run_damage,
     run_state,
 )
-from ablate.store.registration import record_registration
 from ablate.study import PlannedRun, Study, load_study
-from ablate.study.claims import claim_fingerprint
 
 
 def _describe(outcome: str, s: dict[str, Any]) -> str:
@@ -123,6 +119,7 @@ def run_study(
     rerun_stale: bool = False,
     extra_seeds: dict[str, Sequence[int]] | None = None,
     confirm_seeds: dict[str, Sequence[int]] | None = None,
+    registration: str | None = None,
 ) -> list[dict[str, Any]]:
     """Train every unfinished run of a study; returns the summaries of all its runs.
 
@@ -133,11 +130,11 @@ def run_study(
     ``extra_seeds`` (variant label -> seeds) adds runs beyond the study's seeds
     (``--until-decided``, :mod:`ablate.execution.decide`). ``confirm_seeds`` (variant label ->
     seeds, ``--confirm``, :mod:`ablate.execution.confirm`): only these runs are planned, each
-    marked ``confirm: true`` in its meta and summary.
+    marked ``confirm: true`` in its meta and summary, with ``registration`` (the commit of the
+    study's registration it runs under, or ``"unregistered"``).
 
-    Before any run trains, the store keeps a copy of the study file (``study.yaml``) and
-    registers the study's claims (:mod:`ablate.store.registration`); after training it notes
-    when the first run started.
+    Before any run trains, the store keeps a copy of the study file (``study.yaml``), so a
+    report finds the study's claims from any directory.
     """
     opts = executor or ExecutorOptions()
     if workers is not None:
@@ -151,12 +148,16 @@ def run_study(
     done = sum(1 for r in study.runs if dirs[r.run_id].status in FINISHED)
     todo = [r for r in study.runs if dirs[r.run_id].status not in FINISHED]
     tasks = [
-        RunTask(r, r.config, str(dirs[r.run_id].path), _meta(study, r, dirs, confirm_seeds))
+        RunTask(
+            r,
+            r.config,
+            str(dirs[r.run_id].path),
+            _meta(study, r, dirs, confirm_seeds, registration),
+        )
         for r in todo
     ]
     tasks = group_tasks(tasks)  # train.stack: a stacked group is one task
     stacked = sum(len(t.members) for t in tasks if t.members)
-    register_claims(study, runs_store.root)
     where = _where(opts, tasks)
     # recorded in each run's summary (environment): how many runs trained at once
     os.environ["ABLATE_WORKERS"] = str(_n_workers(opts, tasks))
@@ -180,7 +181,6 @@ def run_study(
         execute(tasks, opts=opts, progress=bar)
     except (KeyboardInterrupt, SystemExit, ExecutorFailed) as err:
         bar.close()
-        register_claims(study, runs_store.root)  # first_run_at, if a run started
         results = _collect(study, dirs)
         print_summary(study, results, console, elapsed=time.time() - t0)
         resume = resume_command(study_path, study.profile, overrides, store, opts)
@@ -191,7 +191,6 @@ def run_study(
             raise
         raise KeyboardInterrupt from None
     bar.close()
-    register_claims(study, runs_store.root)
     results = _collect(study, dirs)
     print_summary(study, results, console, elapsed=time.time() - t0)
     return results
@@ -223,21 +222,6 @@ def _print_resume(console: Console, results: list[dict[str, Any]], resume: str) 
     )
 
 
-def register_claims(study: Study, store: Path) -> dict[str, Any]:
-    """Record the study's claims (fingerprints, times) in ``<store>/<study>/`` (see
-    :mod:`ablate.store.registration`); a no-op write when nothing changed, and nothing for a
-    study without claims (its store directory holds runs only)."""
-    if not study.claims:
-        return {}
-    fps = {c.id: claim_fingerprint(c, study.equivalence_margin) for c in study.claims}
-    try:
-        return record_registration(store, study.name, fps)
-    except OSError as err:  # e.g. a full disk: one line, before any run starts
-        raise StoreWriteError(
-            err.errno, f"cannot write {store / study.name}: {describe_os_error(err)}"
-        ) from None
-
-
 def _merge_seeds(
     *parts: dict[str, Sequence[int]] | None,
 ) -> dict[str, Sequence[int]] | None:
@@ -255,14 +239,18 @@ def _meta(
     run: PlannedRun,
     dirs: dict[str, RunDir],
     confirm_seeds: dict[str, Sequence[int]] | None,
+    registration: str | None = None,
 ) -> dict[str, Any]:
     """The run's meta; ``confirm: true`` for a confirmation run (asked for now, or recorded so
-    in its ``run.yaml`` by an earlier ``--confirm`` and resumed by another command)."""
+    in its ``run.yaml`` by an earlier ``--confirm`` and resumed by another command) with the
+    registration it runs under (the one recorded first wins: a run keeps its attempt)."""
     meta = study.meta(run)
-    if run.seed in (confirm_seeds or {}).get(run.variant, ()):
+    before = dirs[run.run_id].read_run()["meta"]
+    if run.seed in (confirm_seeds or {}).get(run.variant, ()) or before.get("confirm") is True:
         meta["confirm"] = True
-    elif dirs[run.run_id].read_run()["meta"].get("confirm") is True:
-        meta["confirm"] = True
+        tag = before.get("registration") or registration
+        if tag:
+            meta["registration"] = tag
     return meta
 
 

@@ -14,8 +14,9 @@ names on):
 * ``stats`` (numbers on per-seed values) -> ``comparisons`` (two groups of runs, adjusted over
   a family) -> ``verdicts`` (the sentences); ``claim_checks`` checks the study's claims with them
   (the confirmatory family, Holm over the claims only; the axis comparisons are exploratory,
-  Benjamini–Hochberg), ``power`` words the seeds the deciding test needs, ``registration`` reads
-  when each claim was registered, ``sequential`` is the alpha spending of ``--until-decided``,
+  Benjamini–Hochberg), ``power`` words the seeds the deciding test needs, ``audit`` proves
+  from git when the claims were registered and lists every confirmation attempt,
+  ``sequential`` is the alpha spending of ``--until-decided``,
   ``fit`` fits the LR optimum.
 * ``tables``, ``claims_section``, ``repro`` (text and tables) and ``figure_data`` -> ``plots``
   (the PNGs) are put in order by ``blocks`` and written as Markdown and HTML by ``render``;

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from ablate.report.audit import HISTORY, audit_blocks
 from ablate.report.blocks import build_blocks, progress_line
-from ablate.report.claim_checks import analyse
+from ablate.report.claim_checks import SLOPE, analyse
 from ablate.report.claims_section import numbers
 from ablate.report.collect import (
     StudyData,
@@ -28,11 +29,16 @@ from ablate.report.collect import (
     results_frame,
 )
 from ablate.report.dashboards import write_specs
+from ablate.report.fit import init_ffn_grad_slope
 from ablate.report.plots import make_figures
 from ablate.report.render import Block, to_html, to_markdown
 from ablate.report.tables import where_text
 from ablate.report.verdicts import verdict
 from ablate.report.wandb_report import comparisons_frame, log_report
+
+KEPT_DIRS = (HISTORY, "archive")
+"""Folders of ``reports/<study>/`` a rebuild keeps: the result tables of earlier confirmation
+attempts (:mod:`ablate.report.audit`) and the archived store they were built from."""
 
 
 def build_report(study: StudyData, out: Path) -> Path:
@@ -42,11 +48,19 @@ def build_report(study: StudyData, out: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{study.name}.", suffix=".tmp", dir=out))
     try:
         os.chmod(tmp, 0o755)  # mkdtemp makes it private
-        results_frame(study).to_csv(tmp / "results.csv", index=False)
+        for keep in KEPT_DIRS:  # earlier attempts and archives outlive a rebuild
+            if (out / study.name / keep).is_dir():
+                shutil.copytree(out / study.name / keep, tmp / keep)
+        table = results_frame(study)
+        slopes = init_ffn_grad_slope(study.metrics)
+        if len(slopes):  # the per-run quantity of a slope claim, so it recomputes from the csv
+            table[SLOPE] = table["run_id"].map(slopes)
+        table.to_csv(tmp / "results.csv", index=False)
         comps, checks = analyse(study)
         figures = make_figures(study, tmp)
         blocks = build_blocks(study, comps, figures, checks)
         blocks[1:1] = damaged_blocks(study)
+        blocks += audit_blocks(study, tmp)
         (tmp / "report.md").write_text(to_markdown(blocks))
         (tmp / "report.html").write_text(to_html(blocks, f"{study.name}: ablation report"))
         write_specs(study, blocks, tmp)  # wandb_workspace.json, wandb_report.json

@@ -19,7 +19,7 @@ a claim whose arms all have some is decided on those runs only; otherwise on the
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -34,6 +34,7 @@ from ablate.report.comparisons import (
     compare_groups,
 )
 from ablate.report.fit import init_ffn_grad_slope, lr_fit
+from ablate.report.one_sample import Part, contradicted, intersection, part_of
 from ablate.report.power import (
     SeedsNeeded,
     beyond_power,
@@ -42,8 +43,8 @@ from ablate.report.power import (
     smallest_n,
     tost_power,
 )
-from ablate.report.stats import ALPHA, holm
-from ablate.study.claims import FITTED, Claim
+from ablate.report.stats import ALPHA, finite, holm
+from ablate.study.claims import FITTED, ONE_SAMPLE, Claim
 
 SLOPE = "ffn_grad_slope@init"
 
@@ -75,6 +76,14 @@ class ClaimCheck:
     """Decided on the confirmation runs only (``ablate run --confirm``)."""
     has_confirmation: bool = False
     """The study has confirmation runs at all (then an original-seed verdict says why)."""
+    sd_all: float = math.nan
+    """The SD of the claim's test over all the arms' seeds (exploratory and confirmation): what
+    seeds-needed assumes (a few confirmation seeds give a poor SD)."""
+    sd_all_n: int = 0
+    parts: list[Part] = field(default_factory=list)
+    """``expect: above/below/all``: each one-sample part's test."""
+    pool: pd.DataFrame | None = None
+    """The runs the claim was decided on (for its registration standing)."""
     look: dict | None = None
     """The ``--until-decided`` look that decided the claim (or its last look): its seeds and
     nominal level, from ``until_decided.json``; None outside a sequential design."""
@@ -87,13 +96,26 @@ def confirm_mask(runs: pd.DataFrame) -> pd.Series:
     return runs["confirm"].map(lambda v: v is True or (isinstance(v, int | float) and v == 1))
 
 
+def latest_attempt(runs: pd.DataFrame) -> pd.Series:
+    """True for the confirmation runs of the latest attempt: those run under the registration
+    whose first run started last (earlier attempts are history, never pooled with it)."""
+    conf = confirm_mask(runs)
+    if "registration" not in runs or not conf.any():
+        return conf
+    tags = runs["registration"].where(conf)
+    started = runs.get("started", pd.Series(None, index=runs.index))
+    started = pd.to_datetime(started, utc=True, errors="coerce")
+    first = started.groupby(tags).min().sort_values(na_position="first")
+    return conf & (tags == first.index[-1])
+
+
 def claim_runs(runs: pd.DataFrame, claim: Claim) -> tuple[pd.DataFrame, bool]:
-    """(the runs that decide ``claim``, whether they are its confirmation runs): the
-    confirmation runs when every arm of the claim has one, else the original runs."""
+    """(the runs that decide ``claim``, whether they are its confirmation runs): the latest
+    attempt's confirmation runs when every arm of the claim has one, else the original runs."""
     conf = confirm_mask(runs)
     if not conf.any():
         return runs, False
-    fresh = runs[conf]
+    fresh = runs[latest_attempt(runs)]
     arms = [claim.where] if claim.metric in FITTED else [{**claim.where, **claim.a}]
     if claim.b:
         arms.append({**claim.where, **claim.b})
@@ -119,9 +141,13 @@ def _match(runs: pd.DataFrame, sel: dict) -> pd.DataFrame:
     return runs[mask]
 
 
-def _best(runs: pd.DataFrame, sel: dict, col: str) -> tuple[pd.DataFrame, str]:
-    """The arm of ``sel``; a list value picks the value with the lowest mean ``col``."""
+def _best(
+    runs: pd.DataFrame, sel: dict, col: str, explore: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, str]:
+    """The arm of ``sel``; a list value picks the value with the lowest mean ``col`` over the
+    exploratory runs ``explore`` (never the confirmation runs that then decide the claim)."""
     g = _match(runs, sel)
+    pick_from = _match(explore if explore is not None else runs, sel)
     label = ", ".join(
         f"{k.split('.')[-1]}={format_value(v)}" for k, v in sel.items() if not isinstance(v, list)
     )
@@ -129,15 +155,12 @@ def _best(runs: pd.DataFrame, sel: dict, col: str) -> tuple[pd.DataFrame, str]:
         if not isinstance(val, list):
             continue
         c = axis_column(key)
-        means = {
-            v: pd.to_numeric(
-                g.loc[(g[c] == v) & (g["status"] == "completed"), col], errors="coerce"
-            ).mean()
-            for v in val
-        }
+        done = pick_from[pick_from["status"] == "completed"]
+        means = {v: pd.to_numeric(done.loc[done[c] == v, col], errors="coerce").mean() for v in val}
         finite = {v: m for v, m in means.items() if math.isfinite(m)}
         pick = min(finite, key=finite.get) if finite else val[0]
         g = g[g[c] == pick]
+        pick_from = pick_from[pick_from[c] == pick]
         opts = "/".join(format_value(v) for v in val)
         part = f"{key.split('.')[-1]}={format_value(pick)} (best of {opts})"
         label = f"{label}, {part}" if label else part
@@ -162,19 +185,23 @@ def _exponent_check(check: ClaimCheck, base: pd.DataFrame, axes: list[str], m: f
         label_b=f"{claim.value:g}",
         margin=m,
     )
+    # one fitted exponent per seed against a constant: a one-sample t-test, not a paired one
+    check.comparison = replace(check.comparison, test="one-sample t")
     not_bracketed = fit.per_batch.loc[~fit.per_batch["interior"], "batch"].tolist()
     if not_bracketed:  # no claim on an optimum the sweep does not contain
         check.detail = f"{NOT_BRACKETED} at batch " + ", ".join(f"{b:g}" for b in not_bracketed)
 
 
-def _arm_check(check: ClaimCheck, base: pd.DataFrame, m: float) -> None:
+def _arm_check(
+    check: ClaimCheck, base: pd.DataFrame, m: float, explore: pd.DataFrame | None = None
+) -> None:
     """A claim on a per-run metric: arm a against arm b, or against published values."""
     claim = check.claim
     col = metric_column(claim)
     if col not in base or base[col].isna().all():
         check.detail = f"no run records {claim.metric}"
         return
-    ga, la = _best(base, claim.a, col)
+    ga, la = _best(base, claim.a, col, explore)
     if claim.expect == "diverges":
         check.comparison = compare_groups(ga, ga.iloc[0:0], col, label_a=la, label_b="-", margin=m)
     elif claim.external:
@@ -188,8 +215,23 @@ def _arm_check(check: ClaimCheck, base: pd.DataFrame, m: float) -> None:
             diverged_a=int((ga["status"] == "diverged").sum()),
         )
     else:
-        gb, lb = _best(base, claim.b, col)
+        gb, lb = _best(base, claim.b, col, explore)
         check.comparison = compare_groups(ga, gb, col, label_a=la, label_b=lb, margin=m)
+
+
+def _one_sample_check(check: ClaimCheck, base: pd.DataFrame, explore: pd.DataFrame) -> None:
+    """A one-arm claim against a value, or an intersection of such parts
+    (:mod:`ablate.report.one_sample`)."""
+    claim = check.claim
+    col = metric_column(claim)
+    if col not in base or base[col].isna().all():
+        check.detail = f"no run records {claim.metric}"
+        return
+    for part in claim.parts or (claim,):
+        g, label = _best(base, part.a, col, _match(explore, claim.where))
+        margin = part.margin if part.margin is not None else 0.0
+        check.parts.append(part_of(g, part, col, label, margin))
+    check.comparison = intersection(claim, check.parts, claim.margin or 0.0)
 
 
 def published_label(claim: Claim) -> str:
@@ -211,11 +253,20 @@ def build_comparisons(study: StudyData, claims: list[Claim], margin: float) -> l
         m = claim.margin if claim.margin is not None else margin
         pool, fresh = claim_runs(runs, claim)
         check = ClaimCheck(claim, confirmation=fresh, has_confirmation=has_confirmation)
-        base = _match(pool, claim.where)
+        check.pool = base = _match(pool, claim.where)
         if claim.metric == "lr_exponent":
             _exponent_check(check, base, study.varying_axes, m)
+        elif claim.expect in (*ONE_SAMPLE, "all"):
+            _one_sample_check(check, base, runs[~confirm_mask(runs)])
         else:
-            _arm_check(check, base, m)
+            explore = _match(runs[~confirm_mask(runs)], claim.where)
+            _arm_check(check, base, m, explore)
+            if fresh:  # the same test on every seed of the arms, for its SD
+                every = ClaimCheck(claim)
+                _arm_check(every, _match(runs, claim.where), m, explore)
+                if every.comparison is not None:
+                    check.sd_all = every.comparison.sd
+                    check.sd_all_n = max(every.comparison.n_a, every.comparison.n_b)
         out.append(check)
     return out
 
@@ -262,6 +313,9 @@ def decide_claim(check: ClaimCheck, alpha: float) -> None:
     if claim.expect == "diverges":
         _diverges(check, c)
         return
+    if check.parts:
+        _decide_parts(check, c, alpha)
+        return
     all_a = c.total_a > 0 and c.diverged_a == c.total_a
     all_b = c.total_b > 0 and c.diverged_b == c.total_b
     if all_a != all_b and claim.expect in ("better", "worse"):  # one arm diverged everywhere
@@ -287,7 +341,50 @@ def decide_claim(check: ClaimCheck, alpha: float) -> None:
         else:
             check.outcome = INCONCLUSIVE
     if check.outcome == INCONCLUSIVE:
-        check.seeds_needed = claim_seeds_needed(c, claim, alpha)
+        n_all = f" (over all {check.sd_all_n} seeds)" if math.isfinite(check.sd_all) else ""
+        sd = check.sd_all if math.isfinite(check.sd_all) else c.sd
+        check.seeds_needed = claim_seeds_needed(replace(c, sd=sd), claim, alpha, n_all)
+
+
+def _decide_parts(check: ClaimCheck, c: Comparison, alpha: float) -> None:
+    """A one-sample claim or an intersection: reproduces when its (Holm) p is below ``alpha``,
+    contradicted when a part's opposite one-sided test is significant."""
+    if any(p.n < 2 for p in check.parts):
+        check.detail = check.detail or "fewer than 2 finite seeds in an arm"
+        return
+    level = alpha / max(c.family, 1)
+    against = contradicted(check.parts, level)
+    if math.isfinite(c.p_adj) and c.p_adj < alpha:
+        check.outcome, check.why = REPRODUCES, "every part significant"
+    elif against:
+        check.outcome = CONTRADICTED
+        check.why = "significantly the other way: " + ", ".join(p.label for p in against)
+    else:
+        check.outcome = INCONCLUSIVE
+        check.seeds_needed = parts_seeds_needed(check.parts, level)
+
+
+def parts_seeds_needed(parts: list[Part], level: float) -> SeedsNeeded:
+    """Seeds for 80% power of every part's one-sided test at ``level``, assuming each arm's
+    observed mean and SD are the true ones: the largest part's need; "not reachable" when a
+    part's mean sits on the wrong side of its value or would need more than 1000 seeds."""
+    needs, assumed = [], []
+    for p in parts:
+        x = finite(p.values)
+        d = (float(np.mean(x)) - p.ref) * (1 if p.expect == "above" else -1)
+        sd = float(np.std(x, ddof=1))
+        assumed.append(f"{p.label}: mean {np.mean(x):+.3g}, sd {sd:.3g}")
+        if d <= 0 or sd <= 0:
+            needs.append(None)
+            continue
+        needs.append(smallest_n(lambda k, d=d, sd=sd: beyond_power(k, d, sd, 0.0, level)))
+    unit, assumption = "seeds per arm", "; ".join(assumed)
+    if any(n is None for n in needs):
+        why = "an arm's observed mean is on the wrong side of its value, or more than 1000 seeds"
+        return SeedsNeeded(None, unit, "", assumption, why)
+    current = max(p.n for p in parts)
+    test = f"every part's one-sided t at α={level:.2g}"
+    return SeedsNeeded(floor_above(max(needs), current), unit, test, assumption)
 
 
 def _design(c: Comparison, claim: Claim) -> tuple[str, str, int, int]:
@@ -301,7 +398,9 @@ def _design(c: Comparison, claim: Claim) -> tuple[str, str, int, int]:
     return "two-sample", "seeds per arm", max(c.n_a, c.n_b), 0
 
 
-def claim_seeds_needed(c: Comparison, claim: Claim, alpha: float = ALPHA) -> SeedsNeeded | None:
+def claim_seeds_needed(
+    c: Comparison, claim: Claim, alpha: float = ALPHA, sd_from: str = ""
+) -> SeedsNeeded | None:
     """Seeds for 80% power of the test that would decide ``claim``, assuming the true
     difference and SD are the observed ones, at Holm's first-step level ``alpha / family``:
     for ``equivalent`` TOST when the difference is inside the margin, else the test that the
@@ -312,7 +411,7 @@ def claim_seeds_needed(c: Comparison, claim: Claim, alpha: float = ALPHA) -> See
         return None
     design, unit, current, n_b = _design(c, claim)
     level, d, sd, m = alpha / max(c.family, 1), c.diff, c.sd, c.margin
-    assumption = f"the true difference is the observed {d:+.3g} with sd {sd:.3g}"
+    assumption = f"the true difference is the observed {d:+.3g} with sd {sd:.3g}{sd_from}"
     lvl = f"α={level:.2g}"
     options = []  # (n, test)
     if abs(d) < m:
@@ -334,10 +433,11 @@ def claim_seeds_needed(c: Comparison, claim: Claim, alpha: float = ALPHA) -> See
     if found:
         n, test = min(found)
         return SeedsNeeded(floor_above(n, current), unit, test, assumption)
+    floor = f"the {n_b} published values alone fix the standard error" if n_b else ""
     why = (
         "the assumed difference sits on the margin"
         if abs(d) == m
-        else f"more than {1000} seeds"
+        else f"more than 1000 seeds{'; ' + floor if floor else ''}"
         if options
         else "no difference at all to detect"
     )

@@ -13,14 +13,13 @@ import math
 
 import pandas as pd
 
-from ablate.report import registration as reg
-from ablate.report.claim_checks import INCONCLUSIVE, ClaimCheck, confirm_mask
+from ablate.report.audit import Standing, standing
+from ablate.report.claim_checks import INCONCLUSIVE, ClaimCheck
 from ablate.report.collect import StudyData
 from ablate.report.comparisons import STREAMS_DIFFER
 from ablate.report.fit import lr_fit
 from ablate.report.render import Block
 from ablate.report.verdicts import fmt_num, fmt_p, verdict
-from ablate.study.claims import claim_fingerprint
 
 
 def _where(check: ClaimCheck) -> str:
@@ -33,6 +32,11 @@ def numbers(check: ClaimCheck, unit: str) -> str:
     c, claim = check.comparison, check.claim
     if c is None:
         return check.detail or "no runs to test it"
+    if check.parts:
+        text = "; ".join(p.text() for p in check.parts)
+        if len(check.parts) > 1:
+            text += f"; {c.test} p={fmt_num(c.p)}"
+        return f"{text}; {c.correction} {fmt_p(c.p_adj)} {_where(check)}".rstrip()
     if claim.expect == "diverges":
         tail = f" {_where(check)}" if claim.where else ""
         return f"{c.label_a}: diverged in {c.diverged_a}/{c.total_a} finished seeds{tail}"
@@ -64,7 +68,8 @@ def seeds_used(check: ClaimCheck) -> str:
             f"{len(lk.get('seed_set', []))} {kind}seeds (nominal level {lk['nominal_alpha']:.3g})"
         )
     if check.confirmation:
-        n = f"{c.n_a}" if c is not None and (c.n_a == c.n_b or check.claim.external) else ""
+        one_arm = check.claim.external or check.parts
+        n = f"{c.n_a}" if c is not None and (c.n_a == c.n_b or one_arm) else ""
         n = n or (f"{c.n_a} vs {c.n_b}" if c is not None else "its")
         return f"decided on {n} confirmation seed(s) only (fresh seeds, `ablate run --confirm`)"
     if check.has_confirmation:
@@ -72,21 +77,16 @@ def seeds_used(check: ClaimCheck) -> str:
     return "decided on the original seeds (no confirmation runs)"
 
 
-def registrations(study: StudyData, checks: list[ClaimCheck]) -> dict[str, reg.Registration]:
-    """Each claim's registration standing (:mod:`ablate.report.registration`)."""
-    record = reg.read_registration(study.path)
-    first = reg.first_run_start(study.path) if record is not None else None
-    conf_ids = set(study.runs.loc[confirm_mask(study.runs), "run_id"])
-    conf_start = reg.first_run_start(study.path, conf_ids) if conf_ids and record else None
+def registrations(study: StudyData, checks: list[ClaimCheck]) -> dict[str, Standing]:
+    """Each claim's registration standing, proven from git (:mod:`ablate.report.audit`)."""
     out = {}
     for ch in checks:
-        fp = claim_fingerprint(ch.claim, study.equivalence_margin)  # as `ablate run` records it
-        start = conf_start if ch.confirmation else None
-        out[ch.claim.id] = reg.claim_registration(ch.claim.id, record, first, fp, start)
+        pool = ch.pool if ch.pool is not None else study.runs.iloc[0:0]
+        out[ch.claim.id] = standing(study, pool, ch.confirmation)
     return out
 
 
-def _outcome(check: ClaimCheck) -> str:
+def outcome_text(check: ClaimCheck) -> str:
     """``**outcome** (why)``, and for an inconclusive claim the seeds that would decide it."""
     text = f"**{check.outcome}**"
     if check.why:
@@ -103,7 +103,7 @@ def _outcome(check: ClaimCheck) -> str:
 
 
 def claim_items(
-    checks: list[ClaimCheck], unit: str, standing: dict[str, reg.Registration] | None = None
+    checks: list[ClaimCheck], unit: str, standings: dict[str, Standing] | None = None
 ) -> list[str]:
     """One line per claim: id, the paper's statement, the outcome and the numbers, how the
     claim was registered and which seeds decided it."""
@@ -112,11 +112,11 @@ def claim_items(
         claim = check.claim
         expect = claim.expect + (f" {claim.value:g}" if claim.value is not None else "")
         tail = [seeds_used(check)]
-        if standing is not None and claim.id in standing:
-            tail.insert(0, standing[claim.id].status)
+        if standings is not None and claim.id in standings:
+            tail.insert(0, standings[claim.id].text)
         items.append(
             f"**{claim.id}** ({claim.metric}, expect {expect}): {claim.text} → "
-            f"{_outcome(check)}: {numbers(check, unit)}. *{'; '.join(tail)}.*"
+            f"{outcome_text(check)}: {numbers(check, unit)}. *{'; '.join(tail)}.*"
         )
     return items
 
@@ -159,6 +159,9 @@ def against_the_paper(study: StudyData, checks: list, unit: str) -> list[Block]:
     out = [Block("h2", "Against the paper")]
     if checks:
         k = max((ch.comparison.family for ch in checks if ch.comparison is not None), default=0)
+        scale = scale_text(study)
+        if scale:
+            out.append(Block("p", scale))
         out.append(Block("p", claims_intro(study, k)))
         out.append(Block("ul", claim_items(checks, unit, registrations(study, checks))))
     out.extend(looks_blocks(study))
@@ -180,6 +183,32 @@ def against_the_paper(study: StudyData, checks: list, unit: str) -> list[Block]:
     return out
 
 
+def _span(values: pd.Series, fmt: str = "{:,.0f}") -> str:
+    """``a`` or ``a-b`` over the finite values (``?`` when none)."""
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    if v.empty:
+        return "?"
+    lo, hi = fmt.format(v.min()), fmt.format(v.max())
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def scale_text(study: StudyData) -> str:
+    """The scale every verdict was measured at, computed from the runs: parameters, training
+    tokens per run (steps x batch x sequence length), optimizer and LR."""
+    r = study.runs[study.runs["status"] == "completed"]
+    cols = ("params", "steps", "cfg.batch_size", "cfg.seq_len")
+    if r.empty or not all(c in r for c in cols):
+        return ""
+    tokens = r["steps"] * r["cfg.batch_size"] * r["cfg.seq_len"]
+    lr = f", peak LR {_span(r['lr'], '{:g}')}" if "lr" in r else ""
+    return (
+        f"**Scale**: every verdict here holds at CPU scale only — {_span(r['params'])} "
+        f"parameters, {_span(r['steps'])} steps of {_span(r['cfg.batch_size'])} x "
+        f"{_span(r['cfg.seq_len'])} tokens ({_span(tokens)} training tokens per run), AdamW{lr}. "
+        "The papers' models, budgets and optimizers differ (a claim's text says where)."
+    )
+
+
 def claims_intro(study: StudyData, k: int) -> str:
     """How the claims are tested: the confirmatory family, the outcomes of an equivalence."""
     return (
@@ -191,9 +220,10 @@ def claims_intro(study: StudyData, k: int) -> str:
         "reads *equivalent* (TOST passes: reproduces), *different* (significant, 95% CI wholly "
         "outside ±margin: contradicted), *different but within margin* (significant, 95% CI "
         'inside ±margin: the paper\'s "no difference" holds in practice) or *inconclusive*. '
-        "A claim is confirmatory only when it was registered before the runs that decide it; "
-        "seeds needed are for the test that would decide the claim, at 80% power, assuming the "
-        "observed difference and SD are the true ones."
+        "A claim is confirmatory only when git shows its registration (registrations/<study>.yaml)"
+        " committed before the first run that decides it; each claim says so or why not. "
+        "Seeds needed are for the test that would decide the claim, at 80% power, assuming the "
+        "observed difference and the SD over all the arms' seeds are the true ones."
     )
 
 

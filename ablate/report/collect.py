@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -220,8 +221,11 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
     }
     for k in SUMMARY_FIELDS:
         row[k] = summary.get(k)
-    if meta.get("confirm") is True:  # a confirmation run (ablate run --confirm)
+    if meta.get("confirm") is True or summary.get("confirm") is True:  # ablate run --confirm
         row["confirm"] = True
+        # the registration commit it ran under; none recorded: it predates registration files
+        row["registration"] = meta.get("registration") or "before registration files"
+    row["started"] = _started(summary)
     for k, v in summary.items():
         if k not in row and k not in _SKIP_FIELDS and _scalar(v):
             row[k] = v
@@ -232,6 +236,16 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
     for key, col in CONFIG_COLUMNS.items():
         row[col] = _config_value(config, key)
     return row, axes, meta
+
+
+def _started(summary: dict[str, Any]) -> str | None:
+    """When the run first started (its first attempt), as ISO 8601 UTC; None when unknown."""
+    attempts = summary.get("attempts")
+    first = attempts[0] if isinstance(attempts, list) and attempts else {}
+    t = first.get("started") if isinstance(first, dict) else None
+    if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+        return None
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def restrict_seeds(data: StudyData, seeds: Any) -> StudyData:

@@ -13,6 +13,8 @@ report time (:mod:`ablate.report.claim_checks`). One claim::
         metric: final_val_loss                   # final_val_loss | best_val_loss | loss@2x
                                                  # | ffn_grad_slope@init | lr_exponent
         margin: 0.01                             # optional: this claim's equivalence margin
+        margin_source: pilot seed SD (0.012)     # where the margin comes from (a paper's
+                                                 # tolerance, a pilot's seed noise)
 
 A list as a value (``a: {model.activation: [swiglu, geglu]}``) means the best of those values
 (lowest mean), chosen at report time and named in the report. ``b: {artifact:
@@ -24,6 +26,11 @@ the report says so.
 ``metric: lr_exponent`` is the fitted exponent alpha in lr* ∝ batch^alpha (needs grid axes
 ``data.batch_size`` and ``optim.lr``); its claim is ``expect: equivalent`` to ``value:`` within
 ``margin`` (or ``better``/``worse`` = above/below ``value``).
+``expect: above`` / ``below`` with ``value:`` and arm ``a`` only: a one-sided one-sample t-test
+of the arm's per-run metric against ``value`` (``below`` with a ``margin``: below
+``value + margin``). ``expect: all`` with ``all: [{a, expect: above|below, value, margin}, ...]``
+(same ``metric`` and ``where``) is an intersection: it reproduces only when every part does
+(intersection-union test, its p the largest part's), e.g. "Post-LN's slope > 0 and Pre-LN's <= 0".
 """
 
 from __future__ import annotations
@@ -37,8 +44,22 @@ from typing import Any
 
 from ablate.errors import ConfigError, check_known, suggest
 
-KINDS = ("better", "worse", "equivalent", "diverges")
-KEYS = ("id", "text", "expect", "a", "b", "where", "metric", "margin", "value")
+KINDS = ("better", "worse", "equivalent", "diverges", "above", "below", "all")
+ONE_SAMPLE = ("above", "below")
+KEYS = (
+    "id",
+    "text",
+    "expect",
+    "a",
+    "b",
+    "where",
+    "metric",
+    "margin",
+    "margin_source",
+    "value",
+    "all",
+)
+PART_KEYS = ("a", "expect", "value", "margin")
 BASE_METRICS = ("final_val_loss", "best_val_loss", "ffn_grad_slope@init")
 """Per-run metrics; lower is "better". ``ffn_grad_slope@init``: slope of log10 of the FFN
 output weight's gradient norm over the layer index at step 0 (Xiong et al. Fig. 3)."""
@@ -65,6 +86,10 @@ class Claim:
     external_label: str = ""
     external_source: str = ""
     """Where ``external`` came from: ``"<artifact path>: <key>"``, or empty when typed in."""
+    margin_source: str = ""
+    """Where the margin comes from, in words (a paper's tolerance, a pilot's seed noise)."""
+    parts: tuple[Claim, ...] = ()
+    """``expect: all``: the one-sample parts that must all hold (same metric and where)."""
 
     @property
     def length(self) -> float | None:
@@ -198,8 +223,13 @@ def parse_claim(
     else:
         b = _selector(b_raw, f"{where}.b", source, axes)
     value = _value(raw.get("value"), metric, expect, where, source)
-    if metric not in FITTED and expect != "diverges" and not b and not external:
+    needs_b = metric not in FITTED and expect not in ("diverges", *ONE_SAMPLE, "all")
+    if needs_b and not b and not external:
         raise ConfigError("needs b: (the arm to compare a with)", key=f"{where}.b", source=source)
+    source_text = raw.get("margin_source")
+    if source_text is not None and not isinstance(source_text, str):
+        raise ConfigError("must be text", key=f"{where}.margin_source", source=source)
+    parts = _parts(raw.get("all"), expect, metric, where, source, axes)
     return Claim(
         id=cid,
         text=" ".join(text.split()),
@@ -213,7 +243,44 @@ def parse_claim(
         external=external,
         external_label=label,
         external_source=ext_source,
+        margin_source=" ".join((source_text or "").split()),
+        parts=parts,
     )
+
+
+def _parts(
+    raw: Any, expect: str, metric: str, where: str, source: Path, axes: dict[str, list[Any]]
+) -> tuple[Claim, ...]:
+    """``expect: all``'s parts: one-sample claims (``above``/``below`` a value) on arm ``a``."""
+    if (raw is not None) != (expect == "all"):
+        raise ConfigError(
+            "expect: all and all: [...] go together", key=f"{where}.all", source=source
+        )
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or len(raw) < 2:
+        raise ConfigError("must be a list of at least 2 parts", key=f"{where}.all", source=source)
+    out = []
+    for j, part in enumerate(raw):
+        at = f"{where}.all[{j}]"
+        if not isinstance(part, dict):
+            raise ConfigError("must be a mapping {a, expect, value}", key=at, source=source)
+        for k in part:
+            check_known(k, PART_KEYS, key=f"{at}.{k}", source=source)
+        check_known(part.get("expect"), ONE_SAMPLE, what="kind", key=f"{at}.expect", source=source)
+        margin = part.get("margin")
+        out.append(
+            Claim(
+                id=f"part{j + 1}",
+                text="",
+                expect=part["expect"],
+                metric=metric,
+                a=_selector(part.get("a"), f"{at}.a", source, axes),
+                margin=None if margin is None else parse_margin(margin, source, f"{at}.margin"),
+                value=_number(part.get("value"), f"{at}.value", source),
+            )
+        )
+    return tuple(out)
 
 
 def _statement(raw: dict, where: str, source: Path) -> tuple[str, str, str]:
@@ -256,9 +323,13 @@ def _value(raw: Any, metric: str, expect: str, where: str, source: Path) -> floa
         if expect == "diverges":
             raise ConfigError(f"{metric} cannot diverge", key=f"{where}.expect", source=source)
         return value
+    if expect in ONE_SAMPLE:
+        return _number(raw, f"{where}.value", source)
     if raw is not None:
         raise ConfigError(
-            "only a fitted metric (lr_exponent) takes value:", key=f"{where}.value", source=source
+            "only a fitted metric (lr_exponent) or expect above/below takes value:",
+            key=f"{where}.value",
+            source=source,
         )
     return None
 
@@ -301,6 +372,8 @@ def claim_canonical(claim: Claim, default_margin: float | None = None) -> str:
         "value": claim.value,
         "external": list(claim.external),
     }
+    if claim.parts:
+        content["parts"] = [json.loads(claim_canonical(p)) for p in claim.parts]
     return json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
 
 

@@ -1,0 +1,184 @@
+"""What a reviewer audits: when the claims were registered (from git), against when the runs
+that decide them started, and every confirmation attempt, the failed ones included.
+
+The registration is the committed file beside the study YAML (:mod:`ablate.study.registration`).
+Each confirmation run records the registration commit it ran under (``registration`` in
+results.csv) and its start (``started``); runs of one registration are one *attempt*. A claim
+is decided on the latest attempt; the earlier ones stay listed here, with the archived result
+tables of attempts whose runs are no longer in the store (``reports/<study>/history/*.csv``).
+A claim's outcome is confirmatory only when git shows its registration committed before the
+first run that decides it; otherwise the report says why the order cannot be proven.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+
+from ablate.errors import ConfigError
+from ablate.report.collect import StudyData
+from ablate.report.render import Block
+from ablate.study.claims import claim_fingerprint
+from ablate.study.registration import (
+    Version,
+    commit_problem,
+    git_versions,
+    read_registration,
+    registration_path,
+)
+
+BEFORE_FILES = "before registration files"
+"""The ``registration`` of a confirmation run from before registration files existed."""
+UNREGISTERED = "unregistered"
+HISTORY = "history"
+
+
+@dataclass(frozen=True)
+class Standing:
+    """How a claim was registered, in words, and whether its outcome is confirmatory."""
+
+    text: str
+    confirmatory: bool
+
+
+def when(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def start_times(runs: pd.DataFrame) -> pd.Series:
+    """The runs' ``started`` as unix seconds (NaN when unknown)."""
+    if "started" not in runs:
+        return pd.Series(float("nan"), index=runs.index)
+    t = pd.to_datetime(runs["started"], utc=True, errors="coerce")
+    return (t - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
+
+
+def _versions(study: StudyData) -> tuple[Path | None, list[Version], str]:
+    """(the registration file, its committed versions, why the order cannot be proven or "")."""
+    if study.yaml_path is None:
+        return None, [], "the study YAML was not found, so neither was its registration"
+    path = registration_path(study.yaml_path)
+    if not path.is_file():
+        return path, [], f"no registration file ({path.parent.name}/{path.name}) was committed"
+    problem = commit_problem(path)
+    if problem == "not a git checkout":
+        return path, [], f"{path.parent} is not a git checkout"
+    versions = git_versions(path)
+    return path, versions, f"{path.parent.name}/{path.name} {problem}" if problem else ""
+
+
+def _same_claims(path: Path, study: StudyData) -> bool:
+    try:
+        record = read_registration(path)
+    except ConfigError:
+        return False
+    have = {c.get("id"): c.get("fingerprint") for c in (record or {}).get("claims", [])}
+    now = {c.id: claim_fingerprint(c, study.equivalence_margin) for c in study.claims}
+    return have == now
+
+
+def standing(study: StudyData, deciding: pd.DataFrame, confirmation: bool) -> Standing:
+    """The registration standing of a claim decided on the runs ``deciding`` (its confirmation
+    runs when ``confirmation``)."""
+    if confirmation and "registration" in deciding:
+        tags = set(deciding["registration"].dropna())
+        if tags <= {BEFORE_FILES}:
+            return Standing(
+                "confirmation run before registration files existed: the order cannot be "
+                "proven from git (exploratory)",
+                False,
+            )
+        if UNREGISTERED in tags:
+            return Standing("confirmation run with --unregistered (exploratory)", False)
+    path, versions, why = _versions(study)
+    if not versions or why:
+        return Standing(
+            f"registration not provable ({why or 'never committed'}; exploratory)", False
+        )
+    if not _same_claims(path, study):
+        return Standing("the claims changed since their registration (exploratory)", False)
+    first = start_times(deciding).min()
+    if confirmation:
+        tag = next(iter(set(deciding.get("registration", pd.Series()).dropna())), "")
+        version = next((v for v in versions if v.commit == tag), None)
+        if version is None:
+            return Standing(f"ran under {tag!r}, not a commit of {path.name} (exploratory)", False)
+    else:
+        version = versions[0]
+    if not pd.notna(first):
+        return Standing(f"registered in {version.commit[:7]}; run start times unknown", False)
+    hours = (first - version.time) / 3600
+    head = f"registered in {version.commit[:7]} on {when(version.time)}"
+    which = "confirmation run" if confirmation else "run that decides it"
+    gap = f"{abs(hours):.1f} h" if abs(hours) >= 1 else f"{abs(hours) * 60:.0f} min"
+    if hours < 0:
+        return Standing(f"{head}, {gap} AFTER the first {which} (exploratory)", False)
+    return Standing(f"{head}, {gap} before the first {which}", True)
+
+
+def _design(design: dict | None) -> str:
+    if not isinstance(design, dict):
+        return "design unreadable"
+    seeds = ", ".join(str(s) for s in design.get("seeds") or [])
+    if design.get("kind") == "sequential":
+        return (
+            f"sequential: up to {design.get('max_looks')} looks of {design.get('seeds_per_look')}"
+            f" seeds, {design.get('spending')} spending, first seeds {seeds}"
+        )
+    return f"fixed: {len(design.get('seeds') or [])} seeds per arm ({seeds})"
+
+
+def attempt_items(study: StudyData) -> list[str]:
+    """One line per confirmation attempt in the store: its registration, seeds, first start."""
+    runs = study.runs
+    if "registration" not in runs:
+        return []
+    conf = runs[runs["registration"].notna()]
+    out = []
+    starts = start_times(conf)
+    order = starts.groupby(conf["registration"]).min().sort_values(na_position="first")
+    for tag in order.index:
+        g = conf[conf["registration"] == tag]
+        seeds = ", ".join(str(int(s)) for s in sorted(set(g["seed"].dropna())))
+        first = order[tag]
+        at = when(first) if pd.notna(first) else "start unknown"
+        name = tag[:7] if len(tag) == 40 else tag
+        out.append(f"under {name}: {len(g)} runs, seeds {seeds}, first started {at}")
+    return out
+
+
+def history_items(folder: Path) -> list[str]:
+    """The archived result tables of earlier attempts (``history/*.csv``): rows and seeds."""
+    out = []
+    for csv in sorted((folder / HISTORY).glob("*.csv")):
+        df = pd.read_csv(csv)
+        conf = df[df["confirm"].fillna(False).astype(bool)] if "confirm" in df else df.iloc[0:0]
+        seeds = ", ".join(str(int(s)) for s in sorted(set(conf["seed"].dropna())))
+        out.append(
+            f"[{HISTORY}/{csv.name}]({HISTORY}/{csv.name}): {len(df)} runs, "
+            f"{len(conf)} of them confirmation runs (seeds {seeds or 'none'})"
+        )
+    return out
+
+
+def audit_blocks(study: StudyData, folder: Path) -> list[Block]:
+    """Registration versions (git) and confirmation attempts, for the report."""
+    if not study.claims:
+        return []
+    path, versions, why = _versions(study)
+    out = [Block("h2", "Registration and confirmation attempts")]
+    items = [
+        f"{v.commit[:7]} on {when(v.time)}: {v.subject} — {_design(v.design)}" for v in versions
+    ]
+    name = f"{path.parent.name}/{path.name}" if path is not None else "the registration"
+    head = f"Versions of {name} in git (oldest first)" + (f"; note: {why}" if why else "") + ":"
+    out += [Block("p", head), Block("ul", items or ["none"])]
+    attempts = attempt_items(study) + history_items(folder)
+    out += [
+        Block("p", "Confirmation attempts (the latest decides the claims; none is dropped):"),
+        Block("ul", attempts or ["none"]),
+    ]
+    return out

@@ -1,0 +1,224 @@
+"""A study's registration: its claims and confirmation design, fixed in a committed file.
+
+``ablate register STUDY`` writes ``registrations/<study>.yaml`` beside the study YAML; the user
+commits it before any confirmation run. Per claim it records what is tested (text, metric,
+test, margin and where the margin comes from, the claim's fingerprint); once for the study the
+confirmation design fixed in advance (the profile, ``fixed``: which seeds; or ``sequential``:
+K looks, seeds per look, the alpha spending). ``ablate run --confirm`` / ``--until-decided``
+trains only under a registration that exists, matches the study and is committed
+(:func:`require_registration`); the report proves the order from git (:func:`git_versions`:
+the commit that wrote the registration, its time, against the first confirmation run's start).
+Changing the design after the data (more seeds, other seeds) means a new registration: a new
+commit of the file, listed with the earlier ones in the report.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ablate.errors import ConfigError
+from ablate.study.claims import FITTED, Claim, claim_fingerprint
+
+FOLDER = "registrations"
+DESIGNS = ("fixed", "sequential")
+
+
+def registration_path(study_path: str | Path) -> Path:
+    """``studies/x.yaml`` -> ``studies/registrations/x.yaml`` (a folder of its own, so that
+    ``studies/*.yaml`` stays the studies)."""
+    p = Path(study_path)
+    return p.parent / FOLDER / p.name
+
+
+def test_name(claim: Claim) -> str:
+    """The test that decides ``claim``, in words (as the report computes it)."""
+    if claim.parts:
+        return "intersection-union of one-sided one-sample t-tests (p = the larger p)"
+    if claim.metric in FITTED or claim.value is not None:
+        return f"one-sample t of the per-seed {claim.metric} against {claim.value:g}"
+    if claim.expect == "diverges":
+        return "count of diverged runs"
+    if claim.external:
+        return "Welch t against published per-seed values"
+    kind = "TOST + paired t" if claim.expect == "equivalent" else "paired t (by seed)"
+    return f"{kind}; Welch when the arms' seeds differ"
+
+
+def claim_entry(claim: Claim, default_margin: float) -> dict[str, Any]:
+    """What the registration records for one claim."""
+    margin = claim.margin if claim.margin is not None else default_margin
+    return {
+        "id": claim.id,
+        "text": claim.text,
+        "metric": claim.metric,
+        "expect": claim.expect,
+        "test": test_name(claim),
+        "margin": margin,
+        "margin_source": claim.margin_source or "software default (no stated source)",
+        "fingerprint": claim_fingerprint(claim, default_margin),
+    }
+
+
+def build_registration(
+    name: str, profile: str | None, claims: list[Claim], margin: float, design: dict[str, Any]
+) -> dict[str, Any]:
+    """The registration record (module doc); ``design`` is ``{"kind": "fixed", "seeds": [...]}``
+    or ``{"kind": "sequential", "max_looks": K, "seeds_per_look": s, "spending": ...}``."""
+    return {
+        "study": name,
+        "profile": profile,
+        "alpha": 0.05,
+        "correction": f"Holm over the study's {len(claims)} claims",
+        "design": design,
+        "claims": [claim_entry(c, margin) for c in claims],
+    }
+
+
+def write_registration(path: Path, record: dict[str, Any]) -> None:
+    """Write ``record`` to ``path`` (through a temporary file: never half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(yaml.safe_dump(record, sort_keys=False, allow_unicode=True, width=100))
+    tmp.replace(path)
+
+
+def read_registration(path: Path) -> dict[str, Any] | None:
+    """The registration at ``path``; None when there is none; ``ConfigError`` when malformed."""
+    if not path.is_file():
+        return None
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"cannot read it ({err})".splitlines()[0], source=path) from None
+    if not isinstance(data, dict) or not isinstance(data.get("claims"), list):
+        raise ConfigError("not a registration (needs claims: [...])", source=path)
+    design = data.get("design")
+    if not isinstance(design, dict) or design.get("kind") not in DESIGNS:
+        raise ConfigError(f"design.kind must be one of {', '.join(DESIGNS)}", source=path)
+    return data
+
+
+def mismatch(
+    record: dict[str, Any], name: str, profile: str | None, claims: list[Claim], margin: float
+) -> str | None:
+    """Why ``record`` does not register this study's claims as they are now; None if it does."""
+    if record.get("study") != name:
+        return f"registers study {record.get('study')!r}, not {name!r}"
+    if record.get("profile") != profile:
+        return f"was registered for profile {record.get('profile')!r}, not {profile!r}"
+    have = {c.get("id"): c.get("fingerprint") for c in record["claims"] if isinstance(c, dict)}
+    now = {c.id: claim_fingerprint(c, margin) for c in claims}
+    if set(have) != set(now):
+        return f"registers claims {sorted(have)}, the study has {sorted(now)}"
+    edited = [cid for cid, fp in now.items() if have[cid] != fp]
+    return f"claim(s) {', '.join(edited)} changed since registration" if edited else None
+
+
+def _git(path: Path, *args: str) -> subprocess.CompletedProcess | None:
+    """``git -C <path's folder> args``; None when git is missing."""
+    try:
+        return subprocess.run(
+            ["git", "-C", str(path.parent), *args], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def commit_problem(path: Path) -> str | None:
+    """Why ``path`` is not committed as it is (None when it is); ``"not a git checkout"`` when
+    the folder is in none (then the order can be stated, not proven)."""
+    inside = _git(path, "rev-parse", "--is-inside-work-tree")
+    if inside is None or inside.returncode != 0 or inside.stdout.strip() != "true":
+        return "not a git checkout"
+    tracked = _git(path, "ls-files", "--error-unmatch", path.name)
+    if tracked is None or tracked.returncode != 0:
+        return "is not committed (git add and commit it first)"
+    clean = _git(path, "diff", "--quiet", "HEAD", "--", path.name)
+    if clean is None or clean.returncode != 0:
+        return "has changes not committed (commit them first)"
+    return None
+
+
+@dataclass(frozen=True)
+class Version:
+    """One committed version of a registration file."""
+
+    commit: str
+    time: float
+    """Committer time (unix)."""
+    subject: str
+    design: dict[str, Any] | None
+    """That version's design (None when it cannot be read)."""
+    text: str = ""
+    """The file as committed."""
+
+
+def git_versions(path: Path) -> list[Version]:
+    """Every committed version of the registration at ``path``, oldest first (empty outside
+    git or when never committed)."""
+    if not path.parent.is_dir():
+        return []
+    log = _git(path, "log", "--follow", "--name-only", "--format=@@%H %ct %s", "--", path.name)
+    if log is None or log.returncode != 0:
+        return []
+    entries = []  # (commit, time, subject, the file's path at that commit)
+    for line in log.stdout.splitlines():
+        if line.startswith("@@"):
+            commit, t, *subject = line[2:].split(" ", 2)
+            entries.append([commit, t, " ".join(subject), ""])
+        elif line.strip() and entries:
+            entries[-1][3] = line.strip()
+    out = []
+    for commit, t, subject, name in reversed(entries):
+        shown = _git(path, "show", f"{commit}:{name}")
+        text = shown.stdout if shown is not None and shown.returncode == 0 else ""
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            data = None
+        design = data.get("design") if isinstance(data, dict) else None
+        out.append(Version(commit, float(t), subject, design, text))
+    return out
+
+
+def head_commit(path: Path) -> str | None:
+    """The commit that registered the file as it is now, if committed: the earliest of the
+    latest versions with its content (a move or a revert is no new registration)."""
+    versions = git_versions(path)
+    if not versions or commit_problem(path) is not None:
+        return None
+    now, commit = path.read_text(), None
+    for v in reversed(versions):
+        if v.text != now:
+            break
+        commit = v.commit
+    return commit or versions[-1].commit
+
+
+def require_registration(
+    study_path: Path, name: str, profile: str | None, claims: list[Claim], margin: float
+) -> tuple[dict[str, Any], str]:
+    """(the registration, the commit that holds it, or "" outside git) for a confirmation run;
+    ``ConfigError`` (one line) when it is missing, does not match or is not committed."""
+    path = registration_path(study_path)
+    record = read_registration(path)
+    if record is None:
+        raise ConfigError(
+            f"no registration: run `ablate register {study_path}` and commit {path.name} "
+            "first (or --unregistered: the outcome is then exploratory)",
+            source=path,
+        )
+    why = mismatch(record, name, profile, claims, margin)
+    if why:
+        raise ConfigError(f"{why}: register again and commit it", source=path)
+    problem = commit_problem(path)
+    if problem == "not a git checkout":
+        return record, ""
+    if problem:
+        raise ConfigError(problem, source=path)
+    return record, head_commit(path) or ""
