@@ -7,7 +7,6 @@ import math
 import os
 import random
 import signal
-import struct
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
@@ -334,40 +333,6 @@ def norm_pos_store():
 # --- W&B offline runs, read back from their .wandb files -----------------------------------------
 
 
-def _read_wandb_records(path: Path) -> list:
-    """Every protobuf ``Record`` in a ``.wandb`` file.
-
-    The file is a LevelDB-style log (github.com/google/leveldb/blob/main/doc/log_format.md)
-    behind a 7-byte header (``:W&B``, magic, version): 32 KiB blocks of chunks
-    ``crc32 (4) | length (2) | type (1) | data``, type FULL=1 or FIRST/MIDDLE/LAST=2/3/4 for a
-    record split across blocks. wandb 0.31 ships no Python reader (its core is Go), so this is it.
-    """
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data = path.read_bytes()
-    ident, _magic, _version = struct.unpack("<4sHB", data[:7])
-    assert ident == b":W&B"
-    block, pos, buf, records = 32768, 7, b"", []
-    while pos + 7 <= len(data):
-        left = block - pos % block
-        if left < 7:  # block trailer: too short for a chunk header
-            pos += left
-            continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        if kind == 0:  # zero padding
-            pos += left
-            continue
-        chunk = data[pos + 7 : pos + 7 + length]
-        pos += 7 + length
-        buf = chunk if kind in (1, 2) else buf + chunk
-        if kind in (1, 4):
-            record = pb.Record()
-            record.ParseFromString(buf)
-            records.append(record)
-            buf = b""
-    return records
-
-
 def _offline_wandb_run(run_dir) -> SimpleNamespace:
     """The run's newest offline W&B run (the one ``ablate sync`` uploads): its ``run`` record,
     record ``kinds`` (a Counter), the merged ``config``, the ``history`` (metric -> logged
@@ -380,7 +345,9 @@ def _offline_wandb_run(run_dir) -> SimpleNamespace:
     rid = wandb_run_id(run_dir)
     files = sorted(run_dir.wandb_dir.glob(f"offline-run-*-{rid}/run-{rid}.wandb"))
     assert files, list(run_dir.wandb_dir.rglob("*"))
-    records = _read_wandb_records(files[-1])
+    from ablate.report.wandb_sync import read_records
+
+    records = read_records(files[-1])
     kinds = collections.Counter(rec.WhichOneof("record_type") for rec in records)
     (run,) = [rec.run for rec in records if rec.WhichOneof("record_type") == "run"]
     config = {u.key: json.loads(u.value_json) for u in run.config.update}
