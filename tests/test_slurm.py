@@ -262,7 +262,7 @@ def test_a_study_on_a_real_cluster_survives_a_requeue_and_leaves_an_empty_queue(
     try:
         # the first run past a checkpoint while its task runs: requeue that task
         def training_run():
-            for d in store.glob("tiny/*"):
+            for d in (p for p in store.glob("tiny/*") if p.is_dir()):
                 steps = _train_steps(d) if (d / "metrics.csv").exists() else []
                 owner = holder(d)
                 if owner and steps and steps[-1] >= 200:
