@@ -25,7 +25,11 @@ under bf16 runs on the CPU through oneDNN, which has a bf16 LSTM kernel only on 
 (AVX-512 ones; an AVX2-only CPU raises "could not create a primitive descriptor for the LSTM
 forward propagation primitive" at the first step). ``cpu_bf16_lstm`` tries a tiny LSTM once
 per process; ``cpu_precision_problem`` turns a "no" into a plan-time line, and the smoke test
-(``ablate.execution.smoke``) runs such an LSTM in fp32 instead.
+(``ablate.execution.smoke``) runs such an LSTM in fp32 instead. Likewise bf16 matrix products:
+CPUs without native bf16 (AVX512-BF16 or AMX) emulate them, ~70x slower than fp32 on an
+AVX2-only CPU, so ``cpu_bf16_matmul_fast`` times one product of each and the smoke test runs
+bf16 profiles in fp32 where bf16 is emulated (a 2-step smoke of a GPU profile took minutes
+instead of seconds).
 """
 
 from __future__ import annotations
@@ -166,6 +170,33 @@ def cpu_bf16_lstm() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+BF16_SLOWDOWN_LIMIT = 8.0  # emulated bf16 measured ~70x fp32 on AVX2; native is ~1x or faster
+
+
+@cache
+def cpu_bf16_matmul_fast() -> bool:
+    """Whether this CPU multiplies bf16 matrices within ``BF16_SLOWDOWN_LIMIT`` x the fp32 time.
+
+    Timed once per process (a fraction of a second): the best of 3 products of 256 x 256
+    matrices in each dtype, after one untimed product."""
+    import time
+
+    import torch
+
+    a = torch.randn(256, 256)
+
+    def best(x: torch.Tensor) -> float:
+        x @ x
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            x @ x
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    return best(a.bfloat16()) <= BF16_SLOWDOWN_LIMIT * best(a)
 
 
 def cpu_precision_problem(arch: str, precision: str) -> str | None:

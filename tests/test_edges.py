@@ -16,7 +16,7 @@ import ablate.accel
 from ablate.cli import app
 from ablate.data import resolve_dataset, window_order
 from ablate.errors import ConfigError
-from ablate.execution.smoke import smoke_config
+from ablate.execution.smoke import fp32_reason, smoke_config
 from ablate.study import load_study
 
 
@@ -72,7 +72,8 @@ def test_the_bf16_lstm_rule_follows_the_probe_and_spares_other_runs(bf16_lstm):
     assert load_study("studies/architecture.yaml", "gpu", check_device=False)
 
 
-def test_smoke_runs_a_bf16_lstm_in_fp32_only_where_the_cpu_has_no_kernel(bf16_lstm):
+def test_smoke_runs_a_bf16_lstm_in_fp32_only_where_the_cpu_has_no_kernel(bf16_lstm, monkeypatch):
+    monkeypatch.setattr(ablate.accel, "cpu_bf16_matmul_fast", lambda: True)
     study = load_study("studies/architecture.yaml", "gpu", check_device=False)
     by_arch = {r.config.model.arch: r.config for r in study.runs}
     assert by_arch["lstm"].train.precision == "bf16-mixed"
@@ -81,6 +82,20 @@ def test_smoke_runs_a_bf16_lstm_in_fp32_only_where_the_cpu_has_no_kernel(bf16_ls
     assert smoke_config(by_arch["transformer"]).train.precision == "bf16-mixed"
     bf16_lstm(True)
     assert smoke_config(by_arch["lstm"]).train.precision == "bf16-mixed"
+
+
+def test_smoke_runs_bf16_in_fp32_where_the_cpu_emulates_bf16_matmuls(bf16_lstm, monkeypatch):
+    bf16_lstm(True)
+    study = load_study("studies/positional_encoding.yaml", "gpu", check_device=False)
+    cfg = study.runs[0].config
+    assert cfg.train.precision == "bf16-mixed"
+    monkeypatch.setattr(ablate.accel, "cpu_bf16_matmul_fast", lambda: False)
+    assert smoke_config(cfg).train.precision == "32-true"
+    assert "emulates bf16" in fp32_reason("transformer", "bf16-mixed")
+    assert fp32_reason("transformer", "32-true") is None
+    monkeypatch.setattr(ablate.accel, "cpu_bf16_matmul_fast", lambda: True)
+    assert smoke_config(cfg).train.precision == "bf16-mixed"
+    assert fp32_reason("transformer", "bf16-mixed") is None
 
 
 TINY_LSTM_STUDY = """

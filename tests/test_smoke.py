@@ -8,6 +8,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+import ablate.accel
 import ablate.training.train
 from ablate.cli import app
 from ablate.execution.smoke import smoke_config, smoke_runs, smoke_study
@@ -16,7 +17,8 @@ from ablate.study import load_study
 STUDIES = sorted(Path("studies").glob("*.yaml"))
 
 
-def test_smoke_config_keeps_shapes_and_moves_gpu_paths_to_the_cpu():
+def test_smoke_config_keeps_shapes_and_moves_gpu_paths_to_the_cpu(monkeypatch):
+    monkeypatch.setattr(ablate.accel, "cpu_bf16_matmul_fast", lambda: True)
     study = load_study("studies/positional_encoding.yaml", "gpu", check_device=False)
     run = study.runs[0]
     cfg = smoke_config(run.config)

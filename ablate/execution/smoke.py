@@ -13,8 +13,10 @@ What changes for the CPU, and nothing else:
   too, and fused AdamW with clipping under bf16 is what crashed every GPU run once);
   ``16-mixed`` becomes ``bf16-mixed`` (CPU autocast runs bf16;
   ``bf16-mixed`` and ``32-true`` are kept as they are), except that an LSTM in bf16 on a CPU
-  without oneDNN's bf16 LSTM kernel (AVX2-only CPUs: ``ablate.accel.cpu_bf16_lstm``) runs in
-  ``32-true``, and the smoke says so: it checks the run's code path, not this CPU's kernels;
+  without oneDNN's bf16 LSTM kernel (AVX2-only CPUs: ``ablate.accel.cpu_bf16_lstm``), and any
+  bf16 run on a CPU that emulates bf16 matrix products (``ablate.accel.cpu_bf16_matmul_fast``:
+  ~70x slower than fp32 there), runs in ``32-true``, and the smoke says so: it checks the
+  run's code path, not this CPU's kernels;
 - ``train.attn_backend`` flash/efficient becomes ``auto`` (the CPU kernel for the encoding);
 - ``data.batch_size`` becomes ``SMOKE_BATCH`` and ``data.eval_batch_size`` 1 (a GPU batch of a
   GPU model takes minutes per step on a CPU; memory is what ``ablate bench --gpu`` measures);
@@ -68,7 +70,7 @@ def smoke_config(
     )
     if t["precision"] == "16-mixed":
         t["precision"] = "bf16-mixed"
-    if _no_bf16_kernel(cfg.model.arch, t["precision"]):
+    if fp32_reason(cfg.model.arch, t["precision"]):
         t["precision"] = "32-true"
     if t["attn_backend"] in ("flash", "efficient"):
         t["attn_backend"] = "auto"
@@ -80,16 +82,17 @@ def smoke_config(
     return RunConfig.model_validate(d)
 
 
-def _no_bf16_kernel(arch: str, precision: str) -> bool:
-    from ablate.accel import cpu_precision_problem
+def fp32_reason(arch: str, precision: str) -> str | None:
+    """Why a bf16 run of ``arch`` is smoke-tested in ``32-true`` on this CPU, or None."""
+    from ablate.accel import BF16_PRECISIONS, cpu_bf16_matmul_fast, cpu_precision_problem
 
-    return cpu_precision_problem(arch, precision) is not None
-
-
-FP32_NOTE = (
-    "note: this CPU has no bf16 LSTM kernel (oneDNN's needs e.g. AVX-512), so LSTM runs are "
-    "smoke-tested in 32-true: their code path, not the bf16 kernel a GPU uses"
-)
+    if precision not in BF16_PRECISIONS:
+        return None
+    if cpu_precision_problem(arch, precision):
+        return "this CPU has no bf16 LSTM kernel (oneDNN's needs e.g. AVX-512)"
+    if not cpu_bf16_matmul_fast():
+        return "this CPU emulates bf16 matrix products (no AVX512-BF16 or AMX)"
+    return None
 
 
 def check_compile(study: Study) -> None:
@@ -147,8 +150,16 @@ def smoke_study(
         f"[bold]{study.name}[/] smoke test (profile {study.profile}): {len(runs)} of "
         f"{len(study.runs)} runs (one per code path), {SMOKE_STEPS} steps each on the CPU"
     )
-    if any(r.config.train.precision != c.train.precision == "32-true" for r, c in runs):
-        console.print(f"  {FP32_NOTE}")
+    reasons = {
+        fp32_reason(r.config.model.arch, "bf16-mixed")
+        for r, c in runs
+        if r.config.train.precision != c.train.precision == "32-true"
+    }
+    for reason in sorted(filter(None, reasons)):
+        console.print(
+            f"  note: {reason}, so its bf16 runs are smoke-tested in 32-true: their code path, "
+            "not the bf16 kernels a GPU uses"
+        )
     os.environ.setdefault("WANDB_MODE", "disabled")
     rows = []
     with tempfile.TemporaryDirectory(prefix="ablate-smoke-") as tmp:
