@@ -335,10 +335,19 @@ def test_registration_proven_from_git_and_every_attempt_listed(tmp_path, write_r
     assert "history/attempt-1.csv): 3 runs, 2 of them confirmation runs (seeds 3, 4)" in audit
     assert (path.parent / "history" / "attempt-1.csv").read_text() == old  # kept on rebuild
     assert "started" in pd.read_csv(path.parent / "results.csv")
+    # claims.csv and the reports' claims index say what the report says
+    (row,) = pd.read_csv(path.parent / "claims.csv").to_dict("records")
+    assert row["confirmatory"] is True and row["registration"] in claim
+    assert f"→ **{check.outcome}**: {row['numbers']}" in claim
+    index = (tmp_path / "r" / "claims.md").read_text()
+    assert "| [reg](reg/report.md) | 1 |" in index and "| 1 of 1 |" in index
+    assert f"- **early** (confirmatory): {check.claim.text} → **{check.outcome}**" in index
 
     _mark_confirm(store, "reg", {6, 7, 8}, started=t0 - 60)  # ran before the commit
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
     assert "1 min AFTER the first confirmation run (exploratory)" in path.read_text()
+    index = (tmp_path / "r" / "claims.md").read_text()
+    assert "| 0 of 1 |" in index and "- **early** (exploratory)" in index
 
 
 def test_looks_in_the_report(tmp_path, write_run):
@@ -461,3 +470,31 @@ def test_a_claim_decided_at_a_look_is_reported_on_that_looks_seeds(tmp_path, wri
     assert "decided at look 2 of the sequential design on its 6 confirmation seeds" in (
         path.read_text()
     )
+
+
+@pytest.mark.parametrize(
+    ("device", "where"), [("cpu", "CPU scale"), ("NVIDIA H100 80GB", "GPU scale")]
+)
+def test_the_claims_section_states_the_scale_computed_from_the_runs(
+    tmp_path, write_run, device, where
+):
+    store = tmp_path / "runs"
+    for norm, base in (("post", 1.9), ("pre", 1.6)):
+        for seed in range(3):
+            write_run(store, "sc", {NORM: norm}, seed, "completed", base + 0.01 * seed)
+    for run in RunStore(store).runs("sc"):
+        run.write_summary({**run.read_summary(), "environment": {"device": device}})
+    margin = {"margin": 0.05, "margin_source": "a stated tolerance"}
+    claims = [_claim("same", "pre", "post", expect="equivalent", **margin)]
+    spec = _spec(tmp_path / "sc.yaml", {NORM: ["post", "pre"]}, claims)
+    (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
+    section = path.read_text().split("## Against the paper")[1]
+    cfg = yaml.safe_load(next(RunStore(store).runs("sc")).path.joinpath("run.yaml").read_text())
+    b, t = cfg["config"]["data"]["batch_size"], cfg["config"]["data"]["seq_len"]
+    assert (
+        f"holds at this {where}: 51,000 parameters, 100 steps of {b} x {t} tokens "
+        f"({100 * b * t:,} training tokens per run), AdamW, peak LR 0.001." in section
+    )
+    assert "unless a claim sets its own" not in section  # every claim states its margin
+    (row,) = pd.read_csv(path.parent / "claims.csv").to_dict("records")
+    assert row["scale"].startswith(f"{where}: 51,000 parameters")

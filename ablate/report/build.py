@@ -1,8 +1,9 @@
 """Build a study's report folder: the stage's modules put in order, written atomically.
 
-``build_report`` writes ``<out>/<study>/`` (``results.csv``, ``report.md``, ``report.html``, the
-PNG figures) in a temporary directory next to it and swaps it in by rename, then logs the same
-tables and figures to W&B; ``build_reports`` does it for the studies named (or all in a store).
+``build_report`` writes ``<out>/<study>/`` (``results.csv``, ``claims.csv``, ``report.md``,
+``report.html``, the PNG figures) in a temporary directory next to it and swaps it in by
+rename, then logs the same tables and figures to W&B; ``build_reports`` does it for the
+studies named (or all in a store) and rewrites the claims index (:mod:`ablate.report.index`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pandas as pd
 from ablate.report.audit import HISTORY, audit_blocks
 from ablate.report.blocks import build_blocks, progress_line
 from ablate.report.claim_checks import SLOPE, analyse
-from ablate.report.claims_section import numbers
+from ablate.report.claims_section import claims_frame
 from ablate.report.collect import (
     StudyData,
     display_names,
@@ -30,6 +31,7 @@ from ablate.report.collect import (
 )
 from ablate.report.dashboards import write_specs
 from ablate.report.fit import init_ffn_grad_slope
+from ablate.report.index import CLAIMS_CSV, write_index
 from ablate.report.plots import make_figures
 from ablate.report.render import Block, to_html, to_markdown
 from ablate.report.tables import where_text
@@ -57,6 +59,9 @@ def build_report(study: StudyData, out: Path) -> Path:
             table[SLOPE] = table["run_id"].map(slopes)
         table.to_csv(tmp / "results.csv", index=False)
         comps, checks = analyse(study)
+        claims = claims_frame(study, checks, loss_unit(study).split("/")[0])
+        if len(claims):
+            claims.to_csv(tmp / CLAIMS_CSV, index=False)
         figures = make_figures(study, tmp)
         blocks = build_blocks(study, comps, figures, checks)
         blocks[1:1] = damaged_blocks(study)
@@ -66,7 +71,7 @@ def build_report(study: StudyData, out: Path) -> Path:
         write_specs(study, blocks, tmp)  # wandb_workspace.json, wandb_report.json
         _swap_in(tmp, out / study.name)
         figures = [replace(f, path=out / study.name / f.path.name) for f in figures]
-        log_report(study, wandb_tables(study, comps, checks), figures)
+        log_report(study, wandb_tables(study, comps, claims), figures)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -84,26 +89,13 @@ def damaged_blocks(study: StudyData) -> list[Block]:
     ]
 
 
-def wandb_tables(study: StudyData, comps: list, checks: list) -> dict:
+def wandb_tables(study: StudyData, comps: list, claims: pd.DataFrame) -> dict:
     """The verdicts and claims as tables for W&B (the same rows as report.md)."""
     unit = loss_unit(study).split("/")[0]
     verdicts = [(c, verdict(c, unit=unit, where=where_text(c, study))) for c in comps]
     table = comparisons_frame(verdicts, display_names(study.axes))
-    claims = pd.DataFrame(
-        [
-            {
-                "id": ch.claim.id,
-                "claim": ch.claim.text,
-                "expect": ch.claim.expect,
-                "metric": ch.claim.metric,
-                "outcome": ch.outcome,
-                "seeds needed": ch.seeds_needed.text() if ch.seeds_needed else "",
-                "numbers": numbers(ch, unit),
-            }
-            for ch in checks
-        ]
-    )
-    return {"verdicts": table, "claims": claims}
+    keep = ["id", "claim", "expect", "metric", "outcome", "seeds needed", "numbers"]
+    return {"verdicts": table, "claims": claims[keep]}
 
 
 def _swap_in(new: Path, dest: Path) -> None:
@@ -139,4 +131,7 @@ def build_reports(studies: list[str], *, store: Path, out: Path, quiet: bool = F
             print(f"{name}: {path.parent}/ (report.md, report.html, results.csv){note}")
             for reason in (study.extra.get("damaged") or {}).values():
                 print(f"  damaged run skipped: {reason}")
+    index = write_index(out)
+    if index is not None and not quiet:
+        print(f"every report's claims: {index}")
     return paths

@@ -121,6 +121,42 @@ def claim_items(
     return items
 
 
+def claims_frame(study: StudyData, checks: list[ClaimCheck], unit: str) -> pd.DataFrame:
+    """One row per claim as the report words it (``claims.csv``, W&B's claims table and the
+    reports index read it): outcome, numbers, registration standing, seeds and scale."""
+    standings = registrations(study, checks)
+    scale = scale_text(study, lead=False)
+    return pd.DataFrame(
+        [
+            {
+                "study": study.name,
+                "id": ch.claim.id,
+                "claim": ch.claim.text,
+                "expect": ch.claim.expect,
+                "metric": ch.claim.metric,
+                "outcome": ch.outcome,
+                "numbers": numbers(ch, unit),
+                "seeds needed": ch.seeds_needed.text() if ch.seeds_needed else "",
+                "registration": standings[ch.claim.id].text,
+                "confirmatory": standings[ch.claim.id].confirmatory,
+                "decided on": seeds_used(ch),
+                "scale": scale,
+            }
+            for ch in checks
+        ],
+        columns=CLAIM_COLUMNS,
+    )
+
+
+CLAIM_COLUMNS = "study id claim expect metric outcome numbers".split() + [
+    "seeds needed",
+    "registration",
+    "confirmatory",
+    "decided on",
+    "scale",
+]
+
+
 def lr_table(study: StudyData) -> pd.DataFrame | None:
     """Per batch size: LRs swept, best LR of the mean curve, bracketed or not, fitted lr*."""
     axes = set(study.varying_axes)
@@ -192,31 +228,41 @@ def _span(values: pd.Series, fmt: str = "{:,.0f}") -> str:
     return lo if lo == hi else f"{lo}-{hi}"
 
 
-def scale_text(study: StudyData) -> str:
-    """The scale every verdict was measured at, computed from the runs: parameters, training
-    tokens per run (steps x batch x sequence length), optimizer and LR."""
+def scale_text(study: StudyData, *, lead: bool = True) -> str:
+    """The scale every verdict was measured at, computed from the runs: the device, parameters,
+    training tokens per run (steps x batch x sequence length), optimizer and LR (``lead``: as
+    the claims section's opening sentence, else the bare figures)."""
     r = study.runs[study.runs["status"] == "completed"]
     cols = ("params", "steps", "cfg.batch_size", "cfg.seq_len")
     if r.empty or not all(c in r for c in cols):
         return ""
     tokens = r["steps"] * r["cfg.batch_size"] * r["cfg.seq_len"]
     lr = f", peak LR {_span(r['lr'], '{:g}')}" if "lr" in r else ""
+    devices = r.get("env.device", pd.Series(dtype=str)).dropna().astype(str)
+    where = "" if devices.empty else "CPU " if (devices == "cpu").all() else "GPU "
+    figures = (  # a CUDA run records its device's name, a CPU run "cpu"
+        f"{where}scale: {_span(r['params'])} parameters, {_span(r['steps'])} steps of "
+        f"{_span(r['cfg.batch_size'])} x {_span(r['cfg.seq_len'])} tokens ({_span(tokens)} "
+        f"training tokens per run), AdamW{lr}"
+    )
+    if not lead:
+        return figures
     return (
-        f"**Scale**: every verdict here holds at CPU scale only — {_span(r['params'])} "
-        f"parameters, {_span(r['steps'])} steps of {_span(r['cfg.batch_size'])} x "
-        f"{_span(r['cfg.seq_len'])} tokens ({_span(tokens)} training tokens per run), AdamW{lr}. "
-        "The papers' models, budgets and optimizers differ (a claim's text says where)."
+        f"**Scale**: every verdict here holds at this {figures}. The papers' models, budgets "
+        "and optimizers differ (a claim's text says where)."
     )
 
 
 def claims_intro(study: StudyData, k: int) -> str:
     """How the claims are tested: the confirmatory family, the outcomes of an equivalence."""
+    defaulted = any(c.margin is None and c.expect == "equivalent" for c in study.claims)
+    margin = f"; margin ±{study.equivalence_margin:g} unless a claim sets its own" * defaulted
     return (
         "Each claim from the study YAML, checked against the runs when this report was built. "
         f"The claims are the confirmatory family: Holm-corrected over this study's {k} claim "
         "test(s) only (a claim and its reverse are one test), never over the exploratory "
-        "comparisons below, so a claim's verdict does not change when the grid grows; margin "
-        f"±{study.equivalence_margin:g} unless a claim sets its own. An `equivalent` claim "
+        f"comparisons below, so a claim's verdict does not change when the grid grows{margin}. "
+        "An `equivalent` claim "
         "reads *equivalent* (TOST passes: reproduces), *different* (significant, 95% CI wholly "
         "outside ±margin: contradicted), *different but within margin* (significant, 95% CI "
         'inside ±margin: the paper\'s "no difference" holds in practice) or *inconclusive*. '
