@@ -240,3 +240,27 @@ def test_confirm_alone_means_the_registered_seeds():
         "5",
     ]
     assert optional_values(["run", "s.yaml", "--confirm", "x"])[-1] == "x"  # an error later
+
+
+def test_each_profile_registers_in_a_file_of_its_own(study, tmp_path):
+    """A gpu profile's runs are new data: their design is registered in `<study>.gpu.yaml`
+    beside the cpu profile's `<study>.yaml`, and a confirmation checks its own profile's."""
+    path = study()
+    spec = yaml.safe_load(path.read_text())
+    spec["profiles"] = {"cpu": {}, "gpu": {"train": {"max_steps": 3}}}
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert registration_path(path).name == registration_path(path, "cpu").name == "conf.yaml"
+    assert registration_path(path, "gpu") == path.parent / "registrations" / "conf.gpu.yaml"
+    store = tmp_path / "runs"
+    _git(path.parent, "init", "-q")
+    register = ["register", str(path), "--seeds", "2", "--store", str(store)]
+    assert CliRunner().invoke(app, [*register, "--profile", "cpu"]).exit_code == 0
+    _git(path.parent, "add", "registrations")
+    _git(path.parent, "commit", "-qm", "register cpu")
+    res = _confirm_cli(path, store, "--profile", "gpu")  # the cpu one does not count
+    assert res.exit_code == 2 and "conf.gpu.yaml" in res.output and "no registration" in res.output
+    res = CliRunner().invoke(app, [*register, "--profile", "gpu"])
+    assert res.exit_code == 0, res.output
+    gpu = yaml.safe_load(registration_path(path, "gpu").read_text())
+    assert gpu["profile"] == "gpu" and gpu["design"]["kind"] == "fixed"
+    assert yaml.safe_load(registration_path(path).read_text())["profile"] == "cpu"

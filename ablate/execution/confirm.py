@@ -156,7 +156,7 @@ def register_study(
     for entry in record["claims"]:
         if entry["id"] in pilot:
             entry["pilot"] = pilot[entry["id"]]
-    path = registration_path(study_path)
+    path = registration_path(study_path, study.profile)
     write_registration(path, record)
     return path
 
@@ -246,14 +246,14 @@ def plan_confirm(
         if design["kind"] != "fixed":
             raise ConfigError(
                 "registers a sequential design: run it with --until-decided",
-                source=registration_path(study_path),
+                source=registration_path(study_path, study.profile),
             )
         seeds = [int(s) for s in design.get("seeds") or []]
         if n is not None and check_n(n) != len(seeds):
             raise ConfigError(
                 f"registers {len(seeds)} seeds, not {n}: a new design needs a new registration",
                 key="--confirm",
-                source=registration_path(study_path),
+                source=registration_path(study_path, study.profile),
             )
         tag = commit or "uncommitted (not a git checkout)"
     return study, seeds, {v: list(seeds) for v in dict.fromkeys(variants)}, tag
@@ -267,7 +267,7 @@ def registered_design(
     record, commit = require_registration(
         Path(study_path), study.name, study.profile, study.claims, study.equivalence_margin
     )
-    design, path = record["design"], registration_path(study_path)
+    design, path = record["design"], registration_path(study_path, study.profile)
     if design["kind"] != "sequential":
         raise ConfigError("registers a fixed design: run it with --confirm", source=path)
     for key, value in (("max_looks", max_looks), ("seeds_per_look", seeds_per_look)):

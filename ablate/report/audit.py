@@ -60,7 +60,7 @@ def _versions(study: StudyData) -> tuple[Path | None, list[Version], str]:
     """(the registration file, its committed versions, why the order cannot be proven or "")."""
     if study.yaml_path is None:
         return None, [], "the study YAML was not found, so neither was its registration"
-    path = registration_path(study.yaml_path)
+    path = registration_path(study.yaml_path, study.profile)
     if not path.is_file():
         return path, [], f"no registration file ({path.parent.name}/{path.name}) was committed"
     problem = commit_problem(path)

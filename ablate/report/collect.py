@@ -77,6 +77,8 @@ class StudyData:
     """The study YAML's ``claims:`` (:class:`ablate.study.claims.Claim`), checked by the report."""
     equivalence_margin: float = 0.01
     """The study YAML's ``equivalence_margin`` (nats) for TOST and claims."""
+    profile: str | None = None
+    """The profile the runs were planned with (their ``meta.profile``)."""
 
     @property
     def varying_axes(self) -> list[str]:
@@ -374,7 +376,8 @@ def load_study(store: Path, name: str, yaml_path: Path | None = None) -> StudyDa
         metrics = pd.DataFrame(columns=id_cols + ["step", "metric", "value"])
 
     yaml_data = read_study_yaml(yaml_path) if yaml_path is not None else {}
-    plan, why = _expand(yaml_path, next((m.get("profile") for m in metas), None))
+    profile = next((m.get("profile") for m in metas), None)
+    plan, why = _expand(yaml_path, profile)
     extra: dict[str, Any] = {"damaged": damaged} if damaged else {}
     if why:  # the claims and expected run count are missing: the user must hear it
         extra["no_spec"] = why
@@ -392,6 +395,7 @@ def load_study(store: Path, name: str, yaml_path: Path | None = None) -> StudyDa
         extra=extra,
         claims=list(plan.claims) if plan is not None else [],
         equivalence_margin=plan.equivalence_margin if plan is not None else 0.01,
+        profile=profile,
     )
 
 

@@ -28,11 +28,18 @@ FOLDER = "registrations"
 DESIGNS = ("fixed", "sequential")
 
 
-def registration_path(study_path: str | Path) -> Path:
-    """``studies/x.yaml`` -> ``studies/registrations/x.yaml`` (a folder of its own, so that
-    ``studies/*.yaml`` stays the studies)."""
+BASE_PROFILE = "cpu"
+"""The profile whose registration is named after the study alone (the first registrations)."""
+
+
+def registration_path(study_path: str | Path, profile: str | None = None) -> Path:
+    """``studies/x.yaml`` -> ``studies/registrations/x.yaml`` for the cpu profile (or a study
+    without profiles), ``x.<profile>.yaml`` for another: a profile's runs are new data, with a
+    design of their own, registered before they start. A folder of its own, so that
+    ``studies/*.yaml`` stays the studies."""
     p = Path(study_path)
-    return p.parent / FOLDER / p.name
+    name = p.name if profile in (None, BASE_PROFILE) else f"{p.stem}.{profile}{p.suffix}"
+    return p.parent / FOLDER / name
 
 
 def test_name(claim: Claim) -> str:
@@ -205,7 +212,7 @@ def require_registration(
 ) -> tuple[dict[str, Any], str]:
     """(the registration, the commit that holds it, or "" outside git) for a confirmation run;
     ``ConfigError`` (one line) when it is missing, does not match or is not committed."""
-    path = registration_path(study_path)
+    path = registration_path(study_path, profile)
     record = read_registration(path)
     if record is None:
         raise ConfigError(
