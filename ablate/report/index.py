@@ -1,4 +1,6 @@
-"""``<reports>/claims.md``: every claim of every report in a reports folder, in one page.
+"""``<reports>/claims.md``: every claim of every report in a reports folder, in one page, with
+each claim's outcome at another scale beside it when a subfolder holds those reports
+(``reports/gpu/<study>/``: the gpu profiles).
 
 Read from each ``<study>/claims.csv`` (written by :func:`ablate.report.build.build_report` from
 the store), never from a store: the page can list reports whose stores are elsewhere, and it
@@ -35,8 +37,41 @@ def _flag(value) -> bool:
     return str(value).strip().lower() == "true"
 
 
-def index_markdown(frames: dict[str, pd.DataFrame]) -> str:
-    """The page for ``{study: claims frame}``: a summary table, then each study's claims."""
+def _frames(folder: Path) -> dict[str, pd.DataFrame]:
+    return {
+        p.parent.name: pd.read_csv(p, keep_default_na=False)
+        for p in sorted(folder.glob(f"*/{CLAIMS_CSV}"))
+        if not p.parent.name.startswith(".")
+    }
+
+
+def scales_table(
+    frames: dict[str, pd.DataFrame], other: dict[str, pd.DataFrame], sub: str
+) -> list[str]:
+    """Per claim, its outcome here and in the reports of folder ``sub`` (e.g. ``gpu/``: the
+    same studies at another scale), flagged where both decided it and they disagree."""
+    lines = [
+        f"| study | claim | here | in {sub}/ | agree |",
+        "|" + " --- |" * 5,
+    ]
+    for name in sorted(set(frames) | set(other)):
+        here = {r["id"]: r for r in frames.get(name, pd.DataFrame()).to_dict("records")}
+        there = {r["id"]: r for r in other.get(name, pd.DataFrame()).to_dict("records")}
+        for cid in list(dict.fromkeys([*here, *there])):
+            a = here.get(cid, {}).get("outcome", "not run")
+            b = there.get(cid, {}).get("outcome", "not run")
+            decided = {a, b}.isdisjoint({"not run", "inconclusive"})
+            agree = ("yes" if a == b else "**no**") if decided else ""
+            link = f"[{name}]({name}/report.md)" if name in frames else name
+            lines.append(f"| {link} | {cid} | {a} | {b} | {agree} |")
+    return lines
+
+
+def index_markdown(
+    frames: dict[str, pd.DataFrame], others: dict[str, dict[str, pd.DataFrame]] | None = None
+) -> str:
+    """The page for ``{study: claims frame}``: a summary table, each other scale's outcomes
+    side by side (``others``: ``{subfolder: frames}``), then each study's claims."""
     rows = []
     for name, c in frames.items():
         confirmed = sum(_flag(v) for v in c["confirmatory"])
@@ -46,6 +81,9 @@ def index_markdown(frames: dict[str, pd.DataFrame]) -> str:
         )
     lines = ["# Claims", "", INTRO, ""]
     lines += ["| study | claims | outcomes | confirmatory | scale |", "|" + " --- |" * 5, *rows]
+    for sub, other in (others or {}).items():
+        lines += ["", f"## Against the reports in [{sub}/]({sub}/{INDEX})", ""]
+        lines += scales_table(frames, other, sub)
     for name, c in frames.items():
         lines += ["", f"## [{name}]({name}/report.md)", ""]
         for r in c.to_dict("records"):
@@ -58,19 +96,26 @@ def index_markdown(frames: dict[str, pd.DataFrame]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_index(out: Path) -> Path | None:
-    """Write ``out/claims.md`` from every ``out/*/claims.csv`` (atomically); None when none."""
-    out = Path(out)
-    frames = {
-        p.parent.name: pd.read_csv(p, keep_default_na=False)
-        for p in sorted(out.glob(f"*/{CLAIMS_CSV}"))
-        if not p.parent.name.startswith(".")
-    }
+def _write(folder: Path) -> Path | None:
+    frames = _frames(folder)
     if not frames:
         return None
-    fd, tmp = tempfile.mkstemp(prefix=f".{INDEX}.", dir=out)
+    subs = sorted(p for p in folder.iterdir() if p.is_dir() and p.name not in frames)
+    others = {p.name: f for p in subs if not p.name.startswith(".") and (f := _frames(p))}
+    fd, tmp = tempfile.mkstemp(prefix=f".{INDEX}.", dir=folder)
     with os.fdopen(fd, "w") as f:
-        f.write(index_markdown(frames))
+        f.write(index_markdown(frames, others))
     os.chmod(tmp, 0o644)
-    os.replace(tmp, out / INDEX)
-    return out / INDEX
+    os.replace(tmp, folder / INDEX)
+    return folder / INDEX
+
+
+def write_index(out: Path) -> Path | None:
+    """Write ``out/claims.md`` from every ``out/*/claims.csv`` (atomically; None when there is
+    none), with a side-by-side table for each subfolder of reports (``out/gpu/*/claims.csv``).
+    A parent folder's index that lists this one side by side is rewritten too."""
+    out = Path(out)
+    path = _write(out)
+    if (out.parent / INDEX).is_file():
+        _write(out.parent)
+    return path

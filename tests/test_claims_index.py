@@ -1,0 +1,47 @@
+"""reports/claims.md: every report's claims in one page, each scale's outcome side by side."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ablate.report.claims_section import CLAIM_COLUMNS
+from ablate.report.index import write_index
+
+
+def _claims(folder, study, outcomes, confirmatory=True, scale="CPU scale: 1 parameters"):
+    rows = [
+        {c: "" for c in CLAIM_COLUMNS}
+        | {"study": study, "id": cid, "claim": f"{cid} text", "outcome": outcome}
+        | {"numbers": f"{cid} numbers", "confirmatory": confirmatory, "scale": scale}
+        | {"registration": "registered in abc1234", "decided on": "decided on 3 seeds"}
+        for cid, outcome in outcomes.items()
+    ]
+    (folder / study).mkdir(parents=True)
+    pd.DataFrame(rows, columns=CLAIM_COLUMNS).to_csv(folder / study / "claims.csv", index=False)
+
+
+def test_the_index_lists_every_report_and_compares_scales(tmp_path):
+    reports = tmp_path / "reports"
+    _claims(reports, "norm", {"a": "reproduces", "b": "inconclusive"})
+    _claims(reports, "pos", {"c": "contradicted"}, confirmatory=False)
+    (reports / "old_study").mkdir()  # a report built before claims.csv: not listed
+    assert write_index(reports) == reports / "claims.md"
+    page = (reports / "claims.md").read_text()
+    assert "| [norm](norm/report.md) | 2 | 1 reproduces, 1 inconclusive | 2 of 2 |" in page
+    assert "| [pos](pos/report.md) | 1 | 1 contradicted | 0 of 1 |" in page
+    assert "- **c** (exploratory): c text → **contradicted**: c numbers." in page
+    assert "old_study" not in page and "Against the reports in" not in page
+
+    gpu = reports / "gpu"
+    _claims(gpu, "norm", {"a": "reproduces", "b": "contradicted"}, scale="GPU scale: 9")
+    _claims(gpu, "pos", {"c": "reproduces"})
+    write_index(gpu)  # rewrites its own index and the parent's, which compares them
+    assert (
+        "| [norm](norm/report.md) | 2 | 1 reproduces, 1 contradicted | 2 of 2 | GPU scale: 9 |"
+        in (gpu / "claims.md").read_text()
+    )
+    page = (reports / "claims.md").read_text()
+    assert "## Against the reports in [gpu/](gpu/claims.md)" in page
+    assert "| [norm](norm/report.md) | a | reproduces | reproduces | yes |" in page
+    assert "| [norm](norm/report.md) | b | inconclusive | contradicted |  |" in page
+    assert "| [pos](pos/report.md) | c | contradicted | reproduces | **no** |" in page
