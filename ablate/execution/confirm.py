@@ -130,8 +130,12 @@ def register_study(
 ) -> Path:
     """Write the study's registration (``ablate register``): its claims and the confirmation
     design, ``n`` fresh seeds per arm (or, with ``looks``, up to ``looks`` looks of ``n`` seeds
-    each, O'Brien-Fleming alpha spending). Returns the file, which the user commits."""
-    study = load_study(study_path, profile, overrides, plugins=plugins)
+    each, O'Brien-Fleming alpha spending). Returns the file, which the user commits. Nothing
+    trains, so the profile's device and data need not be here (a gpu profile is registered on
+    the laptop, committed, then run on the GPU machine)."""
+    study = load_study(
+        study_path, profile, overrides, plugins=plugins, check_data=False, check_device=False
+    )
     if not study.claims:
         raise ConfigError("the study has no claims to register", key="claims", source=study.path)
     n = check_n(n, "--seeds")
