@@ -15,6 +15,7 @@ import yaml
 from scipy import stats
 
 from ablate.report import build_reports
+from ablate.report.blocks import progress_line, withdrawn_note
 from ablate.report.claim_checks import (
     CONTRADICTED,
     INCONCLUSIVE,
@@ -498,3 +499,25 @@ def test_the_claims_section_states_the_scale_computed_from_the_runs(
     assert "unless a claim sets its own" not in section  # every claim states its margin
     (row,) = pd.read_csv(path.parent / "claims.csv").to_dict("records")
     assert row["scale"].startswith(f"{where}: 51,000 parameters")
+
+
+def test_a_withdrawn_attempts_unfinished_runs_are_named_not_counted_as_work_left(
+    tmp_path, write_run
+):
+    store = tmp_path / "runs"
+    for norm, base in (("post", 1.9), ("pre", 1.6)):
+        for seed in range(7):
+            status = "running" if seed in (3, 4) else "completed"
+            write_run(store, "wd", {NORM: norm}, seed, status, base + 0.01 * seed)
+    _mark_confirm(store, "wd", {3, 4}, "aaaaaaa1", started=1_000_000_000)
+    _mark_confirm(store, "wd", {5, 6}, "bbbbbbb2", started=1_000_086_400)
+    spec = _spec(tmp_path / "wd.yaml", {NORM: ["post", "pre"]}, [_claim("c", "pre", "post")])
+    data = load_study(store, "wd", spec)
+    assert progress_line(data) is None  # 10 of 10 finished once the withdrawn 4 are set aside
+    assert withdrawn_note(data).startswith("4 unfinished confirmation run(s) of an earlier ")
+    assert "(under aaaaaaa)" in withdrawn_note(data)
+    # were the later attempt the unfinished one, it would be work left
+    _mark_confirm(store, "wd", {3, 4}, "aaaaaaa1", started=1_000_172_800)
+    data = load_study(store, "wd", spec)
+    assert progress_line(data).startswith("PARTIAL: 10 of 14 runs finished; 4 interrupted")
+    assert withdrawn_note(data) is None

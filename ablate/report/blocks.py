@@ -10,8 +10,16 @@ from collections import Counter
 
 import pandas as pd
 
+from ablate.report.claim_checks import confirm_mask, latest_attempt
 from ablate.report.claims_section import against_the_paper, extra_seeds_section
-from ablate.report.collect import StudyData, display_names, format_value, loss_unit, value_order
+from ablate.report.collect import (
+    ORDERED_STATUSES,
+    StudyData,
+    display_names,
+    format_value,
+    loss_unit,
+    value_order,
+)
 from ablate.report.comparisons import Comparison
 from ablate.report.plots import FigureFile
 from ablate.report.render import Block
@@ -30,8 +38,12 @@ from ablate.store import UNFINISHED_STATES
 
 
 def progress_line(study: StudyData) -> str | None:
-    """``'PARTIAL: 4 of 12 runs finished; 1 running, 2 pending'`` or None when all finished."""
-    c = study.status_counts()
+    """``'PARTIAL: 4 of 12 runs finished; 1 running, 2 pending'`` or None when all finished.
+    Unfinished confirmation runs of an earlier attempt (a withdrawn design: the latest attempt
+    decides) are nobody's work left, so they are named, not counted as unfinished."""
+    runs = study.runs
+    counts = runs[~_withdrawn(runs)]["status"].value_counts() if len(runs) else {}
+    c = {s: int(counts.get(s, 0)) for s in ORDERED_STATUSES}
     present = sum(c.values())
     total = max(present, study.expected_runs or 0)
     finished = c["completed"] + c["diverged"]
@@ -43,6 +55,26 @@ def progress_line(study: StudyData) -> str | None:
     if c["failed"]:
         line += " (re-run `ablate run` to retry failed runs)"
     return line + ". Numbers below use the finished runs only."
+
+
+def _withdrawn(runs: pd.DataFrame) -> pd.Series:
+    """Unfinished confirmation runs of an attempt that is not the latest."""
+    unfinished = runs["status"].isin(UNFINISHED_STATES)
+    return confirm_mask(runs) & ~latest_attempt(runs) & unfinished
+
+
+def withdrawn_note(study: StudyData) -> str | None:
+    """One line naming the unfinished runs of earlier confirmation attempts, if any."""
+    runs = study.runs
+    withdrawn = _withdrawn(runs) if len(runs) else None
+    if withdrawn is None or not withdrawn.any():
+        return None
+    tags = ", ".join(sorted({str(t)[:7] for t in runs.loc[withdrawn, "registration"]}))
+    return (
+        f"{int(withdrawn.sum())} unfinished confirmation run(s) of an earlier attempt (under "
+        f"{tags}) stay in the store as that attempt's record; the latest attempt decides the "
+        "claims, so they are not work left (see Registration and confirmation attempts)."
+    )
 
 
 HOW_TO_READ = (
@@ -129,6 +161,8 @@ def header_blocks(study: StudyData) -> list[Block]:
     partial = progress_line(study)
     if partial:
         blocks.append(Block("note", f"**{partial}**"))
+    if withdrawn := withdrawn_note(study):
+        blocks.append(Block("note", withdrawn))
     from ablate.store.provenance import stale_note  # runs made by other model/training code
 
     if stale := stale_note(study.path):
