@@ -15,6 +15,7 @@ import yaml
 from scipy import stats
 
 from ablate.report import build_reports
+from ablate.report.audit import attempt_items
 from ablate.report.blocks import progress_line, withdrawn_note
 from ablate.report.claim_checks import (
     CONTRADICTED,
@@ -516,6 +517,11 @@ def test_a_withdrawn_attempts_unfinished_runs_are_named_not_counted_as_work_left
     assert progress_line(data) is None  # 10 of 10 finished once the withdrawn 4 are set aside
     assert withdrawn_note(data).startswith("4 unfinished confirmation run(s) of an earlier ")
     assert "(under aaaaaaa)" in withdrawn_note(data)
+    assert attempt_items(data)[:2] == [
+        "under aaaaaaa1: 4 runs (0 finished, 4 not), seeds 3, 4, first started 2001-09-09 "
+        "01:46 UTC",
+        "under bbbbbbb2: 4 runs, seeds 5, 6, first started 2001-09-10 01:46 UTC",
+    ]
     # were the later attempt the unfinished one, it would be work left
     _mark_confirm(store, "wd", {3, 4}, "aaaaaaa1", started=1_000_172_800)
     data = load_study(store, "wd", spec)

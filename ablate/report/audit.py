@@ -146,7 +146,9 @@ def attempt_items(study: StudyData) -> list[str]:
         first = order[tag]
         at = when(first) if pd.notna(first) else "start unknown"
         name = tag[:7] if len(tag) == 40 else tag
-        out.append(f"under {name}: {len(g)} runs, seeds {seeds}, first started {at}")
+        done = int(g["status"].isin(("completed", "diverged")).sum())
+        left = f" ({done} finished, {len(g) - done} not)" if done < len(g) else ""
+        out.append(f"under {name}: {len(g)} runs{left}, seeds {seeds}, first started {at}")
     return out
 
 
