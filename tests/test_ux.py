@@ -218,11 +218,13 @@ def test_html_tables_fit_short_headers_numbers_wrap_only_between_whole_parts():
 
 
 def test_markdown_emphasis_is_rendered_but_not_inside_code():
-    from ablate.report.render import _inline
+    from ablate.report.render import inline_html
 
-    html = _inline("*better*/*worse*, **bold**, `*code*`, 2*3*4 and a * b")
+    html = inline_html("*better*/*worse*, **bold**, `*code*`, 2*3*4 and a * b")
     assert "<em>better</em>/<em>worse</em>" in html and "<strong>bold</strong>" in html
     assert "<code>*code*</code>" in html and "2*3*4" in html and "a * b" in html
+    html = inline_html("*decided on 5 seeds (`ablate run --confirm`, a<b).*")  # a claim's tail
+    assert html == "<em>decided on 5 seeds (<code>ablate run --confirm</code>, a&lt;b).</em>"
 
 
 def _variant_axis_store(root, write_run):

@@ -97,19 +97,19 @@ figure{margin:1.2em 0}img{max-width:100%;height:auto}code{background:#f2f2f2;pad
 scrollbar is a last resort for a page narrower than ~1000 px."""
 
 
-def _inline(text: str) -> str:
-    """Markdown's inline marks as HTML: ``code``, **strong**, *emphasis* (not inside code)."""
-    parts = re.split(r"(`[^`]+`)", str(text))
-    out = []
-    for part in parts:
-        if part.startswith("`") and part.endswith("`") and len(part) > 1:
-            out.append(f"<code>{html.escape(part[1:-1])}</code>")
-            continue
-        s = html.escape(part)
-        s = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", s)
-        s = re.sub(r"(?<![\w*])\*(?=\S)([^*]+?)(?<=\S)\*(?![\w*])", r"<em>\1</em>", s)
-        out.append(s)
-    return "".join(out)
+def inline_html(text: str) -> str:
+    """Markdown's inline marks as HTML: ``code``, **strong**, *emphasis* (around code spans
+    too, never inside one)."""
+    codes: list[str] = []
+
+    def stash(m: re.Match) -> str:
+        codes.append(f"<code>{html.escape(m.group(0)[1:-1])}</code>")
+        return f"\x00{len(codes) - 1}\x00"
+
+    s = html.escape(re.sub(r"`[^`]+`", stash, str(text)))
+    s = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", s)
+    s = re.sub(r"(?<![\w*])\*(?=\S)([^*]+?)(?<=\S)\*(?![\w*])", r"<em>\1</em>", s)
+    return re.sub("\x00(\\d+)\x00", lambda m: codes[int(m.group(1))], s)
 
 
 # long column names -> what the HTML header shows; the full name is its tooltip and legend
@@ -176,25 +176,27 @@ def to_html(blocks: list[Block], title: str) -> str:
     n_fig = 0
     for b in blocks:
         if b.kind in ("h1", "h2"):
-            parts.append(f"<{b.kind}>{_inline(b.content)}</{b.kind}>")
+            parts.append(f"<{b.kind}>{inline_html(b.content)}</{b.kind}>")
         elif b.kind == "p":
             paras = str(b.content).split("\n\n")
-            parts.extend(f"<p>{_inline(p)}</p>" for p in paras)
+            parts.extend(f"<p>{inline_html(p)}</p>" for p in paras)
         elif b.kind == "note":
-            parts.append(f'<p class="note">{_inline(b.content)}</p>')
+            parts.append(f'<p class="note">{inline_html(b.content)}</p>')
         elif b.kind == "ul":
-            parts.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in b.content) + "</ul>")
+            parts.append(
+                "<ul>" + "".join(f"<li>{inline_html(i)}</li>" for i in b.content) + "</ul>"
+            )
         elif b.kind == "table":
             parts.append(html_table(b.content))
             if b.caption:
-                parts.append(f'<p class="caption">{_inline(b.caption)}</p>')
+                parts.append(f'<p class="caption">{inline_html(b.caption)}</p>')
         elif b.kind == "fig":
             n_fig += 1
             f: FigureFile = b.content
             data = base64.b64encode(f.path.read_bytes()).decode("ascii")
             parts.append(
                 f'<figure><img alt="{html.escape(f.title)}" src="data:image/png;base64,{data}">'
-                f"<figcaption>Figure {n_fig}: {_inline(b.caption)}</figcaption></figure>"
+                f"<figcaption>Figure {n_fig}: {inline_html(b.caption)}</figcaption></figure>"
             )
     body = "\n".join(parts)
     return (
