@@ -117,3 +117,17 @@ def test_a_piped_smoke_table_never_breaks_a_number(monkeypatch):
         for number in ("12,345,678", "3.142", "123.5"):  # each whole on one line
             assert number in text, text
         assert text.count("shape mismatch shape mismatch") >= 2  # the whole error, below
+
+
+def test_status_lists_a_variants_seeds_in_numeric_order(tmp_path, write_run):
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+
+    store = tmp_path / "runs"
+    for seed in (10, 2, 1):
+        for norm in ("pre", "post"):
+            write_run(store, "s", {"model.norm_placement": norm}, seed, "completed", 2.0)
+    res = CliRunner().invoke(app, ["status", "--store", str(store)], env={"COLUMNS": "120"})
+    names = [line.split("│")[1].strip() for line in res.output.splitlines() if line[:1] == "│"]
+    assert names == [f"{v}-s{s}" for v in ("post", "pre") for s in (1, 2, 10)], res.output

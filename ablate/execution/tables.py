@@ -393,6 +393,18 @@ STATUS_COLUMNS = [
 ]
 
 
+def _status_order(meta: dict, run_id: str) -> tuple:
+    """Profile, then variant, then seed as a number (seed=2 before seed=10)."""
+    seed = meta.get("seed")
+    number = seed if isinstance(seed, int) and not isinstance(seed, bool) else float("inf")
+    return (
+        str(meta.get("profile")),
+        str(meta.get("variant", "")),
+        number,
+        str(meta.get("name", run_id)),
+    )
+
+
 def _status_rows(runs_store: RunStore, name: str) -> tuple[list[list[str]], Counter, list[str]]:
     """(one row of :data:`STATUS_COLUMNS` per run, counts per state, damage reasons)."""
     from ablate.store.provenance import is_stale
@@ -400,7 +412,7 @@ def _status_rows(runs_store: RunStore, name: str) -> tuple[list[list[str]], Coun
     counts: Counter = Counter()
     runs = sorted(
         ((d.read_run()["meta"], d) for d in runs_store.runs(name)),
-        key=lambda md: (str(md[0].get("profile")), str(md[0].get("name", md[1].run_id))),
+        key=lambda md: _status_order(md[0], md[1].run_id),
     )
     damaged, rows = [], []
     for meta, d in runs:
