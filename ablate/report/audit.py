@@ -21,6 +21,7 @@ import pandas as pd
 from ablate.errors import ConfigError
 from ablate.report.collect import StudyData
 from ablate.report.render import Block
+from ablate.store import FINISHED
 from ablate.study.claims import claim_fingerprint
 from ablate.study.registration import (
     Version,
@@ -146,7 +147,7 @@ def attempt_items(study: StudyData) -> list[str]:
         first = order[tag]
         at = when(first) if pd.notna(first) else "start unknown"
         name = tag[:7] if len(tag) == 40 else tag
-        done = int(g["status"].isin(("completed", "diverged")).sum())
+        done = int(g["status"].isin(FINISHED).sum())
         left = f" ({done} finished, {len(g) - done} not)" if done < len(g) else ""
         out.append(f"under {name}: {len(g)} runs{left}, seeds {seeds}, first started {at}")
     return out

@@ -7,13 +7,13 @@ Markdown and HTML.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pandas as pd
 
 from ablate.report.claim_checks import confirm_mask, latest_attempt
 from ablate.report.claims_section import against_the_paper, extra_seeds_section
 from ablate.report.collect import (
-    ORDERED_STATUSES,
     StudyData,
     display_names,
     format_value,
@@ -41,9 +41,8 @@ def progress_line(study: StudyData) -> str | None:
     """``'PARTIAL: 4 of 12 runs finished; 1 running, 2 pending'`` or None when all finished.
     Unfinished confirmation runs of an earlier attempt (a withdrawn design: the latest attempt
     decides) are nobody's work left, so they are named, not counted as unfinished."""
-    runs = study.runs
-    counts = runs[~_withdrawn(runs)]["status"].value_counts() if len(runs) else {}
-    c = {s: int(counts.get(s, 0)) for s in ORDERED_STATUSES}
+    kept = study.runs[~_withdrawn(study.runs)] if len(study.runs) else study.runs
+    c = replace(study, runs=kept).status_counts()
     present = sum(c.values())
     total = max(present, study.expected_runs or 0)
     finished = c["completed"] + c["diverged"]
