@@ -412,7 +412,7 @@ def report(
 
 @app.command()
 def sync(
-    study: Annotated[str, typer.Argument(help="Study name in the store.")],
+    study: Annotated[str, typer.Argument(help="Study name in the store, or its YAML.")],
     store: StoreOpt = Path("runs"),
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="List what would be uploaded; upload nothing.")
@@ -431,7 +431,7 @@ def sync(
 
 @app.command()
 def dashboard(
-    study: Annotated[str, typer.Argument(help="Study name in the store.")],
+    study: Annotated[str, typer.Argument(help="Study name in the store, or its YAML.")],
     store: StoreOpt = Path("runs"),
     out: Annotated[Path, typer.Option(help="Reports directory.")] = Path("reports"),
 ) -> None:
@@ -443,7 +443,7 @@ def dashboard(
     except ConfigError as err:
         fail(err)
     for kind in ("workspace", "report"):
-        typer.echo(f"{study} {kind}: {record[kind]['url']}")
+        typer.echo(f"{record['study']} {kind}: {record[kind]['url']}")
 
 
 @app.command()

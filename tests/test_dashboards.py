@@ -238,8 +238,11 @@ def test_dashboard_saves_the_specs_then_updates_them(norm_pos, loopback, tmp_pat
     assert record["workspace"]["url"].startswith(loopback.url + "/me/ablate?nw=")
     assert f"norm_pos workspace: {record['workspace']['url']}" in first.output
 
-    second = CliRunner().invoke(app, args)
+    study_yaml = tmp_path / "norm_pos.yaml"  # the study's YAML names it, as for `ablate report`
+    study_yaml.write_text("name: norm_pos\n")
+    second = CliRunner().invoke(app, ["dashboard", str(study_yaml), *args[2:]])
     assert second.exit_code == 0, second.output
+    assert f"norm_pos workspace: {record['workspace']['url']}" in second.output
     ws2, report2 = loopback.upserts()[2:]
     assert ws2["id"] == "view-1" and ws2["name"] == record["workspace"]["name"]
     assert report2["id"] == "view-2"

@@ -127,8 +127,12 @@ def test_sync_of_an_unknown_study_is_one_line(tmp_path, norm_pos_store):
     store = norm_pos_store(tmp_path / "runs")
     result = CliRunner().invoke(app, ["sync", "nope", "--store", str(store), "--dry-run"])
     assert result.exit_code == 2 and "studies present: norm_pos" in result.output
-    result = CliRunner().invoke(app, ["sync", "norm_pos", "--store", str(store), "--dry-run"])
-    assert result.exit_code == 2 and "no offline W&B runs" in result.output
+    study_yaml = tmp_path / "norm_pos.yaml"  # a study YAML names its study
+    study_yaml.write_text("name: norm_pos\n")
+    for study in ("norm_pos", str(study_yaml)):
+        result = CliRunner().invoke(app, ["sync", study, "--store", str(store), "--dry-run"])
+        assert result.exit_code == 2, result.output
+        assert "study 'norm_pos' has no offline W&B runs" in result.output
 
 
 def test_confirmation_runs_are_tagged():

@@ -63,7 +63,7 @@ def save_dashboards(store: Path, study: str, reports: Path = Path("reports")) ->
     """Save (or update) the study's workspace and Report; returns the record written to
     ``<store>/<study>/wandb_views.json``. ``ConfigError`` (one line, nothing saved) for an
     unknown study, missing specs or no W&B login."""
-    resolve_studies([study], Path(store))
+    study = resolve_studies([study], Path(store))[0][0]  # a study YAML names its study
     specs = (_spec(reports, study, WORKSPACE_FILE), _spec(reports, study, REPORT_FILE))
     if not wandb_logged_in():
         raise ConfigError(
@@ -75,6 +75,7 @@ def save_dashboards(store: Path, study: str, reports: Path = Path("reports")) ->
     entity = wandb.Api().default_entity or ""
     path = Path(store) / study / VIEWS_FILE
     record = read_json(path) or {}
+    record["study"] = study
     record["workspace"] = _save_workspace(specs[0], entity, record.get("workspace") or {})
     atomic_write_json(path, record)  # kept even if the Report fails next
     record["report"] = _save_report(specs[1], entity, record.get("report") or {})
