@@ -484,7 +484,9 @@ def build_config(flat: dict[str, Any] | None = None, source: str | Path | None =
 def load_yaml(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():
-        raise ConfigError("file not found", source=path)
+        guess = Path("studies") / f"{path.name}.yaml"  # a study's name where its file was meant
+        hint = f" (the study's file is {guess})" if not path.suffix and guess.is_file() else ""
+        raise ConfigError(f"file not found{hint}", source=path)
     try:
         raw = path.read_bytes()
     except OSError as err:

@@ -7,6 +7,7 @@ from ablate.config import (
     check_key,
     flatten,
     load_run_config,
+    load_yaml,
     parse_override,
 )
 
@@ -63,6 +64,18 @@ def test_yaml_file_errors_name_the_file(tmp_path):
         load_run_config(p)
     with pytest.raises(ConfigError, match="file not found"):
         load_run_config(tmp_path / "missing.yaml")
+
+
+def test_a_study_name_given_for_its_file_points_at_the_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "studies").mkdir()
+    (tmp_path / "studies" / "mine.yaml").write_text("name: mine\n")
+    with pytest.raises(
+        ConfigError, match=r"file not found \(the study's file is studies/mine.yaml\)"
+    ):
+        load_yaml("mine")
+    with pytest.raises(ConfigError, match=r"other: file not found$"):
+        load_yaml("other")
 
 
 def test_flatten_takes_sections_and_dotted_keys_and_names_the_key_path():
