@@ -527,7 +527,10 @@ def bench(
         check_section(section)
     except ValueError as err:
         fail(err)
-    run_bench(quick=quick, out=out, only=section)
+    try:
+        run_bench(quick=quick, out=out, only=section)
+    except ConfigError as err:  # e.g. the data cannot be had offline: one line, nothing written
+        fail(err)
 
 
 DEFAULT_CONFIRM = "registered"

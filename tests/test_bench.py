@@ -182,6 +182,24 @@ def test_bench_section_must_be_known():
     assert len(res.output.strip().splitlines()) == 1
 
 
+def test_bench_without_its_data_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import ablate.bench.cpu
+    from ablate.cli import app
+    from ablate.errors import ConfigError
+
+    def offline(**_):
+        raise ConfigError("data.dataset: could not download it", source="tinyshakespeare")
+
+    monkeypatch.setattr(ablate.bench.cpu, "run_bench", offline)
+    out = tmp_path / "bench.md"
+    res = CliRunner().invoke(app, ["bench", "--section", "quality", "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == "error: tinyshakespeare: data.dataset: could not download it"
+    assert not out.exists()
+
+
 def test_one_section_goes_into_the_existing_report(tmp_path):
     """``--section``: the other sections of the last run stay; the re-measured one says so."""
     out = tmp_path / "bench.md"
