@@ -209,6 +209,10 @@ def test_one_section_goes_into_the_existing_report(tmp_path):
     text = out.read_text()
     assert "re-measured alone by `ablate bench --section efficiency`" in text
     assert "## 1. Framework overhead\n\nnot run" in text
+    assert (
+        "run of then (quick (smoke-test sizes: not meaningful as measurements)), sections "
+        "since re-measured alone where they say so" in text
+    )  # the header says it is no one run
 
 
 def test_nanogpt_own_runs_train_py_with_the_seed_shifted(tmp_path):

@@ -224,10 +224,12 @@ def _nanogpt(d: dict[str, Any]) -> str:
 
 def render(r: dict[str, Any]) -> str:
     mode = "quick (smoke-test sizes: not meaningful as measurements)" if r["quick"] else "full"
+    again = ", sections since re-measured alone where they say so" if r.get("notes") else ""
+    total = sum(r["section_s"].values()) if r.get("notes") else r["wall_s"]  # one run's wall
     head = [
         "# ablate benchmark",
-        f"`ablate bench` run of {r['started']} ({mode}); {seconds(r['wall_s'])} in all. Every "
-        "figure is a ratio of measurements taken side by side in this one process, so that the "
+        f"`ablate bench` run of {r['started']} ({mode}){again}; {seconds(total)} in all. Every "
+        "figure is a ratio of measurements taken side by side in one process, so that the "
         "load of a shared machine cancels as far as it can; absolute times are for context.",
     ]
     loads = [v for pair in r.get("load", {}).values() for v in pair if v is not None]
