@@ -94,8 +94,8 @@ def _wandb_id(folder: Path) -> str:
 
 
 def offline_runs(store: Path, study: str) -> list[OfflineRun]:
-    """The study's offline W&B runs, the report run last (module doc)."""
-    study = resolve_studies([study], store)[0][0]  # one line for an unknown study
+    """The offline W&B runs of ``study`` (a name in the store), the report run last (module
+    doc)."""
     root = Path(store) / study
     dirs = [p for p in sorted(root.iterdir()) if p.is_dir() and not p.name.startswith(".")]
     sources: list[tuple[RunDir | None, Path]] = [(RunDir(p), p / "wandb") for p in dirs]
@@ -140,7 +140,7 @@ def sync_study(store: Path, study: str, *, dry_run: bool = False) -> int:
     offline runs, or, unless ``dry_run``, no W&B login.
     """
     store = Path(store)
-    study = resolve_studies([study], store)[0][0]  # a study YAML names its study
+    study = resolve_studies([study], store)[0][0]  # one line for an unknown study; a YAML's name
     runs = offline_runs(store, study)
     if not runs:
         raise ConfigError(f"study '{study}' has no offline W&B runs", source=store / study)
