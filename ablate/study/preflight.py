@@ -5,11 +5,11 @@ resolved, so bad input is one ``ConfigError`` line naming the file and key, exit
 anything is written:
 
 * seeds outside ``[0, 2**32 - 1]`` (what numpy and Lightning's seeding accept);
-* ``train.accelerator: gpu`` on a machine without a CUDA device, and a run on the CPU
-  (``cpu``, or ``auto`` without a GPU) in a precision this CPU cannot train the model in: an
-  LSTM in bf16 where oneDNN has no bf16 LSTM kernel (``ablate.accel.cpu_precision_problem``,
-  which asks the CPU itself). ``device=False`` skips these, e.g. for a mode that picks its own
-  device and precision (``--smoke``);
+* ``train.accelerator: gpu`` on a machine without a CUDA device. ``device=False`` skips this,
+  e.g. for a mode that picks its own device (``--smoke``);
+* a stacked group (``train.stack`` a number) in a precision stacked groups do not train in:
+  ``16-mixed`` needs a loss scaler per member, which the stacked path does not have
+  (``bf16-mixed`` needs none);
 * absurd sizes: more than ``MAX_PARAMS`` parameters, or activations above ``MAX_ACT_BYTES``;
 * data files (``data=False`` skips these), local ones and registered ones already fetched:
   empty, not UTF-8, or too short for one window of ``seq_len + 1`` tokens per row of
@@ -129,19 +129,34 @@ def gpu_available() -> bool:
     return torch.cuda.is_available()
 
 
+def _check_stack(cfg: RunConfig, where: Where, source: Path | None) -> None:
+    from ablate.training.stacked.plan import PRECISIONS, not_stackable
+
+    t = cfg.train
+    # ``auto`` and models that train alone anyway (the LSTM) are left to the plan's line
+    if t.stack in ("off", "auto") or not_stackable(cfg) != f"precision {t.precision}":
+        return
+    raise ConfigError(
+        f"is {t.precision}, but train.stack={t.stack} trains stacked groups, which run "
+        f"{' or '.join(PRECISIONS)} only ({t.precision} needs a loss scaler per member): use "
+        "bf16-mixed, or train.stack=off",
+        key=where("train.precision"),
+        source=source,
+    )
+
+
 def _check_device(cfg: RunConfig, where: Where, source: Path | None, have_gpu: Callable) -> None:
     t = cfg.train
     if t.accelerator == "gpu" and not have_gpu():
-        raise ConfigError(
-            "is 'gpu' but no CUDA GPU is available here (use 'cpu' or 'auto')",
-            key=where("train.accelerator"),
-            source=source,
+        key = where("train.accelerator")
+        hint = (
+            "run another profile (--profile cpu), or --smoke to try its code path on the CPU"
+            if key.startswith("profiles.")
+            else "use 'cpu' or 'auto'"
         )
-    if t.accelerator == "cpu" or (t.accelerator == "auto" and not have_gpu()):
-        from ablate.accel import cpu_precision_problem
-
-        if problem := cpu_precision_problem(cfg.model.arch, t.precision):
-            raise ConfigError(problem, key=where("train.precision"), source=source)
+        raise ConfigError(
+            f"is 'gpu' but no CUDA GPU is available here ({hint})", key=key, source=source
+        )
 
 
 @dataclass
@@ -302,6 +317,7 @@ def check_runs(
         where = where or _same
         _check_seed(cfg, where, source)
         _check_sizes(cfg, where, source)
+        _check_stack(cfg, where, source)
         if device:
             _check_device(cfg, where, source, have_gpu)
         if data:

@@ -28,6 +28,7 @@ Facts this rests on:
 from __future__ import annotations
 
 import copy
+import logging
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +37,30 @@ from torch.overrides import TorchFunctionMode
 from ablate.training.lit import grad_norm_metrics, layer_of, lm_losses
 
 _SDPA = F.scaled_dot_product_attention
+log = logging.getLogger("ablate")
+
+
+class _RecompileNotice(logging.Filter):
+    """Past ``torch._dynamo.config.recompile_limit`` compiles of one function, dynamo runs it
+    eager from then on and says so in one warning among its own logs, easy to miss. A stacked
+    group recompiles its forward when a member leaves (k changes) and for evaluation batches,
+    so this says it once more, on ablate's logger, in words."""
+
+    said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.said and str(record.msg).startswith("torch._dynamo hit config."):
+            type(self).said = True
+            limit = record.args[1] if isinstance(record.args, tuple) else "?"
+            log.warning(
+                "train.compile: the stacked forward hit torch's recompile limit (%s compiles) "
+                "and runs eager from now on: same numbers, slower steps (docs/stacking.md)",
+                limit,
+            )
+        return True
+
+
+_NOTICE = _RecompileNotice()
 
 
 class _GraphSDPA(torch.autograd.Function):
@@ -93,6 +118,13 @@ class _FoldedSDPA(torch.autograd.Function):
         return out.reshape(n, rows, *out.shape[1:]), 0
 
 
+def _autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The dtype autocast casts matmuls to on ``device_type``, or None when it is off."""
+    if not torch.is_autocast_enabled(device_type):
+        return None
+    return torch.get_autocast_dtype(device_type)
+
+
 def _batched(t: torch.Tensor, dim: int | None, n: int) -> torch.Tensor:
     return t.movedim(dim, 0) if dim is not None else t.expand(n, *t.shape)
 
@@ -104,11 +136,19 @@ class _Baddbmm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w, b):
+        # Under autocast, cast as ``F.linear`` would and save the cast tensors: the backward
+        # runs outside autocast, and must multiply the (bf16) gradient by the tensors the
+        # forward multiplied. Autograd casts each gradient back to its input's dtype.
+        dtype = _autocast_dtype(x.device.type)
+        if dtype is not None:
+            x, w = x.to(dtype), w.to(dtype)
+            b = None if b is None else b.to(dtype)
         ctx.save_for_backward(x, w)
         ctx.bias = b is not None
-        if b is None:
-            return torch.bmm(x, w.transpose(1, 2))
-        return torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
+        with torch.autocast(x.device.type, enabled=False):
+            if b is None:
+                return torch.bmm(x, w.transpose(1, 2))
+            return torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
 
     @staticmethod
     def backward(ctx, grad):
@@ -199,6 +239,9 @@ class Stack:
         # train.compile: the vmapped forward (the members' loss and its backward) compiled as
         # one graph; the optimizer's update is compiled apart (optim.fused)
         self._forward = torch.compile(self._logits) if compile else self._logits
+        if compile:
+            # Logger.addFilter adds a filter once, however many stacks are built
+            logging.getLogger("torch._dynamo.convert_frame").addFilter(_NOTICE)
 
     def _call(self, p, b, x):
         p = {**p, **{alias: p[name] for alias, name in self.aliases.items()}}

@@ -55,13 +55,13 @@ def stack_key(cfg: RunConfig) -> str:
 def not_stackable(cfg: RunConfig) -> str | None:
     """Why ``cfg`` must train alone (None: it can stack)."""
     t = cfg.train
-    if t.precision not in PRECISIONS:
-        return f"precision {t.precision}"
     if t.devices != 1:
         return "more than one device"
     unbatchable = getattr(registry.lookup("arch", cfg.model.arch), "unbatchable", None)
     if unbatchable:
         return f"model.arch {cfg.model.arch}: {unbatchable}"
+    if t.precision not in PRECISIONS:
+        return f"precision {t.precision}"
     return None
 
 
