@@ -20,16 +20,12 @@ sinusoidal, RoPE, none) passes no mask.
 ``tests/test_accel.py`` asks SDPA on the CPU whether each CPU rule holds; ``ablate bench --gpu``
 asks the CUDA kernels the same for the CUDA rules and reports any disagreement.
 
-One rule depends on the CPU, so it is asked of the CPU, not read from its flags: ``nn.LSTM``
-under bf16 runs on the CPU through oneDNN, which has a bf16 LSTM kernel only on some CPUs
-(AVX-512 ones; an AVX2-only CPU raises "could not create a primitive descriptor for the LSTM
-forward propagation primitive" at the first step). ``cpu_bf16_lstm`` tries a tiny LSTM once
-per process; ``cpu_precision_problem`` turns a "no" into a plan-time line, and the smoke test
-(``ablate.execution.smoke``) runs such an LSTM in fp32 instead. Likewise bf16 matrix products:
-CPUs without native bf16 (AVX512-BF16 or AMX) emulate them, ~70x slower than fp32 on an
-AVX2-only CPU, so ``cpu_bf16_matmul_fast`` times one product of each and the smoke test runs
-bf16 profiles in fp32 where bf16 is emulated (a 2-step smoke of a GPU profile took minutes
-instead of seconds).
+One fact depends on the CPU, so it is asked of the CPU, not read from its flags: CPUs
+without native bf16 (AVX512-BF16 or AMX) emulate bf16 matrix products, ~70x slower than fp32 on
+an AVX2-only CPU. ``cpu_bf16_matmul_fast`` times one product of each, and the smoke test
+(``ablate.execution.smoke``) trains fewer steps of a bf16 profile there, in bf16 all the same.
+(The LSTM, whose bf16 kernel oneDNN has only on some CPUs, always runs in fp32:
+``ablate.model.lstm``.)
 """
 
 from __future__ import annotations
@@ -152,26 +148,6 @@ def _runnable(pos_encoding: str, precision: str, accelerator: str, head_dim: int
 # --- what this CPU can run in bf16 ----------------------------------------------------------
 
 
-@cache
-def cpu_bf16_lstm() -> bool:
-    """Whether this CPU runs an ``nn.LSTM`` forward and backward under bf16 autocast.
-
-    Asked once per process with a tiny LSTM (milliseconds): oneDNN decides at run time, by
-    the instruction sets it finds, whether it has the kernel (``ONEDNN_MAX_CPU_ISA=AVX2``
-    makes an AVX-512 CPU answer as an AVX2 one)."""
-    import torch
-
-    lstm = torch.nn.LSTM(8, 8, batch_first=True)
-    x = torch.randn(2, 3, 8)
-    try:
-        with torch.autocast("cpu", torch.bfloat16):
-            y, _ = lstm(x)
-        y.float().sum().backward()
-    except RuntimeError:
-        return False
-    return True
-
-
 BF16_SLOWDOWN_LIMIT = 8.0  # emulated bf16 measured ~70x fp32 on AVX2; native is ~1x or faster
 
 
@@ -197,18 +173,6 @@ def cpu_bf16_matmul_fast() -> bool:
         return min(times)
 
     return best(a.bfloat16()) <= BF16_SLOWDOWN_LIMIT * best(a)
-
-
-def cpu_precision_problem(arch: str, precision: str) -> str | None:
-    """One line when a run of ``model.arch=arch`` at ``train.precision=precision`` cannot train
-    on this CPU; ``None`` when it can (or the precision is not bf16)."""
-    if arch != "lstm" or precision not in BF16_PRECISIONS or cpu_bf16_lstm():
-        return None
-    return (
-        f"is {precision} but this CPU has no bf16 LSTM kernel (oneDNN's needs e.g. AVX-512), "
-        "so an LSTM run on the CPU would fail at its first step; use train.precision=32-true "
-        "or train.accelerator=gpu"
-    )
 
 
 # --- torch.compile ---------------------------------------------------------------------------

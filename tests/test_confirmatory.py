@@ -485,7 +485,10 @@ def test_the_claims_section_states_the_scale_computed_from_the_runs(
         for seed in range(3):
             write_run(store, "sc", {NORM: norm}, seed, "completed", base + 0.01 * seed)
     for run in RunStore(store).runs("sc"):
-        run.write_summary({**run.read_summary(), "environment": {"device": device}})
+        dtypes = {"matmul": "float32", "loss": "float32"}
+        run.write_summary(
+            {**run.read_summary(), "environment": {"device": device}, "compute_dtypes": dtypes}
+        )
     margin = {"margin": 0.05, "margin_source": "a stated tolerance"}
     claims = [_claim("same", "pre", "post", expect="equivalent", **margin)]
     spec = _spec(tmp_path / "sc.yaml", {NORM: ["post", "pre"]}, claims)
@@ -495,7 +498,8 @@ def test_the_claims_section_states_the_scale_computed_from_the_runs(
     b, t = cfg["config"]["data"]["batch_size"], cfg["config"]["data"]["seq_len"]
     assert (
         f"holds at this {where}: 51,000 parameters, 100 steps of {b} x {t} tokens "
-        f"({100 * b * t:,} training tokens per run), AdamW, peak LR 0.001." in section
+        f"({100 * b * t:,} training tokens per run), AdamW, peak LR 0.001, 32-true "
+        "(matmul fp32, loss fp32, measured)." in section
     )
     assert "unless a claim sets its own" not in section  # every claim states its margin
     (row,) = pd.read_csv(path.parent / "claims.csv").to_dict("records")

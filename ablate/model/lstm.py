@@ -15,8 +15,9 @@ from ablate.model.transformer import LanguageModel
 
 class LSTMLM(LanguageModel):
     """Embedding -> dropout -> ``n_layers`` LSTM (Hochreiter & Schmidhuber 1997) of width
-    ``d_model`` -> dropout -> head, regularised as in Zaremba et al. 2014 (arXiv 1409.2329):
-    dropout on the non-recurrent connections only. Causal by construction."""
+        ``d_model`` -> dropout -> head, regularised as in Zaremba et al. 2014 (arXiv 1409.2329):
+        dropout on the non-recurrent connections only. Causal by construction. The recurrence runs in
+    fp32 whatever ``train.precision`` says (``hidden``)."""
 
     unbatchable = "torch.vmap has no batching rule for aten::lstm"
 
@@ -38,5 +39,10 @@ class LSTMLM(LanguageModel):
 
     def hidden(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.drop(self.tok_emb(idx))  # (B, T, d)
-        x, _ = self.lstm(x)  # (B, T, d)
+        # fp32 inside any autocast, on purpose: CUDA autocast runs the cuDNN LSTM in fp16
+        # whatever dtype it was given (and bf16-mixed has no loss scaler), and oneDNN has no
+        # bf16 LSTM on CPUs without AVX-512. The embedding and head still follow the run's
+        # precision; the run's summary records what each part computed in (compute_dtypes).
+        with torch.autocast(x.device.type, enabled=False):
+            x, _ = self.lstm(x.float())  # (B, T, d)
         return self.drop(x)

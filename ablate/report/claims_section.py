@@ -15,7 +15,7 @@ import pandas as pd
 
 from ablate.report.audit import Standing, standing
 from ablate.report.claim_checks import INCONCLUSIVE, ClaimCheck
-from ablate.report.collect import StudyData
+from ablate.report.collect import DTYPE_PREFIX, StudyData
 from ablate.report.comparisons import STREAMS_DIFFER
 from ablate.report.fit import lr_fit
 from ablate.report.render import Block
@@ -228,6 +228,23 @@ def _span(values: pd.Series, fmt: str = "{:,.0f}") -> str:
     return lo if lo == hi else f"{lo}-{hi}"
 
 
+def _precision_text(runs: pd.DataFrame) -> str:
+    """``, bf16-mixed (matmul bf16, norm fp32, ...)``: the precision the runs asked for and,
+    where they recorded it, what each kind of operation computed in."""
+    if "cfg.precision" not in runs:
+        return ""
+    names = sorted(runs["cfg.precision"].dropna().astype(str).unique())
+    kinds = [c for c in runs.columns if c.startswith(DTYPE_PREFIX)]
+    short = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}
+    parts = []
+    for col in kinds:
+        seen = runs[col].dropna().astype(str).unique()
+        dtypes = "/".join(sorted(short.get(d, d) for d in seen))
+        parts.append(f"{col.removeprefix(DTYPE_PREFIX)} {dtypes}")
+    measured = f" ({', '.join(parts)}, measured)" if parts else ""
+    return f", {' / '.join(names)}{measured}" if names else ""
+
+
 def scale_text(study: StudyData, *, lead: bool = True) -> str:
     """The scale every verdict was measured at, computed from the runs: the device, parameters,
     training tokens per run (steps x batch x sequence length), optimizer and LR (``lead``: as
@@ -243,7 +260,7 @@ def scale_text(study: StudyData, *, lead: bool = True) -> str:
     figures = (  # a CUDA run records its device's name, a CPU run "cpu"
         f"{where}scale: {_span(r['params'])} parameters, {_span(r['steps'])} steps of "
         f"{_span(r['cfg.batch_size'])} x {_span(r['cfg.seq_len'])} tokens ({_span(tokens)} "
-        f"training tokens per run), AdamW{lr}"
+        f"training tokens per run), AdamW{lr}{_precision_text(r)}"
     )
     if not lead:
         return figures

@@ -51,7 +51,10 @@ CONFIG_COLUMNS = {
     "data.tokenizer": "cfg.tokenizer",
     "data.batch_size": "cfg.batch_size",  # with data.order: whether seeds share a token stream
     "data.order": "cfg.order",
+    "train.precision": "cfg.precision",
 }
+DTYPE_PREFIX = "dtype."
+"""``dtype.<kind>``: what a run computed ``<kind>`` in (its summary's ``compute_dtypes``)."""
 
 
 @dataclass
@@ -233,6 +236,8 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
             row[k] = v
     for k, v in (summary.get("environment") or {}).items():  # threads, workers, versions
         row[f"env.{k}"] = v
+    for kind, dtype in (summary.get("compute_dtypes") or {}).items():
+        row[f"{DTYPE_PREFIX}{kind}"] = dtype
     for mult, loss in (summary.get("val_loss_at_length") or {}).items():
         row[f"{LENGTH_PREFIX}{float(mult):g}x"] = loss
     for key, col in CONFIG_COLUMNS.items():

@@ -37,6 +37,7 @@ from ablate.training.checkpoints import (
     select_checkpoint,
 )
 from ablate.training.lit import LitLM, lm_loss
+from ablate.training.precision import compute_dtypes
 from ablate.training.tracking import (
     StoreLogger,
     finish_wandb_run,
@@ -428,8 +429,12 @@ def finish_summary(
     diverged_step: int | None,
 ) -> dict[str, Any]:
     """Summary fields of a trained ``model``: final full-split evaluation, extrapolation,
-    divergence (``val_history``: the val/loss values logged while training)."""
+    divergence (``val_history``: the val/loss values logged while training), and the dtypes
+    it computes in (``precision.compute_dtypes``). Called under the run's precision context."""
     out: dict[str, Any] = {"steps": steps, "tokens_per_s": tokens_per_s}
+    x, y = next(iter(dm.val_dataloader()))
+    device = next(model.parameters()).device
+    out["compute_dtypes"] = compute_dtypes(model, x[:1].to(device), y[:1].to(device), lm_loss)
     history = val_history
     if diverged_step is not None:
         out.update(status="diverged", diverged_step=diverged_step)
