@@ -52,9 +52,13 @@ def test_every_shipped_gpu_profile_passes_the_smoke_test(study):
     assert rows and all(r["status"] == "completed" for r in rows), [
         (r["name"], r["error"]) for r in rows if r["status"] != "completed"
     ]
+    plan = {r.name: r.config for r in load_study(study, "gpu", check_device=False).runs}
     for r in rows:
         if r["eval_lengths"]:  # every requested length was evaluated (or is n/a: learned)
             assert set(r["eval_lengths"]) == {"1", "2", "4"}
+        cfg = plan[r["name"]]
+        assert r["precision"] == cfg.train.precision == "bf16-mixed"  # never switched to fp32
+        assert r["stack"] == (1 if cfg.train.stack == "off" or cfg.model.arch == "lstm" else 2)
 
 
 def test_smoke_exits_nonzero_when_a_run_fails(tmp_path, monkeypatch):

@@ -11,12 +11,14 @@ What changes for the CPU, and nothing else:
 
 - ``train.accelerator: cpu``; AdamW stays fused as on the GPU (the fused kernel runs on CPU
   too, and fused AdamW with clipping under bf16 is what crashed every GPU run once);
-  ``16-mixed`` becomes ``bf16-mixed`` (CPU autocast runs bf16;
-  ``bf16-mixed`` and ``32-true`` are kept as they are), except that an LSTM in bf16 on a CPU
-  without oneDNN's bf16 LSTM kernel (AVX2-only CPUs: ``ablate.accel.cpu_bf16_lstm``), and any
-  bf16 run on a CPU that emulates bf16 matrix products (``ablate.accel.cpu_bf16_matmul_fast``:
-  ~70x slower than fp32 there), runs in ``32-true``, and the smoke says so: it checks the
-  run's code path, not this CPU's kernels;
+  ``train.precision`` stays what the profile asks for (CPU autocast runs bf16), except that
+  ``16-mixed``, which Lightning does not run on a CPU, becomes ``bf16-mixed``, and the smoke
+  says so. On a CPU that emulates bf16 matrix products (``ablate.accel.cpu_bf16_matmul_fast``:
+  ~70x slower than fp32 there, e.g. AVX2-only CPUs) bf16 runs train ``EMULATED_STEPS`` step
+  instead of ``SMOKE_STEPS``, in bf16 all the same, and the smoke says that too;
+- runs the profile stacks (``train.stack`` not ``off``, a model ``vmap`` can batch) train as
+  a stacked group of ``SMOKE_MEMBERS`` (the run and the same run at the next seed), whatever
+  the CPU would choose for ``auto``: the GPU runs will take that path;
 - ``train.attn_backend`` flash/efficient becomes ``auto`` (the CPU kernel for the encoding);
 - ``data.batch_size`` becomes ``SMOKE_BATCH`` and ``data.eval_batch_size`` 1 (a GPU batch of a
   GPU model takes minutes per step on a CPU; memory is what ``ablate bench --gpu`` measures);
@@ -47,15 +49,21 @@ from ablate.store import RunStore
 from ablate.study import PlannedRun, Study, load_study
 
 SMOKE_STEPS = 2
+EMULATED_STEPS = 1
 SMOKE_BATCH = 2
+SMOKE_MEMBERS = 2
 
 
 def smoke_config(
-    cfg: RunConfig, *, steps: int = SMOKE_STEPS, batch: int = SMOKE_BATCH
+    cfg: RunConfig, *, steps: int | None = None, batch: int = SMOKE_BATCH
 ) -> RunConfig:
-    """``cfg`` for a ``steps``-step CPU run: the changes listed in the module docstring."""
+    """``cfg`` for a short CPU run (``steps``; default ``SMOKE_STEPS``, ``EMULATED_STEPS``
+    where this CPU emulates the run's bf16): the changes listed in the module docstring."""
     d = cfg.to_dict()
     t = d["train"]
+    if steps is None:
+        emulated = emulated_bf16("bf16-mixed" if t["precision"] == "16-mixed" else t["precision"])
+        steps = EMULATED_STEPS if emulated else SMOKE_STEPS
     t.update(
         accelerator="cpu",
         devices=1,
@@ -70,8 +78,6 @@ def smoke_config(
     )
     if t["precision"] == "16-mixed":
         t["precision"] = "bf16-mixed"
-    if fp32_reason(cfg.model.arch, t["precision"]):
-        t["precision"] = "32-true"
     if t["attn_backend"] in ("flash", "efficient"):
         t["attn_backend"] = "auto"
     if d["optim"]["fused"] is None and t["accelerator"] == "cpu" and cfg.train.accelerator != "cpu":
@@ -82,17 +88,26 @@ def smoke_config(
     return RunConfig.model_validate(d)
 
 
-def fp32_reason(arch: str, precision: str) -> str | None:
-    """Why a bf16 run of ``arch`` is smoke-tested in ``32-true`` on this CPU, or None."""
-    from ablate.accel import BF16_PRECISIONS, cpu_bf16_matmul_fast, cpu_precision_problem
+def emulated_bf16(precision: str) -> bool:
+    """Whether a ``precision`` run multiplies in bf16 on a CPU that emulates it (slowly)."""
+    from ablate.accel import BF16_PRECISIONS, cpu_bf16_matmul_fast
 
-    if precision not in BF16_PRECISIONS:
-        return None
-    if cpu_precision_problem(arch, precision):
-        return "this CPU has no bf16 LSTM kernel (oneDNN's needs e.g. AVX-512)"
-    if not cpu_bf16_matmul_fast():
-        return "this CPU emulates bf16 matrix products (no AVX512-BF16 or AMX)"
-    return None
+    return precision in BF16_PRECISIONS and not cpu_bf16_matmul_fast()
+
+
+def smoke_members(cfg: RunConfig) -> list[RunConfig]:
+    """The configs one smoke run trains: ``cfg`` alone, or where the profile stacks ``cfg``'s
+    runs, ``cfg`` and ``SMOKE_MEMBERS - 1`` more seeds as one stacked group."""
+    from ablate.training.stacked.plan import not_stackable
+
+    if cfg.train.stack == "off" or not_stackable(cfg):
+        return [cfg]
+    out = []
+    for seed in range(cfg.train.seed, cfg.train.seed + SMOKE_MEMBERS):
+        d = cfg.to_dict()
+        d["train"]["seed"] = seed
+        out.append(RunConfig.model_validate(d))
+    return out
 
 
 def check_compile(study: Study) -> None:
@@ -140,43 +155,64 @@ def smoke_study(
 ) -> list[dict[str, Any]]:
     """Plan the study (``ConfigError`` on bad input), train each smoke run into a temporary
     store that is deleted afterwards, print a table; returns one row per run."""
-    from ablate.training.train import train_run
-
     study = load_study(study_path, profile, overrides, check_device=False)  # it trains on the CPU
     check_compile(study)
     console = console or make_console()
     runs = smoke_runs(study)
-    console.print(
-        f"[bold]{study.name}[/] smoke test (profile {study.profile}): {len(runs)} of "
-        f"{len(study.runs)} runs (one per code path), {SMOKE_STEPS} steps each on the CPU"
-    )
-    reasons = {
-        fp32_reason(r.config.model.arch, "bf16-mixed")
-        for r, c in runs
-        if r.config.train.precision != c.train.precision == "32-true"
-    }
-    for reason in sorted(filter(None, reasons)):
-        console.print(
-            f"  note: {reason}, so its bf16 runs are smoke-tested in 32-true: their code path, "
-            "not the bf16 kernels a GPU uses"
-        )
+    _print_notes(study, runs, console)
     os.environ.setdefault("WANDB_MODE", "disabled")
     rows = []
     with tempfile.TemporaryDirectory(prefix="ablate-smoke-") as tmp:
         store = RunStore(tmp)
         for i, (run, cfg) in enumerate(runs):
-            run_dir = store.run(study.name, f"{i:03d}-{cfg.run_id()}")
             t0 = time.perf_counter()
-            try:
-                s = train_run(cfg, run_dir, study.meta(run), progress=False)
-            except Exception as err:  # noqa: BLE001 - report it, smoke-test the others
-                s = {"status": "failed", "error": f"{type(err).__name__}: {err}"}
+            s, dirs = _train(store, study, run, smoke_members(cfg), f"{i:03d}")
             row = _row(run, cfg, s, time.perf_counter() - t0)
             rows.append(row)
             console.print(f"  {escape(run.name)}: {row['status']} ({row['seconds']:.1f} s)")
-            shutil.rmtree(run_dir.path, ignore_errors=True)  # GPU-size checkpoints add up
+            for run_dir in dirs:  # GPU-size checkpoints add up
+                shutil.rmtree(run_dir.path, ignore_errors=True)
     _print_table(study, rows, console)
     return rows
+
+
+def _print_notes(study: Study, runs: list[tuple[PlannedRun, RunConfig]], console) -> None:
+    """The smoke's header, and a line for each way it departs from the profile."""
+    console.print(
+        f"[bold]{study.name}[/] smoke test (profile {study.profile}): {len(runs)} of "
+        f"{len(study.runs)} runs (one per code path) on the CPU"
+    )
+    if any(r.config.train.precision == "16-mixed" for r, _ in runs):
+        console.print("  note: 16-mixed runs are smoke-tested in bf16-mixed (no fp16 on a CPU)")
+    if any(emulated_bf16(c.train.precision) for _, c in runs):
+        console.print(
+            f"  note: this CPU emulates bf16 matrix products (no AVX512-BF16 or AMX), so bf16 "
+            f"runs train {EMULATED_STEPS} step instead of {SMOKE_STEPS}, still in bf16"
+        )
+    stacked = sum(len(smoke_members(c)) > 1 for _, c in runs)
+    if stacked:
+        console.print(
+            f"  note: {stacked} run(s) train stacked as the profile asks, each with "
+            f"{SMOKE_MEMBERS - 1} more seed as a group of {SMOKE_MEMBERS}"
+        )
+
+
+def _train(
+    store: RunStore, study: Study, run: PlannedRun, cfgs: list[RunConfig], prefix: str
+) -> tuple[dict[str, Any], list]:
+    """Train ``cfgs`` (one run, or one stacked group) into ``store``: the first run's summary
+    (or a ``failed`` row) and the run directories written."""
+    from ablate.training.stacked.group import train_group
+    from ablate.training.train import train_run
+
+    dirs = [store.run(study.name, f"{prefix}-{c.run_id()}") for c in cfgs]
+    meta = study.meta(run)
+    try:
+        if len(cfgs) == 1:
+            return train_run(cfgs[0], dirs[0], meta, progress=False), dirs
+        return train_group(cfgs, dirs, [meta] * len(cfgs))[0], dirs
+    except Exception as err:  # noqa: BLE001 - report it, smoke-test the others
+        return {"status": "failed", "error": f"{type(err).__name__}: {err}"}, dirs
 
 
 def _row(run: PlannedRun, cfg: RunConfig, s: dict[str, Any], seconds: float) -> dict[str, Any]:
@@ -188,6 +224,9 @@ def _row(run: PlannedRun, cfg: RunConfig, s: dict[str, Any], seconds: float) -> 
         "precision": cfg.train.precision
         if cfg.train.precision == run.config.train.precision
         else f"{run.config.train.precision}->{cfg.train.precision}",
+        "steps": cfg.train.max_steps,
+        "stack": (s.get("stack") or {}).get("members", 1),
+        "compute_dtypes": s.get("compute_dtypes"),
         "attn": s.get("attn_kernel"),
         "status": s.get("status"),
         "final_val_loss": s.get("final_val_loss"),
@@ -206,6 +245,7 @@ def _print_table(study: Study, rows: list[dict[str, Any]], console: Console) -> 
         Col("params", 4, "right"),
         Col("shape", 5),
         Col("precision", 6),
+        Col("stack", 8, "right"),
         Col("attn (cpu)", 7),
         Col("status"),
         Col("val loss", 2, "right"),
@@ -218,6 +258,7 @@ def _print_table(study: Study, rows: list[dict[str, Any]], console: Console) -> 
             f"{r['params']:,}" if r["params"] else "-",
             r["shape"],
             r["precision"],
+            str(r["stack"]),
             r["attn"] or "-",
             r["status"] or "-",
             f"{r['final_val_loss']:.3f}" if r["final_val_loss"] is not None else "-",
