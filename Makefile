@@ -5,7 +5,8 @@ VENV        ?= .venv
 # e.g. `make install TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"`.
 TORCH_SPEC  ?= torch==2.13.0
 STUDY       ?= studies/norm_placement.yaml
-PROFILE     ?= cpu
+# empty: the study's default_profile (auto: the gpu profile where CUDA is visible, else cpu)
+PROFILE     ?=
 STORE       ?= runs
 # auto: one worker per core on a CPU (2 workers x 1 thread beat 1 worker x 2 threads on a 2-core
 # CPU, reports/bench.md section 5), one per GPU (x --runs-per-gpu) on GPUs
@@ -43,7 +44,7 @@ test-slurm: install
 	PYTHON=$(BIN)/python scripts/slurm/test.sh
 
 run: install
-	$(BIN)/ablate run $(STUDY) --profile $(PROFILE) --store $(STORE) --workers $(WORKERS)
+	$(BIN)/ablate run $(STUDY) $(if $(PROFILE),--profile $(PROFILE)) --store $(STORE) --workers $(WORKERS)
 
 report: install
 	$(BIN)/ablate report --store $(STORE)

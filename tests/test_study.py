@@ -201,6 +201,61 @@ def test_profiles_default_and_selection(write):
     assert study.profile is None and study.runs[0].config.train.max_steps == 200
 
 
+def test_default_profile_auto_takes_the_gpu_profile_where_cuda_is_visible(write, monkeypatch):
+    import ablate.study.load
+
+    path = write(
+        {
+            "profiles": {
+                "cpu": {"train.max_steps": 10, "train.accelerator": "cpu"},
+                "gpu": {"train.max_steps": 1000, "train.accelerator": "gpu"},
+            },
+            "default_profile": "auto",
+        }
+    )
+    cpu = load_study(path)
+    assert cpu.profile == "cpu"
+    assert cpu.profile_reason == "default_profile auto: no CUDA device visible"
+    monkeypatch.setattr(ablate.study.load, "gpu_available", lambda: True)
+    gpu = load_study(path, check_device=False)
+    assert gpu.profile == "gpu" and "a CUDA device is visible" in gpu.profile_reason
+    assert load_study(path, "cpu").profile_reason == "--profile"
+
+
+def test_every_shipped_study_picks_its_profile_by_the_device(monkeypatch):
+    import ablate.study.load
+
+    for path in STUDIES:
+        assert load_study(path, check_data=False).profile == "cpu", path
+    monkeypatch.setattr(ablate.study.load, "gpu_available", lambda: True)
+    for path in STUDIES:
+        assert load_study(path, check_data=False, check_device=False).profile == "gpu", path
+
+
+def test_run_prints_the_profile_it_chose_and_a_gpu_profile_here_is_one_line(write, tmp_path):
+    path = write(
+        {
+            "base": {"model.d_model": 16, "model.n_layers": 1, "model.n_heads": 2}
+            | {"model.max_seq_len": 16, "data.seq_len": 16, "data.batch_size": 2}
+            | {"train.threads": 1, "train.eval_interval": 2, "tracking.wandb": False},
+            "profiles": {
+                "cpu": {"train.max_steps": 2, "train.accelerator": "cpu"},
+                "gpu": {"train.max_steps": 1000, "train.accelerator": "gpu"},
+            },
+            "default_profile": "auto",
+        }
+    )
+    store = tmp_path / "runs"
+    res = CliRunner().invoke(app, ["run", str(path), "--store", str(store), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "profile cpu: default_profile auto: no CUDA device visible" in res.output
+    gpu_store = tmp_path / "gpu-runs"
+    res = CliRunner().invoke(app, ["run", str(path), "-p", "gpu", "--store", str(gpu_store)])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
+    assert "profiles.gpu.train.accelerator" in res.output and "--smoke" in res.output
+    assert not gpu_store.exists()
+
+
 def test_profiles_can_set_seeds_and_per_variant_values(write):
     path = write(
         {

@@ -163,7 +163,7 @@ def run_study(
     os.environ["ABLATE_WORKERS"] = str(_n_workers(opts, tasks))
     groups = sum(1 for t in tasks if t.members)
     console.print(
-        f"[bold]{study.name}[/]{f' (profile {study.profile})' if study.profile else ''}: "
+        f"[bold]{study.name}[/]{_profile_text(study)}: "
         f"{len(study.runs)} runs, {done} finished, {len(todo)} to train -> "
         f"{escape(str(runs_store.root / study.name))}"
         + (f", {where}" if where else "")
@@ -194,6 +194,10 @@ def run_study(
     results = _collect(study, dirs)
     print_summary(study, results, console, elapsed=time.time() - t0)
     return results
+
+
+def _profile_text(study: Study) -> str:
+    return f" (profile {study.profile}: {study.profile_reason})" if study.profile else ""
 
 
 def _plan(

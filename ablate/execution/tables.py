@@ -291,7 +291,8 @@ def _print_plan(study: Study, runs_store: RunStore, console: Console, *, estimat
 
     header = f"[bold]{study.name}[/]"
     if study.profile:
-        header += f" (profile {study.profile}; profiles: {', '.join(study.profiles)})"
+        header += f" (profile {study.profile}: {study.profile_reason}; profiles: "
+        header += f"{', '.join(study.profiles)})"
     console.print(header)
     if study.description:
         console.print(escape(study.description.splitlines()[0]), soft_wrap=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 from ablate.study.claims import Claim, parse_claims, parse_margin
 from ablate.study.plan import PlannedRun, Study, apply_profile, expand
-from ablate.study.preflight import check_runs
+from ablate.study.preflight import check_runs, gpu_available
 from ablate.study.spec import choose_profile, parse_spec, read_spec
 
 
@@ -42,7 +42,7 @@ def load_study(
     raw = read_spec(source)
     all_plugins = _import_plugins(raw.get("plugins") or [], plugins, source)
     spec = parse_spec(raw, source)
-    profile = choose_profile(spec, profile, source)
+    profile, why = choose_profile(spec, profile, source, gpu_available)
     plan = apply_profile(spec, profile, overrides, source)
     runs, resolved = expand(plan, source, extra_seeds=extra_seeds, check_data=check_data)
     check_runs(resolved, source, data=check_data, device=check_device)
@@ -52,6 +52,7 @@ def load_study(
         description=spec.description.strip(),
         path=source,
         profile=profile,
+        profile_reason=why,
         profiles=tuple(spec.profiles),
         runs=runs,
         reference=spec.reference,

@@ -79,6 +79,8 @@ class Study:
     profile: str | None
     profiles: tuple[str, ...]
     runs: list[PlannedRun] = field(default_factory=list)
+    profile_reason: str = ""
+    """Why this profile: ``--profile``, ``default_profile``, or what ``auto`` saw."""
     reference: Reference | None = None
     plugins: tuple[str, ...] = ()
     """Plugin modules/absolute paths the runs need (imported again by ``train_run``)."""

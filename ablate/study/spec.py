@@ -35,7 +35,8 @@ A study file::
         model.d_model: 512
         train.precision: bf16-mixed
         variants: {lstm: {model.d_model: 1024}}   # per-variant values for this profile
-    default_profile: cpu            # used when --profile is not given
+    default_profile: auto           # used when --profile is not given: a profile's name, or
+                                    # auto: the gpu profile where CUDA is visible, else cpu
 
 Derived expressions are arithmetic (``+ - * / // % **``, ``min max int round abs sqrt``) over
 numbers and dotted config keys of the run's resolved config; they are evaluated in order, so a
@@ -51,7 +52,7 @@ from __future__ import annotations
 import ast
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,8 @@ TOP_LEVEL = (
 )
 VARIANT_KEYS = ("name", "set")
 PROFILE_EXTRAS = ("derived", "seeds", "variants")
+AUTO_PROFILE = "auto"
+"""``default_profile: auto``: the profile on ``gpu`` where CUDA is visible, else the cpu one."""
 """What a profile may hold besides config keys."""
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 """A study or profile name: it names a folder or is typed on the command line."""
@@ -410,9 +413,10 @@ def parse_spec(raw: dict[str, Any], source: Path) -> StudySpec:
     derived = parse_derived(raw.get("derived"), "derived", source)
     profiles = parse_profiles(raw.get("profiles"), source, [n for n, _ in variants])
     default_profile = raw.get("default_profile")
-    if default_profile is not None and default_profile not in profiles:
+    valid = [*profiles, AUTO_PROFILE] if profiles else []
+    if default_profile is not None and default_profile not in valid:
         raise ConfigError(
-            f"unknown profile {default_profile!r}; valid: {', '.join(profiles) or 'none defined'}",
+            f"unknown profile {default_profile!r}; valid: {', '.join(valid) or 'none defined'}",
             key="default_profile",
             source=source,
         )
@@ -431,8 +435,28 @@ def parse_spec(raw: dict[str, Any], source: Path) -> StudySpec:
     )
 
 
-def choose_profile(spec: StudySpec, profile: str | None, source: Path) -> str | None:
-    """``--profile`` if given, else the study's ``default_profile``; checked against the study's."""
+def profile_device(spec: StudySpec, name: str) -> str:
+    """``train.accelerator`` as the profile ``name`` sets it (else the base; else auto)."""
+    values = spec.profiles[name].layer.values
+    return values.get("train.accelerator", spec.base.values.get("train.accelerator", "auto"))
+
+
+def choose_profile(
+    spec: StudySpec, profile: str | None, source: Path, cuda: Callable[[], bool]
+) -> tuple[str | None, str]:
+    """(the profile, why it was chosen): ``--profile`` if given, else the study's
+    ``default_profile``; for ``auto`` the first profile on ``gpu`` where ``cuda()`` says a
+    CUDA device is visible, else the first that is not on ``gpu``."""
+    if profile is None and spec.default_profile == AUTO_PROFILE:
+        gpu = [n for n in spec.profiles if profile_device(spec, n) == "gpu"]
+        cpu = [n for n in spec.profiles if n not in gpu]
+        if gpu and cuda():
+            return gpu[0], "default_profile auto: a CUDA device is visible"
+        if cpu:
+            why = "no CUDA device visible" if gpu else "no profile on gpu"
+            return cpu[0], f"default_profile auto: {why}"
+        return gpu[0], "default_profile auto: every profile is on gpu"
+    why = "--profile" if profile is not None else "default_profile"
     if profile is None:
         profile = spec.default_profile
     if profile is not None:
@@ -444,4 +468,4 @@ def choose_profile(spec: StudySpec, profile: str | None, source: Path) -> str | 
             source=source,
             none="the study defines none",
         )
-    return profile
+    return profile, why
