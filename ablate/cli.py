@@ -497,6 +497,13 @@ def bench(
             "until it completes; reports/bench_chaos.md and section 6 of bench.md."
         ),
     ] = False,
+    probe: Annotated[
+        bool,
+        typer.Option(
+            help="The stacked probe (reports/bench_probe.md): solo vs stacks of 1, 4, 8 at the "
+            "reference gpu shape; without CUDA at a tiny shape, CUDA figures 'not measured'."
+        ),
+    ] = False,
     section: Annotated[
         str | None,
         typer.Option(
@@ -515,6 +522,11 @@ def bench(
             run_chaos(quick=quick, out=Path("reports/bench_chaos.md") if default else out)
         except RuntimeError as err:
             fail(err, code=1)
+        return
+    if probe:
+        from ablate.bench.probe import run_probe
+
+        run_probe(Path("reports/bench_probe.md") if default else out)
         return
     if gpu:
         from ablate.bench.gpu import run_gpu_bench

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ablate.bench import markdown
+from ablate.bench import markdown, probe_report
 from ablate.bench.markdown import Section, columns, document, num, pairs
 
 GOALS = {"mfu_gpt2": 0.40, "overhead": 1.05, "packing_k4": 3.0}
@@ -140,8 +140,8 @@ SECTIONS: list[Section] = [
     ("overhead", "## 3. Framework overhead on the GPU", _overhead),
     ("packing", "## 4. Packing runs on one GPU", _packing),
     ("quality", "## 5. Time to quality", _quality),
-    # not measured yet, so the report says "not run" here until `ablate bench --gpu` does
-    ("stacked", "## 6. Stacked runs vs solo vs --runs-per-gpu 4", str),
+    # the same body as `ablate bench --probe`'s report (bench.probe_report)
+    ("stacked", f"## 6. {probe_report.HEADING}", probe_report.render),
 ]
 
 
