@@ -238,7 +238,9 @@ class LitLM(pl.LightningModule):
             return
         loss = torch.stack(self._val_losses).mean()
         self._val_losses.clear()
-        value = loss.item()  # the evaluation's one read
+        # the evaluation's one read, with any gradient norms still waiting: their rows come
+        # before this step's in metrics.csv
+        (value,) = self._read([loss])
         metrics = {"val/loss": value, "val/ppl": math.exp(min(value, 50.0))}
         if self.bits_per_token:
             metrics["val/bpc"] = value / math.log(2)
