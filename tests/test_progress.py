@@ -12,7 +12,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import torch
 
 from ablate.execution.progress import (
     PROGRESS_FILE,
@@ -39,16 +38,22 @@ def test_the_callback_writes_step_total_and_loss_at_the_log_interval(tmp_path):
     cb.on_train_start(trainer, None)
     first = read_progress(tmp_path / PROGRESS_FILE)
     assert [first[k] for k in ("step", "total", "start_step", "loss")] == [140, 400, 140, None]
+    # the loss is the module's log step's (the mean since the last one, read once for both)
+    asked = []
+    module = SimpleNamespace(
+        log_step=lambda: asked.append(trainer.global_step) or 2.0 + asked[-1] / 1000
+    )
     for step in range(141, 151):
         trainer.global_step = step
-        cb.on_train_batch_end(trainer, None, {"loss": torch.tensor(2.0 + step / 1000)}, None, 0)
+        cb.on_train_batch_end(trainer, module, None, None, 0)
         rec = read_progress(tmp_path / PROGRESS_FILE)
         want = step if step % 5 == 0 else 5 * (step // 5) if step > 145 else 140
         assert rec["step"] == want, step
     assert rec["loss"] == pytest.approx(2.150) and rec["start_step"] == 140
+    assert asked == [145, 150]  # the module reads the device at its log steps only
     assert rec["started"] <= rec["updated"] and rec["pid"] == os.getpid()
     trainer.global_step = 400  # the last step is always written
-    cb.on_train_batch_end(trainer, None, {"loss": torch.tensor(1.5)}, None, 0)
+    cb.on_train_batch_end(trainer, SimpleNamespace(log_step=lambda: 1.5), None, None, 0)
     cb.on_train_end(trainer, None)
     rec = read_progress(tmp_path / PROGRESS_FILE)
     assert (rec["step"], rec["phase"], rec["loss"]) == (400, "final eval", 1.5)

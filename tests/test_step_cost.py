@@ -1,12 +1,22 @@
 """What a training step costs a GPU's host, counted on the CPU: a stacked step of 6 members
 dispatches at most 1.5x the kernel-launching aten operations of a solo step of the same model
-(one SDPA call per layer for the whole stack), and neither path reads a value back to the host
-on a step that does not log."""
+(one SDPA call per layer for the whole stack), neither path reads a value back to the host on a
+step that does not log, and a whole `ablate run` reads the host about once per log step."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
+import yaml
 
 from ablate.bench.stepcost import step_cost
+from ablate.config import build_config
+from ablate.store import RunStore
 from ablate.training.opcount import OpCounter
+from ablate.training.train import train_run
 
 TINY = {
     "model.d_model": 32,
@@ -42,3 +52,67 @@ def test_a_stack_of_6_costs_at_most_1_5_solo_steps_and_neither_reads_the_host():
     assert stack.host_reads == 0, stack.ops
     assert _sdpa_calls(solo.ops) == _sdpa_calls(stack.ops) == 2  # one per layer
     assert stack.kernels <= 1.5 * solo.kernels, (stack.kernels, solo.kernels, stack.ops)
+
+
+def _solo_reads(tmp_path: Path, steps: int) -> int:
+    """Host reads of a whole solo run in this process, with Lightning's progress bar and
+    gradient norms at every log step."""
+    every = {"train.log_interval": 10, "train.grad_norm_interval": 10, "train.progress": True}
+    later = {"train.eval_interval": 1000, "train.checkpoint_interval": 1000}
+    cfg = build_config({**TINY, **every, **later, "train.max_steps": steps})
+    with OpCounter() as counter:
+        summary = train_run(cfg, RunStore(tmp_path).run(f"s{steps}", cfg.run_id()))
+    assert summary["status"] == "completed"
+    return counter.host_reads
+
+
+def test_a_solo_run_reads_the_host_once_per_log_step_with_its_bar_and_grad_norms(tmp_path):
+    # 4 more log steps, each with its loss, divergence check, gradient norms, progress.json
+    # and progress bar: 4 more reads
+    assert _solo_reads(tmp_path, 60) - _solo_reads(tmp_path, 20) == 4
+
+
+# loaded into every process a command starts (PYTHONPATH): counts it whole, to a file per pid
+SITECUSTOMIZE = """
+import os
+if os.environ.get("ABLATE_OPCOUNT_DIR"):
+    from ablate.training.opcount import count_process
+    count_process(os.environ["ABLATE_OPCOUNT_DIR"])
+"""
+
+
+def test_a_whole_ablate_run_reads_the_host_at_most_once_per_log_step(tmp_path):
+    """The whole `ablate run` process of a one-run study, its set-up, Lightning's loop, logging,
+    callbacks, evaluations, checkpoints and final evaluation included, at the default log (10),
+    gradient norm (50) and checkpoint (100) intervals and the gpu profiles' evaluation interval
+    (250): at most 0.15 reads per step, where one read per log step is 0.1 and the rest is
+    what a run reads once (Lightning's data set-up, its move of the model to the CPU when fit
+    ends: one per tensor) or per evaluation (its loss, the validation loader's seed)."""
+    site, counts = tmp_path / "site", tmp_path / "counts"
+    site.mkdir()
+    counts.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    model = {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_seq_len": 16}
+    train = {"max_steps": 1000, "eval_interval": 250, "eval_batches": 2, "final_eval_batches": 2}
+    base = {
+        "model": model,
+        "data": {"seq_len": 16, "batch_size": 4},
+        "train": {**train, "threads": 1},
+    }
+    study = tmp_path / "tiny.yaml"
+    body = {"name": "tiny", "description": "host reads", "base": base, "grid": {}}
+    study.write_text(yaml.safe_dump({**body, "seeds": [0]}))
+    path = os.pathsep.join(
+        [str(site), str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]
+    )
+    env = {**os.environ, "PYTHONPATH": path, "ABLATE_OPCOUNT_DIR": str(counts)}
+    env["ABLATE_DEFAULT_WORKERS"] = "1"  # the driver trains the run itself
+    cmd = [sys.executable, "-m", "ablate", "run", str(study), "--store", str(tmp_path / "runs")]
+    subprocess.run(cmd, env=env, check=True, timeout=300, capture_output=True)
+    (summary,) = [json.loads(p.read_text()) for p in (tmp_path / "runs").rglob("summary.json")]
+    assert summary["status"] == "completed" and summary["steps"] == 1000
+    records = [json.loads(p.read_text()) for p in counts.glob("*.json")]
+    reads = sum(r["host_reads"] for r in records)
+    by_name = [r["reads"] for r in records]
+    assert reads >= 100, by_name  # every log step reads, so the counter ran
+    assert reads / 1000 <= 0.15, (reads, by_name)

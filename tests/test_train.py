@@ -105,6 +105,22 @@ def test_non_finite_loss_marks_the_run_diverged(tmp_path, monkeypatch, tiny_run)
     assert run.read_summary()["status"] == "diverged"
 
 
+def test_early_stopping_stops_at_the_first_evaluation_without_a_new_best(tmp_path, tiny_run):
+    over = {"train.early_stopping_patience": 1, "train.eval_interval": 2, "train.eval_batches": 1}
+    cfg = build_config({**tiny_run, **over, "train.max_steps": 60, "optim.lr": 0.05})
+    run = RunStore(tmp_path).run("t", cfg.run_id())
+    summary = train_run(cfg, run)
+    history = [(s, v) for s, m, v in run.read_metrics() if m == "val/loss"]
+    best, first_worse = math.inf, None
+    for step, value in history:
+        if not value < best:  # Lightning's EarlyStopping: min_delta 0, a strict improvement
+            first_worse = step
+            break
+        best = value
+    assert first_worse is not None, history
+    assert summary["stopped_early"] and summary["steps"] == first_worse == history[-1][0]
+
+
 def test_resume_continues_to_the_same_result(tmp_path, monkeypatch, tiny_run):
     store = RunStore(tmp_path)
     cfg = build_config(tiny_run)
@@ -129,3 +145,7 @@ def test_resume_continues_to_the_same_result(tmp_path, monkeypatch, tiny_run):
     assert resumed["final_val_loss"] == pytest.approx(straight["final_val_loss"], rel=1e-5)
     steps = [s for s, m, _ in run.read_metrics() if m == "train/loss"]
     assert steps == sorted(set(steps))  # each logged step once
+    # the same metrics at the same steps: the gradient norms of step 10, read with the log
+    # step 15's values, were logged with the interrupted checkpoint at 13
+    logged = {(s, m) for s, m, _ in run.read_metrics()}
+    assert logged == {(s, m) for s, m, _ in store.run("a", "x").read_metrics()}

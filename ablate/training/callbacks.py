@@ -1,4 +1,5 @@
-"""The training side of the live progress lines: a Lightning callback writing ``progress.json``.
+"""The training side of the live progress: a Lightning callback writing ``progress.json``, and
+the run's own progress bar.
 
 Kept apart from :mod:`ablate.execution.progress` (the driver side) so that the driver, which
 validates input before anything heavy is imported, never imports Lightning just to draw a line.
@@ -8,11 +9,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
+from pytorch_lightning.callbacks import TQDMProgressBar
 
 from ablate.store.rundir import PROGRESS_FILE, write_progress
 
@@ -44,12 +45,9 @@ class ProgressFile(pl.Callback):
         step = int(trainer.global_step)
         if step % self.every and step != trainer.max_steps:
             return
-        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-        try:
-            loss = float(loss) if loss is not None else None  # one host sync per log interval
-        except (TypeError, ValueError, RuntimeError):
-            loss = None
-        self._write(step=step, loss=loss, phase="train")
+        # the module's log step: the mean loss since the last one, read from the device once
+        # for the metrics and this line together (this hook runs before the module's)
+        self._write(step=step, loss=pl_module.log_step(), phase="train")
 
     def on_validation_start(self, trainer, pl_module) -> None:
         if self.record:
@@ -62,3 +60,16 @@ class ProgressFile(pl.Callback):
     def on_train_end(self, trainer, pl_module) -> None:
         if self.record:
             self._write(step=int(trainer.global_step), phase="final eval")
+
+
+class LossBar(TQDMProgressBar):
+    """Lightning's progress bar showing the losses the module read at its last log step and
+    evaluation (``train_loss``, ``val_loss``). Lightning's own bar shows values logged with
+    ``self.log``, which Lightning reads back from the device at every step."""
+
+    def get_metrics(self, trainer, pl_module) -> dict[str, Any]:
+        items = super().get_metrics(trainer, pl_module)
+        for name, value in (("train/loss", pl_module.train_loss), ("val/loss", pl_module.val_loss)):
+            if value is not None:
+                items[name] = value
+        return items

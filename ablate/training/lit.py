@@ -1,9 +1,12 @@
 """The LightningModule: optimizer, LR schedule, metrics and divergence detection.
 
 The model, the schedule and the batching are plain functions/modules elsewhere; this wraps
-them. Host syncs are kept off the per-step path: the loss is logged as a tensor and converted
-only at ``log_interval``, a non-finite loss is recorded on-device and read at the same
-interval, and gradient norms are computed only every ``grad_norm_interval`` steps.
+them. Training reads the device once per log step (``log_interval``): the loss is summed on
+the device, a non-finite loss is recorded there, gradient norms (every ``grad_norm_interval``
+steps) wait there, and a log step reads all of them in one ``tolist`` (a checkpoint or the end
+of training reads norms still waiting). Nothing goes through Lightning's ``self.log`` while
+training: Lightning converts each logged value with its own ``.item()``, at every step. An
+evaluation reads its loss once, and hands it to Lightning only for ``EarlyStopping``.
 """
 
 from __future__ import annotations
@@ -93,8 +96,12 @@ class LitLM(pl.LightningModule):
         self._loss_sum: torch.Tensor | None = None
         self._loss_n = 0
         self.tokens_per_s: float | None = None
-        self.train_loss: float | None = None
+        self.train_loss: float | None = None  # the last log step's, for the progress displays
+        self.val_loss: float | None = None
         self._val_losses: list[torch.Tensor] = []
+        # gradient norms waiting on the device for the next read: (step, names, values)
+        self._pending_norms: list[tuple[int, list[str], torch.Tensor]] = []
+        self._logged_step = -1
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.model(idx)
@@ -139,30 +146,52 @@ class LitLM(pl.LightningModule):
         for logger in self.loggers:
             logger.log_metrics(metrics, step=step)
 
+    def is_log_step(self, step: int) -> bool:
+        return step % self.cfg.train.log_interval == 0 or step == self.cfg.train.max_steps
+
     def on_train_batch_end(self, outputs, batch, batch_idx):
+        if self.is_log_step(self.global_step):
+            self.log_step()
+
+    def log_step(self) -> float | None:
+        """Log this log step's metrics and return its mean training loss. The first call at a
+        step reads the device (``ProgressFile``'s hook runs before this module's), later calls
+        return what it read."""
         step = self.global_step  # optimizer steps done so far
-        if step % self.cfg.train.log_interval and step != self.cfg.train.max_steps:
-            return
+        if step == self._logged_step or self._loss_sum is None:
+            return self.train_loss
         now = time.perf_counter()
-        mean_loss, bad_step = torch.stack(
-            [self._loss_sum / max(self._loss_n, 1), self.nonfinite_step.to(self._loss_sum)]
-        ).tolist()
-        metrics = {
-            "train/loss": mean_loss,
-            "lr": lr_of(self.cfg, step),
-        }
+        n = max(self._loss_n, 1)
+        mean_loss, bad_step = self._read(
+            [self._loss_sum / n, self.nonfinite_step.to(self._loss_sum)]
+        )
+        metrics = {"train/loss": mean_loss, "lr": lr_of(self.cfg, step)}
         if step > self._step_last:
             dt = now - self._t_last
             self.tokens_per_s = (step - self._step_last) * self.tokens_per_step / dt
             metrics["perf/tokens_per_s"] = self.tokens_per_s
         self.log_now(metrics, step)
-        self.log("train/loss", mean_loss, prog_bar=True, logger=False)  # progress bar only
-        self.train_loss = mean_loss
+        self.train_loss, self._logged_step = mean_loss, step
         self._loss_sum, self._loss_n = None, 0
         self._t_last, self._step_last = time.perf_counter(), step
         if bad_step >= 0:
             self.diverged_step = int(bad_step)
             self.trainer.should_stop = True
+        return mean_loss
+
+    def _read(self, scalars: list[torch.Tensor]) -> list[float]:
+        """``scalars`` (0-d tensors on the device) and every pending gradient norm in one read of
+        the host; the norms are logged at their own steps, before anything later."""
+        pending, self._pending_norms = self._pending_norms, []
+        parts = [v.float().reshape(-1) for v in scalars] + [v.float() for _, _, v in pending]
+        if not parts:
+            return []
+        values = torch.cat(parts).tolist()
+        at = len(scalars)
+        for step, names, _ in pending:
+            self.log_now(dict(zip(names, values[at : at + len(names)], strict=True)), step)
+            at += len(names)
+        return values[: len(scalars)]
 
     def on_train_start(self):
         self._t_last, self._step_last = time.perf_counter(), self.global_step
@@ -181,9 +210,17 @@ class LitLM(pl.LightningModule):
         if interval == 0 or (step % interval and step != 0):
             return
         norms = self.grad_norms()
-        if norms:
-            values = torch.stack(list(norms.values())).tolist()
-            self.log_now(dict(zip(norms, values, strict=True)), step)
+        if norms:  # read with the next log step's values
+            self._pending_norms.append((step, list(norms), torch.stack(list(norms.values()))))
+
+    def on_train_end(self):
+        self._read([])  # norms still waiting (a run stopped early)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # a checkpoint off the log interval (an interruption, an early stop): the norms up to
+        # it go into metrics.csv first, since a resumed run drops the rows after its step and
+        # would not compute them again
+        self._read([])
 
     def grad_norms(self) -> dict[str, torch.Tensor]:
         """Global and per-layer L2 norms of the gradients (before clipping)."""
@@ -201,10 +238,13 @@ class LitLM(pl.LightningModule):
             return
         loss = torch.stack(self._val_losses).mean()
         self._val_losses.clear()
-        value = loss.item()
+        # the evaluation's one read, with any gradient norms still waiting: their rows come
+        # before this step's in metrics.csv
+        (value,) = self._read([loss])
         metrics = {"val/loss": value, "val/ppl": math.exp(min(value, 50.0))}
         if self.bits_per_token:
             metrics["val/bpc"] = value / math.log(2)
         self.log_now(metrics, self.global_step)
-        # also through Lightning, for the progress bar and early stopping
-        self.log("val/loss", loss, prog_bar=True, logger=False)
+        self.val_loss = value
+        if self.cfg.train.early_stopping_patience:  # Lightning's EarlyStopping reads it there
+            self.log("val/loss", loss, logger=False)

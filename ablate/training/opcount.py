@@ -10,11 +10,20 @@ allocate (``empty``) launch nothing and are left out.
 
 A host read (``aten._local_scalar_dense``: ``.item()``, ``bool(t)``, ``float(t)``; ``equal``;
 ``tolist``, ``cpu``, ``numpy``) waits for the GPU to finish everything queued before it.
+
+``count_process`` counts a whole process (Lightning's loop, callbacks and loggers included)
+from outside: a ``sitecustomize.py`` on ``PYTHONPATH`` that calls it is loaded into every
+process of a command, the workers ``ablate run`` spawns included (``tests/test_step_cost.py``).
 """
 
 from __future__ import annotations
 
+import atexit
+import json
+import multiprocessing.util
+import os
 from collections import Counter
+from pathlib import Path
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -90,3 +99,23 @@ class OpCounter(TorchDispatchMode):
     @property
     def host_reads(self) -> int:
         return sum(self.reads.values())
+
+
+def count_process(out_dir: str | Path) -> OpCounter:
+    """Count everything this process dispatches from now on (on this thread, the one that
+    trains) and write the counts to ``<out_dir>/<pid>.json`` when it exits: ``ops`` and
+    ``reads`` by name, ``kernels`` and ``host_reads`` their totals."""
+    counter = OpCounter()
+    counter.__enter__()
+    path = Path(out_dir) / f"{os.getpid()}.json"
+
+    def write() -> None:
+        if path.exists():
+            return  # one exit route already wrote it
+        record = {"ops": dict(counter.ops), "reads": dict(counter.reads)}
+        record |= {"kernels": counter.kernels, "host_reads": counter.host_reads}
+        path.write_text(json.dumps(record, sort_keys=True))
+
+    atexit.register(write)  # a plain process
+    multiprocessing.util.Finalize(None, write, exitpriority=0)  # a pool worker skips atexit
+    return counter

@@ -16,11 +16,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import (
-    EarlyStopping,
-    ModelCheckpoint,
-    TQDMProgressBar,
-)
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.plugins.environments import LightningEnvironment
 
 from ablate.accel import pick_backend
@@ -29,7 +25,7 @@ from ablate.data import LMDataModule
 from ablate.store import RunDir
 from ablate.store.attempt import RunAttempt
 from ablate.store.provenance import environment
-from ablate.training.callbacks import ProgressFile
+from ablate.training.callbacks import LossBar, ProgressFile
 from ablate.training.checkpoints import (
     AtomicCheckpointIO,
     ExceptionCheckpoint,
@@ -208,8 +204,8 @@ def make_trainer(
         callbacks.append(
             EarlyStopping(monitor="val/loss", patience=t.early_stopping_patience, check_finite=True)
         )
-    if progress:
-        callbacks.append(TQDMProgressBar(refresh_rate=t.log_interval, leave=False))
+    if progress:  # after ProgressFile, whose hook reads the log step's loss it shows
+        callbacks.append(LossBar(refresh_rate=t.log_interval, leave=False))
     if stop is not None:
         callbacks.append(stop)
     return pl.Trainer(
