@@ -15,9 +15,9 @@ from ablate.model.transformer import LanguageModel
 
 class LSTMLM(LanguageModel):
     """Embedding -> dropout -> ``n_layers`` LSTM (Hochreiter & Schmidhuber 1997) of width
-        ``d_model`` -> dropout -> head, regularised as in Zaremba et al. 2014 (arXiv 1409.2329):
-        dropout on the non-recurrent connections only. Causal by construction. The recurrence runs in
-    fp32 whatever ``train.precision`` says (``hidden``)."""
+    ``d_model`` -> dropout -> head, regularised as in Zaremba et al. 2014 (arXiv 1409.2329):
+    dropout on the non-recurrent connections only. Causal by construction. The recurrence runs
+    in fp32 whatever ``train.precision`` says (``hidden``)."""
 
     unbatchable = "torch.vmap has no batching rule for aten::lstm"
 
