@@ -364,7 +364,10 @@ def _fit(
     with attn_context(cfg, device):
         with stoppable(stop):
             trainer.fit(lit, datamodule=dm, ckpt_path=str(ckpt_path) if ckpt_path else None)
-        # the final evaluation under the training precision (autocast), like validation
+        # Lightning's teardown moved the model to the CPU: the final evaluation (and the
+        # compute dtypes it measures) belongs on the training device, under the training
+        # precision (autocast), like validation
+        lit.model.to(device)
         with trainer.precision_plugin.forward_context():
             summary.update(_finish(cfg, lit, dm, trainer))
 
