@@ -20,8 +20,8 @@
 # --confirm when its registration for PROFILE exists (the registered seeds), else exploratory.
 #
 # Environment (defaults in brackets):
-#   STUDIES          [studies/reference_nanogpt_cpu.yaml studies/positional_encoding.yaml
-#                    studies/architecture.yaml: tier 1] the study YAMLs, run in this order
+#   STUDIES          [studies/reference_nanogpt_cpu.yaml studies/architecture.yaml
+#                    studies/positional_encoding.yaml: tier 1] the study YAMLs, run in this order
 #   PROFILE          [gpu] the study profile; empty: the study's default
 #   PYTHON           [python3] the machine's Python, whose torch the runs use
 #   ABLATE_ARGS      extra `ablate run` arguments, split on spaces (e.g. "--set
@@ -52,7 +52,8 @@ mkdir -p "$1" || die "cannot create $1"
 OUT=$(cd "$1" && pwd)
 cd "$ROOT" || exit 2
 
-TIER1="studies/reference_nanogpt_cpu.yaml studies/positional_encoding.yaml studies/architecture.yaml"
+# tier 1, in the order of the table in reports/gpu/README.md
+TIER1="studies/reference_nanogpt_cpu.yaml studies/architecture.yaml studies/positional_encoding.yaml"
 read -r -a STUDY_FILES <<< "${STUDIES:-$TIER1}"
 [ ${#STUDY_FILES[@]} -gt 0 ] || die "STUDIES names no study"
 for s in "${STUDY_FILES[@]}"; do [ -f "$s" ] || die "$s: no such study file"; done
