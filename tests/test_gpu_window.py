@@ -19,7 +19,9 @@ What is simulated, and how:
 
 Not simulated: CUDA, the image's own versions of torch and Lightning (this environment's run),
 the probe (``PROBE=0`` in the first window; in the second it is cut after a few seconds, so
-only its failure being tolerated is rehearsed), and the device's own copying.
+only its failure being tolerated is rehearsed), and the device's own copying. Runs train one at
+a time in ``ablate run``'s process, as ``--workers auto`` does on one GPU (a pool of workers, as
+``--runs-per-gpu 4`` makes, is not rehearsed).
 
 The first window's budget cuts a run, whatever this machine's speed: that run's feed-forward is
 a plugin that sleeps ``GPUWIN_SLEEP_S`` per training step (set in the first window only; a sleep
