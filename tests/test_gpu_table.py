@@ -1,10 +1,6 @@
 """The GPU table's budget: FLOPs of a planned run (``ablate plan --flops``) and the guard on the
 shipped gpu profiles (together <= 520 PFLOP of training, each well above its cpu profile)."""
 
-import os
-import subprocess
-import sys
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -99,64 +95,3 @@ def test_plan_flops_costs_a_gpu_profile_without_a_gpu():
     assert res.exit_code == 0, res.output
     # 8 runs x 5000 steps x 64 x 256 tokens x flops_per_token of the 6L/384d reference model
     assert "46.50 PFLOP" in res.output and "at 25% MFU" in res.output
-
-
-# --- scripts/gpu/run_study.sh on the CPU: run, archive, restore, cut off by its budget, resume -
-
-SCRIPT = Path("scripts/gpu/run_study.sh").resolve()
-
-
-def _run_study(study: Path, out: Path, budget: int, **env) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PROFILE": "cpu", "INSTALL": "0", "PYTHON": sys.executable, **env}
-    return subprocess.run(
-        ["bash", str(SCRIPT), str(study), str(out), str(budget)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-
-
-def _members(archive: Path) -> list[str]:
-    with tarfile.open(archive) as tar:
-        return tar.getnames()
-
-
-@pytest.mark.slow
-def test_run_study_script_archives_restores_and_resumes(make_study, tmp_path):
-    grid = {"model.activation": ["relu", "gelu"]}
-    study = make_study("gputiny", grid=grid, profiles={"cpu": {"train": {"accelerator": "cpu"}}})
-    first, second = tmp_path / "first", tmp_path / "second"
-    env = {"STORE": str(tmp_path / "store1"), "ARCHIVE": str(tmp_path / "none.tgz")}
-
-    # 1. every run finishes within the budget: the archive holds the store, minus checkpoints
-    # and leases, and the script exits 0
-    res = _run_study(study, tmp_path / "out1", 600, **env)
-    assert res.returncode == 0 and "every run finished" in res.stdout, res.stdout + res.stderr
-    archive = tmp_path / "out1" / "gputiny.tgz"
-    names = _members(archive)
-    assert sum(n.endswith("summary.json") for n in names) == 2
-    assert any(n.endswith("metrics.csv") for n in names)
-    assert list((tmp_path / "store1" / "gputiny").glob("*/checkpoints/*.ckpt"))  # left behind
-    assert not [n for n in names if "checkpoints" in n or "run.lease" in n]
-    assert "completed" in (tmp_path / "out1" / "gputiny.status.txt").read_text()
-
-    # 2. another machine: the archive is restored into an empty store, and a budget that ends
-    # before training can start still exits 0 with the restored runs archived again
-    env = {"STORE": str(tmp_path / "store2"), "ARCHIVE": str(archive)}
-    res = _run_study(study, second, 1, **env)
-    assert res.returncode == 0 and "budget of 1s reached" in res.stdout, res.stdout + res.stderr
-    assert sorted(_members(second / "gputiny.tgz")) == sorted(names)
-
-    # 3. the same command resumes: the restored runs count as finished and are not retrained
-    summaries = {p: p.read_bytes() for p in (tmp_path / "store2").glob("*/*/summary.json")}
-    res = _run_study(study, first, 600, **env)
-    assert res.returncode == 0 and "2 runs, 2 finished, 0 to train" in res.stdout, res.stdout
-    assert {p: p.read_bytes() for p in summaries} == summaries
-
-
-def test_run_study_script_rejects_bad_arguments(tmp_path):
-    res = _run_study(tmp_path / "missing.yaml", tmp_path / "out", 10)
-    assert res.returncode == 2 and "no such study file" in res.stderr
-    res = _run_study(Path("studies/activation.yaml"), tmp_path / "out", "ten")
-    assert res.returncode == 2 and "whole number" in res.stderr

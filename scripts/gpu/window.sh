@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# One GPU window: everything one command on a lent GPU machine does (docs/gpu.md). Run it from
+# the checkout root there, with the machine's python3, after scripts/gpu/prepare.sh here:
+#
+#   scripts/gpu/window.sh OUT [SECONDS]
+#
+#   OUT      the device's output folder: gets at most 8 files, all directly in it: stores.tgz
+#            (every study's store without checkpoints, W&B files, leases or temporary files:
+#            commit it as it is as reports/gpu/stores/stores.tgz), window.log, status.txt
+#            (`ablate status` of the studies) and what the probe writes (probe.md, ...)
+#   SECONDS  the whole command's wall-clock budget (default 540, inside the device's 600 s).
+#            The studies get what the install and the probe leave, less GRACE + FINISH: at
+#            their deadline `ablate run` gets SIGINT, as from Ctrl-C (each run in flight saves
+#            a checkpoint at its step and stops), and is killed GRACE seconds later
+#
+# Steps: the carried wheels (.whl/) installed into SITE without a venv or an index; every
+# import a run needs checked (exit 3 listing what is missing); the archives committed under
+# reports/gpu/stores/ restored into STORE (files already there are kept: a warm machine's newer
+# state is never rolled back); `ablate bench --probe`; then each study in order: with
+# --confirm when its registration for PROFILE exists (the registered seeds), else exploratory.
+#
+# Environment (defaults in brackets):
+#   STUDIES          [studies/reference_nanogpt_cpu.yaml studies/architecture.yaml
+#                    studies/positional_encoding.yaml: tier 1] the study YAMLs, run in this order
+#   PROFILE          [gpu] the study profile; empty: the study's default
+#   PYTHON           [python3] the machine's Python, whose torch the runs use
+#   ABLATE_ARGS      extra `ablate run` arguments, split on spaces (e.g. "--set
+#                    train.stack=auto", as the probe decides)
+#   PROBE            [1] 0: no probe
+#   PROBE_SECONDS    [180] the probe's own limit (a failing probe is logged; the studies go on)
+#   STORE            [runs/gpu] the run store, kept between commands on one warm machine
+#   SITE             [.gpu-site] where the wheels are installed (put on PYTHONPATH)
+#   ABLATE_DATA_DIR  [.gpu-data] the data prepare.sh copied into the checkout
+#   WANDB_MODE       [disabled] W&B's files would not come back (the archive leaves them out)
+#   GRACE            [30] seconds between a study's SIGINT and its kill
+#   FINISH           [30] seconds kept at the end for status.txt and the archive
+#
+# Exit status: 0 when every study finished or was cut by the budget (the files are written
+# either way), 1 when a study failed or what comes back breaks the device's limits, 2 for bad
+# arguments, 3 when this machine cannot run ablate.
+set -uo pipefail
+
+usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+die() { echo "window.sh: $*" >&2; exit 2; }
+whole() { case $2 in '' | *[!0-9]*) die "$1 must be a whole number of seconds, got '$2'" ;; esac; }
+
+[ $# -ge 1 ] && [ $# -le 2 ] || usage
+BUDGET=${2:-540}
+whole SECONDS "$BUDGET"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+mkdir -p "$1" || die "cannot create $1"
+OUT=$(cd "$1" && pwd)
+cd "$ROOT" || exit 2
+
+# tier 1, in the order of the table in reports/gpu/README.md
+TIER1="studies/reference_nanogpt_cpu.yaml studies/architecture.yaml studies/positional_encoding.yaml"
+read -r -a STUDY_FILES <<< "${STUDIES:-$TIER1}"
+[ ${#STUDY_FILES[@]} -gt 0 ] || die "STUDIES names no study"
+for s in "${STUDY_FILES[@]}"; do [ -f "$s" ] || die "$s: no such study file"; done
+PROFILE=${PROFILE-gpu}
+PYTHON=${PYTHON:-python3}
+PROBE=${PROBE:-1}
+PROBE_SECONDS=${PROBE_SECONDS:-180}
+STORE=${STORE:-runs/gpu}
+SITE=${SITE:-$ROOT/.gpu-site}
+GRACE=${GRACE:-30}
+FINISH=${FINISH:-30}
+for v in PROBE_SECONDS GRACE FINISH; do whole "$v" "${!v}"; done
+export ABLATE_DATA_DIR=${ABLATE_DATA_DIR:-$ROOT/.gpu-data}
+export WANDB_MODE=${WANDB_MODE:-disabled}
+export PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160}
+ARCHIVES=reports/gpu/stores
+MiB=$((1024 * 1024))
+
+log() { echo "[window $(date -u +%H:%M:%S) +${SECONDS}s] $*"; }
+left() { echo $((BUDGET - SECONDS)); }
+
+# the wheels go into a folder on PYTHONPATH, not a venv: the machine's python3 is a venv itself,
+# and a venv made from it does not see its packages (its torch among them)
+install_wheels() {
+    export PYTHONPATH=$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}
+    if ! compgen -G ".whl/*.whl" > /dev/null; then
+        log "no wheels in .whl/: using $PYTHON's packages as they are"
+        return 0
+    fi
+    rm -rf "$SITE"
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check \
+        --target "$SITE" .whl/*.whl || { log "pip could not install .whl/*.whl"; return 1; }
+    log "installed into $SITE: $(cd .whl && ls -- *.whl | tr '\n' ' ')"
+}
+
+# every module `ablate run` and `ablate status` import, each tried on its own so that the list
+# of what is missing is whole; wandb, wandb_workspaces and datasets are optional for runs
+check_imports() {
+    "$PYTHON" - <<'EOF'
+import importlib
+import sys
+
+MODULES = (
+    "torch", "pytorch_lightning", "pydantic", "typer", "yaml", "rich", "tokenizers", "filelock",
+    "numpy", "pandas", "scipy", "statsmodels", "matplotlib", "seaborn",
+    "ablate.cli", "ablate.execution.runner", "ablate.execution.confirm",
+    "ablate.execution.executors.local", "ablate.execution.worker", "ablate.execution.tables",
+    "ablate.training.train", "ablate.training.stacked", "ablate.data.datasets",
+)
+missing, broken = {}, []
+for name in MODULES:
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        missing.setdefault(err.name or name, name)
+    except Exception as err:  # noqa: BLE001 - any failure to import stops the window
+        broken.append(f"{name} ({type(err).__name__}: {str(err).splitlines()[0]})")
+if missing or broken:
+    if missing:
+        need = ", ".join(f"{m} (for {n})" for m, n in missing.items())
+        print(f"missing modules: {need}: carry their wheels (scripts/gpu/prepare.sh)")
+    if broken:
+        print("modules that fail to import: " + "; ".join(broken))
+    sys.exit(3)
+import torch
+
+try:
+    import wandb
+
+    w = f"wandb {wandb.__version__}"
+except ImportError:
+    w = "no wandb (runs log to the store only)"
+cuda = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device"
+print(f"python {sys.version.split()[0]}, torch {torch.__version__}, {cuda}, {w}")
+EOF
+}
+
+restore_archives() {
+    mkdir -p "$STORE" || return 1
+    local a
+    for a in "$ARCHIVES"/*.tgz; do
+        [ -f "$a" ] || continue
+        tar -xzf "$a" -C "$STORE" --skip-old-files || { log "cannot read $a"; return 1; }
+        log "restored $a into $STORE (files already there kept)"
+    done
+}
+
+probe() {
+    [ "$PROBE" = 0 ] && { log "probe skipped (PROBE=0)"; return 0; }
+    local rc=0 limit=$(($(left) - GRACE - FINISH))
+    [ "$limit" -ge 5 ] || { log "probe skipped: no time left"; return 0; }
+    [ "$limit" -gt "$PROBE_SECONDS" ] && limit=$PROBE_SECONDS
+    log "probe: ablate bench --probe (limit ${limit}s)"
+    timeout --signal=INT --kill-after=10 "$limit" \
+        "$PYTHON" -m ablate bench --probe --out "$OUT/probe.md" || rc=$?
+    [ $rc = 0 ] && log "probe: done" || log "probe failed (exit $rc): the studies go on"
+}
+
+# one line per study: its name and whether its registration for PROFILE exists, from
+# ablate's own naming (registration_path)
+study_plan() {
+    "$PYTHON" - "${PROFILE:-}" "${STUDY_FILES[@]}" <<'EOF'
+import sys
+
+import yaml
+
+from ablate.study.registration import registration_path
+
+profile = sys.argv[1] or None
+for path in sys.argv[2:]:
+    name = yaml.safe_load(open(path))["name"]
+    reg = registration_path(path, profile)
+    print(name, "confirm" if reg.is_file() else "explore", reg)
+EOF
+}
+
+# run_study FILE NAME MODE REGISTRATION: `ablate run` until the studies' deadline (returns its
+# status: 124 or 137 when the budget cut it)
+run_study() {
+    local file=$1 name=$2 mode=$3 reg=$4 limit rc=0 args=()
+    limit=$(($(left) - GRACE - FINISH))
+    if [ "$limit" -lt 5 ]; then
+        log "$name: no time left in this window (the next one runs it)"
+        return 124
+    fi
+    [ -n "$PROFILE" ] && args+=(--profile "$PROFILE")
+    if [ "$mode" = confirm ]; then
+        args+=(--confirm)
+        log "$name: registered for profile '${PROFILE:-default}' ($reg): its confirmation seeds"
+    else
+        log "$name: no registration for profile '${PROFILE:-default}': exploratory runs"
+    fi
+    log "ablate run $file ${args[*]} --store $STORE ${ABLATE_ARGS:-} (limit ${limit}s)"
+    # timeout signals its whole process group: workers get the SIGINT a terminal's Ctrl-C sends
+    # shellcheck disable=SC2086  # ABLATE_ARGS is split on spaces on purpose
+    timeout --signal=INT --kill-after="$GRACE" "$limit" "$PYTHON" -m ablate run "$file" \
+        "${args[@]}" --store "$STORE" --no-progress ${ABLATE_ARGS:-} < /dev/null || rc=$?
+    case $rc in
+        0) log "$name: every run finished" ;;
+        124 | 137) log "$name: cut by the budget (exit $rc): the next window resumes it" ;;
+        *) log "$name: ablate run exited $rc" ;;
+    esac
+    return $rc
+}
+
+# status.txt: `ablate status` of the window's studies that have runs in the store
+write_status() {
+    local name have=()
+    for name in "$@"; do [ -d "$STORE/$name" ] && have+=("$name"); done
+    if [ ${#have[@]} = 0 ]; then
+        echo "no runs of ${*} in $STORE" > "$OUT/status.txt"
+        return 0
+    fi
+    "$PYTHON" -m ablate status "${have[@]}" --store "$STORE" > "$OUT/status.txt" 2>&1 ||
+        log "ablate status failed (status.txt has its output)"
+}
+
+archive_stores() {
+    local entries
+    mapfile -t entries < <(cd "$STORE" && ls -A)
+    if [ ${#entries[@]} = 0 ]; then
+        log "the store is empty: no stores.tgz"
+        return 0
+    fi
+    # checkpoints (~128 MB a run) stay on the machine; leases and temporary files are its own
+    tar -czf "$OUT/stores.tgz" -C "$STORE" --exclude=checkpoints --exclude=wandb \
+        --exclude='run.lease.*' --exclude='*.tmp' -- "${entries[@]}" ||
+        { log "cannot write $OUT/stores.tgz"; return 1; }
+    log "stores.tgz: ${entries[*]} ($(($(wc -c < "$OUT/stores.tgz") / 1024)) KiB)"
+}
+
+# what comes back: at most 8 files, each <= 16 MiB, 64 MiB together, none deeper than OUT/a/b
+check_out() {
+    local n big deep total
+    n=$(find "$OUT" -type f | wc -l)
+    big=$(find "$OUT" -type f -size +$((16 * MiB))c)
+    deep=$(find "$OUT" -mindepth 4 -type f)
+    total=$(find "$OUT" -type f -printf '%s\n' | awk '{t += $1} END {print t + 0}')
+    log "OUT: $n files, $((total / 1024)) KiB: $(cd "$OUT" && find . -type f | sort | tr '\n' ' ')"
+    [ "$n" -le 8 ] && [ -z "$big" ] && [ -z "$deep" ] && [ "$total" -le $((64 * MiB)) ] && return 0
+    log "what comes back breaks the device's limits (8 files, 16 MiB each, 64 MiB, 2 folders" \
+        "down): $n files, ${total} bytes${big:+, over 16 MiB: $big}${deep:+, too deep: $deep}"
+    return 1
+}
+
+main() {
+    local rc=0 status=0 name mode reg plan names=()
+    log "window: ${STUDY_FILES[*]}, profile ${PROFILE:-default}, budget ${BUDGET}s"
+    install_wheels && check_imports || { log "this machine cannot run ablate (above)"; return 3; }
+    [ -f "$ABLATE_DATA_DIR/tinyshakespeare/input.txt" ] ||
+        log "no $ABLATE_DATA_DIR/tinyshakespeare/input.txt (run scripts/gpu/prepare.sh and carry .gpu-data)"
+    log "data: $ABLATE_DATA_DIR; W&B: $WANDB_MODE"
+    restore_archives || return 1
+    probe
+    plan=$(study_plan) || { log "cannot read the studies"; return 2; }
+    local i=0
+    while read -r name mode reg; do
+        names+=("$name")
+        run_study "${STUDY_FILES[$i]}" "$name" "$mode" "$reg" || rc=$?
+        case $rc in 0 | 124 | 137) ;; *) status=1 ;; esac
+        rc=0
+        i=$((i + 1))
+    done <<< "$plan"
+    write_status "${names[@]}"
+    archive_stores || status=1
+    check_out || status=1
+    log "window done (exit $status)"
+    return $status
+}
+
+main 2>&1 | tee "$OUT/window.log"
+exit "${PIPESTATUS[0]}"
