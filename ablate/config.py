@@ -45,6 +45,7 @@ NormPlacement = Annotated[str, _registered("norm_placement")]
 Norm = Annotated[str, _registered("norm")]
 PosEncoding = Annotated[str, _registered("pos_encoding")]
 Activation = Annotated[str, _registered("activation")]
+Attention = Annotated[str, _registered("attention")]
 Init = Literal["gpt2", "vaswani"]
 Tokenizer = Literal["char", "word", "bpe"]
 DataOrder = Literal["rows", "tokens"]
@@ -87,6 +88,9 @@ class ModelConfig(_Section):
     norm_eps: float = Field(1e-5, gt=0.0)
     pos_encoding: PosEncoding = "learned"
     activation: Activation = "gelu"
+    attention: Attention = "plain"
+    """The attention module: ``plain`` (softmax over scaled dot products), ``qk_norm``
+    (queries and keys layer-normalised per head first), or a plugin's."""
     rope_theta: float = Field(10000.0, gt=0.0)
     init: Init = "gpt2"
     """``gpt2``: N(0, init_std) weights, residual projections scaled by 1/sqrt(2 n_layers).
@@ -305,8 +309,11 @@ class RunConfig(_Section):
         d.pop("tracking")
         d["train"].pop("progress")
         d["train"].pop("stack")  # how runs train (stacked or alone), not what they are
-        if d["data"]["order"] == "rows":  # the order every run had before the field existed
+        # defaults every run had before their field existed: earlier run ids stay valid
+        if d["data"]["order"] == "rows":
             d["data"].pop("order")
+        if d["model"]["attention"] == "plain":
+            d["model"].pop("attention")
         if (
             content
         ):  # only when present: ids of runs without plugins or local files stay as they were

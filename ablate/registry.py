@@ -16,12 +16,14 @@ from typing import TypeVar
 
 from ablate.errors import ConfigError
 
-AXES = ("arch", "norm_placement", "norm", "pos_encoding", "activation")
+AXES = ("arch", "norm_placement", "norm", "pos_encoding", "activation", "attention")
 """``arch``: a ``LanguageModel``; ``norm_placement``: a transformer block; ``norm``: a norm;
-``pos_encoding``: a ``NoPositions`` subclass; ``activation``: the whole feed-forward module."""
+``pos_encoding``: a ``NoPositions`` subclass; ``activation``: the whole feed-forward module;
+``attention``: a ``CausalSelfAttention`` subclass."""
 
 T = TypeVar("T")
 _TABLES: dict[str, dict[str, type]] = {axis: {} for axis in AXES}
+_BUILTIN: dict[str, set[str]] = {axis: set() for axis in AXES}
 
 
 def _table(axis: str) -> dict[str, type]:
@@ -41,6 +43,7 @@ def define(axis: str, entries: dict[str, T]) -> dict[str, T]:
     the model modules as they are imported)."""
     reg = _table(axis)
     reg.update(entries)
+    _BUILTIN[axis].update(entries)
     return reg  # type: ignore[return-value]
 
 
@@ -65,7 +68,12 @@ def check_name(axis: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         names = list(table(axis))
         if value not in names:
-            raise ValueError(f"Input should be {choices_text(names)}")
+            plugins = [n for n in names if n not in _BUILTIN[axis]]
+            loaded = f"plugins loaded: {', '.join(plugins)}" if plugins else "no plugin loaded"
+            raise ValueError(
+                f"Input should be {choices_text(names)} ({loaded} on this axis; a name from a "
+                "plugin needs the study's plugins: entry or --plugin)"
+            )
         return value
 
     return check

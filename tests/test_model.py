@@ -13,6 +13,7 @@ from ablate import registry
 from ablate.config import ModelConfig
 from ablate.model import LSTMLM, TransformerLM, build_model
 from ablate.model.transformer import (
+    ATTENTIONS,
     BLOCKS,
     FFNS,
     NORMS,
@@ -199,6 +200,10 @@ def reference_attention(
         return (x @ lin.weight.T + lin.bias).reshape(B, T, heads, D).permute(0, 2, 1, 3)
 
     q, k, v = project(attn.q_proj, H), project(attn.k_proj, Hkv), project(attn.v_proj, Hkv)
+    if hasattr(attn, "q_norm"):  # QK-LayerNorm: each head's q and k over head_dim, then RoPE
+        ln = torch.nn.functional.layer_norm
+        q = ln(q, (D,), attn.q_norm.weight, attn.q_norm.bias, attn.q_norm.eps)
+        k = ln(k, (D,), attn.k_norm.weight, attn.k_norm.bias, attn.k_norm.eps)
     if pos == "rope":
         q, k = rope_reference(q), rope_reference(k)
     future = torch.ones(T, T, dtype=torch.bool).triu(1)
@@ -214,12 +219,14 @@ def reference_attention(
     return y @ attn.out_proj.weight.T + attn.out_proj.bias
 
 
+@pytest.mark.parametrize("attention", ["plain", "qk_norm"])
 @pytest.mark.parametrize("pos", ["none", "rope", "alibi"])
 @pytest.mark.parametrize("kv_heads", [4, 2, 1])
-def test_attention_matches_reference(kv_heads, pos):
+def test_attention_matches_reference(kv_heads, pos, attention):
     torch.manual_seed(0)
-    cfg = tiny(n_heads=4, n_kv_heads=kv_heads, pos_encoding=pos)
-    attn = randomize_(CausalSelfAttention(cfg), std=0.3).eval()
+    cfg = tiny(n_heads=4, n_kv_heads=kv_heads, pos_encoding=pos, attention=attention)
+    attn = randomize_(ATTENTIONS[attention](cfg), std=0.3).eval()
+    assert isinstance(attn, CausalSelfAttention)  # every value subclasses the documented base
     positions = POSITIONS[pos](cfg)
     x = torch.randn(2, 6, cfg.d_model)
     with torch.no_grad():
@@ -460,6 +467,20 @@ def test_dropout_only_in_training(arch):
 def test_forward_of_every_axis():
     for norm in NORMS:
         for act in FFNS:
-            model = build_model(tiny(norm=norm, activation=act, bias=False), VOCAB)
-            assert model(torch.randint(0, VOCAB, (2, 5))).shape == (2, 5, VOCAB)
-            assert not any(n.endswith("bias") for n, _ in model.named_parameters())
+            for attention in ATTENTIONS:
+                cfg = tiny(norm=norm, activation=act, attention=attention, bias=False)
+                model = build_model(cfg, VOCAB)
+                assert model(torch.randint(0, VOCAB, (2, 5))).shape == (2, 5, VOCAB)
+                assert not any(n.endswith("bias") for n, _ in model.named_parameters())
+
+
+def test_the_plain_attention_value_is_the_model_every_earlier_run_had():
+    """``attention: plain`` builds the same attention as before the axis existed and is left
+    out of the run id, so earlier runs keep their ids; ``qk_norm`` is a new run."""
+    from ablate.config import build_config
+
+    plain = build_config({"model.attention": "plain"})
+    assert plain.run_id() == build_config({}).run_id()
+    assert build_config({"model.attention": "qk_norm"}).run_id() != plain.run_id()
+    block = build_model(tiny(), VOCAB).blocks[0]
+    assert type(block.attn) is CausalSelfAttention

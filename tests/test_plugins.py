@@ -220,3 +220,67 @@ def test_example_study_plans_and_trains(tmp_path, clean_registry):
     )["meta"]
     assert meta["plugin_sources"]["activation"]["name"] == "relu2"
     assert meta["plugins"] == [str((EXAMPLES / "squared_relu.py").resolve())]
+
+
+class BlockOfX(nn.Module):
+    """A block whose forward takes only ``x``: the model calls ``block(x, rotary, attn_bias)``."""
+
+    final_norm = True
+
+    def __init__(self, cfg):
+        super().__init__()
+
+    def forward(self, x):
+        return x
+
+
+def test_a_block_taking_only_x_fails_at_plan_in_one_line_naming_the_call(tmp_path):
+    path = tmp_path / "block_x.py"
+    path.write_text(
+        "import ablate, torch.nn as nn\n"
+        "@ablate.register('norm_placement', 'only_x')\n"
+        "class OnlyX(nn.Module):\n"
+        "    final_norm = True\n"
+        "    def __init__(self, cfg):\n"
+        "        super().__init__()\n"
+        "    def forward(self, x):\n"
+        "        return x\n"
+    )
+    study = tmp_path / "s.yaml"
+    study.write_text(yaml.safe_dump({"base": {"model.norm_placement": "only_x"}}))
+    res = CliRunner().invoke(app, ["plan", str(study), "--plugin", str(path)])
+    assert res.exit_code == 2, res.output
+    (line,) = res.output.strip().splitlines()
+    assert "block(x, rotary, attn_bias)" in line and "block_x.py" in line
+
+
+def test_an_attention_plugin_subclasses_the_base_and_trains(clean_registry):
+    from ablate.model.transformer import ATTENTIONS, CausalSelfAttention
+
+    class SoftCapAttention(CausalSelfAttention):
+        """Logits capped by ``c tanh(s / c)`` (Gemma 2), in explicit matmuls."""
+
+        def attend(self, q, k, v, attn_bias):
+            s = q @ k.transpose(-1, -2) / q.size(-1) ** 0.5
+            s = 30.0 * torch.tanh(s / 30.0)
+            T = q.size(-2)
+            s = s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+            return torch.softmax(s, -1) @ v
+
+    try:
+        ablate.register("attention", "softcap")(SoftCapAttention)
+        model = build_model(build_config({"model.attention": "softcap"}).model, 11)
+        assert model(torch.zeros(2, 5, dtype=torch.long)).shape == (2, 5, 11)
+        with pytest.raises(ConfigError, match="must subclass .*CausalSelfAttention"):
+            check_interface("attention", "x", BlockOfX)
+    finally:
+        ATTENTIONS.pop("softcap", None)
+        _PLUGINS.pop(("attention", "softcap"), None)
+
+
+def test_an_unknown_name_says_which_plugins_are_loaded(clean_registry, tmp_path):
+    with pytest.raises(ConfigError, match="no plugin loaded on this axis.*plugins: entry"):
+        build_config({"model.norm": "scalenorm"})
+    load_plugin(str(write_plugin(tmp_path)))
+    with pytest.raises(ConfigError, match="plugins loaded: scalenorm on this axis"):
+        build_config({"model.norm": "qnorm"})

@@ -118,6 +118,7 @@ BF16_AXES = [
     *({"model.activation": a} for a in ("relu", "swiglu", "geglu")),
     {"model.n_heads": 4, "model.n_kv_heads": 2},  # GQA
     {"model.n_kv_heads": 1},  # MQA
+    {"model.attention": "qk_norm"},
 ]
 DROPOUT = [{"model.dropout": 0.1}, {"model.dropout": 0.1, "model.pos_encoding": "alibi"}]
 

@@ -3,8 +3,10 @@
 Each axis of ``ModelConfig`` that picks a class is a registry (name -> class) the model looks
 up at build time: ``arch`` (``ARCHS``: a ``LanguageModel``, built as ``cls(cfg, vocab_size)``),
 ``norm_placement`` (``BLOCKS``: a transformer block), ``norm`` (``NORMS``), ``pos_encoding``
-(``POSITIONS``: a ``NoPositions`` subclass) and ``activation`` (``FFNS``: the whole feed-forward
-module). Every other class is built as ``cls(cfg)`` from the ``ModelConfig``.
+(``POSITIONS``: a ``NoPositions`` subclass), ``activation`` (``FFNS``: the whole feed-forward
+module) and ``attention`` (``ATTENTIONS``: a ``CausalSelfAttention`` subclass). Every other
+class is built as ``cls(cfg)`` from the ``ModelConfig``. ``CALLS`` says how the model calls
+each one; the interface check calls it the same way.
 
 A plugin is a Python module (a dotted name, or a ``.py`` file) that adds classes with
 ``@ablate.register(axis, name)``. Registration checks the class against the axis's interface
@@ -124,11 +126,41 @@ def register(axis: str, name: str) -> Callable[[C], C]:
     return deco
 
 
+CALLS = {
+    "arch": "model(idx) -> logits: (B, T) token ids -> (B, T, vocab)",
+    "norm_placement": "block(x, rotary, attn_bias) -> x: (B, T, d_model) -> (B, T, d_model)",
+    "norm": "norm(x) -> x: (B, T, d_model) -> (B, T, d_model)",
+    "pos_encoding": "pos.embed(x) -> x, pos.rotary(T, device), pos.attn_bias(T, device)",
+    "activation": "ffn(x) -> x: (B, T, d_model) -> (B, T, d_model)",
+    "attention": "attn(x, rotary, attn_bias) -> x: (B, T, d_model) -> (B, T, d_model)",
+}
+"""How the model calls a class of each axis (``rotary``: the RoPE tables or None; ``attn_bias``:
+ALiBi's ``(H, T, T)`` bias or None)."""
+
+
+def _call(axis: str, module, x):
+    """``module`` called on ``x`` exactly as the model calls a class of ``axis``."""
+    if axis == "pos_encoding":
+        T = x.size(1)
+        module.rotary(T, x.device), module.attn_bias(T, x.device)
+        return module.embed(x)
+    if axis in ("norm_placement", "attention"):
+        cfg = _tiny_config(axis, "")
+        pos = table("pos_encoding")[cfg.pos_encoding](cfg).to(x.device)
+        T = x.size(1)
+        return module(x, pos.rotary(T, x.device), pos.attn_bias(T, x.device))
+    return module(x)
+
+
 def _tiny_config(axis: str, name: str):
     from ablate.config import ModelConfig
 
-    base = ModelConfig(d_model=16, n_heads=2, n_layers=1, max_seq_len=8, d_ff=32)
-    return base.model_copy(update={axis: name})
+    # rotary positions: a block or attention is called with real RoPE tables, as the model
+    # calls it with rope (and with None otherwise)
+    base = ModelConfig(
+        d_model=16, n_heads=2, n_layers=1, max_seq_len=8, d_ff=32, pos_encoding="rope"
+    )
+    return base.model_copy(update={axis: name}) if name else base
 
 
 def check_interface(axis: str, name: str, cls: type) -> None:
@@ -138,7 +170,7 @@ def check_interface(axis: str, name: str, cls: type) -> None:
     import torch
     import torch.nn as nn
 
-    from ablate.model.transformer import LanguageModel, NoPositions
+    from ablate.model.transformer import CausalSelfAttention, LanguageModel, NoPositions
 
     what = f"{axis} {name!r} ({getattr(cls, '__qualname__', cls)})"
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
@@ -151,22 +183,33 @@ def check_interface(axis: str, name: str, cls: type) -> None:
         raise PluginError(f"{what} must subclass ablate.model.LanguageModel")
     if axis == "norm_placement" and not isinstance(getattr(cls, "final_norm", None), bool):
         raise PluginError(f"{what} must set the class attribute final_norm (True or False)")
+    if axis == "attention" and not issubclass(cls, CausalSelfAttention):
+        raise PluginError(
+            f"{what} must subclass ablate.model.transformer.CausalSelfAttention (qk/attend)"
+        )
     cfg = _tiny_config(axis, name)
     B, T, V = 2, 5, 11
     errors = []
     for device in ("meta", "cpu"):
         try:
             with torch.device(device):
-                if axis == "arch":
-                    module = cls(cfg, V)
-                    x = torch.zeros(B, T, dtype=torch.long)
-                    want = (B, T, V)
-                else:
-                    module = cls(cfg)
-                    x = torch.zeros(B, T, cfg.d_model)
-                    want = (B, T, cfg.d_model)
-                with torch.no_grad():
-                    y = module.embed(x) if axis == "pos_encoding" else module(x)
+                module = cls(cfg, V) if axis == "arch" else cls(cfg)
+        except Exception as err:  # noqa: BLE001 - any failure is the plugin's
+            errors.append(f"{type(err).__name__}: {err}".splitlines()[0])
+            continue
+        x, want = (
+            (torch.zeros(B, T, dtype=torch.long), (B, T, V))
+            if axis == "arch"
+            else (torch.zeros(B, T, cfg.d_model), (B, T, cfg.d_model))
+        )
+        try:
+            with torch.device(device), torch.no_grad():
+                y = _call(axis, module, x.to(device))
+        except TypeError as err:  # called as the model calls it, it takes other arguments
+            raise PluginError(
+                f"{what} cannot be called as the model calls it, {CALLS[axis]} "
+                f"({str(err).splitlines()[0]})"
+            ) from None
         except Exception as err:  # noqa: BLE001 - any failure is the plugin's
             errors.append(f"{type(err).__name__}: {err}".splitlines()[0])
             continue

@@ -233,7 +233,11 @@ POSITIONS: dict[str, type[NoPositions]] = registry.define(
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention (Vaswani et al. 2017) with ``n_kv_heads`` key/value
     heads: grouped-query attention (Ainslie et al. 2023, arXiv 2305.13245), multi-query when 1
-    (Shazeer 2019, arXiv 1911.02150). Query head ``h`` reads K/V head ``h // (n_heads/n_kv)``."""
+    (Shazeer 2019, arXiv 1911.02150). Query head ``h`` reads K/V head ``h // (n_heads/n_kv)``.
+
+    The ``attention`` axis' base (``plain``): a variant subclasses it and overrides ``qk`` (the
+    heads' queries and keys before the positions rotate them) or ``attend`` (the attention of
+    the projected heads); the block calls it as ``attn(x, rotary, attn_bias)``."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -247,6 +251,24 @@ class CausalSelfAttention(nn.Module):
         self.attn_dropout = cfg.dropout
         self.resid_dropout = nn.Dropout(cfg.dropout)
 
+    def qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries ``(B, H, T, D)`` and keys ``(B, Hkv, T, D)`` as the scores will use them."""
+        return q, k
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        """``softmax(q k^T / sqrt(D) + bias) v`` over ``(B, H, T, D)`` heads, causal."""
+        return F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=None if attn_bias is None else attn_bias.to(q.dtype),
+            dropout_p=self.attn_dropout if self.training else 0.0,
+            # a bias mask already carries the causal -inf; is_causal would apply it twice
+            is_causal=attn_bias is None,
+        )
+
     def forward(
         self,
         x: torch.Tensor,
@@ -258,22 +280,35 @@ class CausalSelfAttention(nn.Module):
         q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
         k = self.k_proj(x).view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
         v = self.v_proj(x).view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
+        q, k = self.qk(q, k)
         if rotary is not None:
             q, k = apply_rope(q, *rotary), apply_rope(k, *rotary)
         if Hkv != H:
             k = k.repeat_interleave(H // Hkv, dim=1)  # (B, H, T, D)
             v = v.repeat_interleave(H // Hkv, dim=1)  # (B, H, T, D)
-        y = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=None if attn_bias is None else attn_bias.to(q.dtype),
-            dropout_p=self.attn_dropout if self.training else 0.0,
-            # a bias mask already carries the causal -inf; is_causal would apply it twice
-            is_causal=attn_bias is None,
-        )  # (B, H, T, D)
+        y = self.attend(q, k, v, attn_bias)  # (B, H, T, D)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, d)
         return self.resid_dropout(self.out_proj(y))
+
+
+class QKNormAttention(CausalSelfAttention):
+    """QK-LayerNorm (Henry et al. 2020, arXiv 2010.04245; Dehghani et al. 2023, arXiv
+    2302.05442): each head's queries and keys layer-normalised (over ``head_dim``, a learned
+    scale per head dimension) before the scores, which bounds the attention logits; Wortsman et
+    al. 2023 (arXiv 2309.14322) find it keeps small models trainable at higher learning rates."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.q_norm = nn.LayerNorm(self.head_dim, eps=cfg.norm_eps, bias=cfg.bias)
+        self.k_norm = nn.LayerNorm(self.head_dim, eps=cfg.norm_eps, bias=cfg.bias)
+
+    def qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.q_norm(q), self.k_norm(k)
+
+
+ATTENTIONS: dict[str, type[CausalSelfAttention]] = registry.define(
+    "attention", {"plain": CausalSelfAttention, "qk_norm": QKNormAttention}
+)
 
 
 # --- feed-forward ---------------------------------------------------------------------------------
@@ -336,7 +371,7 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.attn_norm = build_norm(cfg)
-        self.attn = CausalSelfAttention(cfg)
+        self.attn = registry.lookup("attention", cfg.attention)(cfg)
         self.ffn_norm = build_norm(cfg)
         self.ffn = registry.lookup("activation", cfg.activation)(cfg)
 
