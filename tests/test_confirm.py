@@ -10,9 +10,10 @@ import yaml
 from typer.testing import CliRunner
 
 from ablate.cli import app, optional_values
-from ablate.execution.confirm import claim_arms, confirm_seeds, run_confirm
+from ablate.execution.confirm import confirm_seeds, run_confirm
 from ablate.execution.runner import run_study
 from ablate.study import load_study
+from ablate.study.arms import claim_arms
 from ablate.study.claims import claim_fingerprint
 from ablate.study.registration import git_versions, registration_path
 

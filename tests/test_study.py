@@ -227,6 +227,23 @@ def test_profiles_can_set_seeds_and_per_variant_values(write):
     assert {r.config.model.n_layers for r in gpu if r.config.model.arch == "lstm"} == {1}
 
 
+def test_a_profile_states_its_tier_and_its_reference(write):
+    path = write(
+        {
+            "reference": {"value": 1.88, "label": "cpu paper"},
+            "profiles": {
+                "cpu": {},
+                "gpu": {"tier": 2, "reference": {"value": 1.47, "label": "gpu paper"}},
+                "tpu": {"reference": None},
+            },
+        }
+    )
+    cpu, gpu, tpu = (load_study(path, profile=p) for p in ("cpu", "gpu", "tpu"))
+    assert (cpu.tier, gpu.tier, tpu.tier) == (None, 2, None)
+    assert cpu.reference.value == 1.88 and gpu.reference.label == "gpu paper"
+    assert tpu.reference is None  # a profile may drop a value that belongs to another scale
+
+
 def test_derived_values_follow_each_run(write):
     path = write(
         {
@@ -359,6 +376,15 @@ BAD = [
     ({"reference": {"label": "x"}}, "reference.value", "must be a finite number"),
     ({"reference": {"value": 1.88, "lable": "x"}}, "reference.lable", "did you mean 'label'"),
     ({"reference": {"value": 1.88, "label": ""}}, "reference.label", "non-empty string"),
+    ({"profiles": {"gpu": {"tier": 0}}}, "profiles.gpu.tier", "whole number >= 1"),
+    ({"profiles": {"gpu": {"tier": "one"}}}, "profiles.gpu.tier", "whole number >= 1"),
+    ({"profiles": {"gpu": {"tier": True}}}, "profiles.gpu.tier", "whole number >= 1"),
+    (
+        {"profiles": {"gpu": {"reference": {"value": "x"}}}},
+        "profiles.gpu.reference.value",
+        "must be a finite number",
+    ),
+    ({"profiles": {"gpu": {"claims": [1]}}}, "profiles.gpu.claims", "mapping of claim id"),
 ]
 
 

@@ -34,7 +34,6 @@ from typing import Any, Literal
 
 from ablate.config import ConfigError
 from ablate.execution.confirm import (
-    claim_arms,
     confirm_seeds,
     fresh_seeds,
     registered_design,
@@ -53,6 +52,7 @@ from ablate.report.sequential import SPENDING, look_levels
 from ablate.report.stats import ALPHA
 from ablate.store.rundir import DECISIONS_FILE, read_decisions, write_decisions
 from ablate.study import Study, load_study
+from ablate.study.arms import claim_arms
 
 DEFAULT_MAX_LOOKS = 3
 
