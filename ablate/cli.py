@@ -400,12 +400,14 @@ def report(
     ] = None,
     store: StoreOpt = Path("runs"),
     out: Annotated[Path, typer.Option(help="Reports directory.")] = Path("reports"),
+    profile: ProfileOpt = None,
 ) -> None:
-    """Build comparison reports (tables, significance, figures) from the run store."""
+    """Build comparison reports (tables, significance, figures) from the run store (the runs
+    of one profile: --profile where a store holds several)."""
     from ablate.report import build_reports
 
     try:
-        build_reports(studies or [], store=store, out=out)
+        build_reports(studies or [], store=store, out=out, profile=profile)
     except ConfigError as err:
         fail(err)
 

@@ -122,10 +122,9 @@ def register_study(
     record = build_registration(
         study.name, study.profile, study.claims, study.equivalence_margin, design
     )
-    pilot = pilot_power(study_path, store, study.name)
+    pilot = pilot_power(study_path, store, study.name, study.profile)
     for entry in record["claims"]:
-        if entry["id"] in pilot:
-            entry["pilot"] = pilot[entry["id"]]
+        entry["pilot"] = pilot.get(entry["id"]) or pilot[""]
     path = registration_path(study_path, study.profile)
     write_registration(path, record)
     return path
@@ -142,16 +141,19 @@ def check_n(n: Any, key: str = "--confirm") -> int:
     return value
 
 
-def pilot_power(study_path: str | Path, store: str | Path, name: str) -> dict[str, str]:
-    """Claim id -> what the study's exploratory runs in the store (the pilot) say: the outcome
-    and numbers there, and the seeds the deciding test would need at 80% power if the pilot's
-    difference and SD were the true ones (the design's power justification). Empty without
-    runs."""
+def pilot_power(
+    study_path: str | Path, store: str | Path, name: str, profile: str | None = None
+) -> dict[str, str]:
+    """Claim id -> what the study's exploratory runs of ``profile`` in the store (the pilot)
+    say: the outcome and numbers there, and the seeds the deciding test would need at 80% power
+    if the pilot's difference and SD were the true ones (the design's power justification).
+    Without such runs, ``{"": "no pilot: ..."}``: another profile's runs are another scale and
+    never stand in for this one's."""
     from ablate.report import collect
+    from ablate.report.audit import confirm_mask
     from ablate.report.claim_checks import (
         build_comparisons,
         claim_seeds_needed,
-        confirm_mask,
         confirmatory_family,
         decide_claim,
         parts_seeds_needed,
@@ -159,14 +161,20 @@ def pilot_power(study_path: str | Path, store: str | Path, name: str) -> dict[st
     from ablate.report.claims_section import numbers
     from ablate.report.stats import ALPHA
 
+    none = {"": f"no pilot: the store has no exploratory runs of {name} at profile {profile}"}
+    out = dict(none)
     if not any(True for _ in RunStore(store).runs(name)):
-        return {}
-    data = collect.load_study(Path(store), name, Path(study_path))
+        return none
+    try:
+        data = collect.load_study(Path(store), name, Path(study_path), profile)
+    except ConfigError:  # no runs of this profile
+        return none
     explore = data.runs[~confirm_mask(data.runs)]
+    if explore.empty:
+        return none
     data = dataclasses.replace(data, runs=explore)
     checks = build_comparisons(data, data.claims, data.equivalence_margin)
     confirmatory_family(checks)
-    out = {}
     seeds = ", ".join(str(int(s)) for s in sorted(set(explore["seed"].dropna())))
     for ch in checks:
         decide_claim(ch, ALPHA)
