@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -22,6 +24,7 @@ from ablate.report.fit import exponent, grad_slope, optimum_log_lr
 from ablate.report.stats import holm
 from ablate.store import RunStore
 from ablate.study import load_study as plan_study
+from ablate.study import registration
 from ablate.study.claims import claim_fingerprint
 
 GRID = {"model.norm_placement": ["post", "pre"], "model.pos_encoding": ["learned", "rope"]}
@@ -271,12 +274,34 @@ def test_bad_margin_and_cli_plan_exits_2(tmp_path):
     assert res.exit_code == 2 and "equivalence_margin" in res.output
 
 
-def test_shipped_studies_have_claims():
-    from pathlib import Path
+SHIPPED = sorted((Path(__file__).resolve().parents[1] / "studies").glob("*.yaml"))
+# what a claim text must not say: a scale belongs to the report's computed scale line
+SCALE_WORDS = re.compile(r"\b(CPU|GPU|scale|\d+ layers?|lr \d|small|profile)\b", re.IGNORECASE)
 
-    for path in sorted((Path(__file__).resolve().parents[1] / "studies").glob("*.yaml")):
+
+def test_shipped_studies_have_claims_whose_texts_name_no_scale():
+    for path in SHIPPED:
         study = plan_study(path, check_data=False)
         assert study.claims, f"{path.name} has no claims"
+        for profile in study.profiles:
+            for claim in plan_study(path, profile, check_data=False, check_device=False).claims:
+                assert not SCALE_WORDS.search(claim.text), (path.name, claim.id, claim.text)
+
+
+def test_the_reference_claim_has_a_literature_arm_per_profile():
+    """At the cpu profile nanoGPT's own run at its CPU settings (the committed artifact); at
+    the gpu profile the one number nanoGPT's README prints for its GPU config, with its
+    source, tested one-sample against the best validation loss (what the README reports)."""
+    path = next(p for p in SHIPPED if p.stem == "reference_nanogpt_cpu")
+    (cpu,) = plan_study(path, "cpu", check_data=False).claims
+    (gpu,) = plan_study(path, "gpu", check_data=False, check_device=False).claims
+    assert cpu.external_source == "../reports/nanogpt_own.json: full_split_val_loss"
+    assert len(cpu.external) == 3 and cpu.metric == "final_val_loss"
+    assert gpu.external == (1.4697,) and gpu.metric == "best_val_loss"
+    assert gpu.external_source.startswith("typed in from nanoGPT README")
+    assert "train_shakespeare_char" in gpu.external_source
+    assert registration.test_name(gpu) == "one-sample t against the published value 1.4697"
+    assert cpu.text == gpu.text and claim_fingerprint(cpu) != claim_fingerprint(gpu)
 
 
 PROFILED = {
