@@ -233,5 +233,5 @@ def _longest(tier: int, studies: Sequence[Study], minutes) -> str:
     what = "run" if members == 1 else f"stacked group of {members} runs"
     return (
         f"tier {tier}: longest task {_minutes(minutes(flops))} min ({study.name}: a {what}, "
-        f"{_si(flops)}; train.stack auto stacks at most {AUTO_CAP})"
+        f"{_si(flops)}; a group is train.stack's N, or at most {AUTO_CAP} under auto)"
     )
