@@ -368,24 +368,7 @@ def load_study(
         if runs[col].map(lambda v: v is None or isinstance(v, int | float)).all():
             runs[col] = pd.to_numeric(runs[col], errors="coerce").astype(float)
     runs = sort_runs(runs, axis_keys)
-
-    frames = []
-    id_cols = ["run_id", "variant", "seed", "status", *axis_keys]
-    by_id = runs.set_index("run_id")
-    for run in run_dirs:
-        recs = run.read_metrics()
-        if not recs:
-            continue
-        df = pd.DataFrame(recs, columns=["step", "metric", "value"])
-        info = by_id.loc[run.run_id]
-        for c in id_cols[1:]:
-            df[c] = info[c]
-        df["run_id"] = run.run_id
-        frames.append(df)
-    if frames:
-        metrics = pd.concat(frames, ignore_index=True)[id_cols + ["step", "metric", "value"]]
-    else:
-        metrics = pd.DataFrame(columns=id_cols + ["step", "metric", "value"])
+    metrics = _metrics_frame(run_dirs, runs, axis_keys)
 
     yaml_data = read_study_yaml(yaml_path) if yaml_path is not None else {}
     plan, why = _expand(yaml_path, profile)
@@ -409,6 +392,26 @@ def load_study(
         profile=profile,
         claim_arms=claim_arm_axes(plan) if plan is not None else {},
     )
+
+
+def _metrics_frame(run_dirs: list[RunDir], runs: pd.DataFrame, axis_keys: list[str]):
+    """The long-form metrics of ``run_dirs``, each row with its run's identifying columns."""
+    frames = []
+    id_cols = ["run_id", "variant", "seed", "status", *axis_keys]
+    by_id = runs.set_index("run_id")
+    for run in run_dirs:
+        recs = run.read_metrics()
+        if not recs:
+            continue
+        df = pd.DataFrame(recs, columns=["step", "metric", "value"])
+        info = by_id.loc[run.run_id]
+        for c in id_cols[1:]:
+            df[c] = info[c]
+        df["run_id"] = run.run_id
+        frames.append(df)
+    if frames:
+        return pd.concat(frames, ignore_index=True)[id_cols + ["step", "metric", "value"]]
+    return pd.DataFrame(columns=id_cols + ["step", "metric", "value"])
 
 
 def _one_profile(metas: list[dict], name: str, store: Path, profile: str | None) -> str | None:
