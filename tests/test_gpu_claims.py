@@ -15,7 +15,11 @@ from ablate.config import ConfigError
 from ablate.execution.confirm import register_study, run_confirm
 from ablate.execution.runner import run_study
 from ablate.report import build_reports
-from ablate.study.registration import registration_path
+from ablate.report.claim_checks import PENDING, analyse
+from ablate.report.collect import load_study
+from ablate.store import RunStore
+from ablate.study import load_study as plan_study
+from ablate.study.registration import build_registration, registration_path, write_registration
 
 CLAIM = {
     "id": "relu-beats-gelu",
@@ -131,3 +135,46 @@ def test_a_sequential_registration_runs_on_its_registered_seeds(study, tmp_path,
     with pytest.raises(ConfigError, match="--until-decided: a registered design trains its "):
         run_until_decided(study, profile="gpu", store=store, progress=False, max_looks=2)
     assert registration_path(study, "gpu") == reg and not store.exists()
+
+
+NORM, POS = "model.norm_placement", "model.pos_encoding"
+
+
+def test_a_pending_claim_counts_in_the_holm_family_but_never_decides(tmp_path, write_run, git):
+    """Two claims registered together: the one whose confirmation finished is decided with
+    Holm over both (the pending one counts with p = 1), the other is pending."""
+    claims = [
+        {"id": pos, "text": pos, "expect": "better", "a": {NORM: "pre"}, "b": {NORM: "post"}}
+        | {"where": {POS: pos}}
+        for pos in ("learned", "rope")
+    ]
+    spec = tmp_path / "g.yaml"
+    grid = {NORM: ["post", "pre"], POS: ["learned", "rope"]}
+    spec.write_text(yaml.safe_dump({"name": "g", "grid": grid, "seeds": [0, 1], "claims": claims}))
+    design = {"kind": "fixed", "seeds": [6, 7, 8]}
+    planned = plan_study(spec, check_data=False).claims
+    write_registration(
+        registration_path(spec), build_registration("g", None, planned, 0.01, design)
+    )
+    t0, store = 1_000_000_000, tmp_path / "runs"
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", "registrations")
+    git(tmp_path, "commit", "-qm", "register", when=t0)
+    commit = git(tmp_path, "rev-parse", "HEAD")
+    for norm, base in (("post", 1.9), ("pre", 1.6)):
+        for pos in ("learned", "rope"):
+            for seed in (0, 1, 6, 7, 8):
+                unfinished = (norm, pos, seed) == ("pre", "rope", 8)
+                status = "running" if unfinished else "completed"
+                write_run(store, "g", {NORM: norm, POS: pos}, seed, status, base + 0.01 * seed)
+    for run in RunStore(store).runs("g"):
+        summary, data = run.read_summary(), run.read_run()
+        if summary["seed"] >= 6:  # the registered seeds, trained after the commit
+            run.write_summary({**summary, "confirm": True, "attempts": [{"started": t0 + 60}]})
+            meta = {**data["meta"], "confirm": True, "registration": commit}
+            run.write_run(data["config"], meta)
+    _, (done, pending) = analyse(load_study(store, "g", spec))
+    assert pending.outcome == PENDING and pending.pending == (5, 6) and pending.comparison is None
+    assert done.outcome == "reproduces" and done.confirmation
+    assert done.comparison.family == 2 and done.comparison.n_a == 3
+    assert done.comparison.p_adj == pytest.approx(min(1.0, 2 * done.comparison.p))
