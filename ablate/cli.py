@@ -332,7 +332,7 @@ def plan(
         bool,
         typer.Option(
             "--flops",
-            help="Print FLOPs and H100-minutes per variant instead (no GPU needed to plan).",
+            help="Print FLOPs and H200-minutes per variant and tier instead (no GPU needed).",
         ),
     ] = False,
     mfu: Annotated[
@@ -363,7 +363,8 @@ def plan_flops(
     studies: list[Path], profile: str | None, overrides: list[str], plugins: list[str], mfu: float
 ) -> None:
     """``ablate plan --flops``: every study validated as for a run except for the device (a
-    gpu profile is costed on a laptop), then one FLOPs table in minutes of an H100 SXM."""
+    gpu profile is costed on a laptop), then one FLOPs table in minutes of an H200 (the lent
+    GPU; its dense bf16 peak is an H100 SXM's), with each tier's total."""
     from ablate.bench.machine import GPU_BF16_PEAK
     from ablate.execution.flops import print_flops
     from ablate.execution.tables import make_console
@@ -372,8 +373,8 @@ def plan_flops(
     planned = [
         load_study(p, profile, overrides, plugins=plugins, check_device=False) for p in studies
     ]
-    peak = GPU_BF16_PEAK["H100"][0]
-    print_flops(planned, mfu=mfu, peak=peak, peak_label="H100", console=make_console())
+    peak = GPU_BF16_PEAK["H200"][0]
+    print_flops(planned, mfu=mfu, peak=peak, peak_label="H200", console=make_console())
 
 
 @app.command()
@@ -400,12 +401,14 @@ def report(
     ] = None,
     store: StoreOpt = Path("runs"),
     out: Annotated[Path, typer.Option(help="Reports directory.")] = Path("reports"),
+    profile: ProfileOpt = None,
 ) -> None:
-    """Build comparison reports (tables, significance, figures) from the run store."""
+    """Build comparison reports (tables, significance, figures) from the run store (the runs
+    of one profile: --profile where a store holds several)."""
     from ablate.report import build_reports
 
     try:
-        build_reports(studies or [], store=store, out=out)
+        build_reports(studies or [], store=store, out=out, profile=profile)
     except ConfigError as err:
         fail(err)
 

@@ -171,6 +171,25 @@ def make_study(tmp_path, corpus, tiny_base):
     return make
 
 
+# --- git: registrations are proven from a checkout's history -----------------------------------
+
+
+def _git(folder, *args, when=None) -> str:
+    """``git -C folder args`` as a test user; ``when`` (unix seconds) sets the committer time.
+    Returns stdout, stripped; a failing command raises."""
+    import subprocess
+
+    env = {**os.environ, "GIT_COMMITTER_DATE": f"@{when} +0000"} if when else None
+    cmd = ["git", "-C", str(folder), "-c", "user.name=t", "-c", "user.email=t@t", *args]
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout.strip()
+
+
+@pytest.fixture(scope="session")
+def git():
+    """``git(folder, *args, when=None) -> stdout``: a command in a test's own repository."""
+    return _git
+
+
 # --- the executor checks (Ray, SLURM): a run interrupted here, resumed there --------------------
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,12 +18,14 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.config import ConfigError
 from ablate.report import build_reports
-from ablate.report.claim_checks import analyse
+from ablate.report.claim_checks import analyse, claim_seeds_needed
 from ablate.report.collect import load_study
 from ablate.report.fit import exponent, grad_slope, optimum_log_lr
 from ablate.report.stats import holm
 from ablate.store import RunStore
 from ablate.study import load_study as plan_study
+from ablate.study import registration
+from ablate.study.claims import claim_fingerprint
 
 GRID = {"model.norm_placement": ["post", "pre"], "model.pos_encoding": ["learned", "rope"]}
 CLAIMS = [
@@ -269,12 +274,122 @@ def test_bad_margin_and_cli_plan_exits_2(tmp_path):
     assert res.exit_code == 2 and "equivalence_margin" in res.output
 
 
-def test_shipped_studies_have_claims():
-    from pathlib import Path
+SHIPPED = sorted((Path(__file__).resolve().parents[1] / "studies").glob("*.yaml"))
+# what a claim text must not say: a scale belongs to the report's computed scale line
+SCALE_WORDS = re.compile(r"\b(CPU|GPU|scale|\d+ layers?|lr \d|small|profile)\b", re.IGNORECASE)
 
-    for path in sorted((Path(__file__).resolve().parents[1] / "studies").glob("*.yaml")):
+
+def test_shipped_studies_have_claims_whose_texts_name_no_scale():
+    for path in SHIPPED:
         study = plan_study(path, check_data=False)
         assert study.claims, f"{path.name} has no claims"
+        for profile in study.profiles:
+            for claim in plan_study(path, profile, check_data=False, check_device=False).claims:
+                assert not SCALE_WORDS.search(claim.text), (path.name, claim.id, claim.text)
+
+
+def test_the_reference_claim_has_a_literature_arm_per_profile():
+    """At the cpu profile nanoGPT's own run at its CPU settings (the committed artifact); at
+    the gpu profile the one number nanoGPT's README prints for its GPU config, with its
+    source, tested one-sample against the best validation loss (what the README reports)."""
+    path = next(p for p in SHIPPED if p.stem == "reference_nanogpt_cpu")
+    (cpu,) = plan_study(path, "cpu", check_data=False).claims
+    (gpu,) = plan_study(path, "gpu", check_data=False, check_device=False).claims
+    assert cpu.external_source == "../reports/nanogpt_own.json: full_split_val_loss"
+    assert len(cpu.external) == 3 and cpu.metric == "final_val_loss"
+    assert gpu.external == (1.4697,) and gpu.metric == "best_val_loss"
+    assert gpu.external_source.startswith("typed in from nanoGPT README")
+    assert "train_shakespeare_char" in gpu.external_source
+    assert registration.test_name(gpu) == "one-sample t against the published value 1.4697"
+    assert cpu.text == gpu.text and claim_fingerprint(cpu) != claim_fingerprint(gpu)
+
+
+PROFILED = {
+    "cpu": {},
+    "gpu": {
+        "claims": {
+            "vs-published": {
+                "metric": "best_val_loss",
+                "b": {"values": [1.61], "label": "gpu paper", "source": "its table 2"},
+            }
+        }
+    },
+}
+
+
+def _as_profile(store, profile):
+    """Mark every run of the synthetic store as planned at ``profile``."""
+    for run in RunStore(store).runs("norm_pos"):
+        data = run.read_run()
+        run.write_run(data["config"], {**data["meta"], "profile": profile})
+
+
+def test_a_profile_replaces_a_claims_literature_arm(tmp_path, norm_pos_store):
+    spec = study_yaml(tmp_path / "s.yaml", [CLAIMS[-1]], profiles=PROFILED)
+    plain = study_yaml(tmp_path / "plain.yaml", [CLAIMS[-1]])
+    (cpu,) = plan_study(spec, "cpu", check_data=False).claims
+    (gpu,) = plan_study(spec, "gpu", check_data=False).claims
+    (before,) = plan_study(plain, check_data=False).claims
+    assert cpu == before  # the cpu claim, and so its registration's fingerprint, is unchanged
+    assert (gpu.metric, gpu.external) == ("best_val_loss", (1.61,))
+    assert gpu.text == cpu.text and claim_fingerprint(gpu) != claim_fingerprint(cpu)
+
+    store = norm_pos_store(tmp_path / "runs")
+    _as_profile(store, "gpu")
+    (check,) = analyse(load_study(store, "norm_pos", spec))[1]
+    c = check.comparison
+    assert c.test == "one-sample t" and c.n_b == c.n_a == 3  # one number: a fixed value
+    assert c.label_b == "gpu paper (typed in from its table 2)"
+    pre = [1.58, 1.6, 1.62]  # the synthetic pre/learned runs' losses (seeds 0-2)
+    assert c.diff == pytest.approx(np.mean(pre) - 1.61)
+    assert c.p == pytest.approx(stats.ttest_1samp(pre, 1.61).pvalue)
+    # TOST within the claim's ±0.05, one-sample: both one-sided tests of the mean against it
+    se = np.std(pre, ddof=1) / math.sqrt(3)
+    low, high = stats.t.sf((c.diff + 0.05) / se, 2), stats.t.cdf((c.diff - 0.05) / se, 2)
+    assert c.p_tost == pytest.approx(max(low, high)) and check.outcome == "reproduces"
+    need = claim_seeds_needed(replace(c, family=1), check.claim)
+    assert need.unit == "seeds of arm a (against one published value)"
+
+
+@pytest.mark.parametrize(
+    ("replace", "key", "message"),
+    [
+        ({"nope": {"margin": 0.1}}, "profiles.gpu.claims.nope", "no claim with this id"),
+        ({"vs-published": {"text": "x"}}, "profiles.gpu.claims.vs-published.text", "unknown"),
+        (
+            {"vs-published": {"b": {"model.norm": "pre"}}},
+            "profiles.gpu.claims.vs-published.b.model.norm",
+            "not an axis of this study",
+        ),
+        (
+            {"vs-published": {"metric": "ppl"}},
+            "profiles.gpu.claims.vs-published.metric",
+            "unknown metric 'ppl'",
+        ),
+        (
+            {"vs-published": {"b": {"values": [], "label": "x"}}},
+            "profiles.gpu.claims.vs-published.b.values",
+            "must be a list of numbers",
+        ),
+        (
+            {"vs-published": {"b": {"artifact": "a.json", "key": "k", "source": "x"}}},
+            "profiles.gpu.claims.vs-published.b.source",
+            "names where typed values are printed",
+        ),
+        (
+            {"vs-published": {"margin": -1}},
+            "profiles.gpu.claims.vs-published.margin",
+            "must be a positive number",
+        ),
+    ],
+)
+def test_a_bad_profile_claim_is_one_line_naming_its_key(tmp_path, replace, key, message):
+    profiles = {"cpu": {}, "gpu": {"claims": replace}}
+    spec = study_yaml(tmp_path / "s.yaml", [CLAIMS[-1]], profiles=profiles)
+    with pytest.raises(ConfigError) as err:
+        plan_study(spec, "gpu", check_data=False)
+    assert str(err.value).startswith(f"{spec}: {key}: ") and message in str(err.value)
+    assert "\n" not in str(err.value)
 
 
 # --- the LR optimum and the exponent, by hand ---------------------------------------------------

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from ablate.cli import app, optional_values
-from ablate.execution.confirm import claim_arms, confirm_seeds, run_confirm
+from ablate.execution.confirm import confirm_seeds, run_confirm
 from ablate.execution.runner import run_study
 from ablate.study import load_study
+from ablate.study.arms import claim_arms
 from ablate.study.claims import claim_fingerprint
 from ablate.study.registration import git_versions, registration_path
 
@@ -72,11 +72,6 @@ def test_fingerprint_covers_what_a_claim_tests(study):
     assert claim_fingerprint(claim, 0.02) != fp  # the study's margin is in force
 
 
-def _git(folder, *args):
-    cmd = ["git", "-C", str(folder), "-c", "user.name=t", "-c", "user.email=t@t", *args]
-    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip()
-
-
 def _confirm_cli(path, store, *extra):
     args = optional_values(["run", str(path), "--store", str(store), "--confirm", *extra])
     return CliRunner().invoke(app, args)
@@ -87,9 +82,9 @@ def _tags(store, results):
     return {yaml.safe_load(p.read_text())["meta"].get("registration") for p in run_yamls}
 
 
-def test_confirm_needs_a_committed_matching_registration(study, tmp_path):
+def test_confirm_needs_a_committed_matching_registration(study, tmp_path, git):
     path, store = study(), tmp_path / "runs"
-    _git(path.parent, "init", "-q")
+    git(path.parent, "init", "-q")
     run_study(path, store=store, progress=False)  # seeds 0 and 1, exploratory
     res = _confirm_cli(path, store)
     assert res.exit_code == 2 and "no registration: run `ablate register" in res.output
@@ -106,16 +101,16 @@ def test_confirm_needs_a_committed_matching_registration(study, tmp_path):
 
     res = _confirm_cli(path, store)  # written, not committed
     assert res.exit_code == 2 and "is not committed" in res.output
-    _git(path.parent, "add", str(reg_file))
-    _git(path.parent, "commit", "-qm", "register")
-    commit = _git(path.parent, "rev-parse", "HEAD")
+    git(path.parent, "add", str(reg_file))
+    git(path.parent, "commit", "-qm", "register")
+    commit = git(path.parent, "rev-parse", "HEAD")
     assert [v.commit for v in git_versions(reg_file)] == [commit]
     res = _confirm_cli(path, store, "3")  # another design than the registered one
     assert res.exit_code == 2 and "registers 2 seeds, not 3" in res.output
 
     for a, b in ((reg_file.name, "moved.yaml"), ("moved.yaml", reg_file.name)):  # no new content
-        _git(reg_file.parent, "mv", a, b)
-        _git(reg_file.parent, "commit", "-qm", f"move {a}")
+        git(reg_file.parent, "mv", a, b)
+        git(reg_file.parent, "commit", "-qm", f"move {a}")
     assert len(git_versions(reg_file)) == 3
     results = run_confirm(path, store=store, progress=False)
     assert sorted((r["variant"], r["seed"]) for r in results) == sorted(
@@ -242,7 +237,7 @@ def test_confirm_alone_means_the_registered_seeds():
     assert optional_values(["run", "s.yaml", "--confirm", "x"])[-1] == "x"  # an error later
 
 
-def test_each_profile_registers_in_a_file_of_its_own(study, tmp_path):
+def test_each_profile_registers_in_a_file_of_its_own(study, tmp_path, git):
     """A gpu profile's runs are new data: their design is registered in `<study>.gpu.yaml`
     beside the cpu profile's `<study>.yaml`, and a confirmation checks its own profile's."""
     path = study()
@@ -252,11 +247,11 @@ def test_each_profile_registers_in_a_file_of_its_own(study, tmp_path):
     assert registration_path(path).name == registration_path(path, "cpu").name == "conf.yaml"
     assert registration_path(path, "gpu") == path.parent / "registrations" / "conf.gpu.yaml"
     store = tmp_path / "runs"
-    _git(path.parent, "init", "-q")
+    git(path.parent, "init", "-q")
     register = ["register", str(path), "--seeds", "2", "--store", str(store)]
     assert CliRunner().invoke(app, [*register, "--profile", "cpu"]).exit_code == 0
-    _git(path.parent, "add", "registrations")
-    _git(path.parent, "commit", "-qm", "register cpu")
+    git(path.parent, "add", "registrations")
+    git(path.parent, "commit", "-qm", "register cpu")
     res = _confirm_cli(path, store, "--profile", "gpu")  # the cpu one does not count
     assert res.exit_code == 2 and "conf.gpu.yaml" in res.output and "no registration" in res.output
     # nothing trains, so a profile for a device this machine lacks registers here too

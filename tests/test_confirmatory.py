@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 
 import numpy as np
 import pandas as pd
@@ -299,25 +297,20 @@ def _mark_confirm(store, study, seeds, tag=None, started=None):
                 )
 
 
-def _git(folder, *args, when=None):
-    env = {**os.environ, "GIT_COMMITTER_DATE": f"@{when} +0000"} if when else None
-    cmd = ["git", "-C", str(folder), "-c", "user.name=t", "-c", "user.email=t@t", *args]
-    return subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout.strip()
-
-
-def test_registration_proven_from_git_and_every_attempt_listed(tmp_path, write_run):
+def test_registration_proven_from_git_and_every_attempt_listed(tmp_path, write_run, git):
     store, t0 = tmp_path / "runs", 1_000_000_000
     for norm, base in (("post", 1.9), ("pre", 1.6)):
         for seed in range(9):
             write_run(store, "reg", {NORM: norm}, seed, "completed", base + 0.01 * (seed % 3))
     spec = _spec(tmp_path / "reg.yaml", {NORM: ["post", "pre"]}, [_claim("early", "pre", "post")])
     data = load_study(store, "reg", spec)
-    record = build_registration("reg", None, data.claims, 0.01, {"kind": "fixed", "seeds": [6]})
+    design = {"kind": "fixed", "seeds": [6, 7, 8]}
+    record = build_registration("reg", None, data.claims, 0.01, design)
     write_registration(registration_path(spec), record)
-    _git(tmp_path, "init", "-q")
-    _git(tmp_path, "add", "registrations/reg.yaml")
-    _git(tmp_path, "commit", "-qm", "register reg", when=t0)
-    commit = _git(tmp_path, "rev-parse", "HEAD")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", "registrations/reg.yaml")
+    git(tmp_path, "commit", "-qm", "register reg", when=t0)
+    commit = git(tmp_path, "rev-parse", "HEAD")
     _mark_confirm(store, "reg", {3, 4, 5}, "before registration files", started=t0 - 86400)
     _mark_confirm(store, "reg", {6, 7, 8}, commit, started=t0 + 7200)
     (tmp_path / "r" / "reg" / "history").mkdir(parents=True)
@@ -331,7 +324,7 @@ def test_registration_proven_from_git_and_every_attempt_listed(tmp_path, write_r
     claim = next(line for line in md.splitlines() if line.startswith("- **early**"))
     assert f"registered in {commit[:7]} on 2001-09-09 01:46 UTC, 2.0 h before the first " in claim
     audit = md.split("## Registration and confirmation attempts")[1]
-    assert f"{commit[:7]} on 2001-09-09 01:46 UTC: register reg — fixed: 1 seeds per arm" in audit
+    assert f"{commit[:7]} on 2001-09-09 01:46 UTC: register reg — fixed: 3 seeds per arm" in audit
     assert "under before registration files: 6 runs, seeds 3, 4, 5" in audit
     assert f"under {commit[:7]}: 6 runs, seeds 6, 7, 8" in audit
     assert "history/attempt-1.csv): 3 runs, 2 of them confirmation runs (seeds 3, 4)" in audit

@@ -282,6 +282,23 @@ def test_profiles_can_set_seeds_and_per_variant_values(write):
     assert {r.config.model.n_layers for r in gpu if r.config.model.arch == "lstm"} == {1}
 
 
+def test_a_profile_states_its_tier_and_its_reference(write):
+    path = write(
+        {
+            "reference": {"value": 1.88, "label": "cpu paper"},
+            "profiles": {
+                "cpu": {},
+                "gpu": {"tier": 2, "reference": {"value": 1.47, "label": "gpu paper"}},
+                "tpu": {"reference": None},
+            },
+        }
+    )
+    cpu, gpu, tpu = (load_study(path, profile=p) for p in ("cpu", "gpu", "tpu"))
+    assert (cpu.tier, gpu.tier, tpu.tier) == (None, 2, None)
+    assert cpu.reference.value == 1.88 and gpu.reference.label == "gpu paper"
+    assert tpu.reference is None  # a profile may drop a value that belongs to another scale
+
+
 def test_derived_values_follow_each_run(write):
     path = write(
         {
@@ -414,6 +431,15 @@ BAD = [
     ({"reference": {"label": "x"}}, "reference.value", "must be a finite number"),
     ({"reference": {"value": 1.88, "lable": "x"}}, "reference.lable", "did you mean 'label'"),
     ({"reference": {"value": 1.88, "label": ""}}, "reference.label", "non-empty string"),
+    ({"profiles": {"gpu": {"tier": 0}}}, "profiles.gpu.tier", "whole number >= 1"),
+    ({"profiles": {"gpu": {"tier": "one"}}}, "profiles.gpu.tier", "whole number >= 1"),
+    ({"profiles": {"gpu": {"tier": True}}}, "profiles.gpu.tier", "whole number >= 1"),
+    (
+        {"profiles": {"gpu": {"reference": {"value": "x"}}}},
+        "profiles.gpu.reference.value",
+        "must be a finite number",
+    ),
+    ({"profiles": {"gpu": {"claims": [1]}}}, "profiles.gpu.claims", "mapping of claim id"),
 ]
 
 
@@ -574,6 +600,28 @@ def test_reference_study_is_nanogpt_cpu():
     assert (t.max_steps, o.lr, o.min_lr, o.beta2, o.decay) == (2000, 1e-3, 1e-4, 0.99, "cosine_min")
     assert o.warmup_ratio * t.max_steps == pytest.approx(100)
     assert (d.val_fraction, d.test_fraction, t.final_eval_batches) == (0.1, 0.0, None)
+
+
+def test_reference_study_at_the_gpu_profile_is_nanogpts_gpu_config():
+    """config/train_shakespeare_char.py: 6L/6H/384d, context 256, batch 64, dropout 0.2, 5000
+    iterations, lr 1e-3 cosine to 1e-4 after 100 warmup, beta2 0.99, evaluated every 250
+    iterations on 200 batches; fewer seeds than the cpu profile (its tier's budget), never
+    another shape. Its published number belongs to its claim, not to the cpu reference."""
+    path = STUDIES[0].parent / "reference_nanogpt_cpu.yaml"
+    study = load_study(path, profile="gpu", check_device=False)
+    assert study.reference is None and study.tier == 1
+    assert [r.seed for r in study.runs] == [0, 1, 2]
+    run = study.runs[0]
+    m, d, o, t = run.config.model, run.config.data, run.config.optim, run.config.train
+    assert (m.n_layers, m.n_heads, m.d_model, m.dropout) == (6, 6, 384, 0.2)
+    assert (d.seq_len, d.batch_size, t.max_steps, t.eval_interval, t.eval_batches) == (
+        256,
+        64,
+        5000,
+        250,
+        200,
+    )
+    assert (o.lr, o.min_lr, o.beta2, o.warmup_ratio * t.max_steps) == (1e-3, 1e-4, 0.99, 100)
 
 
 # --- the command line --------------------------------------------------------------------------

@@ -3,10 +3,10 @@
 A claim written after its runs were seen can only be confirmed on data it has not seen. This
 trains ``N`` seeds the study never used (not in its ``seeds`` list, not in any run of the
 study in the store, not in its ``seen_seeds``) for the variants its claims select
-(:func:`claim_arms`: the runs of arms ``a`` and ``b`` under ``where``; every run under ``where``
-for a fitted exponent), and nothing else. Every arm gets the same seeds, so the arms stay
-paired. Each run's ``run.yaml`` meta and ``summary.json`` say ``confirm: true``; its run id is
-its config's, so it differs from the study's runs by the seed alone.
+(:func:`ablate.study.arms.claim_arms`: the runs of arms ``a`` and ``b`` under ``where``; every
+run under ``where`` for a fitted exponent), and nothing else. Every arm gets the same seeds, so
+the arms stay paired. Each run's ``run.yaml`` meta and ``summary.json`` say ``confirm:
+true``; its run id is its config's, so it differs from the study's runs by the seed alone.
 
 The design is fixed before the data: ``ablate register`` (:func:`register_study`) picks ``N``
 seeds never seen (not in the study's ``seeds`` or ``seen_seeds``, no run of the study in the
@@ -27,7 +27,7 @@ from typing import Any
 from ablate.config import ConfigError
 from ablate.store import RunStore
 from ablate.study import Study, load_study
-from ablate.study.claims import FITTED, Claim
+from ablate.study.arms import claim_arms
 from ablate.study.registration import (
     build_registration,
     registration_path,
@@ -36,40 +36,6 @@ from ablate.study.registration import (
 )
 
 DEFAULT_CONFIRM = 3
-
-
-def _selects(axes: dict[str, Any], sel: dict[str, Any]) -> bool:
-    """Whether a run with ``axes`` is among those ``sel`` picks (a list: any of its values)."""
-    for key, want in sel.items():
-        if key not in axes:
-            return False
-        have = axes[key]
-        if not any(have == w for w in (want if isinstance(want, list) else [want])):
-            return False
-    return True
-
-
-def arm_selectors(claim: Claim) -> list[dict[str, Any]]:
-    """The selectors of the claim's arms that are runs of the study (``where`` included)."""
-    if claim.metric in FITTED:
-        return [dict(claim.where)]  # the exponent is fitted over the whole sweep under where
-    arms = [{**claim.where, **claim.a}]
-    if claim.expect != "diverges" and not claim.external:
-        arms.append({**claim.where, **claim.b})
-    return arms
-
-
-def claim_arms(study: Study) -> dict[str, list[str]]:
-    """Claim id -> the variant labels of its arms, in plan order."""
-    out: dict[str, list[str]] = {}
-    for claim in study.claims:
-        sels = arm_selectors(claim)
-        labels: list[str] = []
-        for run in study.runs:
-            if run.variant not in labels and any(_selects(run.axes, s) for s in sels):
-                labels.append(run.variant)
-        out[claim.id] = labels
-    return out
 
 
 def store_seeds(store: str | Path, name: str) -> tuple[set[int], set[int]]:
@@ -156,10 +122,9 @@ def register_study(
     record = build_registration(
         study.name, study.profile, study.claims, study.equivalence_margin, design
     )
-    pilot = pilot_power(study_path, store, study.name)
+    pilot = pilot_power(study_path, store, study.name, study.profile)
     for entry in record["claims"]:
-        if entry["id"] in pilot:
-            entry["pilot"] = pilot[entry["id"]]
+        entry["pilot"] = pilot.get(entry["id"]) or pilot[""]
     path = registration_path(study_path, study.profile)
     write_registration(path, record)
     return path
@@ -176,16 +141,19 @@ def check_n(n: Any, key: str = "--confirm") -> int:
     return value
 
 
-def pilot_power(study_path: str | Path, store: str | Path, name: str) -> dict[str, str]:
-    """Claim id -> what the study's exploratory runs in the store (the pilot) say: the outcome
-    and numbers there, and the seeds the deciding test would need at 80% power if the pilot's
-    difference and SD were the true ones (the design's power justification). Empty without
-    runs."""
+def pilot_power(
+    study_path: str | Path, store: str | Path, name: str, profile: str | None = None
+) -> dict[str, str]:
+    """Claim id -> what the study's exploratory runs of ``profile`` in the store (the pilot)
+    say: the outcome and numbers there, and the seeds the deciding test would need at 80% power
+    if the pilot's difference and SD were the true ones (the design's power justification).
+    Without such runs, ``{"": "no pilot: ..."}``: another profile's runs are another scale and
+    never stand in for this one's."""
     from ablate.report import collect
+    from ablate.report.audit import confirm_mask
     from ablate.report.claim_checks import (
         build_comparisons,
         claim_seeds_needed,
-        confirm_mask,
         confirmatory_family,
         decide_claim,
         parts_seeds_needed,
@@ -193,14 +161,20 @@ def pilot_power(study_path: str | Path, store: str | Path, name: str) -> dict[st
     from ablate.report.claims_section import numbers
     from ablate.report.stats import ALPHA
 
+    none = {"": f"no pilot: the store has no exploratory runs of {name} at profile {profile}"}
+    out = dict(none)
     if not any(True for _ in RunStore(store).runs(name)):
-        return {}
-    data = collect.load_study(Path(store), name, Path(study_path))
+        return none
+    try:
+        data = collect.load_study(Path(store), name, Path(study_path), profile)
+    except ConfigError:  # no runs of this profile
+        return none
     explore = data.runs[~confirm_mask(data.runs)]
+    if explore.empty:
+        return none
     data = dataclasses.replace(data, runs=explore)
     checks = build_comparisons(data, data.claims, data.equivalence_margin)
     confirmatory_family(checks)
-    out = {}
     seeds = ", ".join(str(int(s)) for s in sorted(set(explore["seed"].dropna())))
     for ch in checks:
         decide_claim(ch, ALPHA)

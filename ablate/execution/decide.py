@@ -34,7 +34,6 @@ from typing import Any, Literal
 
 from ablate.config import ConfigError
 from ablate.execution.confirm import (
-    claim_arms,
     confirm_seeds,
     fresh_seeds,
     registered_design,
@@ -53,6 +52,7 @@ from ablate.report.sequential import SPENDING, look_levels
 from ablate.report.stats import ALPHA
 from ablate.store.rundir import DECISIONS_FILE, read_decisions, write_decisions
 from ablate.study import Study, load_study
+from ablate.study.arms import claim_arms
 
 DEFAULT_MAX_LOOKS = 3
 
@@ -203,8 +203,9 @@ def run_until_decided(
     """Run the design of the module doc to its end (or resume it); returns the summaries of the
     last look's runs. ``confirm``: the first look is that many fresh confirmation seeds (``ablate
     run --confirm N --until-decided``) and every added seed is a confirmation run too. The
-    design must be the committed registration's (:func:`registered_design`), unless
-    ``unregistered`` (the outcome is then exploratory)."""
+    design must be the committed registration's (:func:`registered_design`), on its registered
+    seeds (so ``confirm`` is required), unless ``unregistered`` (the outcome is then
+    exploratory)."""
     from ablate.execution.confirm import check_n
 
     store, study_path = Path(store), Path(study_path)
@@ -212,6 +213,13 @@ def run_until_decided(
     confirm = None if confirm is None else check_n(confirm)
     registered, tag = [], "unregistered"
     if not unregistered:
+        if confirm is None:  # the study's own seeds are not the registered ones
+            raise ConfigError(
+                "a registered design trains its registered seeds: add --confirm N (or "
+                "--unregistered: the outcome is then exploratory)",
+                key="--until-decided",
+                source=study_path,
+            )
         registered, tag = registered_design(plan, study_path, max_looks, seeds_per_look)
     design, first = _design(plan, store, max_looks, seeds_per_look, alpha, confirm, registered)
     log_path = store / plan.name / DECISIONS_FILE
@@ -229,7 +237,8 @@ def run_until_decided(
         if "stopped" in log:  # the design was finished before: nothing more to look at
             return results
         seed_set = _look_seeds(log, look)
-        data = collect.restrict_seeds(collect.load_study(store, plan.name, study_path), seed_set)
+        found = collect.load_study(store, plan.name, study_path, plan.profile)
+        data = collect.restrict_seeds(found, seed_set)
         data = dataclasses.replace(data, claims=[c for c in data.claims if c.id not in decided])
         level = look_levels(design["seeds_at_looks"], alpha)[look - 1]["nominal_alpha"]
         open_ = _record_look(log, look, seed_set, outcomes(data, level), decided)

@@ -7,6 +7,11 @@ forward pass, a third of that per token, over the validation tokens the schedule
 ``eval_interval`` steps ``eval_batches`` batches (capped by the split), then the whole split once
 and once more at each ``train.eval_lengths`` multiple. Device time is FLOPs / (MFU x peak): an
 estimate at an assumed utilisation, never a measurement.
+
+A profile's ``tier`` names the GPU window its runs train in: the table sums each tier, and
+:func:`largest_task` gives the longest single task of a study (a run, or the largest stacked
+group ``train.stack`` could form: a command must hold it whole, since a task cut at a
+command's end starts over on a fresh machine).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from rich.table import Table
 
 from ablate.config import DataConfig, ModelConfig, RunConfig
 from ablate.study import Study
+from ablate.training.stacked.plan import AUTO_CAP, not_stackable, plan_groups
 
 FALLBACK_VOCAB = 256
 """Vocabulary assumed when the dataset is not at hand (a byte-level upper bound for char data)."""
@@ -96,6 +102,33 @@ def study_flops(study: Study) -> dict[str, RunFlops]:
     return {run.run_id: run_flops(run.config) for run in study.runs}
 
 
+def worst_case_limit(cfg: RunConfig) -> int:
+    """The most members ``cfg``'s runs could stack in: its ``train.stack`` N, or ``auto``'s
+    cap for ``auto`` and ``off`` (a window may turn ``auto`` on with ``--set``); 1 when the
+    model cannot stack."""
+    if not_stackable(cfg):
+        return 1
+    stack = cfg.train.stack
+    return AUTO_CAP if stack in ("auto", "off") else int(stack)
+
+
+def largest_task(study: Study) -> tuple[int, float]:
+    """(members, FLOPs with evaluation) of the study's costliest task: one run, or the
+    largest stacked group :func:`worst_case_limit` allows."""
+    costs = study_flops(study)
+    groups = plan_groups(study.runs, lambda r: r.config, worst_case_limit)
+    sizes = [(len(g), sum(costs[r.run_id].total_flops for r in g)) for g in groups]
+    return max(sizes, key=lambda x: x[1], default=(0, 0.0))
+
+
+def tiers(studies: Sequence[Study]) -> dict[int | None, list[Study]]:
+    """The studies by their profile's ``tier`` (None: no tier), lowest tier first."""
+    out: dict[int | None, list[Study]] = {}
+    for study in sorted(studies, key=lambda s: (s.tier is None, s.tier or 0)):
+        out.setdefault(study.tier, []).append(study)
+    return out
+
+
 def device_minutes(flops: float, *, mfu: float, peak: float) -> float:
     """Minutes of one device at ``mfu`` of a ``peak`` FLOP/s (an assumed utilisation)."""
     return flops / (mfu * peak) / 60
@@ -164,15 +197,41 @@ def print_flops(
         return device_minutes(flops, mfu=mfu, peak=peak)
 
     everything: list[RunFlops] = []
-    for study in studies:
-        name = escape(study.name)
-        groups = cost_groups(study)
-        for label, runs in groups:
-            _row(table, name, label, runs, minutes)
-        runs = [r for _, group in groups for r in group]
-        _row(table, f"[bold]{name}[/]", "all", runs, minutes, end_section=True)
-        everything += runs
+    notes = []
+    by_tier = tiers(studies)
+    for tier, members in by_tier.items():
+        in_tier: list[RunFlops] = []
+        for study in members:
+            name = escape(study.name)
+            groups = cost_groups(study)
+            for label, runs in groups:
+                _row(table, name, label, runs, minutes)
+            runs = [r for _, group in groups for r in group]
+            _row(table, f"[bold]{name}[/]", "all", runs, minutes, end_section=True)
+            in_tier += runs
+        if tier is not None:
+            label = f"[bold]tier {tier}[/]"
+            _row(table, label, _names(members), in_tier, minutes, end_section=True)
+            notes.append(_longest(tier, members, minutes))
+        everything += in_tier
     if len(studies) > 1:
         _row(table, "[bold]total[/]", "", everything, minutes)
     console.print(table)
+    for line in notes:
+        console.print(escape(line))
     return sum(r.train_flops for r in everything)
+
+
+def _names(studies: Sequence[Study]) -> str:
+    return ", ".join(s.name for s in studies)
+
+
+def _longest(tier: int, studies: Sequence[Study], minutes) -> str:
+    """One line: the tier's longest single task (a run or a stacked group) in minutes."""
+    study = max(studies, key=lambda s: largest_task(s)[1])
+    members, flops = largest_task(study)
+    what = "run" if members == 1 else f"stacked group of {members} runs"
+    return (
+        f"tier {tier}: longest task {_minutes(minutes(flops))} min ({study.name}: a {what}, "
+        f"{_si(flops)}; a group is train.stack's N, or at most {AUTO_CAP} under auto)"
+    )

@@ -6,8 +6,12 @@ Each confirmation run records the registration commit it ran under (``registrati
 results.csv) and its start (``started``); runs of one registration are one *attempt*. A claim
 is decided on the latest attempt; the earlier ones stay listed here, with the archived result
 tables of attempts whose runs are no longer in the store (``reports/<study>/history/*.csv``).
-A claim's outcome is confirmatory only when git shows its registration committed before the
-first run that decides it; otherwise the report says why the order cannot be proven.
+A claim's outcome is confirmatory only when it is decided on the confirmation runs of its
+profile's registration (``ablate run --confirm``: the registered seeds) and git shows that
+registration committed before the first of them; runs of other seeds at the same profile are
+exploratory, and the report says why. While the registered design's runs are unfinished a
+claim is pending (:func:`design_progress`): no verdict before every run of the design finished,
+unless the design registered interim looks (``--until-decided``), which the report replays.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from ablate.errors import ConfigError
-from ablate.report.collect import StudyData
+from ablate.report.collect import StudyData, axis_column
 from ablate.report.render import Block
 from ablate.store import FINISHED
 from ablate.study.claims import claim_fingerprint
@@ -43,6 +47,26 @@ class Standing:
 
     text: str
     confirmatory: bool
+
+
+def confirm_mask(runs: pd.DataFrame) -> pd.Series:
+    """True for confirmation runs (``confirm`` in run.yaml's meta or summary.json)."""
+    if "confirm" not in runs:
+        return pd.Series(False, index=runs.index)
+    return runs["confirm"].map(lambda v: v is True or (isinstance(v, int | float) and v == 1))
+
+
+def latest_attempt(runs: pd.DataFrame) -> pd.Series:
+    """True for the confirmation runs of the latest attempt: those run under the registration
+    whose first run started last (earlier attempts are history, never pooled with it)."""
+    conf = confirm_mask(runs)
+    if "registration" not in runs or not conf.any():
+        return conf
+    tags = runs["registration"].where(conf)
+    started = runs.get("started", pd.Series(None, index=runs.index))
+    started = pd.to_datetime(started, utc=True, errors="coerce")
+    first = started.groupby(tags).min().sort_values(na_position="first")
+    return conf & (tags == first.index[-1])
 
 
 def when(t: float) -> str:
@@ -81,9 +105,51 @@ def _same_claims(path: Path, study: StudyData) -> bool:
     return have == now
 
 
+def registered_version(study: StudyData, tag: str) -> Version | None:
+    """The committed version of the study's registration (at its profile) that confirmation
+    runs tagged ``tag`` ran under; None when ``tag`` is no commit of that file."""
+    _, versions, _ = _versions(study)
+    return next((v for v in versions if v.commit == tag), None)
+
+
+def design_progress(study: StudyData, claims: list) -> dict[str, tuple[int, int]]:
+    """Claim id -> (finished, planned) runs of its registered confirmation design, for every
+    claim whose design has runs left: its arms' variants (``study.claim_arms``) x the
+    registered seeds (a sequential design's first look) of the latest attempt's registration.
+    Empty when the latest attempt ran under no committed registration (unregistered, before
+    registration files) or none has started."""
+    runs = study.runs
+    latest = latest_attempt(runs) if len(runs) else pd.Series(dtype=bool)
+    if not latest.any():
+        return {}
+    version = registered_version(study, str(runs.loc[latest, "registration"].iloc[0]))
+    design = version.design if version is not None else None
+    if not isinstance(design, dict):
+        return {}
+    seeds = {int(s) for s in design.get("seeds") or []}
+    done = runs[latest & runs["seed"].isin(seeds) & runs["status"].isin(FINISHED)]
+    out = {}
+    for claim in claims:
+        arms = study.claim_arms.get(claim.id, [])
+        k = sum(len(set(_with_axes(done, axes)["seed"])) for axes in arms)
+        if k < len(arms) * len(seeds):
+            out[claim.id] = (k, len(arms) * len(seeds))
+    return out
+
+
+def _with_axes(runs: pd.DataFrame, axes: dict) -> pd.DataFrame:
+    """The runs whose axis columns hold exactly ``axes``' values (one planned variant)."""
+    mask = pd.Series(True, index=runs.index)
+    for key, value in axes.items():
+        col = axis_column(key)
+        mask &= runs[col] == value if col in runs else False
+    return runs[mask]
+
+
 def standing(study: StudyData, deciding: pd.DataFrame, confirmation: bool) -> Standing:
     """The registration standing of a claim decided on the runs ``deciding`` (its confirmation
-    runs when ``confirmation``)."""
+    runs when ``confirmation``): confirmatory only on the confirmation runs of its profile's
+    registration, at the registered seeds, committed before the first of them."""
     if confirmation and "registration" in deciding:
         tags = set(deciding["registration"].dropna())
         if tags <= {BEFORE_FILES}:
@@ -101,23 +167,44 @@ def standing(study: StudyData, deciding: pd.DataFrame, confirmation: bool) -> St
         )
     if not _same_claims(path, study):
         return Standing("the claims changed since their registration (exploratory)", False)
+    if not confirmation:  # the profile's default seeds, or --until-decided without --confirm
+        v = versions[-1]
+        return Standing(
+            f"registered in {v.commit[:7]} ({_design(v.design)}), but decided on runs that "
+            f"are not its confirmation runs (`ablate run --confirm`; exploratory)",
+            False,
+        )
+    tag = next(iter(set(deciding.get("registration", pd.Series()).dropna())), "")
+    version = next((v for v in versions if v.commit == tag), None)
+    if version is None:
+        return Standing(f"ran under {tag!r}, not a commit of {path.name} (exploratory)", False)
+    stray = _unregistered_seeds(deciding, version.design)
+    if stray:
+        return Standing(
+            f"decided on seeds {stray} that {path.name} in {version.commit[:7]} does not "
+            "register (exploratory)",
+            False,
+        )
     first = start_times(deciding).min()
-    if confirmation:
-        tag = next(iter(set(deciding.get("registration", pd.Series()).dropna())), "")
-        version = next((v for v in versions if v.commit == tag), None)
-        if version is None:
-            return Standing(f"ran under {tag!r}, not a commit of {path.name} (exploratory)", False)
-    else:
-        version = versions[0]
     if not pd.notna(first):
         return Standing(f"registered in {version.commit[:7]}; run start times unknown", False)
     hours = (first - version.time) / 3600
     head = f"registered in {version.commit[:7]} on {when(version.time)}"
-    which = "confirmation run" if confirmation else "run that decides it"
+    which = "confirmation run"
     gap = f"{abs(hours):.1f} h" if abs(hours) >= 1 else f"{abs(hours) * 60:.0f} min"
     if hours < 0:
         return Standing(f"{head}, {gap} AFTER the first {which} (exploratory)", False)
     return Standing(f"{head}, {gap} before the first {which}", True)
+
+
+def _unregistered_seeds(deciding: pd.DataFrame, design: dict | None) -> str:
+    """The deciding seeds a fixed design does not list, as text ("" when none; a sequential
+    design's later looks draw seeds the file cannot list in advance)."""
+    if not isinstance(design, dict) or design.get("kind") != "fixed":
+        return ""
+    listed = {int(s) for s in design.get("seeds") or []}
+    stray = sorted({int(s) for s in deciding["seed"].dropna()} - listed)
+    return ", ".join(map(str, stray))
 
 
 def _design(design: dict | None) -> str:

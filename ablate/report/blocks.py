@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from ablate.report.claim_checks import confirm_mask, latest_attempt
+from ablate.report.audit import confirm_mask, latest_attempt
 from ablate.report.claims_section import against_the_paper, extra_seeds_section
 from ablate.report.collect import (
     StudyData,

@@ -111,16 +111,24 @@ def _swap_in(new: Path, dest: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def build_reports(studies: list[str], *, store: Path, out: Path, quiet: bool = False) -> list[Path]:
-    """Build the reports of ``studies`` (names in the store or study YAMLs; empty = all).
+def build_reports(
+    studies: list[str],
+    *,
+    store: Path,
+    out: Path,
+    quiet: bool = False,
+    profile: str | None = None,
+) -> list[Path]:
+    """Build the reports of ``studies`` (names in the store or study YAMLs; empty = all), from
+    the runs of ``profile`` (None: the one profile each study's runs have).
 
     Returns the ``report.md`` paths. Raises ``ConfigError`` (one line) for an empty or missing
-    store or an unknown study (listing the studies present).
+    store, an unknown study (listing the studies present), or runs of several profiles.
     """
     store, out = Path(store), Path(out)
     paths = []
     for name, yaml_path in resolve_studies(list(studies or []), store):
-        study = load_study(store, name, yaml_path)
+        study = load_study(store, name, yaml_path, profile)
         if study.extra.get("no_spec"):  # one line: the report lacks claims and description
             print(f"warning: {name}: {study.extra['no_spec']}", file=sys.stderr)
         path = build_report(study, out)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from ablate.report.audit import confirm_mask, design_progress, latest_attempt
 from ablate.report.collect import StudyData, axis_column, format_value, restrict_seeds
 from ablate.report.comparisons import (
     FINISHED,
@@ -48,11 +49,12 @@ from ablate.study.claims import FITTED, ONE_SAMPLE, Claim
 
 SLOPE = "ffn_grad_slope@init"
 
-REPRODUCES, CONTRADICTED, INCONCLUSIVE, UNTESTED = (
+REPRODUCES, CONTRADICTED, INCONCLUSIVE, UNTESTED, PENDING = (
     "reproduces",
     "contradicted",
     "inconclusive",
     "not testable",
+    "pending",
 )
 WITHIN_MARGIN = "different but within margin"
 """An equivalence claim's outcome when the difference is significant but its whole 95% CI lies
@@ -87,26 +89,9 @@ class ClaimCheck:
     look: dict | None = None
     """The ``--until-decided`` look that decided the claim (or its last look): its seeds and
     nominal level, from ``until_decided.json``; None outside a sequential design."""
-
-
-def confirm_mask(runs: pd.DataFrame) -> pd.Series:
-    """True for confirmation runs (``confirm`` in run.yaml's meta or summary.json)."""
-    if "confirm" not in runs:
-        return pd.Series(False, index=runs.index)
-    return runs["confirm"].map(lambda v: v is True or (isinstance(v, int | float) and v == 1))
-
-
-def latest_attempt(runs: pd.DataFrame) -> pd.Series:
-    """True for the confirmation runs of the latest attempt: those run under the registration
-    whose first run started last (earlier attempts are history, never pooled with it)."""
-    conf = confirm_mask(runs)
-    if "registration" not in runs or not conf.any():
-        return conf
-    tags = runs["registration"].where(conf)
-    started = runs.get("started", pd.Series(None, index=runs.index))
-    started = pd.to_datetime(started, utc=True, errors="coerce")
-    first = started.groupby(tags).min().sort_values(na_position="first")
-    return conf & (tags == first.index[-1])
+    pending: tuple[int, int] | None = None
+    """(finished, planned) runs of its registered confirmation design while some are left:
+    the claim is not decided yet (no interim look was registered)."""
 
 
 def claim_runs(runs: pd.DataFrame, claim: Claim) -> tuple[pd.DataFrame, bool]:
@@ -206,14 +191,20 @@ def _arm_check(
         check.comparison = compare_groups(ga, ga.iloc[0:0], col, label_a=la, label_b="-", margin=m)
     elif claim.external:
         done = ga[ga["status"] == "completed"]
+        values = pd.to_numeric(done[col], errors="coerce").tolist()
+        one = len(claim.external) == 1  # one published number: a fixed value, one-sample
         check.comparison = compare(
-            pd.to_numeric(done[col], errors="coerce").tolist(),
-            list(claim.external),
+            values,
+            list(claim.external) * (len(values) if one else 1),
+            seeds_a=done["seed"].tolist() if one else None,
+            seeds_b=done["seed"].tolist() if one else None,
             label_a=la,
             label_b=published_label(claim),
             margin=m,
             diverged_a=int((ga["status"] == "diverged").sum()),
         )
+        if one:
+            check.comparison = replace(check.comparison, test="one-sample t")
     else:
         gb, lb = _best(base, claim.b, col, explore)
         check.comparison = compare_groups(ga, gb, col, label_a=la, label_b=lb, margin=m)
@@ -391,6 +382,8 @@ def _design(c: Comparison, claim: Claim) -> tuple[str, str, int, int]:
     """(power design, what the seeds count, current seeds, published values) of a claim."""
     if claim.metric == "lr_exponent":
         return "one-sample", "seeds (one fitted exponent per seed)", c.n_a, 0
+    if len(claim.external) == 1:
+        return "one-sample", "seeds of arm a (against one published value)", c.n_a, 0
     if claim.external:
         return "fixed-b", f"seeds of arm a (against {c.n_b} published values)", c.n_a, c.n_b
     if c.paired:
@@ -492,11 +485,30 @@ def analyse(study: StudyData) -> tuple[list[Comparison], list[ClaimCheck]]:
     decided = sequential_checks(study, looks) if looks else {}
     rest = [c for c in study.claims if c.id not in decided]
     checks = build_comparisons(study, rest, margin)
+    progress = design_progress(study, rest)
+    for check in checks:  # in the family, but never rejected before its design finished
+        if check.claim.id in progress and check.comparison is not None:
+            check.comparison = replace(check.comparison, p=1.0, p_tost=1.0)
     confirmatory_family(checks)
     for check in checks:
-        decide_claim(check, ALPHA)
+        if check.claim.id in progress:
+            hold(check, progress[check.claim.id], study.runs[latest_attempt(study.runs)])
+        else:
+            decide_claim(check, ALPHA)
     by_id = decided | {check.claim.id: check for check in checks}
     return comps, [by_id[c.id] for c in study.claims]
+
+
+def hold(check: ClaimCheck, progress: tuple[int, int], attempt: pd.DataFrame) -> None:
+    """A claim whose registered design has runs left: pending, without numbers (an interim
+    look the design did not plan would spend alpha it does not have)."""
+    k, n = progress
+    check.pending, check.outcome, check.comparison = progress, PENDING, None
+    check.confirmation, check.pool, check.seeds_needed = True, attempt, None
+    check.detail = (
+        f"{k} of {n} runs of its registered confirmation design finished; no verdict before "
+        "every one has (the design registered no interim looks)"
+    )
 
 
 def study_looks(study: StudyData) -> list[dict]:

@@ -14,7 +14,7 @@ import math
 import pandas as pd
 
 from ablate.report.audit import Standing, standing
-from ablate.report.claim_checks import INCONCLUSIVE, ClaimCheck
+from ablate.report.claim_checks import INCONCLUSIVE, PENDING, ClaimCheck
 from ablate.report.collect import DTYPE_PREFIX, StudyData
 from ablate.report.comparisons import STREAMS_DIFFER
 from ablate.report.fit import lr_fit
@@ -60,6 +60,8 @@ def numbers(check: ClaimCheck, unit: str) -> str:
 def seeds_used(check: ClaimCheck) -> str:
     """Which seeds decided the claim: its confirmation runs only, or the original seeds."""
     c = check.comparison
+    if check.pending is not None:
+        return "not decided yet: its registered confirmation runs are unfinished"
     if check.look is not None:  # a sequential design: the look that decided it
         lk = check.look
         kind = "confirmation " if check.confirmation else ""
@@ -83,11 +85,15 @@ def registrations(study: StudyData, checks: list[ClaimCheck]) -> dict[str, Stand
     for ch in checks:
         pool = ch.pool if ch.pool is not None else study.runs.iloc[0:0]
         out[ch.claim.id] = standing(study, pool, ch.confirmation)
+        if ch.pending is not None:  # a registered design under way: nothing is confirmed yet
+            out[ch.claim.id] = Standing(out[ch.claim.id].text, False)
     return out
 
 
 def outcome_text(check: ClaimCheck) -> str:
     """``**outcome** (why)``, and for an inconclusive claim the seeds that would decide it."""
+    if check.pending is not None:
+        return f"**{PENDING}, {check.pending[0]} of {check.pending[1]} runs**"
     text = f"**{check.outcome}**"
     if check.why:
         text += f" ({check.why})"
@@ -266,7 +272,7 @@ def scale_text(study: StudyData, *, lead: bool = True) -> str:
         return figures
     return (
         f"**Scale**: every verdict here holds at this {figures}. The papers' models, budgets "
-        "and optimizers differ (a claim's text says where)."
+        "and optimizers differ; no claim's text names a scale, this line is theirs."
     )
 
 
@@ -283,8 +289,13 @@ def claims_intro(study: StudyData, k: int) -> str:
         "reads *equivalent* (TOST passes: reproduces), *different* (significant, 95% CI wholly "
         "outside ±margin: contradicted), *different but within margin* (significant, 95% CI "
         'inside ±margin: the paper\'s "no difference" holds in practice) or *inconclusive*. '
-        "A claim is confirmatory only when git shows its registration (registrations/<study>.yaml)"
-        " committed before the first run that decides it; each claim says so or why not. "
+        "A claim is confirmatory only when it is decided on the confirmation runs of this "
+        "profile's registration (registrations/<study>.yaml, `<study>.<profile>.yaml` for a "
+        "profile other than cpu: its registered seeds, `ablate run --confirm`) and git shows "
+        "that registration committed before the first of them; other seeds are exploratory, "
+        "and each claim says which. Until every run of the registered design has finished a "
+        "claim is *pending, k of n runs*, with no verdict (unless the design registered "
+        "interim looks with alpha spending). "
         "Seeds needed are for the test that would decide the claim, at 80% power, assuming the "
         "observed difference and the SD over all the arms' seeds are the true ones."
     )

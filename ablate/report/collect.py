@@ -27,6 +27,7 @@ import yaml
 from ablate.config import ConfigError
 from ablate.store import RUN_STATES, SUMMARY_NUMBERS, RunDir, RunStore, run_state
 from ablate.study import Reference, parse_reference, read_study_yaml, short_names
+from ablate.study.arms import claim_arm_axes
 
 PENDING = "pending"
 ORDERED_STATUSES = RUN_STATES  # the store's one vocabulary, decided by store.run_state
@@ -82,6 +83,9 @@ class StudyData:
     """The study YAML's ``equivalence_margin`` (nats) for TOST and claims."""
     profile: str | None = None
     """The profile the runs were planned with (their ``meta.profile``)."""
+    claim_arms: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Claim id -> the axes of each variant of its arms at this profile (what a registered
+    confirmation trains for it: :func:`ablate.study.arms.claim_arm_axes`)."""
 
     @property
     def varying_axes(self) -> list[str]:
@@ -319,8 +323,11 @@ def _expand(yaml_path: Path | None, profile: str | None):
         return None, f"cannot read {yaml_path}: {type(err).__name__}: {err}"
 
 
-def load_study(store: Path, name: str, yaml_path: Path | None = None) -> StudyData:
-    """Read every run of ``name`` from the store into a :class:`StudyData`."""
+def load_study(
+    store: Path, name: str, yaml_path: Path | None = None, profile: str | None = None
+) -> StudyData:
+    """Read every run of ``name`` from the store into a :class:`StudyData`: the runs of
+    ``profile``, or of the one profile the store holds (runs of several: ``ConfigError``)."""
     rs = RunStore(store)
     run_dirs = list(rs.runs(name))
     if not run_dirs:
@@ -338,10 +345,15 @@ def load_study(store: Path, name: str, yaml_path: Path | None = None) -> StudyDa
             f"every run of study '{name}' is damaged ({len(damaged)}; first: {first})",
             source=store,
         )
+    read = [(run, *_run_row(run)) for run in run_dirs]
+    profile = _one_profile([meta for *_, meta in read], name, store, profile)
+    read = [r for r in read if r[3].get("profile") == profile]
+    if not read:
+        raise ConfigError(f"no runs of study '{name}' at profile {profile!r}", source=store)
+    run_dirs = [r[0] for r in read]
     rows, metas, axes_of = [], [], []
     axis_keys: list[str] = []
-    for run in run_dirs:
-        row, axes, meta = _run_row(run)
+    for _, row, axes, meta in read:
         rows.append(row)
         metas.append(meta)
         axes_of.append(axes)
@@ -361,7 +373,34 @@ def load_study(store: Path, name: str, yaml_path: Path | None = None) -> StudyDa
         if runs[col].map(lambda v: v is None or isinstance(v, int | float)).all():
             runs[col] = pd.to_numeric(runs[col], errors="coerce").astype(float)
     runs = sort_runs(runs, axis_keys)
+    metrics = _metrics_frame(run_dirs, runs, axis_keys)
 
+    yaml_data = read_study_yaml(yaml_path) if yaml_path is not None else {}
+    plan, why = _expand(yaml_path, profile)
+    extra: dict[str, Any] = {"damaged": damaged} if damaged else {}
+    if why:  # the claims and expected run count are missing: the user must hear it
+        extra["no_spec"] = why
+    return StudyData(
+        name=name,
+        path=rs.root / name,
+        runs=runs,
+        metrics=metrics,
+        axes=axis_keys,
+        description=_study_description(rs.root / name, yaml_data, metas),
+        findings=str(yaml_data.get("findings") or "").strip(),
+        reference=_reference(plan, yaml_data, yaml_path),
+        expected_runs=len(plan.runs) if plan is not None else None,
+        yaml_path=yaml_path,
+        extra=extra,
+        claims=list(plan.claims) if plan is not None else [],
+        equivalence_margin=plan.equivalence_margin if plan is not None else 0.01,
+        profile=profile,
+        claim_arms=claim_arm_axes(plan) if plan is not None else {},
+    )
+
+
+def _metrics_frame(run_dirs: list[RunDir], runs: pd.DataFrame, axis_keys: list[str]):
+    """The long-form metrics of ``run_dirs``, each row with its run's identifying columns."""
     frames = []
     id_cols = ["run_id", "variant", "seed", "status", *axis_keys]
     by_id = runs.set_index("run_id")
@@ -376,32 +415,32 @@ def load_study(store: Path, name: str, yaml_path: Path | None = None) -> StudyDa
         df["run_id"] = run.run_id
         frames.append(df)
     if frames:
-        metrics = pd.concat(frames, ignore_index=True)[id_cols + ["step", "metric", "value"]]
-    else:
-        metrics = pd.DataFrame(columns=id_cols + ["step", "metric", "value"])
+        return pd.concat(frames, ignore_index=True)[id_cols + ["step", "metric", "value"]]
+    return pd.DataFrame(columns=id_cols + ["step", "metric", "value"])
 
-    yaml_data = read_study_yaml(yaml_path) if yaml_path is not None else {}
-    profile = next((m.get("profile") for m in metas), None)
-    plan, why = _expand(yaml_path, profile)
-    extra: dict[str, Any] = {"damaged": damaged} if damaged else {}
-    if why:  # the claims and expected run count are missing: the user must hear it
-        extra["no_spec"] = why
-    return StudyData(
-        name=name,
-        path=rs.root / name,
-        runs=runs,
-        metrics=metrics,
-        axes=axis_keys,
-        description=_study_description(rs.root / name, yaml_data, metas),
-        findings=str(yaml_data.get("findings") or "").strip(),
-        reference=parse_reference(yaml_data.get("reference"), yaml_path) if yaml_path else None,
-        expected_runs=len(plan.runs) if plan is not None else None,
-        yaml_path=yaml_path,
-        extra=extra,
-        claims=list(plan.claims) if plan is not None else [],
-        equivalence_margin=plan.equivalence_margin if plan is not None else 0.01,
-        profile=profile,
-    )
+
+def _one_profile(metas: list[dict], name: str, store: Path, profile: str | None) -> str | None:
+    """The profile the report is about: ``profile`` when given, else the one its runs were
+    planned with. Runs of two profiles are two scales: never pooled, never one report."""
+    have = list(dict.fromkeys(m.get("profile") for m in metas))
+    if profile is not None:
+        return profile
+    if len(have) > 1:
+        raise ConfigError(
+            f"the store holds runs of study '{name}' at profiles "
+            f"{', '.join(map(str, have))}: report one with --profile (a profile's runs never "
+            "decide another's claims)",
+            source=store,
+        )
+    return have[0] if have else None
+
+
+def _reference(plan, yaml_data: dict[str, Any], yaml_path: Path | None) -> Reference | None:
+    """The published reference value at the runs' profile (a profile may replace the study's
+    or remove it), else the study YAML's as written."""
+    if plan is not None:
+        return plan.reference
+    return parse_reference(yaml_data.get("reference"), yaml_path) if yaml_path else None
 
 
 def damaged_runs(run_dirs: list[RunDir]) -> dict[Path, str]:

@@ -21,10 +21,11 @@ CLAIMS_CSV = "claims.csv"
 INTRO = (
     "Every claim of every study report in this folder, as its report decided it: read from each "
     "`<study>/claims.csv`, which `ablate report` computes from the study's store and rewrites "
-    "with this page. A verdict is confirmatory only where its registration line shows the "
-    "registration committed before the first confirmation run that decides it; every other "
-    "verdict is exploratory. Each study's scale is computed from its runs: no verdict here "
-    "speaks for another scale."
+    "with this page. A verdict is confirmatory only where it was decided on the registered "
+    "confirmation seeds of its profile and its registration line shows that registration "
+    "committed before the first of them; every other verdict is exploratory, and a claim "
+    "whose registered runs are unfinished is pending. Each study's scale is computed from its "
+    "runs: no verdict here speaks for another scale."
 )
 
 
@@ -60,7 +61,7 @@ def scales_table(
         for cid in list(dict.fromkeys([*here, *there])):
             a = here.get(cid, {}).get("outcome", "not run")
             b = there.get(cid, {}).get("outcome", "not run")
-            decided = {a, b}.isdisjoint({"not run", "inconclusive"})
+            decided = {a, b}.isdisjoint({"not run", "inconclusive", "pending"})
             agree = ("yes" if a == b else "**no**") if decided else ""
             link = f"[{name}]({name}/report.md)" if name in frames else name
             lines.append(f"| {link} | {cid} | {a} | {b} | {agree} |")

@@ -21,8 +21,20 @@ A list as a value (``a: {model.activation: [swiglu, geglu]}``) means the best of
 ../reports/nanogpt_own.json, key: full_split_val_loss, label: nanoGPT}`` compares arm a with
 per-seed numbers read from a committed file that the command which produced them wrote (a JSON
 object whose ``key`` is a list of numbers; the path is relative to the study file), Welch,
-unpaired; the report names the file. ``b: {values: [...]}`` types such numbers in instead, and
-the report says so.
+unpaired; the report names the file. ``b: {values: [...], source: <where they are printed>}``
+types such numbers in instead, and the report says so (and cites ``source``). One published
+number (``values: [1.4697]``: a paper's single run) is a fixed value: arm a's seeds are tested
+against it one-sample (t-test, TOST for ``equivalent``).
+
+A literature arm belongs to a setting: a profile may replace a claim's ``b`` (and ``metric``,
+``margin``, ``margin_source``) at its scale, e.g. nanoGPT's published GPU number at the gpu
+profile (:func:`profile_claims`)::
+
+    profiles:
+      gpu:
+        claims:
+          equals-nanogpt: {metric: best_val_loss, b: {values: [1.4697], label: nanoGPT,
+                           source: "nanoGPT README, shakespeare-char GPU config"}}
 ``metric: lr_exponent`` is the fitted exponent alpha in lr* ∝ batch^alpha (needs grid axes
 ``data.batch_size`` and ``optim.lr``); its claim is ``expect: equivalent`` to ``value:`` within
 ``margin`` (or ``better``/``worse`` = above/below ``value``).
@@ -140,7 +152,9 @@ def _selector(raw: Any, where: str, source: Path, axes: dict[str, list[Any]]) ->
     return out
 
 
-EXTERNAL_KEYS = ("values", "artifact", "key", "label")
+EXTERNAL_KEYS = ("values", "artifact", "key", "label", "source")
+PROFILE_KEYS = ("b", "metric", "margin", "margin_source")
+"""What a profile may replace in a claim: its literature arm and how it is measured there."""
 
 
 def _external(raw: dict, where: str, source: Path) -> tuple[tuple[float, ...], str, str]:
@@ -150,8 +164,13 @@ def _external(raw: dict, where: str, source: Path) -> tuple[tuple[float, ...], s
     if ("values" in raw) == ("artifact" in raw):
         raise ConfigError("give either values or artifact (with key)", key=where, source=source)
     label = str(raw.get("label") or "published values")
+    cited = raw.get("source")
+    if cited is not None and ("values" not in raw or not isinstance(cited, str) or not cited):
+        why = "names where typed values are printed" if "values" not in raw else "must be text"
+        raise ConfigError(why, key=f"{where}.source", source=source)
     if "values" in raw:
-        return _numbers(raw["values"], f"{where}.values", source), label, ""
+        typed = f"typed in from {' '.join(cited.split())}" if cited else ""
+        return _numbers(raw["values"], f"{where}.values", source), label, typed
     path, key = raw["artifact"], raw.get("key")
     if not isinstance(key, str):
         raise ConfigError(
@@ -174,9 +193,9 @@ def _external(raw: dict, where: str, source: Path) -> tuple[tuple[float, ...], s
 
 
 def _numbers(vals: Any, where: str, source: Path) -> tuple[float, ...]:
-    if not isinstance(vals, list) or len(vals) < 2:
+    if not isinstance(vals, list) or not vals:
         raise ConfigError(
-            "must be a list of at least 2 numbers (published per-seed values)",
+            "must be a list of numbers (published per-seed values, or one published value)",
             key=where,
             source=source,
         )
@@ -334,16 +353,64 @@ def _value(raw: Any, metric: str, expect: str, where: str, source: Path) -> floa
     return None
 
 
+def profile_claims(
+    raw: list, overrides: dict[str, dict[str, Any]], where: str, source: Path, axes, lengths
+) -> list:
+    """The study's raw claims with a profile's ``claims:`` applied: for each claim id there,
+    its :data:`PROFILE_KEYS` replaced. Each replacement is checked at its own key path
+    (``profiles.gpu.claims.<id>.<key>``)."""
+    ids = [c.get("id") for c in raw if isinstance(c, dict)]
+    out = list(raw)
+    for cid, keys in overrides.items():
+        at = f"{where}.{cid}"
+        if cid not in ids:
+            raise ConfigError(
+                f"no claim with this id{suggest(cid, [str(i) for i in ids])}; "
+                f"claims: {', '.join(map(str, ids)) or 'none'}",
+                key=at,
+                source=source,
+            )
+        for k, v in keys.items():
+            check_known(k, PROFILE_KEYS, key=f"{at}.{k}", source=source)
+            _check_profile_value(k, v, f"{at}.{k}", source, axes, lengths)
+        i = ids.index(cid)
+        out[i] = {**raw[i], **keys}
+    return out
+
+
+def _check_profile_value(key: str, value: Any, where: str, source: Path, axes, lengths) -> None:
+    """One replaced key of a claim, checked as the claim's own would be."""
+    if key == "metric":
+        _check_length(_metric(value, where, source, axes), lengths, where, source)
+    elif key == "margin":
+        parse_margin(value, source, where)
+    elif key == "margin_source" and not isinstance(value, str):
+        raise ConfigError("must be text", key=where, source=source)
+    elif key == "b":
+        if isinstance(value, dict) and ("values" in value or "artifact" in value):
+            _external(value, where, source)
+        else:
+            _selector(value, where, source, axes)
+
+
 def parse_claims(
-    raw: Any, source: Path, axes: dict[str, list[Any]], lengths: set[float] | None = None
+    raw: Any,
+    source: Path,
+    axes: dict[str, list[Any]],
+    lengths: set[float] | None = None,
+    profile: tuple[str, dict[str, dict[str, Any]]] | None = None,
 ) -> list[Claim]:
     """The study's ``claims:`` list; ``axes`` maps each axis (``variant`` for named variants)
-    to its values; ``lengths`` the evaluation length multiples the runs record (None: unknown).
+    to its values; ``lengths`` the evaluation length multiples the runs record (None: unknown);
+    ``profile``: (its name, its ``claims:`` overrides), applied first (:func:`profile_claims`).
     ``ConfigError`` names ``claims[i].<key>`` for anything wrong."""
     if raw is None:
-        return []
+        raw = []
     if not isinstance(raw, list):
         raise ConfigError("must be a list of claims", key="claims", source=source)
+    if profile is not None and profile[1]:
+        where = f"profiles.{profile[0]}.claims"
+        raw = profile_claims(raw, profile[1], where, source, axes, lengths)
     claims = [parse_claim(c, i, source, axes, lengths) for i, c in enumerate(raw)]
     seen: set[str] = set()
     for i, c in enumerate(claims):

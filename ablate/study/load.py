@@ -46,7 +46,8 @@ def load_study(
     plan = apply_profile(spec, profile, overrides, source)
     runs, resolved = expand(plan, source, extra_seeds=extra_seeds, check_data=check_data)
     check_runs(resolved, source, data=check_data, device=check_device)
-    claims, margin = _claims(raw, source, plan.grid, spec.variant_names, runs)
+    replaced = (profile, plan.profile.claims) if profile else None
+    claims, margin = _claims(raw, source, plan.grid, spec.variant_names, runs, replaced)
     return Study(
         name=spec.name,
         description=spec.description.strip(),
@@ -55,11 +56,12 @@ def load_study(
         profile_reason=why,
         profiles=tuple(spec.profiles),
         runs=runs,
-        reference=spec.reference,
+        reference=plan.profile.reference if plan.profile.sets_reference else spec.reference,
         plugins=all_plugins,
         claims=claims,
         equivalence_margin=margin,
         seen_seeds=spec.seen_seeds,
+        tier=plan.profile.tier,
     )
 
 
@@ -83,9 +85,11 @@ def _claims(
     grid: dict[str, list[Any]],
     variant_names: list[str],
     runs: list[PlannedRun],
+    profile: tuple[str, dict[str, dict[str, Any]]] | None = None,
 ) -> tuple[list[Claim], float]:
-    """(claims, equivalence margin), validated against the study's axes (ablate.study.claims)."""
+    """(claims, equivalence margin), validated against the study's axes, with the profile's
+    replacements (``profile``: its name and ``claims:``) applied (ablate.study.claims)."""
     axes = ({"variant": variant_names} if variant_names else {}) | dict(grid)
     lengths = {float(x) for x in runs[0].config.train.eval_lengths} if runs else None
     margin = parse_margin(raw.get("equivalence_margin"), source)
-    return parse_claims(raw.get("claims"), source, axes, lengths), margin
+    return parse_claims(raw.get("claims"), source, axes, lengths, profile), margin

@@ -89,6 +89,8 @@ class Study:
     equivalence_margin: float = 0.01
     seen_seeds: tuple[int, ...] = ()
     """Seeds looked at outside the store (``seen_seeds:``); ``--confirm`` skips them."""
+    tier: int | None = None
+    """The profile's ``tier``: the GPU window its runs train in (``ablate plan --flops``)."""
 
     def meta(self, run: PlannedRun) -> dict[str, Any]:
         meta = run.meta(self.name, self.profile)

@@ -50,6 +50,8 @@ def test_name(claim: Claim) -> str:
         return f"one-sample t of the per-seed {claim.metric} against {claim.value:g}"
     if claim.expect == "diverges":
         return "count of diverged runs"
+    if len(claim.external) == 1:
+        return f"one-sample t against the published value {claim.external[0]:g}"
     if claim.external:
         return "Welch t against published per-seed values"
     kind = "TOST + paired t" if claim.expect == "equivalent" else "paired t (by seed)"

@@ -35,6 +35,10 @@ A study file::
         model.d_model: 512
         train.precision: bf16-mixed
         variants: {lstm: {model.d_model: 1024}}   # per-variant values for this profile
+        tier: 1                     # the GPU window it trains in (``ablate plan --flops``)
+        reference: {value: 1.4697, label: ...}    # this scale's published value (or null)
+        claims: {equals-x: {b: {values: [1.4697], label: ..., source: ...}}}  # per claim:
+                                    # this scale's literature arm (ablate/study/claims.py)
     default_profile: auto           # used when --profile is not given: a profile's name, or
                                     # auto: the gpu profile where CUDA is visible, else cpu
 
@@ -83,7 +87,7 @@ TOP_LEVEL = (
     "plugins",
 )
 VARIANT_KEYS = ("name", "set")
-PROFILE_EXTRAS = ("derived", "seeds", "variants")
+PROFILE_EXTRAS = ("derived", "seeds", "variants", "tier", "reference", "claims")
 AUTO_PROFILE = "auto"
 """``default_profile: auto``: the profile on ``gpu`` where CUDA is visible, else the cpu one."""
 """What a profile may hold besides config keys."""
@@ -128,29 +132,29 @@ class Reference:
     label: str = "reference"
 
 
-def parse_reference(raw: Any, source: Path) -> Reference | None:
-    """The study's optional ``reference: {value: <loss>, label: <text>}``; ``ConfigError``
-    naming ``reference.<key>`` for anything else."""
+def parse_reference(raw: Any, source: Path, where: str = "reference") -> Reference | None:
+    """The study's optional ``reference: {value: <loss>, label: <text>}`` (or a profile's, at
+    key path ``where``); ``ConfigError`` naming ``<where>.<key>`` for anything else."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
         raise ConfigError(
             "must be a mapping {value: <final val loss>, label: <text>}",
-            key="reference",
+            key=where,
             source=source,
         )
     for key in raw:
-        check_known(key, ("value", "label"), key=f"reference.{key}", source=source)
+        check_known(key, ("value", "label"), key=f"{where}.{key}", source=source)
     value = raw.get("value")
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ConfigError(
             f"must be a finite number (a final validation loss), got {value!r}",
-            key="reference.value",
+            key=f"{where}.value",
             source=source,
         )
     label = raw.get("label", "reference")
     if not isinstance(label, str) or not label.strip():
-        raise ConfigError("must be a non-empty string", key="reference.label", source=source)
+        raise ConfigError("must be a non-empty string", key=f"{where}.label", source=source)
     return Reference(float(value), label.strip())
 
 
@@ -312,6 +316,14 @@ class Profile:
     seeds_where: str = ""
     variants: dict[str, Layer] = field(default_factory=dict)
     """Per-variant values for this profile (e.g. the LSTM's width at GPU scale)."""
+    tier: int | None = None
+    """The GPU window this profile's runs train in (1 first); None: not planned in tiers."""
+    reference: Reference | None = None
+    sets_reference: bool = False
+    """``reference:`` given in the profile: it replaces the study's (``null`` removes it)."""
+    claims: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Claim id -> the keys this profile replaces (its literature arm), checked by
+    :func:`ablate.study.claims.profile_claims` where the claims are parsed."""
 
 
 def parse_profiles(raw: Any, source: Path, variant_names: list[str]) -> dict[str, Profile]:
@@ -336,8 +348,39 @@ def parse_profiles(raw: Any, source: Path, variant_names: list[str]) -> dict[str
             seeds=parse_seeds(extra.get("seeds"), source, f"{where}.seeds"),
             seeds_where=f"{where}.seeds",
             variants=variants,
+            tier=parse_tier(extra.get("tier"), f"{where}.tier", source),
+            reference=parse_reference(extra.get("reference"), source, f"{where}.reference"),
+            sets_reference="reference" in extra,
+            claims=_claim_overrides(extra.get("claims"), f"{where}.claims", source),
         )
     return out
+
+
+def parse_tier(raw: Any, where: str, source: Path) -> int | None:
+    """A profile's ``tier``: the GPU window its runs train in, a whole number >= 1."""
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise ConfigError(
+            f"must be a whole number >= 1 (the GPU window it trains in), got {raw!r}",
+            key=where,
+            source=source,
+        )
+    return raw
+
+
+def _claim_overrides(raw: Any, where: str, source: Path) -> dict[str, dict[str, Any]]:
+    """A profile's ``claims:`` as ``{claim id: {key: value}}`` (the keys and values are checked
+    against the study's claims when those are parsed)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        raise ConfigError(
+            "must be a mapping of claim id -> the keys this profile replaces (e.g. b: {...})",
+            key=where,
+            source=source,
+        )
+    return {str(k): dict(v) for k, v in raw.items()}
 
 
 def _profile_variants(
