@@ -134,4 +134,3 @@ def test_plan_flops_costs_a_gpu_profile_without_a_gpu():
     rows = [line for line in res.output.splitlines() if line.startswith("│ tier ")]
     assert [r.split()[2] for r in rows] == ["1", "2", "3"]  # each tier's total, then the sum
     assert "│ total" in res.output and "tier 1: longest task" in res.output
-

@@ -126,6 +126,21 @@ def test_interrupted_run_resumes_with_every_step_once(
     assert result["final_val_loss"] == pytest.approx(fresh["final_val_loss"], abs=1e-6)
 
 
+def test_status_after_ctrl_c_lists_pending_runs_and_the_rerun_says_who_resumes(
+    make_study, tmp_path, interrupt_first_run_at_step_12, capsys
+):
+    path = make_study(grid={"model.activation": ["relu", "gelu", "swiglu"]})
+    store = tmp_path / "runs"
+    interrupt_first_run_at_step_12(path, store)
+    capsys.readouterr()
+    out = CliRunner().invoke(app, ["status", "--store", str(store)]).output
+    assert "1 interrupted" in out and "2 pending" in out, out
+    assert out.count("pending") == 3  # the two runs not started have a row each, and the count
+    run_study(path, store=store, progress=False)
+    out = capsys.readouterr().out
+    assert "3 runs, 0 finished, 3 to train (1 resume from a checkpoint)" in out, out
+
+
 def test_ctrl_c_inside_an_optimizer_step_resumes_bit_exactly(make_study, tmp_path, monkeypatch):
     """A real SIGINT delivered between the optimizer's parameter update and Lightning counting
     the step: the run stops at the next step boundary, so the resumed run matches a fresh one."""

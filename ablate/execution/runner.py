@@ -145,8 +145,14 @@ def run_study(
     console = make_console()
     dirs = _prepare_store(study, runs_store, console, rerun_stale=rerun_stale)
     runs_store.keep_spec(study.name, study.path)  # the report reads claims from it anywhere
+    # `ablate status` lists the planned runs that have not started beside the others
+    runs_store.keep_plan(
+        study.name,
+        [{"run_id": r.run_id, "name": r.name, "profile": study.profile} for r in study.runs],
+    )
     done = sum(1 for r in study.runs if dirs[r.run_id].status in FINISHED)
     todo = [r for r in study.runs if dirs[r.run_id].status not in FINISHED]
+    resuming = sum(1 for r in todo if dirs[r.run_id].last_checkpoint() is not None)
     tasks = [
         RunTask(
             r,
@@ -164,7 +170,9 @@ def run_study(
     groups = sum(1 for t in tasks if t.members)
     console.print(
         f"[bold]{study.name}[/]{_profile_text(study)}: "
-        f"{len(study.runs)} runs, {done} finished, {len(todo)} to train -> "
+        f"{len(study.runs)} runs, {done} finished, {len(todo)} to train"
+        + (f" ({resuming} resume from a checkpoint)" if resuming else "")
+        + " -> "
         f"{escape(str(runs_store.root / study.name))}"
         + (f", {where}" if where else "")
         + (f", {stacked} as {groups} stacked groups" if stacked else "")

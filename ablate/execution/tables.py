@@ -436,6 +436,14 @@ def _status_rows(runs_store: RunStore, name: str) -> tuple[list[list[str]], Coun
                 fmt_duration(s.get("wall_time_s"), missing="-"),
             ]
         )
+    started = {d.run_id for _, d in runs}
+    for plan in runs_store.planned(name):  # planned by the last `ablate run`, not started
+        if plan["run_id"] not in started:
+            counts["pending"] += 1
+            rows.append(
+                [escape(str(plan.get("name") or plan["run_id"])), plan["run_id"]]
+                + [str(plan.get("profile") or "-"), status_cell("pending"), "-", "-", "-"]
+            )
     return rows, counts, damaged
 
 

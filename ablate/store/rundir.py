@@ -170,6 +170,10 @@ STUDY_SPEC_FILE = "study.yaml"
 """``<store>/<study>/study.yaml``: a copy of the study file ``ablate run`` read, rewritten at
 each start, so ``ablate report NAME`` finds the claims and description from any directory."""
 
+PLAN_FILE = "planned.json"
+"""``<store>/<study>/planned.json``: the runs the last ``ablate run`` planned (id, name,
+profile), so ``ablate status`` lists the runs not started yet beside the others."""
+
 DECISIONS_FILE = "until_decided.json"
 """``<store>/<study>/until_decided.json``: the rounds of ``ablate run --until-decided``."""
 
@@ -362,6 +366,24 @@ class RunStore:
             raise StoreWriteError(
                 err.errno, f"cannot write {self.spec_file(study)}: {describe_os_error(err)}"
             ) from None
+
+    def keep_plan(self, study: str, runs: list[dict[str, Any]]) -> None:
+        """Record the planned runs of ``study`` (:data:`PLAN_FILE`; atomically)."""
+        path = self.root / study / PLAN_FILE
+        try:
+            atomic_write_text(path, json.dumps({"runs": runs}, indent=1) + "\n")
+        except OSError as err:
+            raise StoreWriteError(
+                err.errno, f"cannot write {path}: {describe_os_error(err)}"
+            ) from None
+
+    def planned(self, study: str) -> list[dict[str, Any]]:
+        """The runs the last ``ablate run`` of ``study`` planned; none when unknown."""
+        try:
+            runs = json.loads((self.root / study / PLAN_FILE).read_text()).get("runs")
+        except (OSError, ValueError, AttributeError):
+            return []
+        return [r for r in runs if isinstance(r, dict) and "run_id" in r] if runs else []
 
     def studies(self) -> list[str]:
         if not self.root.is_dir():
