@@ -328,6 +328,14 @@ def plan(
     no_estimate: Annotated[
         bool, typer.Option("--no-estimate", help="Skip the measured time estimate.")
     ] = False,
+    workers: Annotated[
+        str | None,
+        typer.Option(help="The time for this many workers, or auto, as ablate run resolves it."),
+    ] = None,
+    remeasure: Annotated[
+        bool,
+        typer.Option("--remeasure", help="Probe this machine's step times again (they are kept)."),
+    ] = False,
     flops: Annotated[
         bool,
         typer.Option(
@@ -354,6 +362,8 @@ def plan(
                 store=store,
                 plugins=plugin or [],
                 estimate=not no_estimate,
+                workers=workers,
+                remeasure=remeasure,
             )
     except ConfigError as err:
         fail(err)

@@ -378,14 +378,53 @@ def test_a_run_estimate_is_its_steps_plus_its_evaluations(tiny_run):
     assert run_seconds(longer, 0.1) == pytest.approx(2.0 + (4 + 4 * 3) * 0.1 / 3)
 
 
-def test_plan_prints_a_measured_time_per_run_and_in_total(make_study, tmp_path):
+def test_plan_prints_a_time_per_run_and_for_the_workers_run_will_use(
+    make_study, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
     path = make_study(seeds=[0, 1], grid={"model.activation": ["relu", "gelu"]})
     args = ["plan", str(path), "--store", str(tmp_path / "runs")]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
-    assert "Time: about" in result.output and "for the 4 runs to train" in result.output
-    assert "measured now on this machine: 3 timed steps of each of 2 model" in result.output
-    rows = [line for line in result.output.splitlines() if "seed=" in line]
+    first = CliRunner().invoke(app, [*args, "--workers", "2"])
+    assert first.exit_code == 0, first.output
+    assert "for the 4 runs to train (with 2 workers, as ablate run will)" in first.output
+    assert "4 from a probe of this machine measured" in first.output
+    rows = [line for line in first.output.splitlines() if "seed=" in line]
     assert len(rows) == 4 and all(line.rstrip(" │").endswith("s") for line in rows), rows
+    # the probe is kept: a second call says the same, to the second
+    again = CliRunner().invoke(app, [*args, "--workers", "2"])
+    assert _time_lines(again.output) == _time_lines(first.output)
     quiet = CliRunner().invoke(app, [*args, "--no-estimate"])
     assert quiet.exit_code == 0 and "Time:" not in quiet.output
+
+
+def _time_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if "seed=" in line or "Time:" in line]
+
+
+def test_plan_takes_its_times_from_finished_runs_of_the_same_shape(make_study, tmp_path):
+    from ablate.execution.runner import run_study
+    from ablate.store import RunStore
+
+    path = make_study(seeds=[0, 1])
+    store = tmp_path / "runs"
+    run_study(path, store=store, progress=False, workers=1)
+    per_step = sorted(
+        d.read_summary()["wall_time_s"] / d.read_summary()["steps"]
+        for d in RunStore(store).runs("tiny")
+    )
+    other = make_study("other", seeds=[5])  # the same shape, not trained yet
+    res = CliRunner().invoke(app, ["plan", str(other), "--store", str(store), "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    assert "from finished runs of the same shape in the store" in res.output
+    median = sum(per_step[len(per_step) // 2 - 1 : len(per_step) // 2 + 1]) / 2
+    from ablate.execution.progress import fmt_duration
+
+    assert f"{fmt_duration(median * 20)}" in res.output  # 20 steps x the median s/step
+
+
+def test_the_total_hands_runs_longest_first_to_the_next_free_worker():
+    from ablate.execution.estimate import makespan
+
+    assert makespan([5, 4, 3, 3, 1], 2) == 8  # 5+3 | 4+3+1
+    assert makespan([5, 4, 3], 1) == 12
+    assert makespan([2, 2], 4) == 2

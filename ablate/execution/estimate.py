@@ -1,49 +1,81 @@
-"""How long a study's runs will take on this machine, for ``ablate plan``: a measured probe.
+"""How long a study's runs will take on this machine, for ``ablate plan``.
 
-Each distinct training shape (model, batch x sequence length, precision, threads) is built
-here and timed for ``PROBE_STEPS`` AdamW steps on random tokens, after one untimed step; the
-median step is the figure. A run's estimate is its steps times that, plus its evaluations:
-forward passes (a third of a training step per token: no backward, no update) over the
-validation batches of every ``eval_interval`` and of the final evaluation (the full split
-when ``eval_batches`` is unset, sized from the dataset file; each ``eval_lengths`` multiple
-once more). Data loading, logging and checkpoints are not in it, so it is a floor; the bench
-(``reports/bench.md``, section 1) measures what the training loop adds on top. The probe
-runs under the machine's current load, which the printed line states (other processes on
-the same cores slow it as they would slow the runs).
+Each run's time comes from the best source there is, and the plan says which:
+
+1. **The store**: finished runs of the same shape (model, batch x sequence length, precision,
+   device, evaluation schedule, and the torch threads each worker had) record their wall time
+   and steps; their median seconds per step, all-in (data, logging, evaluations, checkpoints),
+   times the run's steps.
+2. **A probe, measured once and kept**: each distinct shape is built here and timed for
+   ``PROBE_STEPS`` AdamW steps on random tokens (median, after ``WARMUP_STEPS`` untimed ones),
+   at the threads a worker of ``ablate run`` will have; a run's time is its steps times that,
+   plus its evaluations (forward passes: a third of a training step per token, over every
+   ``eval_interval``'s batches and the final evaluation, each ``eval_lengths`` multiple once
+   more; the full split sized from the dataset file). The measurement is kept in the cache
+   (``~/.cache/ablate/step_times.json``, per machine, torch version and threads), so calls
+   agree with each other; ``ablate plan --remeasure`` measures again.
+
+The total is for the workers ``ablate run`` will use (``--workers``, ``auto`` as run resolves
+it): runs are handed out longest first to the next free worker, as the pool does.
 
 A run that asks for a GPU on a machine without one is not measured (its time is unknown).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import platform
 import statistics
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from ablate.config import ConfigError, RunConfig
 
-PROBE_STEPS = 3
+PROBE_STEPS = 5
+WARMUP_STEPS = 2
 SLOW_STEP_S = 5.0  # a step slower than this is timed once: the probe must stay short
 VOCAB = {"char": 96, "word": 16384}  # typical sizes (a BPE tokenizer states its own)
+CACHE_FILE = "step_times.json"
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """Seconds per run (None: not measurable here) and how they were obtained."""
+    """Seconds per run (None: not measurable here), where each came from, and the workers."""
 
     seconds: dict[str, float | None]
+    sources: dict[str, str]
+    """Run id -> ``store`` (finished runs of its shape), ``probe`` or ``no GPU``."""
+    workers: int
     method: str
 
 
-def _shape_key(cfg: RunConfig) -> str:
-    d, t = cfg.data, cfg.train
-    return "|".join(
-        [cfg.model.model_dump_json(), d.tokenizer, str(d.bpe_vocab_size), str(d.batch_size)]
-        + [str(d.seq_len), t.precision, str(t.threads), t.accelerator]
-    )
+def _shape(model: dict, data: dict, train: dict, threads: int) -> str:
+    """What a step's and an evaluation's time depend on, from config sections as dicts (a
+    store's ``run.yaml`` or a planned config), and the worker's torch threads."""
+    keys = {
+        "model": model,
+        "data": {k: data.get(k) for k in ("tokenizer", "bpe_vocab_size", "batch_size", "seq_len")}
+        | {"eval_batch_size": data.get("eval_batch_size")},
+        "train": {
+            k: train.get(k)
+            for k in ("precision", "accelerator", "eval_interval", "eval_batches")
+            + ("final_eval_batches", "eval_lengths", "compile", "stack")
+        },
+        "threads": threads,
+    }
+    return json.dumps(keys, sort_keys=True, default=str)
+
+
+def _threads(cfg: RunConfig, workers: int) -> int:
+    """The torch threads a run gets in ``ablate run`` with ``workers`` workers."""
+    from ablate.execution.executors.local import worker_threads
+
+    return cfg.train.threads or worker_threads(workers)
 
 
 def _device(cfg: RunConfig) -> str | None:
@@ -57,7 +89,7 @@ def _device(cfg: RunConfig) -> str | None:
     return "cpu" if cfg.train.accelerator == "auto" else None
 
 
-def step_seconds(cfg: RunConfig, device: str, steps: int = PROBE_STEPS) -> float:
+def step_seconds(cfg: RunConfig, device: str, threads: int, steps: int = PROBE_STEPS) -> float:
     """The median seconds of one training step of ``cfg``'s model and batch on ``device``."""
     import torch
 
@@ -65,9 +97,9 @@ def step_seconds(cfg: RunConfig, device: str, steps: int = PROBE_STEPS) -> float
     from ablate.training.lit import lm_loss
 
     vocab = cfg.data.bpe_vocab_size if cfg.data.tokenizer == "bpe" else VOCAB[cfg.data.tokenizer]
-    threads = torch.get_num_threads()
-    if cfg.train.threads and device == "cpu":
-        torch.set_num_threads(cfg.train.threads)
+    before = torch.get_num_threads()
+    if device == "cpu":
+        torch.set_num_threads(threads)
     try:
         model = build_model(cfg.model, vocab).to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
@@ -75,7 +107,7 @@ def step_seconds(cfg: RunConfig, device: str, steps: int = PROBE_STEPS) -> float
         half = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(cfg.train.precision)
         cast = torch.autocast(device, dtype=half) if half else nullcontext()
         times: list[float] = []
-        for i in range(steps + 1):
+        for i in range(steps + WARMUP_STEPS):
             t0 = time.perf_counter()
             with cast:
                 loss = lm_loss(model(x[:, :-1]), x[:, 1:])
@@ -84,13 +116,13 @@ def step_seconds(cfg: RunConfig, device: str, steps: int = PROBE_STEPS) -> float
             opt.zero_grad(set_to_none=True)
             if device == "cuda":
                 torch.cuda.synchronize()
-            if i:
+            if i >= WARMUP_STEPS or time.perf_counter() - t0 > SLOW_STEP_S:
                 times.append(time.perf_counter() - t0)
-            if time.perf_counter() - t0 > SLOW_STEP_S and times:
+            if time.perf_counter() - t0 > SLOW_STEP_S:
                 break
         return statistics.median(times)
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(before)
 
 
 def _val_batches(cfg: RunConfig, batches: int | None) -> float:
@@ -117,38 +149,151 @@ def run_seconds(cfg: RunConfig, step_s: float) -> float:
     return t.max_steps * step_s + (evals + final) * forward
 
 
-def estimate_runs(configs: dict[str, RunConfig]) -> Estimate:
-    """Seconds for each run (run id -> config), each distinct shape probed once."""
-    steps: dict[str, float | None] = {}
-    devices = set()
-    out: dict[str, float | None] = {}
-    for run_id, cfg in configs.items():
-        key = _shape_key(cfg)
-        if key not in steps:
-            device = _device(cfg)
-            steps[key] = None if device is None else step_seconds(cfg, device)
-            devices.add(device or "no GPU here")
-        step = steps[key]
-        out[run_id] = None if step is None else run_seconds(cfg, step)
-    shapes = sum(1 for s in steps.values() if s is not None)
-    load = f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
-    method = (
-        f"measured now on this machine: {PROBE_STEPS} timed steps of each of {shapes} model "
-        f"shape(s) on {'/'.join(sorted(devices))}{load} (random tokens; evaluations added; data "
-        "loading, logging and checkpoints not: a floor for this load)"
+# --- the store's finished runs -------------------------------------------------------------
+
+
+def store_rates(root: Path) -> dict[str, list[float]]:
+    """Seconds per step, all-in, of every finished run in the store, by shape."""
+    from ablate.store import RunStore
+
+    out: dict[str, list[float]] = {}
+    store = RunStore(root)
+    for study in store.studies():
+        for run in store.runs(study):
+            s = run.read_summary() or {}
+            wall, steps = s.get("wall_time_s"), s.get("steps")
+            if s.get("status") != "completed" or not wall or not steps or s.get("stack"):
+                continue  # a stacked member's wall time is its group's
+            try:
+                c = run.read_run()["config"]
+                threads = int((s.get("environment") or {})["torch_threads"])
+                key = _shape(c["model"], c["data"], c["train"], threads)
+            except (KeyError, TypeError, ValueError):
+                continue
+            out.setdefault(key, []).append(float(wall) / float(steps))
+    return out
+
+
+# --- the probe, measured once per machine ---------------------------------------------------
+
+
+def _cache_path() -> Path:
+    from ablate.data.datasets import cache_dir
+
+    return cache_dir() / CACHE_FILE
+
+
+def _machine() -> str:
+    import torch
+
+    return f"{platform.node()}|{platform.machine()}|{os.cpu_count()}|torch {torch.__version__}"
+
+
+def _read_cache() -> dict[str, Any]:
+    try:
+        data = json.loads(_cache_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_cache(data: dict[str, Any]) -> None:
+    path = _cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+    except OSError:  # a cache that cannot be written only costs a measurement next time
+        pass
+
+
+def probed_step(cfg: RunConfig, device: str, threads: int, remeasure: bool) -> tuple[float, str]:
+    """(seconds per step, when measured) of ``cfg``'s shape: the kept measurement of this
+    machine, or a new one (kept)."""
+    d = cfg.data
+    key = "|".join(
+        [_machine(), device, str(threads), cfg.train.precision, cfg.model.model_dump_json()]
+        + [d.tokenizer, str(d.bpe_vocab_size), str(d.batch_size), str(d.seq_len)]
     )
-    return Estimate(out, method)
+    cache = _read_cache()
+    hit = cache.get(key)
+    if hit and not remeasure:
+        return float(hit["step_s"]), str(hit["measured"])
+    step = step_seconds(cfg, device, threads)
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime())
+    cache[key] = {"step_s": step, "measured": when}
+    _write_cache(cache)
+    return step, when
+
+
+# --- the estimate ---------------------------------------------------------------------------
+
+
+def estimate_runs(
+    configs: dict[str, RunConfig],
+    *,
+    workers: int = 1,
+    store: Path | None = None,
+    remeasure: bool = False,
+) -> Estimate:
+    """Seconds for each run (run id -> config) with ``workers`` workers: from the store's
+    finished runs of its shape where there are any, else from the kept probe."""
+    rates = store_rates(store) if store is not None else {}
+    out: dict[str, float | None] = {}
+    sources: dict[str, str] = {}
+    when: set[str] = set()
+    for run_id, cfg in configs.items():
+        threads = _threads(cfg, workers)
+        c = cfg.to_dict()
+        have = rates.get(_shape(c["model"], c["data"], c["train"], threads))
+        device = _device(cfg)
+        if have:
+            out[run_id], sources[run_id] = statistics.median(have) * cfg.train.max_steps, "store"
+        elif device is None:
+            out[run_id], sources[run_id] = None, "no GPU"
+        else:
+            step, measured = probed_step(cfg, device, threads, remeasure)
+            out[run_id], sources[run_id] = run_seconds(cfg, step), "probe"
+            when.add(measured)
+    return Estimate(out, sources, workers, _method(sources, when, workers))
+
+
+def _method(sources: dict[str, str], when: set[str], workers: int) -> str:
+    n = {k: sum(v == k for v in sources.values()) for k in ("store", "probe")}
+    parts = []
+    if n["store"]:
+        parts.append(f"{n['store']} from finished runs of the same shape in the store")
+    if n["probe"]:
+        parts.append(
+            f"{n['probe']} from a probe of this machine measured {', '.join(sorted(when))} "
+            f"({PROBE_STEPS} timed steps per shape at a worker's threads, evaluations added; "
+            "data, logging and checkpoints not: a floor; --remeasure measures again)"
+        )
+    return "; ".join(parts) or "nothing measurable here"
+
+
+def makespan(seconds: Sequence[float], workers: int) -> float:
+    """Wall time of ``seconds`` long runs handed out longest first to the next free worker."""
+    free = [0.0] * max(1, workers)
+    for s in sorted(seconds, reverse=True):
+        i = free.index(min(free))
+        free[i] += s
+    return max(free)
 
 
 def total_line(est: Estimate, todo: Sequence[str], fmt) -> str:
-    """``'about 12m for 8 runs to train (one at a time), 20m for all 12'`` and the method."""
+    """``'Time: about 12m for the 8 runs to train with 2 workers, 20m for all 12.'`` and where
+    the per-run figures come from."""
     known = [est.seconds[r] for r in todo if est.seconds.get(r) is not None]
     every = [s for s in est.seconds.values() if s is not None]
     if not every:
         return f"Time: not measurable on this machine ({est.method})."
-    text = f"Time: about {fmt(sum(known))} for the {len(todo)} runs to train (one at a time)"
+    w = est.workers
+    who = "one at a time" if w == 1 else f"with {w} workers, as ablate run will"
+    text = f"Time: about {fmt(makespan(known, w))} for the {len(todo)} runs to train ({who})"
     if len(todo) != len(est.seconds):
-        text += f", {fmt(sum(every))} for all {len(est.seconds)}"
+        text += f", {fmt(makespan(every, w))} for all {len(est.seconds)}"
     missing = sum(1 for s in est.seconds.values() if s is None)
     if missing:
         text += f"; {missing} runs need a GPU this machine lacks (not counted)"

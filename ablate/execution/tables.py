@@ -28,7 +28,7 @@ from rich.text import Text
 
 from ablate.config import ConfigError
 from ablate.execution.progress import fmt_duration
-from ablate.store import DAMAGED, RunDir, RunStore, run_damage, run_state
+from ablate.store import DAMAGED, FINISHED, RunDir, RunStore, run_damage, run_state
 from ablate.store.rundir import ERROR_FILE
 from ablate.study import Study, load_study
 
@@ -257,18 +257,36 @@ def plan_studies(
     store: str | Path = "runs",
     plugins: Sequence[str] = (),
     estimate: bool = True,
+    workers: str | int | None = None,
+    remeasure: bool = False,
 ) -> list[Study]:
     """Print the expanded runs of each study, and with ``estimate`` how long they take here
-    (:mod:`ablate.execution.estimate`). Every study is validated first, its registered
-    datasets fetched as ``ablate run`` does (``ConfigError`` when one cannot be)."""
+    with the workers ``ablate run --workers`` would use (:mod:`ablate.execution.estimate`).
+    Every study is validated first, its registered datasets fetched as ``ablate run`` does
+    (``ConfigError`` when one cannot be)."""
+    from ablate.execution.executors import ExecutorOptions
+
+    opts = ExecutorOptions.parse(workers=workers)
     studies = [load_study(p, profile, overrides, plugins=plugins) for p in study_paths]
     from ablate.data import fetch_registered  # loads torch: after the studies validate
 
     for study in studies:
         fetch_registered({r.config.data.dataset for r in study.runs}, source=study.path)
+    timing = {"opts": opts, "remeasure": remeasure} if estimate else None
     for study in studies:
-        _print_plan(study, RunStore(store), make_console(), estimate=estimate)
+        _print_plan(study, RunStore(store), make_console(), timing=timing)
     return studies
+
+
+def _plan_workers(study: Study, runs_store: RunStore, opts) -> int:
+    """The workers ``ablate run`` would start for the study's unfinished runs."""
+    from ablate.execution.executors import RunTask
+    from ablate.execution.executors.local import plan_workers, visible_gpus
+    from ablate.execution.groups import group_tasks
+
+    todo = [r for r in study.runs if runs_store.run(study.name, r.run_id).status not in FINISHED]
+    tasks = group_tasks([RunTask(r, r.config, "", {}) for r in todo or study.runs])
+    return len(plan_workers(tasks, opts, visible_gpus())) if tasks else 1
 
 
 PLAN_COLUMNS = [
@@ -285,7 +303,9 @@ PLAN_COLUMNS = [
 ]
 
 
-def _print_plan(study: Study, runs_store: RunStore, console: Console, *, estimate: bool) -> None:
+def _print_plan(
+    study: Study, runs_store: RunStore, console: Console, *, timing: dict[str, Any] | None
+) -> None:
     from ablate.execution.estimate import estimate_runs, total_line
     from ablate.execution.groups import plan_labels
 
@@ -298,7 +318,14 @@ def _print_plan(study: Study, runs_store: RunStore, console: Console, *, estimat
         console.print(escape(study.description.splitlines()[0]), soft_wrap=True)
     groups, stack_lines = plan_labels(study.runs)
     counts = _non_embedding_params(study)
-    est = estimate_runs({r.run_id: r.config for r in study.runs}) if estimate else None
+    est = None
+    if timing is not None:
+        est = estimate_runs(
+            {r.run_id: r.config for r in study.runs},
+            workers=_plan_workers(study, runs_store, timing["opts"]),
+            store=runs_store.root,
+            remeasure=timing["remeasure"],
+        )
     cols = [c for c in PLAN_COLUMNS if (groups or c.header != "stack")]
     cols = [c for c in cols if (est or c.header != "time")]
     rows, todo = [], []
