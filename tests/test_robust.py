@@ -355,11 +355,11 @@ def dead_wandb_server(monkeypatch):
     starts really start. Returns the list of modes tried, in order."""
     import wandb
 
-    import ablate.training.tracking
+    import ablate.tracking.runs
 
     tried: list[tuple[str, float]] = []
     real = wandb.init
-    monkeypatch.setattr(ablate.training.tracking, "_wandb_unreachable", False)
+    monkeypatch.setattr(ablate.tracking.runs, "_unreachable", False)
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
     delay = {"s": 0.0}
@@ -382,7 +382,7 @@ def dead_wandb_server(monkeypatch):
 def test_a_dead_wandb_server_is_tried_once_then_runs_log_offline(
     tmp_path, dead_wandb_server, caplog, wandb_logger
 ):
-    from ablate.training.tracking import WANDB_INIT_TIMEOUT_S
+    from ablate.tracking.runs import WANDB_INIT_TIMEOUT_S
 
     tried, _ = dead_wandb_server
     dirs = []
