@@ -33,6 +33,7 @@ from ablate.training.checkpoints import (
     FinalCheckpoint,
     select_checkpoint,
 )
+from ablate.training.inputs import run_inputs
 from ablate.training.lit import LitLM, lm_loss
 from ablate.training.precision import compute_dtypes
 from ablate.training.store_logger import StoreLogger
@@ -253,7 +254,7 @@ def train_run(
     load_plugins((meta or {}).get("plugins"), key="meta.plugins", source=run_dir.run_file)
     progress = cfg.train.progress if progress is None else progress
     quiet_lightning()
-    attempt = RunAttempt.start(cfg, run_dir, meta, time.time())
+    attempt = RunAttempt.start(cfg, run_dir, meta, time.time(), inputs=run_inputs(cfg))
     summary = attempt.summary  # filled in while training; attempt.write() stores it
     wandb_logger = None
     wandb_wait = 0.0  # a slow or dead W&B server is not train time

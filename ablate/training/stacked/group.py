@@ -45,6 +45,7 @@ from ablate.store.attempt import RunAttempt
 from ablate.store.rundir import PROGRESS_FILE, write_progress
 from ablate.tracking.runs import finish_wandb_run, log_member, start_member_wandb
 from ablate.training.adamw import MemberAdamW, decay_groups, lr_of
+from ablate.training.inputs import run_inputs
 from ablate.training.lit import LitLM
 from ablate.training.stacked.ops import Stack
 from ablate.training.stacked.plan import MEMBER_FIELDS, PRECISIONS, stack_key
@@ -146,7 +147,7 @@ def _open_member(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], t0: floa
     from ablate.model.plugins import load_plugins
 
     load_plugins((meta or {}).get("plugins"), key="meta.plugins", source=run_dir.run_file)
-    attempt = RunAttempt.start(cfg, run_dir, meta, t0)
+    attempt = RunAttempt.start(cfg, run_dir, meta, t0, inputs=run_inputs(cfg))
     summary = attempt.summary
     dm, lit, ckpt_path = prepare_run(cfg, attempt)
     member = Member(cfg, run_dir, summary, dm, lit, attempt)
