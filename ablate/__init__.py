@@ -1,6 +1,6 @@
 """ablate: controlled ablation studies on one configurable transformer language model."""
 
-__version__ = "0.1.0"
+from ablate.version import __version__
 
 __all__ = ["__version__", "register"]
 

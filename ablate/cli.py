@@ -432,10 +432,12 @@ def sync(
     ] = False,
 ) -> None:
     """Upload a study's offline W&B runs, its report run included (needs `wandb login`)."""
-    from ablate.report.wandb_sync import sync_study
+    from ablate.report.collect import resolve_studies
+    from ablate.tracking.sync import sync_study
 
     try:
-        code = sync_study(store, study, dry_run=dry_run)
+        name = resolve_studies([study], store)[0][0]  # one line for an unknown study
+        code = sync_study(store, name, dry_run=dry_run)
     except ConfigError as err:
         fail(err)
     if code:
@@ -449,10 +451,12 @@ def dashboard(
     out: Annotated[Path, typer.Option(help="Reports directory.")] = Path("reports"),
 ) -> None:
     """Save the study's W&B workspace and Report (from `ablate report`); update them next time."""
-    from ablate.report.wandb_views import save_dashboards
+    from ablate.report.collect import resolve_studies
+    from ablate.tracking.views import save_dashboards
 
     try:
-        record = save_dashboards(store, study, out)
+        name = resolve_studies([study], store)[0][0]  # a study YAML names its study
+        record = save_dashboards(store, name, out)
     except ConfigError as err:
         fail(err)
     for kind in ("workspace", "report"):

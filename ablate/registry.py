@@ -1,16 +1,16 @@
 """Leaf: the ablation axes that pick a class, each a name -> class registry.
 
-The model modules fill these tables when they are imported (``define``), plugins add to them
-(``ablate.register``), the config validates names against them (``check_name``) and the model
-builds from them (``lookup``). This module imports nothing but the error type, so every stage
-can use it without a circle. The built-in variants are defined in ``ablate.model``, which imports
-torch: it is imported by name on the first read of a registry, so that validating input and
-answering ``--help`` never wait for torch.
+The built-in names of each axis are declared here (``BUILTINS``), so that the config validates
+names (``check_name``) without importing the model, and so without torch. Their classes are
+defined by ``ablate.model`` as it is imported (``define``, which checks that it defines exactly
+the declared names); plugins add names and classes (``ablate.register``); the model builds from
+the tables (``lookup``). This module imports nothing but the error type and loads nothing by
+name: whoever reads a class (``table``, ``lookup``) has imported ``ablate.model`` first, as
+every module inside it has, and an import graph shows that dependency where it is.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -21,9 +21,18 @@ AXES = ("arch", "norm_placement", "norm", "pos_encoding", "activation", "attenti
 ``pos_encoding``: a ``NoPositions`` subclass; ``activation``: the whole feed-forward module;
 ``attention``: a ``CausalSelfAttention`` subclass."""
 
+BUILTINS: dict[str, tuple[str, ...]] = {
+    "arch": ("transformer", "lstm"),
+    "norm_placement": ("post", "pre"),
+    "norm": ("layernorm", "rmsnorm"),
+    "pos_encoding": ("sinusoidal", "learned", "rope", "alibi", "none"),
+    "activation": ("relu", "gelu", "swiglu", "geglu"),
+    "attention": ("plain", "qk_norm"),
+}
+"""Each axis's built-in names, in the order errors list them; ``ablate.model`` defines them."""
+
 T = TypeVar("T")
 _TABLES: dict[str, dict[str, type]] = {axis: {} for axis in AXES}
-_BUILTIN: dict[str, set[str]] = {axis: set() for axis in AXES}
 
 
 def _table(axis: str) -> dict[str, type]:
@@ -32,18 +41,34 @@ def _table(axis: str) -> dict[str, type]:
     return _TABLES[axis]
 
 
+def names(axis: str) -> list[str]:
+    """Every valid name of ``axis``: the built-ins, then the names plugins registered."""
+    reg = _table(axis)
+    return list(dict.fromkeys([*BUILTINS[axis], *reg]))
+
+
 def table(axis: str) -> dict[str, type]:
-    """The mutable name -> class registry of ``axis``, built-ins included."""
-    importlib.import_module("ablate.model")  # defines the built-ins (once; then a dict lookup)
-    return _table(axis)
+    """The mutable name -> class registry of ``axis``, built-ins included (defined by
+    ``ablate.model``, which the caller has imported)."""
+    reg = _table(axis)
+    if BUILTINS[axis][0] not in reg:
+        raise RuntimeError(
+            f"the built-in {axis} classes are not defined: import ablate.model before reading "
+            "the registry"
+        )
+    return reg
 
 
 def define(axis: str, entries: dict[str, T]) -> dict[str, T]:
     """Add the built-in ``entries`` to ``axis``'s registry and return that registry (called by
-    the model modules as they are imported)."""
+    the model modules as they are imported); they must be the names ``BUILTINS`` declares."""
+    if tuple(entries) != BUILTINS.get(axis):
+        raise RuntimeError(
+            f"ablate.model defines {axis} {list(entries)}, but the registry declares "
+            f"{list(BUILTINS.get(axis, ()))}: keep registry.BUILTINS in step with the model"
+        )
     reg = _table(axis)
     reg.update(entries)
-    _BUILTIN[axis].update(entries)
     return reg  # type: ignore[return-value]
 
 
@@ -63,15 +88,16 @@ def choices_text(names: Sequence[str]) -> str:
 
 
 def check_name(axis: str) -> Callable[[str], str]:
-    """A pydantic after-validator: the value must be a name in ``axis``'s registry."""
+    """A pydantic after-validator: the value must be a name in ``axis``'s registry (a built-in
+    or a registered plugin's; no import)."""
 
     def check(value: str) -> str:
-        names = list(table(axis))
-        if value not in names:
-            plugins = [n for n in names if n not in _BUILTIN[axis]]
+        valid = names(axis)
+        if value not in valid:
+            plugins = [n for n in valid if n not in BUILTINS[axis]]
             loaded = f"plugins loaded: {', '.join(plugins)}" if plugins else "no plugin loaded"
             raise ValueError(
-                f"Input should be {choices_text(names)} ({loaded} on this axis; a name from a "
+                f"Input should be {choices_text(valid)} ({loaded} on this axis; a name from a "
                 "plugin needs the study's plugins: entry or --plugin)"
             )
         return value

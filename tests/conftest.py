@@ -42,16 +42,14 @@ def no_wandb(monkeypatch):
 
 @pytest.fixture
 def wandb_logger():
-    """``wandb_logger(run_dir, mode, name)``: the W&B logger of a run of study "s" (config
-    {"x": 1}), as the runner makes it; the caller finishes its experiment."""
-    from ablate.config import TrackingConfig
-    from ablate.training.tracking import make_wandb_logger
+    """``wandb_logger(run_dir, mode, name)``: the W&B logger of a run of study "s" (variant
+    "base", the default config), as a solo run makes it; the caller finishes its experiment."""
+    from ablate.config import RunConfig, TrackingConfig
+    from ablate.tracking.runs import start_solo_wandb
 
     def make(run_dir, mode, name):
-        tracking = TrackingConfig(wandb=True, mode=mode)
-        return make_wandb_logger(
-            tracking, run_dir, run_config={"x": 1}, group="s", job_type="base", name=name, tags=[]
-        )
+        cfg = RunConfig(tracking=TrackingConfig(wandb=True, mode=mode))
+        return start_solo_wandb(cfg, run_dir, {"study": "s", "variant": "base"}, name)
 
     return make
 
@@ -359,12 +357,12 @@ def _offline_wandb_run(run_dir) -> SimpleNamespace:
     import collections
     import json
 
-    from ablate.training.tracking import wandb_run_id
+    from ablate.tracking.ids import wandb_run_id
 
     rid = wandb_run_id(run_dir)
     files = sorted(run_dir.wandb_dir.glob(f"offline-run-*-{rid}/run-{rid}.wandb"))
     assert files, list(run_dir.wandb_dir.rglob("*"))
-    from ablate.report.wandb_sync import read_records
+    from ablate.tracking.sync import read_records
 
     records = read_records(files[-1])
     kinds = collections.Counter(rec.WhichOneof("record_type") for rec in records)

@@ -516,6 +516,10 @@ def wandb_not_installed(monkeypatch):
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "wandb", None)
     monkeypatch.delenv("WANDB_MODE", raising=False)
+    import ablate.tracking.runs
+
+    # "W&B could not start" is said once per process: an earlier test may have said it
+    monkeypatch.setattr(ablate.tracking.runs, "_warned", False)
 
 
 @pytest.mark.parametrize("stack", ["off", "2"])

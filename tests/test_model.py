@@ -111,6 +111,23 @@ def test_unknown_registry_name_lists_choices():
         registry.lookup("norm", "batchnorm")
 
 
+def test_the_declared_names_are_the_defined_classes_and_validation_needs_no_torch():
+    import subprocess
+    import sys
+
+    for axis, names in registry.BUILTINS.items():
+        assert tuple(registry.table(axis))[: len(names)] == names
+    with pytest.raises(RuntimeError, match="keep registry.BUILTINS in step"):
+        registry.define("norm", {"layernorm": nn.LayerNorm})
+    code = (
+        "import sys\nfrom ablate.config import build_config\n"
+        "build_config({'model.norm': 'rmsnorm', 'model.arch': 'lstm'})\n"
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"  # the names are declared: no model, no torch
+
+
 # --- 3.-5. positional encodings ------------------------------------------------------------------
 
 

@@ -355,11 +355,11 @@ def dead_wandb_server(monkeypatch):
     starts really start. Returns the list of modes tried, in order."""
     import wandb
 
-    import ablate.training.tracking
+    import ablate.tracking.runs
 
     tried: list[tuple[str, float]] = []
     real = wandb.init
-    monkeypatch.setattr(ablate.training.tracking, "_wandb_unreachable", False)
+    monkeypatch.setattr(ablate.tracking.runs, "_unreachable", False)
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
     delay = {"s": 0.0}
@@ -382,7 +382,7 @@ def dead_wandb_server(monkeypatch):
 def test_a_dead_wandb_server_is_tried_once_then_runs_log_offline(
     tmp_path, dead_wandb_server, caplog, wandb_logger
 ):
-    from ablate.training.tracking import WANDB_INIT_TIMEOUT_S
+    from ablate.tracking.runs import WANDB_INIT_TIMEOUT_S
 
     tried, _ = dead_wandb_server
     dirs = []
@@ -501,8 +501,9 @@ def test_run_and_summary_files_respect_the_umask(tmp_path):
 def test_a_run_attempt_writes_the_run_directory_and_keeps_earlier_attempts(tmp_path):
     cfg = build_config({"train.seed": 3})
     d = RunStore(tmp_path / "runs").run("s", "r")
-    first = RunAttempt.start(cfg, d, {"name": "r"}, time.time() - 5)
+    first = RunAttempt.start(cfg, d, {"name": "r"}, time.time() - 5, inputs={"data_key": "k"})
     assert d.read_run()["config"] == cfg.to_dict() and d.read_run()["meta"]["name"] == "r"
+    assert d.read_run()["meta"]["data_key"] == "k"  # what the caller handed the store
     assert d.read_summary() == first.summary
     status = first.summary["status"], first.summary["seed"], first.summary["study"]
     assert status == ("running", 3, "s")
@@ -511,7 +512,7 @@ def test_a_run_attempt_writes_the_run_directory_and_keeps_earlier_attempts(tmp_p
     first.interrupted()  # stopped after ~5 s
     stopped = d.read_summary()
     assert stopped["wall_time_s"] == pytest.approx(5, abs=1)
-    second = RunAttempt.start(cfg, d, {"name": "renamed"}, time.time() - 2)
+    second = RunAttempt.start(cfg, d, {"name": "renamed"}, time.time() - 2, inputs={})
     assert d.read_run()["meta"]["name"] == "r"  # run.yaml is written once
     assert len(second.summary["attempts"]) == 2 and second.prior == stopped
     assert second.wall_time() == pytest.approx(7, abs=1)  # the clock goes on
@@ -521,7 +522,7 @@ def test_a_run_attempt_writes_the_run_directory_and_keeps_earlier_attempts(tmp_p
     assert second.summary["corrupt_checkpoints"] == ["last.ckpt.corrupt"]
     second.restore()  # e.g. a refused resume: the store says what it said before
     assert d.read_summary() == stopped
-    third = RunAttempt.start(cfg, d, None, time.time())
+    third = RunAttempt.start(cfg, d, None, time.time(), inputs={})
     third.resume(None, [])  # a fresh start replays every step
     assert d.read_metrics() == []
     try:

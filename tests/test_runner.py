@@ -15,7 +15,7 @@ import ablate.training.lit
 from ablate.cli import app
 from ablate.execution.runner import run_study
 from ablate.store import RunStore
-from ablate.training.tracking import wandb_run_id
+from ablate.tracking.ids import wandb_run_id
 
 pytestmark = pytest.mark.usefixtures("no_wandb")
 

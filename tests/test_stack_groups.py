@@ -16,6 +16,7 @@ from ablate.cli import app
 from ablate.config import build_config
 from ablate.execution.runner import run_study
 from ablate.store import RunDir, RunStore
+from ablate.tracking.ids import wandb_run_id
 from ablate.training.stacked.plan import (
     AUTO_CAP,
     auto_members,
@@ -23,7 +24,6 @@ from ablate.training.stacked.plan import (
     plan_groups,
     stack_limit,
 )
-from ablate.training.tracking import wandb_run_id
 
 # a member's final loss against its solo run: float rounding only (tests/test_stacked.py)
 RTOL = 1e-5

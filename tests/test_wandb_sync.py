@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.execution.runner import run_study
 from ablate.store import RunStore
-from ablate.training.tracking import wandb_run_id
+from ablate.tracking.ids import wandb_run_id
 
 OFFLINE = {"tracking.wandb": True, "tracking.mode": "offline"}
 
@@ -73,8 +73,9 @@ def test_a_run_interrupted_twice_syncs_its_whole_history(
     make_study, tmp_path, offline, monkeypatch, offline_wandb_run
 ):
     from ablate.report.collect import load_study
-    from ablate.report.wandb_report import log_report, report_run_id
-    from ablate.report.wandb_sync import logged_steps, read_records
+    from ablate.report.wandb_report import log_report
+    from ablate.tracking.ids import report_run_id
+    from ablate.tracking.sync import logged_steps, read_records
 
     store = tmp_path / "runs"
     path = make_study(base=OFFLINE, grid={"model.activation": ["relu"]})
@@ -136,7 +137,7 @@ def test_sync_of_an_unknown_study_is_one_line(tmp_path, norm_pos_store):
 
 
 def test_confirmation_runs_are_tagged():
-    from ablate.training.tracking import wandb_tags
+    from ablate.tracking.ids import wandb_tags
 
     axes = {"model.activation": "relu"}
     assert wandb_tags({"axes": axes}, ["x"]) == ["model.activation=relu", "x"]
@@ -148,7 +149,7 @@ def test_report_tables_keep_numbers_as_numbers():
 
     import pandas as pd
 
-    from ablate.report.wandb_report import numeric_table
+    from ablate.tracking.report_run import numeric_table
 
     df = pd.DataFrame(
         {"loss": [1.5, math.nan], "n": [3, 4], "ok": [True, False], "name": ["a", None]}
@@ -156,3 +157,32 @@ def test_report_tables_keep_numbers_as_numbers():
     out = numeric_table(df)
     assert out["loss"].dtype.kind == "f" and out["n"].dtype.kind == "i"
     assert out["ok"].dtype.kind == "b" and list(out["name"]) == ["a", None]
+
+
+def test_solo_stacked_and_report_runs_start_through_one_fallback(tmp_path, monkeypatch, caplog):
+    """An unreachable server is tried once, then every start goes offline; a W&B that cannot
+    start at all is one warning; a W&B id W&B rejects is an error, for a stacked member too."""
+    import logging
+
+    import ablate.tracking.runs as runs
+    from ablate.config import TrackingConfig, build_config
+
+    monkeypatch.setattr(runs, "_unreachable", False)
+    monkeypatch.setattr(runs, "_warned", False)
+    tried = []
+
+    def begin(mode):
+        tried.append(mode)
+        raise RuntimeError("down")
+
+    online = TrackingConfig(wandb=True, mode="online")
+    with caplog.at_level(logging.WARNING, logger="ablate"):
+        assert runs.start(online, begin) is None and runs.start(online, begin) is None
+    assert tried == ["online", "offline", "offline"]
+    assert caplog.text.count("unreachable") == caplog.text.count("could not start") == 1
+    assert runs.start(TrackingConfig(wandb=False), begin) is None and len(tried) == 3
+    cfg = build_config({"tracking.wandb": True, "tracking.mode": "offline"})
+    bad = RunStore(tmp_path).run("s", "a:b")
+    for start in (runs.start_solo_wandb, runs.start_member_wandb):
+        with pytest.raises(ValueError, match="characters W&B rejects"):
+            start(cfg, bad, {"study": "s"}, "n")

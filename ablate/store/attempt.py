@@ -64,11 +64,20 @@ class RunAttempt:
 
     @classmethod
     def start(
-        cls, cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any] | None, t0: float
+        cls,
+        cfg: RunConfig,
+        run_dir: RunDir,
+        meta: dict[str, Any] | None,
+        t0: float,
+        *,
+        inputs: dict[str, Any],
     ) -> RunAttempt:
         """Begin an attempt: ``run.yaml`` written if missing or damaged, then the ``running``
-        summary."""
-        meta = {"run_id": run_dir.run_id, "study": run_dir.study, **(meta or {}), **provenance(cfg)}
+        summary. ``inputs``: what the run reads besides the code (its data key and plugin
+        digests, from the caller: the store imports neither the data nor the model), recorded
+        in the meta with the code's provenance."""
+        meta = {"run_id": run_dir.run_id, "study": run_dir.study, **(meta or {})}
+        meta.update(provenance(inputs))
         if not run_dir.exists() or not run_dir.read_run()["config"]:
             try:
                 run_dir.write_run(cfg.to_dict(), meta)

@@ -1,7 +1,7 @@
 """What made a run: ablate version, git commit, code fingerprint, data and plugin keys, and the
 environment its numbers depend on (threads, workers, device, library versions).
 
-``provenance(cfg)`` goes into each run's ``run.yaml`` meta and W&B config. ``code_fingerprint()``
+``provenance(inputs)`` goes into each run's ``run.yaml`` meta and W&B config. ``code_fingerprint()``
 hashes the source files that decide a run's numbers (``CODE_FILES``: the model, the training
 step and its optimizer, solo and stacked, schedules, batching, tokenizers); ``is_stale(run_dir)``
 says a finished run was made by a different fingerprint than the current code, so ``ablate
@@ -22,10 +22,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import ablate
 from ablate.store.rundir import RunDir
+from ablate.version import __version__
 
-PACKAGE = Path(ablate.__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]
+"""The ``ablate`` package folder (``CODE_FILES`` are relative to it)."""
 CODE_FILES = (
     "model/*.py",
     "training/lit.py",
@@ -94,23 +95,13 @@ def git_info() -> dict[str, Any]:
     return {"git_commit": commit, "git_dirty": dirty}
 
 
-def provenance(cfg: Any = None) -> dict[str, Any]:
-    """The meta fields recording the code (and, given a RunConfig, the data and plugins)."""
-    out: dict[str, Any] = {"ablate_version": ablate.__version__, **git_info()}
+def provenance(inputs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The meta fields recording the code, then ``inputs``: what the run reads besides the
+    code, computed by the caller (``data_key``, ``plugin_sources``: ``ablate.training.inputs``)
+    so that the store imports neither the data nor the model."""
+    out: dict[str, Any] = {"ablate_version": __version__, **git_info()}
     out["code_fingerprint"] = code_fingerprint()
-    if cfg is not None:
-        from ablate.data.source import data_key
-        from ablate.model.plugins import plugins_used
-
-        key = data_key(cfg.data.dataset)
-        if key:
-            out["data_key"] = key
-        used = plugins_used(cfg.model)
-        if used:
-            out["plugin_sources"] = {
-                p.axis: {"name": p.name, "class": p.qualname, "file": p.source, "sha256": p.sha256}
-                for p in used
-            }
+    out.update(inputs or {})
     return out
 
 

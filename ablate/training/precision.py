@@ -24,6 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+import ablate.model  # noqa: F401 - defines the built-in norms read from the registry
 from ablate import registry
 
 _FUNCTIONS = {

@@ -25,6 +25,7 @@ from ablate.data import LMDataModule
 from ablate.store import RunDir
 from ablate.store.attempt import RunAttempt
 from ablate.store.provenance import environment
+from ablate.tracking.runs import finish_wandb_run, start_solo_wandb
 from ablate.training.callbacks import LossBar, ProgressFile
 from ablate.training.checkpoints import (
     AtomicCheckpointIO,
@@ -32,14 +33,10 @@ from ablate.training.checkpoints import (
     FinalCheckpoint,
     select_checkpoint,
 )
+from ablate.training.inputs import run_inputs
 from ablate.training.lit import LitLM, lm_loss
 from ablate.training.precision import compute_dtypes
-from ablate.training.tracking import (
-    StoreLogger,
-    finish_wandb_run,
-    make_wandb_logger,
-    wandb_tags,
-)
+from ablate.training.store_logger import StoreLogger
 
 log = logging.getLogger("ablate")
 
@@ -257,7 +254,7 @@ def train_run(
     load_plugins((meta or {}).get("plugins"), key="meta.plugins", source=run_dir.run_file)
     progress = cfg.train.progress if progress is None else progress
     quiet_lightning()
-    attempt = RunAttempt.start(cfg, run_dir, meta, time.time())
+    attempt = RunAttempt.start(cfg, run_dir, meta, time.time(), inputs=run_inputs(cfg))
     summary = attempt.summary  # filled in while training; attempt.write() stores it
     wandb_logger = None
     wandb_wait = 0.0  # a slow or dead W&B server is not train time
@@ -331,15 +328,7 @@ def prepare_run(cfg: RunConfig, attempt: RunAttempt) -> tuple[LMDataModule, LitL
 
 def _wandb_logger(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], summary: dict[str, Any]):
     """The run's W&B logger (None when tracking is off), named and grouped like the run."""
-    wandb_logger = make_wandb_logger(
-        cfg.tracking,
-        run_dir,
-        run_config={**cfg.to_dict(), "meta": meta},
-        group=meta["study"],
-        job_type=meta.get("variant") or summary["name"],
-        name=summary["name"],
-        tags=wandb_tags(meta, []),
-    )
+    wandb_logger = start_solo_wandb(cfg, run_dir, meta, summary["name"])
     if wandb_logger is not None:
         summary["wandb_dir"] = str(wandb_logger.experiment.dir)
     return wandb_logger

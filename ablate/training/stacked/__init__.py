@@ -2,5 +2,6 @@
 
 ``plan``: which runs stack and how many members a group gets (torch-free, read at plan time);
 ``ops``: the stacked tensors, the vmapped forward and the optimizer; ``group``: the training
-loop of a group (``train_group``); ``store``: member checkpoints; ``tracking``: a member's W&B run.
+loop of a group (``train_group``); ``store``: member checkpoints. A member's W&B run is
+``ablate.tracking.runs``.
 """

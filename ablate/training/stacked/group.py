@@ -18,7 +18,7 @@ is frozen at once (its update masked on the device, no host sync) and, like ``Li
 the next log step and recorded ``diverged`` at the step of the first non-finite loss; the others
 go on unchanged. Members resume from their own checkpoints, even at different steps.
 
-Each member logs to W&B through its own run object (``stacked.tracking``). Not (yet) here:
+Each member logs to W&B through its own run object (``ablate.tracking.runs``). Not (yet) here:
 ``16-mixed``/``bf16-true`` precision, dropout equal to a solo run's masks (vmap draws its own).
 """
 
@@ -43,7 +43,9 @@ from ablate.data import LMDataModule
 from ablate.store import FINISHED, RunDir
 from ablate.store.attempt import RunAttempt
 from ablate.store.rundir import PROGRESS_FILE, write_progress
+from ablate.tracking.runs import finish_wandb_run, log_member, start_member_wandb
 from ablate.training.adamw import MemberAdamW, decay_groups, lr_of
+from ablate.training.inputs import run_inputs
 from ablate.training.lit import LitLM
 from ablate.training.stacked.ops import Stack
 from ablate.training.stacked.plan import MEMBER_FIELDS, PRECISIONS, stack_key
@@ -53,8 +55,6 @@ from ablate.training.stacked.store import (
     member_checkpoint,
     state_dict_keys,
 )
-from ablate.training.stacked.tracking import log_member, start_member_wandb
-from ablate.training.tracking import finish_wandb_run
 from ablate.training.train import (
     StepBoundaryStop,
     attn_context,
@@ -120,7 +120,7 @@ class Member:
     diverged_step: int | None = None
     done: bool = False
     progress: dict[str, Any] = field(default_factory=dict)
-    wandb: Any = None  # the member's own W&B run object (stacked.tracking), or None
+    wandb: Any = None  # the member's own W&B run object (ablate.tracking.runs), or None
 
     def lr(self, step: int) -> float:
         return lr_of(self.cfg, step)
@@ -147,7 +147,7 @@ def _open_member(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], t0: floa
     from ablate.model.plugins import load_plugins
 
     load_plugins((meta or {}).get("plugins"), key="meta.plugins", source=run_dir.run_file)
-    attempt = RunAttempt.start(cfg, run_dir, meta, t0)
+    attempt = RunAttempt.start(cfg, run_dir, meta, t0, inputs=run_inputs(cfg))
     summary = attempt.summary
     dm, lit, ckpt_path = prepare_run(cfg, attempt)
     member = Member(cfg, run_dir, summary, dm, lit, attempt)

@@ -1,5 +1,5 @@
 """Which runs train as one stacked group, and how many members a group gets (no torch imported
-here; ``not_stackable`` reads the model's class from the registry, which imports it on first use).
+here; ``not_stackable`` imports the model to read its class from the registry).
 
 ``train.stack`` says how runs train, never what they are (it is not in the run id):
 
@@ -57,6 +57,8 @@ def not_stackable(cfg: RunConfig) -> str | None:
     t = cfg.train
     if t.devices != 1:
         return "more than one device"
+    import ablate.model  # noqa: F401 - defines the built-in classes (torch: not at import)
+
     unbatchable = getattr(registry.lookup("arch", cfg.model.arch), "unbatchable", None)
     if unbatchable:
         return f"model.arch {cfg.model.arch}: {unbatchable}"

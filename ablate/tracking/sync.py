@@ -2,7 +2,7 @@
 
 Every start of a run (fresh, resumed, retried) writes a new ``offline-run-<time>-<id>`` folder
 with the run's one W&B id, and a resumed offline run replays the store's history first
-(``ablate.training.tracking.replay_history``): the newest folder of an id holds the whole
+(``ablate.tracking.runs.replay_history``): the newest folder of an id holds the whole
 history. Syncing several folders of one id makes each replace the last (wandb#3841), so only
 the newest folder of each id is uploaded; the earlier ones are listed as superseded and kept.
 Runs moved to ``<study>/.stale/`` are not part of the study any more and are left out.
@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ablate.config import ConfigError
-from ablate.report.collect import resolve_studies
-from ablate.report.wandb_report import REPORT_WANDB_DIR
 from ablate.store import RunDir
-from ablate.training.tracking import wandb_logged_in
+from ablate.tracking.ids import REPORT_WANDB_DIR, STEP
+from ablate.tracking.mode import wandb_logged_in
 
 _BLOCK = 32768
 
@@ -64,12 +63,12 @@ def read_records(path: Path) -> list:
 
 
 def logged_steps(path: Path) -> list[int]:
-    """The ``trainer/global_step`` of every history row of a ``.wandb`` file, in order."""
+    """The step (``trainer/global_step``) of every history row of a ``.wandb`` file, in order."""
     steps = []
     for rec in read_records(path):
         if rec.WhichOneof("record_type") == "history":
             for item in rec.history.item:
-                if (item.key or "/".join(item.nested_key)) == "trainer/global_step":
+                if (item.key or "/".join(item.nested_key)) == STEP:
                     steps.append(int(json.loads(item.value_json)))
     return steps
 
@@ -133,14 +132,13 @@ def describe(runs: list[OfflineRun], store: Path) -> list[str]:
 
 
 def sync_study(store: Path, study: str, *, dry_run: bool = False) -> int:
-    """Upload the study's offline runs (module doc); ``dry_run`` prints what it would do.
-    Returns ``wandb sync``'s exit code (0 when there is nothing to do).
+    """Upload the offline runs of ``study`` (a name in the store; module doc); ``dry_run``
+    prints what it would do. Returns ``wandb sync``'s exit code (0 when there is nothing to do).
 
-    Raises ``ConfigError`` (one line, nothing changed) for an unknown study, a study without
-    offline runs, or, unless ``dry_run``, no W&B login.
+    Raises ``ConfigError`` (one line, nothing changed) for a study without offline runs, or,
+    unless ``dry_run``, no W&B login.
     """
     store = Path(store)
-    study = resolve_studies([study], store)[0][0]  # one line for an unknown study; a YAML's name
     runs = offline_runs(store, study)
     if not runs:
         raise ConfigError(f"study '{study}' has no offline W&B runs", source=store / study)

@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ablate.config import ConfigError
-from ablate.report.collect import resolve_studies
-from ablate.report.dashboards import REPORT_FILE, WORKSPACE_FILE
 from ablate.store.rundir import atomic_write_json, read_json
-from ablate.training.tracking import wandb_logged_in
+from ablate.tracking.mode import wandb_logged_in
+from ablate.tracking.specs import REPORT_FILE, WORKSPACE_FILE
 
 VIEWS_FILE = "wandb_views.json"
 
@@ -60,10 +59,9 @@ def _save_report(spec: dict[str, Any], entity: str, saved: dict[str, Any]) -> di
 
 
 def save_dashboards(store: Path, study: str, reports: Path = Path("reports")) -> dict[str, Any]:
-    """Save (or update) the study's workspace and Report; returns the record written to
-    ``<store>/<study>/wandb_views.json``. ``ConfigError`` (one line, nothing saved) for an
-    unknown study, missing specs or no W&B login."""
-    study = resolve_studies([study], Path(store))[0][0]  # a study YAML names its study
+    """Save (or update) the workspace and Report of ``study`` (a name in the store); returns
+    the record written to ``<store>/<study>/wandb_views.json``. ``ConfigError`` (one line,
+    nothing saved) for missing specs or no W&B login."""
     specs = (_spec(reports, study, WORKSPACE_FILE), _spec(reports, study, REPORT_FILE))
     if not wandb_logged_in():
         raise ConfigError(

@@ -1,0 +1,219 @@
+"""A run's W&B run: started once, through one online-to-offline fallback, for a solo run
+(Lightning's ``WandbLogger``), a stacked member (its own run object) and the report run alike;
+logged, replayed into a resumed offline run, finished with the summary's headline numbers.
+
+:func:`start` is the one start: tracking off is nothing; a W&B id with characters W&B rejects
+is a ``ValueError``; online, a server that does not answer within ``WANDB_INIT_TIMEOUT_S`` is
+remembered for the rest of the process (this start and every later one go offline, into the
+run's directory, for ``ablate sync`` to upload), one warning in all; and a W&B that cannot start
+at all (not installed, a broken offline start) is one warning per process, never a failed run.
+
+A stacked member logs through its own run object (``wandb.init(reinit="create_new")``, wandb
+>= 0.19.10: one process, several active runs; never the global ``wandb.log``, which W&B says
+integrations that assume one global run, Lightning's ``WandbLogger`` among them, do not
+support in that mode); everything else is what a solo run's ``WandbLogger`` gets.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ablate.config import RunConfig, TrackingConfig
+from ablate.store import RunDir
+from ablate.tracking.ids import STEP, check_id, run_identity, wandb_run_id
+from ablate.tracking.mode import project, wandb_mode
+
+log = logging.getLogger("ablate")
+
+T = TypeVar("T")
+
+WANDB_INIT_TIMEOUT_S = 20.0
+"""How long ``wandb.init`` may wait for the server (W&B's default, 90 s, per run, adds an hour
+of idling to a 36-run study when the server is down)."""
+SETTINGS = {"silent": True, "console": "off", "x_disable_stats": True}
+"""W&B settings of every start: no console capture, no system stats, nothing printed."""
+
+_unreachable = False  # an online start failed in this process: later starts go offline
+_warned = False  # "W&B could not start" was said in this process: later failures say it quietly
+
+
+def _first_line(err: BaseException) -> str:
+    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+
+
+def _could_not_start(err: BaseException) -> None:
+    global _warned
+    # once per process: a study of many runs should not repeat the same warning each run
+    (log.debug if _warned else log.warning)(
+        "W&B could not start (%s); the local store keeps everything", _first_line(err)
+    )
+    _warned = True
+
+
+def start(
+    cfg: TrackingConfig, begin: Callable[[str], T], *, run_dir: RunDir | None = None
+) -> T | None:
+    """``begin(mode)`` ("online" or "offline") with the fallback of the module doc; None when
+    tracking is off or W&B could not start. ``run_dir``: the run whose W&B id is checked."""
+    global _unreachable
+    mode = wandb_mode(cfg)
+    if mode == "disabled":
+        return None
+    if run_dir is not None:
+        check_id(wandb_run_id(run_dir), run_dir.run_id)
+    if mode == "online" and not _unreachable:
+        try:
+            return begin("online")
+        except ImportError as err:  # no wandb: offline would fail the same way
+            _could_not_start(err)
+            return None
+        except Exception as err:  # noqa: BLE001 - W&B must never stop a run
+            _unreachable = True
+            log.warning(
+                "W&B server unreachable (%s); this and later runs log offline into their run "
+                "directories (upload later with `ablate sync`)",
+                _first_line(err),
+            )
+    try:
+        return begin("offline")
+    except Exception as err:  # noqa: BLE001 - W&B must never stop a run
+        _could_not_start(err)
+        return None
+
+
+def _define_summaries(run: Any) -> None:
+    run.define_metric("val/loss", summary="min")
+    run.define_metric("train/loss", summary="last")
+
+
+# --- a solo run: Lightning's WandbLogger ----------------------------------------------------------
+
+
+def start_solo_wandb(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], name: str) -> Any:
+    """A solo run's started ``WandbLogger``, or None (:func:`start`)."""
+    ident = run_identity(cfg, meta, name)
+    t = cfg.tracking
+    return start(t, lambda mode: _lightning_logger(t, run_dir, mode, ident), run_dir=run_dir)
+
+
+def _lightning_logger(cfg: TrackingConfig, run_dir: RunDir, mode: str, ident: dict[str, Any]):
+    from pytorch_lightning.loggers import WandbLogger
+
+    run_dir.wandb_dir.mkdir(parents=True, exist_ok=True)
+    logger = WandbLogger(
+        project=project(cfg),
+        entity=cfg.entity,
+        save_dir=str(run_dir.path),
+        id=wandb_run_id(run_dir),
+        offline=mode == "offline",
+        settings={**SETTINGS, "init_timeout": WANDB_INIT_TIMEOUT_S},
+        **ident,
+    )
+    # Lightning always passes anonymous=None, which recent wandb answers with a deprecation
+    # warning on every run; dropping the key changes nothing else.
+    logger._wandb_init.pop("anonymous", None)
+    experiment = logger.experiment  # start now so a failure is caught here, not mid-training
+    _define_summaries(experiment)
+    if mode == "offline":
+        replay_history(run_dir, logger.log_metrics)
+    return logger
+
+
+# --- a stacked member: its own run object ---------------------------------------------------------
+
+
+def start_member_wandb(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], name: str) -> Any:
+    """The stacked member's started W&B run object, or None (:func:`start`)."""
+    ident = run_identity(cfg, meta, name)
+    t = cfg.tracking
+    return start(t, lambda mode: _member_run(t, run_dir, mode, ident), run_dir=run_dir)
+
+
+def _member_run(cfg: TrackingConfig, run_dir: RunDir, mode: str, ident: dict[str, Any]):
+    import wandb
+
+    run_dir.wandb_dir.mkdir(parents=True, exist_ok=True)
+    if mode == "offline":
+        # as Lightning's WandbLogger does for an offline run: wandb's process-wide settings
+        # read the environment once, and a solo run later in this process (its WandbLogger
+        # sets WANDB_MODE instead of passing a mode) must find it offline, not need a login
+        os.environ["WANDB_MODE"] = "offline"
+    run = wandb.init(
+        project=project(cfg),
+        entity=cfg.entity,
+        dir=str(run_dir.path),
+        id=wandb_run_id(run_dir),
+        mode=mode,
+        resume="allow",
+        reinit="create_new",
+        settings=wandb.Settings(**SETTINGS, init_timeout=WANDB_INIT_TIMEOUT_S),
+        **ident,
+    )
+    run.define_metric(STEP)
+    run.define_metric("*", step_metric=STEP, step_sync=True)
+    _define_summaries(run)
+    if mode == "offline":
+        replay_history(run_dir, lambda metrics, step: log_member(run, metrics, step))
+    return run
+
+
+def log_member(run: Any, metrics: dict[str, float], step: int) -> None:
+    """Log ``metrics`` at ``step`` into a member's run object (None: nothing); a failed log is
+    a debug line, never a failed run."""
+    if run is None:
+        return
+    try:
+        run.log({**metrics, STEP: step})
+    except Exception as err:  # noqa: BLE001 - W&B must never stop a run
+        log.debug("W&B log failed: %s", err)
+
+
+# --- history and the end ------------------------------------------------------------------------
+
+
+def replay_history(run_dir: RunDir, log_step: Callable[[dict[str, float], int], Any]) -> int:
+    """Log the store's metrics again, one call per step, into a resumed offline W&B run.
+
+    A resumed offline run is a new ``offline-run-*`` folder with the same id, and syncing
+    several folders of one id replaces history rather than appending (wandb#3841): so each
+    folder holds the whole history (the store's rows up to the checkpoint, then the new steps)
+    and ``ablate sync`` uploads only the newest. Returns the number of steps replayed.
+    """
+    by_step: dict[int, dict[str, float]] = defaultdict(dict)
+    for step, metric, value in run_dir.read_metrics():
+        by_step[step][metric] = value
+    for step in sorted(by_step):
+        log_step(by_step[step], step)
+    return len(by_step)
+
+
+def final_val_split(config: dict[str, Any]) -> str:
+    """What a run's ``final_val_loss`` averages, from its config's ``train.final_eval_batches``."""
+    n = (config.get("train") or {}).get("final_eval_batches")
+    return "the full validation split" if n is None else f"{n} validation batches"
+
+
+def finish_wandb_run(run: Any, summary: dict[str, Any]) -> None:
+    """Copy the summary's headline numbers into the W&B run (a wandb run, or a Lightning
+    ``WandbLogger``'s) and finish it; a W&B that fails to close is a warning, never a failed run."""
+    if run is None:
+        return
+    try:
+        run = getattr(run, "experiment", run)
+        for k in ("status", "final_val_loss", "best_val_loss", "steps", "params", "diverged_step"):
+            if summary.get(k) is not None:
+                run.summary[k] = summary[k]
+        for mult, loss in (summary.get("val_loss_at_length") or {}).items():
+            if loss is not None:  # the report's column names: val_loss_at_2x, ...
+                run.summary[f"val_loss_at_{float(mult):g}x"] = loss
+        if summary.get("final_val_loss") is not None:
+            # the curve's last val/loss point averages train.eval_batches batches, so it is
+            # not final_val_loss: say what the final number was measured on
+            run.summary["final_val_loss_on"] = final_val_split(dict(run.config))
+        run.finish(exit_code=0 if summary.get("status") != "failed" else 1)
+    except Exception as err:  # noqa: BLE001
+        log.warning("W&B did not close cleanly: %s", err)
