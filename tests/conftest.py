@@ -350,36 +350,65 @@ def norm_pos_store():
 # --- W&B offline runs, read back from their .wandb files -----------------------------------------
 
 
-def _offline_wandb_run(run_dir) -> SimpleNamespace:
-    """The run's newest offline W&B run (the one ``ablate sync`` uploads): its ``run`` record,
-    record ``kinds`` (a Counter), the merged ``config``, the ``history`` (metric -> logged
-    values) and the number of offline ``folders`` (one per start) of its W&B id."""
+def _read_wandb_file(path) -> SimpleNamespace:
+    """One ``.wandb`` file read back: its last ``run`` record (a run's tags set later publish
+    it again), record ``kinds`` (a Counter), the merged ``config``, the ``history`` (metric ->
+    logged values), the ``summary`` (flat key -> value, nested keys joined by ``/``) and the
+    ``exit_codes`` of its exit records."""
     import collections
     import json
 
+    from ablate.tracking.sync import read_records
+
+    records = read_records(path)
+    kinds = collections.Counter(rec.WhichOneof("record_type") for rec in records)
+    runs = [rec.run for rec in records if rec.WhichOneof("record_type") == "run"]
+    assert runs, path
+    run = runs[-1]
+    config = {u.key: json.loads(u.value_json) for u in runs[0].config.update}
+    history = collections.defaultdict(list)
+    summary = {}
+    exit_codes = []
+    for rec in records:
+        kind = rec.WhichOneof("record_type")
+        if kind == "config":  # later config updates, if any
+            config.update({u.key: json.loads(u.value_json) for u in rec.config.update})
+        if kind == "history":
+            for i in rec.history.item:
+                history[i.key or "/".join(i.nested_key)].append(json.loads(i.value_json))
+        if kind == "summary":
+            for i in rec.summary.update:
+                summary[i.key or "/".join(i.nested_key)] = json.loads(i.value_json)
+        if kind == "exit":
+            exit_codes.append(rec.exit.exit_code)
+    return SimpleNamespace(
+        run=run, kinds=kinds, config=config, history=history, summary=summary, exit_codes=exit_codes
+    )
+
+
+def _offline_wandb_run(run_dir) -> SimpleNamespace:
+    """The run's newest offline W&B run (the one ``ablate sync`` uploads), read back
+    (:func:`_read_wandb_file`), with the number of offline ``folders`` (one per start) of its
+    W&B id."""
     from ablate.tracking.ids import wandb_run_id
 
     rid = wandb_run_id(run_dir)
     files = sorted(run_dir.wandb_dir.glob(f"offline-run-*-{rid}/run-{rid}.wandb"))
     assert files, list(run_dir.wandb_dir.rglob("*"))
-    from ablate.tracking.sync import read_records
-
-    records = read_records(files[-1])
-    kinds = collections.Counter(rec.WhichOneof("record_type") for rec in records)
-    (run,) = [rec.run for rec in records if rec.WhichOneof("record_type") == "run"]
-    config = {u.key: json.loads(u.value_json) for u in run.config.update}
-    history = collections.defaultdict(list)
-    for rec in records:
-        if rec.WhichOneof("record_type") == "config":  # later config updates, if any
-            config.update({u.key: json.loads(u.value_json) for u in rec.config.update})
-        if rec.WhichOneof("record_type") == "history":
-            for i in rec.history.item:
-                history[i.key or "/".join(i.nested_key)].append(json.loads(i.value_json))
-    return SimpleNamespace(run=run, kinds=kinds, config=config, history=history, folders=len(files))
+    out = _read_wandb_file(files[-1])
+    out.folders = len(files)
+    return out
 
 
 @pytest.fixture(scope="session")
 def offline_wandb_run():
     """``offline_wandb_run(run_dir)``: its offline W&B run read back (run, kinds, config,
-    history)."""
+    history, summary, exit_codes, folders)."""
     return _offline_wandb_run
+
+
+@pytest.fixture(scope="session")
+def read_wandb_file():
+    """``read_wandb_file(path)``: one ``.wandb`` file read back (run, kinds, config, history,
+    summary, exit_codes)."""
+    return _read_wandb_file

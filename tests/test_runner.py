@@ -290,7 +290,7 @@ def test_wandb_offline_run_per_run_holds_config_and_metrics(
         w = offline_wandb_run(d)
         run, kinds, config, history = w.run, w.kinds, w.config, w.history
         assert run.run_id == wandb_run_id(d) and run.run_group == "tiny"
-        assert run.job_type == r["variant"]
+        assert run.job_type == "train" and config["meta"]["variant"] == r["variant"]
         assert f"model.activation={r['axes']['model.activation']}" in run.tags
         assert config["model"]["d_model"] == 16
         assert config["model"]["activation"] == r["axes"]["model.activation"]
@@ -299,7 +299,9 @@ def test_wandb_offline_run_per_run_holds_config_and_metrics(
         stored = [v for _, m, v in d.read_metrics() if m == "val/loss"]
         assert history["val/loss"] == pytest.approx(stored)  # the same numbers as the store
         assert "grad_norm/global" in history
-        assert kinds["exit"] == 1  # finished cleanly
+        assert kinds["exit"] == 1 and w.exit_codes == [0]  # finished cleanly
+        assert w.summary["status"] == "completed"
+        assert w.history["tokens"] == [s * 4 * 16 for s in w.history["trainer/global_step"]]
 
 
 def test_wandb_logger_starts_without_deprecation_warnings(tmp_path, monkeypatch, wandb_logger):

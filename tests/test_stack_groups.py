@@ -196,14 +196,17 @@ def test_each_member_logs_its_own_offline_wandb_run(
         w = offline_wandb_run(d)
         run, kinds, config, history = w.run, w.kinds, w.config, w.history
         assert run.run_id == wandb_run_id(d) and run.run_group == "tiny"
-        assert run.job_type == r["variant"] and run.display_name == r["name"]
+        assert run.job_type == "train" and run.display_name == r["name"]
+        assert config["meta"]["variant"] == r["variant"]
         assert f"optim.lr={r['axes']['optim.lr']}" in run.tags
         assert config["optim"]["lr"] == r["axes"]["optim.lr"]
         assert config["meta"]["name"] == r["name"]
         stored = [v for _, m, v in d.read_metrics() if m == "val/loss"]
         assert history["val/loss"] == pytest.approx(stored) and len(stored) == 2
         assert len(history["train/loss"]) == 4 and "grad_norm/global" in history
-        assert kinds["exit"] == 1  # finished
+        assert history["tokens"] == [s * 4 * 16 for s in history["trainer/global_step"]]
+        assert kinds["exit"] == 1 and w.exit_codes == [0]  # finished
+        assert w.summary["status"] == "completed"
 
 
 def test_a_diverged_member_leaves_the_stack(tmp_path, monkeypatch, tiny_run):

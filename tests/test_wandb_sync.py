@@ -70,7 +70,7 @@ def _interrupt_at(step, path, store, monkeypatch):
 
 
 def test_a_run_interrupted_twice_syncs_its_whole_history(
-    make_study, tmp_path, offline, monkeypatch, offline_wandb_run
+    make_study, tmp_path, offline, monkeypatch, offline_wandb_run, read_wandb_file
 ):
     from ablate.report.collect import load_study
     from ablate.report.wandb_report import log_report
@@ -86,6 +86,12 @@ def test_a_run_interrupted_twice_syncs_its_whole_history(
     (run,) = RunStore(store).runs("tiny")
     w = offline_wandb_run(run)
     assert w.folders == 3  # one offline folder per start, one W&B id
+    # each interrupted attempt ended its W&B run as not finished; the last one finished
+    attempts = [read_wandb_file(f) for f in sorted(run.wandb_dir.glob("offline-run-*/*.wandb"))]
+    assert [a.exit_codes for a in attempts] == [[1], [1], [0]]
+    assert [a.summary["status"] for a in attempts] == ["interrupted", "interrupted", "completed"]
+    assert {a.run.run_id for a in attempts} == {wandb_run_id(run)}
+    assert w.summary["resumed_from_step"] == 13
     stored = run.read_metrics()
     for key in ("train/loss", "val/loss", "grad_norm/global"):  # every step once, in order
         assert w.history[key] == pytest.approx([v for _, m, v in stored if m == key])
@@ -142,6 +148,88 @@ def test_confirmation_runs_are_tagged():
     axes = {"model.activation": "relu"}
     assert wandb_tags({"axes": axes}, ["x"]) == ["model.activation=relu", "x"]
     assert "confirm" in wandb_tags({"axes": axes, "confirm": True}, [])
+
+
+def test_tags_are_never_longer_than_wandb_accepts():
+    """A tag over 64 characters keeps its start and ends in a digest of the whole: the same
+    value always gives the same tag, two values with the same start two tags."""
+    from ablate.tracking.ids import short_tag, wandb_tags
+
+    a, b = "/data/" + "x" * 94, "/data/" + "x" * 93 + "y"
+    tags = wandb_tags({"axes": {"data.dataset": a}}, ["t" * 70])
+    assert all(len(t) <= 64 for t in tags) and len(tags) == 2
+    assert short_tag(f"data.dataset={a}") in tags and short_tag("ok") == "ok"
+    assert short_tag(a) == short_tag(a) != short_tag(b) and short_tag(a).startswith("/data/x")
+
+
+def test_a_run_with_a_100_character_axis_value_gets_its_wandb_run(
+    make_study, corpus, tmp_path, offline, offline_wandb_run
+):
+    """A dataset path as an axis value (docs/data.md) is longer than a W&B tag may be: the run
+    still gets its W&B run, the tag shortened, the config keeping the whole path."""
+    from ablate.tracking.ids import short_tag
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    stem = "c" * max(1, 100 - len(str(folder)) - len("/.txt"))
+    data = folder / f"{stem}.txt"  # 100 characters (more if tmp_path is that long already)
+    data.write_text(corpus.read_text())
+    value = str(data)
+    assert len(value) >= 100
+    store = tmp_path / "runs"
+    path = make_study(base={**OFFLINE, "train.max_steps": 5}, grid={"data.dataset": [value]})
+    (result,) = run_study(path, store=store, progress=False)
+    assert result["status"] == "completed"
+    (run,) = RunStore(store).runs("tiny")
+    w = offline_wandb_run(run)  # it has one
+    assert short_tag(f"data.dataset={value}") in w.run.tags
+    assert all(len(t) <= 64 for t in w.run.tags)
+    assert w.config["data"]["dataset"] == value and w.exit_codes == [0]
+
+
+def test_a_diverged_run_ends_failed_tagged_and_says_so(
+    make_study, tmp_path, offline, offline_wandb_run
+):
+    """A non-finite loss: the W&B run ends failed (exit code 1), tagged ``diverged``, with
+    ``status: diverged`` in its summary (the views group by it: outside the seed bands)."""
+    store = tmp_path / "runs"
+    bad = {**OFFLINE, "optim.lr": 1e6, "optim.grad_clip": None}
+    path = make_study(base=bad, grid={"model.activation": ["relu"]})
+    (result,) = run_study(path, store=store, progress=False)
+    assert result["status"] == "diverged"
+    (run,) = RunStore(store).runs("tiny")
+    w = offline_wandb_run(run)
+    assert w.exit_codes == [1] and "diverged" in w.run.tags
+    assert w.summary["status"] == "diverged"
+    assert w.summary["diverged_step"] == result["diverged_step"]
+
+
+def test_a_resumed_run_continues_its_own_wandb_run(tmp_path, monkeypatch, wandb_logger):
+    """Online, a resumed attempt (solo or stacked member) asks W&B to resume its run: the same
+    W&B id, ``resume="allow"`` (offline, each start is a folder of that id: see above)."""
+    import wandb
+
+    from ablate.config import RunConfig, TrackingConfig
+    from ablate.tracking.runs import finish_wandb_run, start_member_wandb
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    run_dir = RunStore(tmp_path / "runs").run("s", "abc123")
+    logger = wandb_logger(run_dir, "offline", "seed=0")
+    assert (logger._wandb_init["id"], logger._wandb_init["resume"]) == (
+        wandb_run_id(run_dir),
+        "allow",
+    )
+    logger.experiment.finish()
+    seen, real = [], wandb.init
+    monkeypatch.setattr(wandb, "init", lambda **kw: seen.append(kw) or real(**kw))
+    cfg = RunConfig(tracking=TrackingConfig(wandb=True, mode="offline"))
+    member = RunStore(tmp_path / "runs").run("s", "def456")
+    for _ in range(2):  # a start, then a resume
+        finish_wandb_run(
+            start_member_wandb(cfg, member, {"study": "s"}, "m"), {"status": "running"}
+        )
+    assert [(kw["id"], kw["resume"]) for kw in seen] == [(wandb_run_id(member), "allow")] * 2
 
 
 def test_report_tables_keep_numbers_as_numbers():

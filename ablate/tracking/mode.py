@@ -3,6 +3,7 @@ destination (entity, project), and the tracking settings a study's runs used."""
 
 from __future__ import annotations
 
+import configparser
 import netrc
 import os
 from collections.abc import Iterable
@@ -37,15 +38,39 @@ def wandb_mode(cfg: TrackingConfig) -> str:
     return "online" if wandb_logged_in() else "offline"
 
 
+def wandb_setting(key: str) -> str:
+    """``key`` of the user's W&B settings (``[default]`` of ``./wandb/settings``, then of
+    ``$WANDB_CONFIG_DIR/settings`` or ``~/.config/wandb/settings``, which ``wandb init``
+    writes); empty when none says."""
+    config_dir = os.environ.get("WANDB_CONFIG_DIR") or Path.home() / ".config" / "wandb"
+    for path in (Path("wandb") / "settings", Path(config_dir) / "settings"):
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(path)
+            value = parser.get("default", key, fallback="").strip()
+        except (configparser.Error, OSError, UnicodeDecodeError):
+            continue
+        if value:
+            return value
+    return ""
+
+
 def project(cfg: TrackingConfig) -> str:
-    """The W&B project: ``tracking.project``, then ``$WANDB_PROJECT``, then ``ablate``."""
-    return cfg.project or os.environ.get("WANDB_PROJECT") or "ablate"
+    """The W&B project: ``tracking.project``, then ``$WANDB_PROJECT``, then the user's W&B
+    settings, then ``ablate``."""
+    return cfg.project or os.environ.get("WANDB_PROJECT") or wandb_setting("project") or "ablate"
+
+
+def entity(cfg: TrackingConfig) -> str:
+    """The W&B entity: ``tracking.entity``, then ``$WANDB_ENTITY``, then the user's W&B
+    settings; empty means the login's default (W&B's choice for a run, filled in when a view
+    is saved)."""
+    return cfg.entity or os.environ.get("WANDB_ENTITY") or wandb_setting("entity")
 
 
 def destination(cfg: TrackingConfig) -> tuple[str, str]:
-    """(entity, project): the config, then ``$WANDB_*``; an empty entity means the login's
-    default, filled in when a view is saved."""
-    return cfg.entity or os.environ.get("WANDB_ENTITY") or "", project(cfg)
+    """(entity, project) of :func:`entity` and :func:`project`."""
+    return entity(cfg), project(cfg)
 
 
 def study_tracking(study_dir: Path, run_ids: Iterable[str]) -> TrackingConfig:

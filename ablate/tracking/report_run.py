@@ -19,8 +19,14 @@ from pathlib import Path
 import pandas as pd
 
 from ablate.config import TrackingConfig
-from ablate.tracking.ids import MAX_TAGS, REPORT_JOB_TYPE, REPORT_WANDB_DIR, report_run_id
-from ablate.tracking.mode import project
+from ablate.tracking.ids import (
+    MAX_TAGS,
+    REPORT_JOB_TYPE,
+    REPORT_WANDB_DIR,
+    report_run_id,
+    short_tag,
+)
+from ablate.tracking.mode import entity, project
 from ablate.tracking.runs import SETTINGS, WANDB_INIT_TIMEOUT_S, start
 
 log = logging.getLogger("ablate")
@@ -49,14 +55,14 @@ def _begin(cfg: TrackingConfig, study: str, wdir: Path, mode: str):
     run = wandb.init(
         id=report_run_id(study),
         project=project(cfg),
-        entity=cfg.entity,
+        entity=entity(cfg) or None,
         group=study,
         job_type=REPORT_JOB_TYPE,
         name=f"{study}-report",
         dir=str(wdir),
         mode=mode,
         resume="allow",
-        tags=["report", *cfg.tags][:MAX_TAGS],
+        tags=sorted({"report", *(short_tag(t) for t in cfg.tags if t)})[:MAX_TAGS],
         settings=wandb.Settings(**SETTINGS, init_timeout=WANDB_INIT_TIMEOUT_S),
     )
     return run, mode

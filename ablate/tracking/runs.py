@@ -12,6 +12,14 @@ A stacked member logs through its own run object (``wandb.init(reinit="create_ne
 >= 0.19.10: one process, several active runs; never the global ``wandb.log``, which W&B says
 integrations that assume one global run, Lightning's ``WandbLogger`` among them, do not
 support in that mode); everything else is what a solo run's ``WandbLogger`` gets.
+
+Every row a run logs carries its step (``trainer/global_step``) and the training tokens seen
+by then (``tokens``, from the config), the x axis of a study whose runs differ in tokens per
+step. The summary's ``status`` is ``running`` from the start; :func:`finish_wandb_run` ends
+the W&B run the way the attempt ended: ``completed`` finishes (exit code 0); ``diverged``
+(tagged ``diverged``) and ``failed`` end failed (exit code 1); an attempt stopped from
+outside (Ctrl-C, SIGTERM: the store keeps it ``running`` to resume) ends failed with
+``status: interrupted``, and the next attempt resumes the same W&B id (``resume="allow"``).
 """
 
 from __future__ import annotations
@@ -24,8 +32,15 @@ from typing import Any, TypeVar
 
 from ablate.config import RunConfig, TrackingConfig
 from ablate.store import RunDir
-from ablate.tracking.ids import STEP, check_id, run_identity, wandb_run_id
-from ablate.tracking.mode import project, wandb_mode
+from ablate.tracking.ids import (
+    DIVERGED_TAG,
+    STEP,
+    TOKENS,
+    check_id,
+    run_identity,
+    wandb_run_id,
+)
+from ablate.tracking.mode import entity, project, wandb_mode
 
 log = logging.getLogger("ablate")
 
@@ -88,6 +103,17 @@ def start(
 def _define_summaries(run: Any) -> None:
     run.define_metric("val/loss", summary="min")
     run.define_metric("train/loss", summary="last")
+    run.summary["status"] = "running"  # until finish_wandb_run says how the attempt ended
+
+
+def tokens_per_step(cfg: RunConfig) -> int:
+    """Training tokens one optimizer step consumes: ``data.batch_size * data.seq_len``."""
+    return cfg.data.batch_size * cfg.data.seq_len
+
+
+def with_position(metrics: dict[str, float], step: int, per_step: int) -> dict[str, float]:
+    """``metrics`` with the step and the tokens seen by then: one W&B row."""
+    return {**metrics, STEP: step, TOKENS: step * per_step}
 
 
 # --- a solo run: Lightning's WandbLogger ----------------------------------------------------------
@@ -96,17 +122,29 @@ def _define_summaries(run: Any) -> None:
 def start_solo_wandb(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], name: str) -> Any:
     """A solo run's started ``WandbLogger``, or None (:func:`start`)."""
     ident = run_identity(cfg, meta, name)
-    t = cfg.tracking
-    return start(t, lambda mode: _lightning_logger(t, run_dir, mode, ident), run_dir=run_dir)
+    t, per_step = cfg.tracking, tokens_per_step(cfg)
+    return start(
+        t, lambda mode: _lightning_logger(t, run_dir, mode, ident, per_step), run_dir=run_dir
+    )
 
 
-def _lightning_logger(cfg: TrackingConfig, run_dir: RunDir, mode: str, ident: dict[str, Any]):
+def _lightning_logger(
+    cfg: TrackingConfig, run_dir: RunDir, mode: str, ident: dict[str, Any], per_step: int
+):
     from pytorch_lightning.loggers import WandbLogger
 
+    class Logger(WandbLogger):
+        """Lightning's ``WandbLogger``, each row with the tokens seen by its step."""
+
+        def log_metrics(self, metrics, step=None):
+            if step is not None:
+                metrics = {**metrics, TOKENS: step * per_step}
+            super().log_metrics(metrics, step)
+
     run_dir.wandb_dir.mkdir(parents=True, exist_ok=True)
-    logger = WandbLogger(
+    logger = Logger(
         project=project(cfg),
-        entity=cfg.entity,
+        entity=entity(cfg) or None,
         save_dir=str(run_dir.path),
         id=wandb_run_id(run_dir),
         offline=mode == "offline",
@@ -126,14 +164,33 @@ def _lightning_logger(cfg: TrackingConfig, run_dir: RunDir, mode: str, ident: di
 # --- a stacked member: its own run object ---------------------------------------------------------
 
 
-def start_member_wandb(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], name: str) -> Any:
-    """The stacked member's started W&B run object, or None (:func:`start`)."""
+class MemberRun:
+    """A stacked member's own W&B run (``experiment``, as a ``WandbLogger`` names it) and the
+    tokens one of its steps consumes."""
+
+    def __init__(self, experiment: Any, per_step: int) -> None:
+        self.experiment, self.per_step = experiment, per_step
+
+    @property
+    def dir(self) -> str:
+        return self.experiment.dir
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self.experiment.log(with_position(metrics, step, self.per_step))
+
+
+def start_member_wandb(
+    cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], name: str
+) -> MemberRun | None:
+    """The stacked member's started W&B run, or None (:func:`start`)."""
     ident = run_identity(cfg, meta, name)
-    t = cfg.tracking
-    return start(t, lambda mode: _member_run(t, run_dir, mode, ident), run_dir=run_dir)
+    t, per_step = cfg.tracking, tokens_per_step(cfg)
+    return start(t, lambda mode: _member_run(t, run_dir, mode, ident, per_step), run_dir=run_dir)
 
 
-def _member_run(cfg: TrackingConfig, run_dir: RunDir, mode: str, ident: dict[str, Any]):
+def _member_run(
+    cfg: TrackingConfig, run_dir: RunDir, mode: str, ident: dict[str, Any], per_step: int
+) -> MemberRun:
     import wandb
 
     run_dir.wandb_dir.mkdir(parents=True, exist_ok=True)
@@ -144,7 +201,7 @@ def _member_run(cfg: TrackingConfig, run_dir: RunDir, mode: str, ident: dict[str
         os.environ["WANDB_MODE"] = "offline"
     run = wandb.init(
         project=project(cfg),
-        entity=cfg.entity,
+        entity=entity(cfg) or None,
         dir=str(run_dir.path),
         id=wandb_run_id(run_dir),
         mode=mode,
@@ -156,18 +213,19 @@ def _member_run(cfg: TrackingConfig, run_dir: RunDir, mode: str, ident: dict[str
     run.define_metric(STEP)
     run.define_metric("*", step_metric=STEP, step_sync=True)
     _define_summaries(run)
+    member = MemberRun(run, per_step)
     if mode == "offline":
-        replay_history(run_dir, lambda metrics, step: log_member(run, metrics, step))
-    return run
+        replay_history(run_dir, lambda metrics, step: log_member(member, metrics, step))
+    return member
 
 
-def log_member(run: Any, metrics: dict[str, float], step: int) -> None:
-    """Log ``metrics`` at ``step`` into a member's run object (None: nothing); a failed log is
-    a debug line, never a failed run."""
+def log_member(run: MemberRun | None, metrics: dict[str, float], step: int) -> None:
+    """Log ``metrics`` at ``step`` into a member's W&B run (None: nothing); a failed log is a
+    debug line, never a failed run."""
     if run is None:
         return
     try:
-        run.log({**metrics, STEP: step})
+        run.log(metrics, step)
     except Exception as err:  # noqa: BLE001 - W&B must never stop a run
         log.debug("W&B log failed: %s", err)
 
@@ -197,14 +255,39 @@ def final_val_split(config: dict[str, Any]) -> str:
     return "the full validation split" if n is None else f"{n} validation batches"
 
 
+HEADLINE = (
+    "final_val_loss",
+    "best_val_loss",
+    "steps",
+    "params",
+    "diverged_step",
+    "resumed_from_step",
+)
+"""The summary fields a W&B run's summary repeats (with ``status``)."""
+
+
+def ended_as(summary: dict[str, Any]) -> tuple[str, int]:
+    """(the W&B summary's ``status``, the exit code) of an attempt that ended with ``summary``
+    (module doc): a run the store keeps ``running`` was stopped from outside."""
+    status = summary.get("status") or "failed"
+    if status == "running":
+        return "interrupted", 1
+    return status, 0 if status == "completed" else 1
+
+
 def finish_wandb_run(run: Any, summary: dict[str, Any]) -> None:
-    """Copy the summary's headline numbers into the W&B run (a wandb run, or a Lightning
-    ``WandbLogger``'s) and finish it; a W&B that fails to close is a warning, never a failed run."""
+    """Copy the summary's headline numbers into the W&B run (a wandb run, a stacked member's
+    :class:`MemberRun` or a Lightning ``WandbLogger``) and finish it as the attempt ended
+    (:func:`ended_as`); a W&B that fails to close is a warning, never a failed run."""
     if run is None:
         return
     try:
         run = getattr(run, "experiment", run)
-        for k in ("status", "final_val_loss", "best_val_loss", "steps", "params", "diverged_step"):
+        status, exit_code = ended_as(summary)
+        run.summary["status"] = status
+        if status == "diverged" and DIVERGED_TAG not in (run.tags or ()):
+            run.tags = (*(run.tags or ()), DIVERGED_TAG)
+        for k in HEADLINE:
             if summary.get(k) is not None:
                 run.summary[k] = summary[k]
         for mult, loss in (summary.get("val_loss_at_length") or {}).items():
@@ -214,6 +297,6 @@ def finish_wandb_run(run: Any, summary: dict[str, Any]) -> None:
             # the curve's last val/loss point averages train.eval_batches batches, so it is
             # not final_val_loss: say what the final number was measured on
             run.summary["final_val_loss_on"] = final_val_split(dict(run.config))
-        run.finish(exit_code=0 if summary.get("status") != "failed" else 1)
+        run.finish(exit_code=exit_code)
     except Exception as err:  # noqa: BLE001
         log.warning("W&B did not close cleanly: %s", err)
