@@ -1,6 +1,12 @@
 """The study's W&B views from the report's side: the study read from the store as the plain
 :class:`~ablate.tracking.specs.StudyView` the specs are built from, and the report's blocks as
-the Report's items (``ablate.tracking.specs`` builds and writes the specs; module doc there)."""
+the Report's items (``ablate.tracking.specs`` builds and writes the specs; module doc there).
+
+The Report shows the report's text, with three blocks replaced by what W&B shows live: the
+claims (after the "Against the paper" section) and the comparisons table as the report run's
+W&B Tables ``claims`` and ``verdicts`` (``ablate.report.wandb_report`` logs them), and the
+"Runs" table as the study's run table; the figures of the runs' numbers become panel grids.
+"""
 
 from __future__ import annotations
 
@@ -9,43 +15,63 @@ from typing import Any
 
 import pandas as pd
 
-from ablate.report.collect import StudyData, display_names, loss_unit
+from ablate.report.collect import RESERVED, StudyData, axis_column, display_names, loss_unit
 from ablate.report.render import Block, md_table
-from ablate.study import read_study_yaml
+from ablate.store import RunDir
 from ablate.tracking import specs
+from ablate.tracking.ids import STEP, TOKENS, report_run_id, wandb_run_id
 from ablate.tracking.mode import destination, study_tracking
 from ablate.tracking.specs import Item, StudyView
 
+CLAIMS_SECTION = "Against the paper"
+"""The report's section of the study's claims: the Report embeds the ``claims`` table after it."""
+TABLES = {"Comparisons": "verdicts"}
+"""A report section -> the report run's W&B Table its table is (the same rows)."""
+RUNS_SECTION = "Runs"
+"""The report's section whose table lists every run: the Report shows the live run table."""
 
-def is_grid(study: StudyData) -> bool:
-    """A study whose YAML has a ``grid:``, or whose runs vary more than one axis."""
-    if study.yaml_path is not None and Path(study.yaml_path).is_file():
-        if read_study_yaml(Path(study.yaml_path)).get("grid"):
-            return True
-    return len(study.varying_axes) > 1
 
-
-def _metric_names(study: StudyData, prefix: str) -> list[str]:
+def _metric_names(study: StudyData) -> list[str]:
     if study.metrics.empty:
         return []
-    names = study.metrics["metric"].drop_duplicates()
-    return sorted(n for n in names if n.startswith(prefix))
+    return sorted(study.metrics["metric"].drop_duplicates())
+
+
+def x_axis(study: StudyData) -> str:
+    """``tokens`` when the runs consume different numbers of tokens per step (a batch-size or
+    sequence-length axis: loss per step would compare unequal amounts of training), else the
+    step."""
+    runs = study.runs
+    if not {"cfg.batch_size", "cfg.seq_len"} <= set(runs.columns) or runs.empty:
+        return STEP
+    per_step = pd.to_numeric(runs["cfg.batch_size"]) * pd.to_numeric(runs["cfg.seq_len"])
+    return TOKENS if per_step.nunique(dropna=True) > 1 else STEP
+
+
+def axis_key(column: str) -> str:
+    """The axis key of a runs-table axis column (``axis.variant`` is the ``variant`` axis:
+    :func:`ablate.report.collect.axis_column`)."""
+    key = column.removeprefix("axis.")
+    return key if key in RESERVED and axis_column(key) == column else column
 
 
 def study_view(study: StudyData) -> StudyView:
-    """What the views show of ``study``; the destination is its runs' tracking config."""
+    """What the views show of ``study``; the destination is its runs' tracking config (then
+    ``$WANDB_*``, then the user's W&B settings)."""
     entity, project = destination(study_tracking(study.path, study.runs["run_id"]))
     return StudyView(
         name=study.name,
         entity=entity,
         project=project,
-        axes=list(study.axes),
-        axis_names=display_names(study.axes),
+        axes=[axis_key(a) for a in study.axes],
+        varying=[axis_key(a) for a in study.varying_axes],
+        axis_names={axis_key(a): n for a, n in display_names(study.axes).items()},
         loss_unit=loss_unit(study),
-        grid=is_grid(study),
+        run_ids=[wandb_run_id(RunDir(study.path / str(r))) for r in study.runs["run_id"]],
+        report_run_id=report_run_id(study.name),
+        metrics=_metric_names(study),
+        x_axis=x_axis(study),
         lengths=study.length_columns,
-        layer_norms=_metric_names(study, "grad_norm/layer_"),
-        ffn_norms=_metric_names(study, "grad_norm/ffn_out_"),
         description=study.description,
     )
 
@@ -68,12 +94,44 @@ def report_item(block: Block) -> Item:
     return Item("markdown", str(block.content))
 
 
+def report_items(study: StudyData, blocks: list[Block]) -> list[Item]:
+    """The Report's items of the report's ``blocks`` (module doc): each block as
+    :func:`report_item`, but the comparisons as the ``verdicts`` W&B Table, the claims followed
+    by the ``claims`` W&B Table, the runs as the live run table."""
+    items: list[Item] = []
+    section = ""
+
+    def end_section() -> None:
+        if section == CLAIMS_SECTION and study.claims:
+            text = "The claims and their outcomes: the report run's W&B Table `claims`."
+            items.append(Item("table", text, table="claims"))
+
+    for block in blocks:
+        if block.kind in ("h1", "h2"):
+            end_section()
+            section = str(block.content)
+        if block.kind == "table" and section in TABLES:
+            items.append(Item("table", block.caption, table=TABLES[section]))
+        elif block.kind == "table" and section == RUNS_SECTION:
+            text = "Every run of the study, live from W&B: axes, seed, status, final loss."
+            items.append(Item("runs", text))
+        else:
+            items.append(report_item(block))
+    end_section()
+    return items
+
+
 def workspace_json(study: StudyData) -> dict[str, Any]:
     """The study's workspace spec as JSON (``ablate.tracking.specs.workspace_json``)."""
     return specs.workspace_json(study_view(study))
 
 
+def report_json(study: StudyData, blocks: list[Block]) -> dict[str, Any]:
+    """The study's Report spec as JSON (``ablate.tracking.specs.report_json``)."""
+    return specs.report_json(study_view(study), report_items(study, blocks))
+
+
 def write_specs(study: StudyData, blocks: list[Block], folder: Path) -> list[Path]:
     """Write the study's ``wandb_workspace.json`` and ``wandb_report.json`` (mirroring
     ``blocks``, the report's) into ``folder``."""
-    return specs.write_specs(study_view(study), [report_item(b) for b in blocks], folder)
+    return specs.write_specs(study_view(study), report_items(study, blocks), folder)

@@ -2,7 +2,9 @@
 
 It saves the specs ``ablate report`` wrote (``reports/<study>/wandb_workspace.json`` and
 ``wandb_report.json``: what was read and diffed is what is saved), with the login's default
-entity where the study names none. A save of a new view creates a new one every time, so the
+entity where the study (or a Report run set) names none. The Report's run sets name their
+project, whose internal id the library asks the server for while saving; the project is made
+first if no run was synced to it yet. A save of a new view creates a new one every time, so the
 saved views' ids and URLs are recorded in the store (``<store>/<study>/wandb_views.json``) and
 the next ``ablate dashboard`` updates those views instead of making duplicates.
 """
@@ -45,14 +47,42 @@ def _save_workspace(spec: dict[str, Any], entity: str, saved: dict[str, Any]) ->
     return {"id": workspace._internal_id, "name": workspace._internal_name, "url": workspace.url}
 
 
-def _save_report(spec: dict[str, Any], entity: str, saved: dict[str, Any]) -> dict[str, Any]:
+def report_object(spec: dict[str, Any], entity: str):
+    """The ``wandb_workspaces`` ``Report`` of a ``wandb_report.json`` spec, with ``entity``
+    where the spec (or a run set of it) names none, and every panel's layout as the spec has
+    it (the library's reader drops a W&B Table panel's). Serializing it asks the server for
+    the run sets' project ids."""
     import wandb_workspaces.reports.v2 as wr
     from wandb_workspaces.reports.v2 import internal
 
-    project = spec.get("project") or {}
-    if not project.get("entityName"):
-        spec = {**spec, "project": {**project, "entityName": entity}}
-    report = wr.Report._from_model(internal.ReportViewspec.model_validate(spec))
+    model = internal.ReportViewspec.model_validate(spec)
+    if not model.project.entity_name:
+        model.project.entity_name = entity
+    layouts = {}
+    for block in model.spec.blocks:
+        if isinstance(block, internal.PanelGrid):
+            for runset in block.metadata.run_sets:
+                if runset.project is not None and not runset.project.entity_name:
+                    runset.project.entity_name = entity
+            for panel in block.metadata.panel_bank_section_config.panels:
+                layouts[panel.id] = panel.layout
+    report = wr.Report._from_model(model)
+    for block in report.blocks:
+        for panel in getattr(block, "panels", None) or []:
+            if layouts.get(panel._id) is not None:
+                panel.layout = wr.Layout._from_model(layouts[panel._id])
+    return report
+
+
+def _save_report(spec: dict[str, Any], entity: str, saved: dict[str, Any]) -> dict[str, Any]:
+    import wandb
+
+    report = report_object(spec, entity)
+    api = wandb.Api()
+    if not any(p.name == report.project for p in api.projects(report.entity)):
+        # the run sets name the project, and serializing them asks for it: make it first
+        # (Report.save would, but only after serializing)
+        api.create_project(report.project, report.entity)
     report.id = saved.get("id") or ""
     report.save()
     return {"id": report.id, "url": report.url}
