@@ -274,3 +274,61 @@ def test_solo_stacked_and_report_runs_start_through_one_fallback(tmp_path, monke
     for start in (runs.start_solo_wandb, runs.start_member_wandb):
         with pytest.raises(ValueError, match="characters W&B rejects"):
             start(cfg, bad, {"study": "s"}, "n")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Lightning 2.6 restores only the epoch's batch counters on resume: a Ctrl-C lands "
+    "in on_train_batch_start (StepBoundaryStop) after batch_progress.increment_ready(), the "
+    "checkpoint keeps total.ready one ahead of total.completed, and val_check_interval (which "
+    "counts total.ready) fires one step early for the rest of the run; for the training loop "
+    "to fix (ablate/training/**)",
+)
+def test_a_run_stopped_by_ctrl_c_logs_at_the_same_steps_after_resume(
+    make_study, tmp_path, offline, monkeypatch, offline_wandb_run
+):
+    """Ctrl-C mid-run (a SIGINT: the run stops at the next step boundary), then resume: every
+    metric lands on the same steps as in the uninterrupted run, in the store and in W&B."""
+    import os
+    import signal
+
+    import ablate.training.lit
+
+    path = make_study(base=OFFLINE, grid={"model.activation": ["relu"]})
+    (done,) = run_study(path, store=tmp_path / "whole", progress=False)
+    original = ablate.training.lit.LitLM.on_train_batch_end
+
+    def ctrl_c(self, outputs, batch, batch_idx):
+        original(self, outputs, batch, batch_idx)
+        if self.global_step == 12:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_batch_end", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(path, store=tmp_path / "cut", progress=False)
+    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_batch_end", original)
+    time.sleep(1.1)  # the resumed start's offline folder gets its own second
+    (resumed,) = run_study(path, store=tmp_path / "cut", progress=False)
+    assert resumed["resumed_from_step"] == 12 and resumed["status"] == "completed"
+    (whole,), (cut,) = (list(RunStore(tmp_path / s).runs("tiny")) for s in ("whole", "cut"))
+
+    def steps(rows):
+        return sorted({(m, s) for s, m, _ in rows})
+
+    assert steps(cut.read_metrics()) == steps(whole.read_metrics())
+    assert _wandb_steps(cut) == _wandb_steps(whole)
+
+
+def _wandb_steps(run_dir) -> list[tuple[str, int]]:
+    """(metric, step) of every value in the run's newest offline W&B run (the one synced)."""
+    from ablate.tracking.ids import STEP
+    from ablate.tracking.sync import read_records
+
+    newest = sorted(run_dir.wandb_dir.glob("offline-run-*/*.wandb"))[-1]
+    out = set()
+    for rec in read_records(newest):
+        if rec.WhichOneof("record_type") == "history":
+            row = {i.key or "/".join(i.nested_key): i.value_json for i in rec.history.item}
+            step = json.loads(row[STEP])
+            out |= {(k, step) for k in row if not k.startswith("_") and k != STEP}
+    return sorted(out)
