@@ -570,3 +570,59 @@ def test_every_key_the_views_name_is_logged_by_the_runs(study, tiny_offline, rea
         assert section["settings"]["xAxis"] == "trainer/global_step"
         columns = runset["runFeed"]["columnOrder"]
         assert "config:meta.value.variant" in columns
+
+
+SHIPPED = sorted(p.parent.parent.name for p in ROOT.glob("reports/*/archive/store.tar.gz"))
+
+
+@pytest.mark.parametrize("study", SHIPPED)
+def test_the_shipped_specs_name_only_what_their_runs_log(study, tmp_path):
+    """Each shipped ``reports/<study>/wandb_*.json`` against the archived store it was built
+    from: its history keys are metrics the runs logged (the test above shows W&B gets the
+    store's rows, with the step and the tokens), its summary keys are those a run's W&B
+    summary gets, its config paths the runs' configs, its run sets the store's runs."""
+    from ablate.store import RunStore
+    from ablate.tracking.ids import STEP, TOKENS, report_run_id, wandb_run_id
+    from ablate.tracking.runs import HEADLINE
+
+    with tarfile.open(ROOT / "reports" / study / "archive" / "store.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    runs, metrics, summary = [], set(), {"status", "final_val_loss_on"}
+    for d in RunStore(tmp_path).runs(study):
+        data, stored = d.read_run(), d.read_summary() or {}
+        metrics |= {m for _, m, _ in d.read_metrics()}
+        summary |= {k for k in HEADLINE if stored.get(k) is not None}
+        summary |= {f"val_loss_at_{float(m):g}x" for m in stored.get("val_loss_at_length") or {}}
+        run = SimpleNamespace(run_group=study, job_type="train", run_id=wandb_run_id(d))
+        runs.append(SimpleNamespace(run=run, config={**data["config"], "meta": data["meta"]}))
+    claims = (yaml.safe_load((ROOT / "studies" / f"{study}.yaml").read_text()) or {}).get("claims")
+    report_summary = {f"{t}/_type": "table-file" for t in ("results", "verdicts")}
+    report_summary |= {"claims/_type": "table-file"} if claims else {}
+    for png in (ROOT / "reports" / study).glob("*.png"):
+        report_summary[f"figures/{png.stem}/_type"] = "image-file"
+    report = SimpleNamespace(
+        run=SimpleNamespace(run_group=study, job_type="report", run_id=report_run_id(study)),
+        summary=report_summary,
+    )
+    logged = SimpleNamespace(
+        runs=runs, report=report, history=metrics | {STEP, TOKENS}, summary=summary | metrics
+    )
+    workspace = json.loads((ROOT / "reports" / study / "wandb_workspace.json").read_text())
+    section = workspace["spec"]["section"]
+    assert section["settings"]["maxRuns"] >= len(runs)
+    for s in section["panelBankConfig"]["sections"]:
+        for panel in s["panels"]:
+            _check_panel(panel, logged)
+    _check_runset(section["runSets"][0], logged, study)
+    report_spec = json.loads((ROOT / "reports" / study / "wandb_report.json").read_text())
+    grids = [b["metadata"] for b in report_spec["spec"]["blocks"] if b["type"] == "panel-grid"]
+    assert any(
+        p["viewType"] == "Run History Line Plot"
+        for g in grids
+        for p in g["panelBankSectionConfig"]["panels"]
+    )
+    for g in grids:
+        for runset in g["runSets"]:
+            _check_runset(runset, logged, study)
+        for panel in g["panelBankSectionConfig"]["panels"]:
+            _check_panel(panel, logged)
