@@ -14,7 +14,7 @@ def train_run_name(config: Path | None, overrides: Sequence[str], cfg: RunConfig
     """The run's name from what was asked for, like a study run's from its axes:
     ``ablate train --set model.d_model=64 --set optim.lr=0.003`` -> ``d_model=64,lr=0.003,seed=0``
     (a config YAML adds its stem first; nothing at all gives ``transformer,seed=0``)."""
-    from ablate.study import fmt_value, short_names
+    from ablate.names import fmt_value, short_names
 
     asked = dict(parse_override(o) for o in overrides)  # later wins, as in load_run_config
     asked.pop("train.seed", None)  # the seed always comes last

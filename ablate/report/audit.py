@@ -23,7 +23,8 @@ from pathlib import Path
 import pandas as pd
 
 from ablate.errors import ConfigError
-from ablate.report.collect import StudyData, axis_column
+from ablate.names import axis_column
+from ablate.report.collect import StudyData
 from ablate.report.render import Block
 from ablate.store import FINISHED
 from ablate.study.claims import claim_fingerprint

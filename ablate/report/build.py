@@ -17,18 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from ablate.names import display_names, loss_unit
 from ablate.report.audit import HISTORY, audit_blocks
 from ablate.report.blocks import build_blocks, progress_line
 from ablate.report.claim_checks import SLOPE, analyse
 from ablate.report.claims_section import claims_frame
-from ablate.report.collect import (
-    StudyData,
-    display_names,
-    load_study,
-    loss_unit,
-    resolve_studies,
-    results_frame,
-)
+from ablate.report.collect import StudyData, load_study, resolve_studies, results_frame
 from ablate.report.dashboards import write_specs
 from ablate.report.fit import init_ffn_grad_slope
 from ablate.report.index import CLAIMS_CSV, write_index

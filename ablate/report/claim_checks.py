@@ -24,8 +24,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from ablate.names import axis_column, format_value
 from ablate.report.audit import confirm_mask, design_progress, latest_attempt
-from ablate.report.collect import StudyData, axis_column, format_value, restrict_seeds
+from ablate.report.collect import StudyData, restrict_seeds
 from ablate.report.comparisons import (
     FINISHED,
     Comparison,

@@ -25,16 +25,21 @@ import pandas as pd
 import yaml
 
 from ablate.config import ConfigError
+from ablate.names import (
+    ID_COLUMNS,
+    LENGTH_PREFIX,
+    axis_column,
+    format_value,
+    length_multiple,
+    value_order,
+)
 from ablate.store import RUN_STATES, SUMMARY_NUMBERS, RunDir, RunStore, run_state
-from ablate.study import Reference, parse_reference, read_study_yaml, short_names
+from ablate.study import Reference, parse_reference, read_study_yaml
 from ablate.study.arms import claim_arm_axes
 
 PENDING = "pending"
 ORDERED_STATUSES = RUN_STATES  # the store's one vocabulary, decided by store.run_state
 
-ID_COLUMNS = ["run_id", "name", "variant", "seed", "status"]
-# column names an axis may not take (it gets an ``axis.`` prefix instead)
-RESERVED = {*ID_COLUMNS, "study", "step", "metric", "value", "held fixed"}
 # summary fields in display order; any other scalar field a run writes is kept after these
 SUMMARY_FIELDS = [
     *SUMMARY_NUMBERS[:6],  # losses, steps, diverged_step
@@ -43,7 +48,6 @@ SUMMARY_FIELDS = [
     "error",
 ]
 _SKIP_FIELDS = {"status", "name", "variant", "seed", "axes", "run_id", "study", "wandb_dir"}
-LENGTH_PREFIX = "val_loss_at_"
 # config values the report needs even when they are not axes
 CONFIG_COLUMNS = {
     "model.pos_encoding": "cfg.pos_encoding",
@@ -101,31 +105,6 @@ class StudyData:
         """``val_loss_at_<m>x`` columns, ordered by the length multiple."""
         cols = [c for c in self.runs.columns if c.startswith(LENGTH_PREFIX)]
         return sorted(cols, key=length_multiple)
-
-
-def display_names(axes: list[str]) -> dict[str, str]:
-    """Axis names in tables and figures: :func:`ablate.study.short_names` (the last part of the
-    dotted key unless two axes share it), except that a name the report already uses for a
-    column (:data:`RESERVED`, e.g. ``seed``) keeps the full key."""
-    return {a: (a if s in RESERVED else s) for a, s in short_names(axes).items()}
-
-
-def loss_unit(study: StudyData) -> str:
-    """``nats/char``, ``nats/word`` or ``nats/token``, from the runs' tokenizer."""
-    tok = study.runs.get("cfg.tokenizer")
-    kind = tok.dropna().iloc[0] if tok is not None and tok.notna().any() else None
-    return {"char": "nats/char", "word": "nats/word"}.get(kind, "nats/token")
-
-
-def axis_column(key: str) -> str:
-    """The runs-table column of an axis: its key, or ``axis.<key>`` if that is taken (e.g. the
-    study's ``variant`` axis, which would clash with the variant label column)."""
-    return f"axis.{key}" if key in RESERVED else key
-
-
-def length_multiple(column: str) -> float:
-    """``'val_loss_at_2x'`` -> 2.0."""
-    return float(column[len(LENGTH_PREFIX) : -1])
 
 
 def _is_yaml_arg(arg: str) -> bool:
@@ -265,24 +244,6 @@ def restrict_seeds(data: StudyData, seeds: Any) -> StudyData:
     runs = data.runs
     mask = runs["seed"].map(lambda s: s == s and s is not None and int(s) in keep)
     return replace(data, runs=runs[mask.astype(bool)])
-
-
-def format_value(v: Any) -> str:
-    """An axis value as a short label: ``0.001`` -> ``'0.001'``, True -> ``'true'``.
-
-    Not :func:`ablate.study.fmt_value`, on purpose: that one names runs and must tell every
-    value apart (``repr`` floats, ``null``); a report label is short (``1.0`` -> ``'1'``) and
-    shows a missing value (None, NaN) as ``'-'``.
-    """
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "-"
-        return f"{v:g}"
-    if v is None:
-        return "-"
-    return str(v)
 
 
 def _study_description(store_dir: Path, yaml_data: dict[str, Any], metas: list[dict]) -> str:
@@ -455,14 +416,6 @@ def damaged_runs(run_dirs: list[RunDir]) -> dict[Path, str]:
     return out
 
 
-def value_order(values: pd.Series) -> list[Any]:
-    """Distinct values of an axis in display order: numbers ascending, else sorted labels."""
-    vals = list(dict.fromkeys(v for v in values.tolist()))
-    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in vals if v is not None):
-        return sorted(vals, key=lambda v: (v is None, v if v is not None else 0))
-    return sorted(vals, key=lambda v: (v is None, format_value(v)))
-
-
 def sort_runs(runs: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
     """Runs ordered by axis values (in :func:`value_order`), then seed, then run id."""
     if runs.empty:
@@ -476,11 +429,6 @@ def sort_runs(runs: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
     frame["run_id"] = runs["run_id"]
     idx = frame.sort_values(list(frame.columns), kind="stable").index
     return runs.loc[idx].reset_index(drop=True)
-
-
-def variant_order(runs: pd.DataFrame) -> list[str]:
-    """Variants in the order their runs appear in :func:`sort_runs`."""
-    return list(dict.fromkeys(runs["variant"].tolist()))
 
 
 def results_frame(study: StudyData) -> pd.DataFrame:

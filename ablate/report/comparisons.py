@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ablate.report.collect import format_value, value_order
+from ablate.names import format_value, value_order
 from ablate.report.stats import (
     SEED,
     bh,

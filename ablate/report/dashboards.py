@@ -25,7 +25,8 @@ from typing import Any
 
 import pandas as pd
 
-from ablate.report.collect import LENGTH_PREFIX, StudyData, display_names, loss_unit
+from ablate.names import LENGTH_PREFIX, display_names, loss_unit
+from ablate.report.collect import StudyData
 from ablate.report.render import Block, md_table
 from ablate.report.wandb_report import REPORT_JOB_TYPE, study_tracking
 from ablate.study import read_study_yaml

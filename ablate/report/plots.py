@@ -30,13 +30,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from ablate.report.collect import (  # noqa: E402
-    StudyData,
-    display_names,
-    length_multiple,
-    loss_unit,
-    value_order,
-)
+from ablate.names import display_names, length_multiple, loss_unit, value_order  # noqa: E402
+from ablate.report.collect import StudyData  # noqa: E402
 from ablate.report.figure_data import (  # noqa: E402
     display_columns,
     heatmap_cells,

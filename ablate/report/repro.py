@@ -11,7 +11,8 @@ import math
 
 import pandas as pd
 
-from ablate.report.collect import StudyData, format_value, variant_order
+from ablate.names import format_value, variant_order
+from ablate.report.collect import StudyData
 from ablate.report.stats import mean_std
 
 ENV_COLUMNS = ["torch", "lightning", "numpy", "python", "device", "torch_threads", "workers"]

@@ -12,13 +12,8 @@ from typing import Any
 
 import pandas as pd
 
-from ablate.report.collect import (
-    StudyData,
-    display_names,
-    format_value,
-    length_multiple,
-    variant_order,
-)
+from ablate.names import display_names, format_value, length_multiple, variant_order
+from ablate.report.collect import StudyData
 from ablate.report.comparisons import Comparison
 from ablate.report.stats import one_sample, summarize
 from ablate.report.verdicts import Verdict

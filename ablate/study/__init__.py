@@ -5,13 +5,12 @@ derived values, validates every run's config and the study's claims, and checks 
 what would otherwise fail mid-run (``preflight``).
 
 The modules, in the order ``load_study`` uses them: ``spec`` (the YAML's shape), ``expressions``
-(derived values), ``plan`` (profile, variants x grid x seeds, run names and ids; ``names`` for
-how an axis value is written), ``resolve`` (one run's config and who set what), ``preflight``,
+(derived values), ``plan`` (profile, variants x grid x seeds, run names and ids, written with
+:mod:`ablate.names`), ``resolve`` (one run's config and who set what), ``preflight``,
 ``claims``.
 """
 
 from ablate.study.load import load_study
-from ablate.study.names import fmt_value, short_names
 from ablate.study.plan import PlannedRun, Study, planned_run_id, run_content
 from ablate.study.spec import Reference, parse_reference, read_study_yaml
 
@@ -19,11 +18,9 @@ __all__ = [
     "PlannedRun",
     "Reference",
     "Study",
-    "fmt_value",
     "load_study",
     "parse_reference",
     "planned_run_id",
     "read_study_yaml",
     "run_content",
-    "short_names",
 ]

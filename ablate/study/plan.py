@@ -18,7 +18,7 @@ from typing import Any
 
 from ablate.config import RunConfig
 from ablate.errors import ConfigError
-from ablate.study.names import fmt_value, short_names
+from ablate.names import fmt_value, short_names
 from ablate.study.resolve import resolve
 from ablate.study.spec import Derived, Layer, Profile, Reference, StudySpec, overrides_layer
 

@@ -66,8 +66,8 @@ from pydantic import ValidationError
 
 from ablate.config import check_key, field_adapter, flatten, load_yaml, parse_override
 from ablate.errors import ConfigError, check_known, suggest
+from ablate.names import fmt_value
 from ablate.study.expressions import parse_expression
-from ablate.study.names import fmt_value
 
 TOP_LEVEL = (
     "name",
