@@ -72,9 +72,9 @@ def _interrupt_at(step, path, store, monkeypatch):
 def test_a_run_interrupted_twice_syncs_its_whole_history(
     make_study, tmp_path, offline, monkeypatch, offline_wandb_run
 ):
-    from ablate.report.collect import load_study
     from ablate.report.wandb_report import log_report, report_run_id
     from ablate.report.wandb_sync import logged_steps, read_records
+    from ablate.study.results import read_study
 
     store = tmp_path / "runs"
     path = make_study(base=OFFLINE, grid={"model.activation": ["relu"]})
@@ -99,7 +99,7 @@ def test_a_run_interrupted_twice_syncs_its_whole_history(
     }
     assert summary["final_val_loss"] == pytest.approx(result["final_val_loss"])
     assert summary["final_val_loss_on"] == "2 validation batches"  # train.final_eval_batches
-    study = load_study(store, "tiny")
+    study = read_study(store, "tiny")
     assert log_report(study, {}, []) == "offline" and log_report(study, {}, []) == "offline"
     (report,) = (study.path / ".report-wandb" / "wandb").glob("offline-run-*")  # the last one
 

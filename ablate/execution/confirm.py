@@ -149,7 +149,6 @@ def pilot_power(
     if the pilot's difference and SD were the true ones (the design's power justification).
     Without such runs, ``{"": "no pilot: ..."}``: another profile's runs are another scale and
     never stand in for this one's."""
-    from ablate.report import collect
     from ablate.report.audit import confirm_mask
     from ablate.report.claim_checks import (
         build_comparisons,
@@ -160,13 +159,14 @@ def pilot_power(
     )
     from ablate.report.claims_section import numbers
     from ablate.report.stats import ALPHA
+    from ablate.study.results import read_study
 
     none = {"": f"no pilot: the store has no exploratory runs of {name} at profile {profile}"}
     out = dict(none)
     if not any(True for _ in RunStore(store).runs(name)):
         return none
     try:
-        data = collect.load_study(Path(store), name, Path(study_path), profile)
+        data = read_study(Path(store), name, Path(study_path), profile)
     except ConfigError:  # no runs of this profile
         return none
     explore = data.runs[~confirm_mask(data.runs)]

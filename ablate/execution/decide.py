@@ -40,7 +40,6 @@ from ablate.execution.confirm import (
     store_seeds,
 )
 from ablate.execution.runner import run_study
-from ablate.report import collect
 from ablate.report.claim_checks import (
     INCONCLUSIVE,
     UNTESTED,
@@ -53,13 +52,14 @@ from ablate.report.stats import ALPHA
 from ablate.store.rundir import DECISIONS_FILE, read_decisions, write_decisions
 from ablate.study import Study, load_study
 from ablate.study.arms import claim_arms
+from ablate.study.results import StudyData, read_study, restrict_seeds
 
 DEFAULT_MAX_LOOKS = 3
 
-Outcomes = Callable[[collect.StudyData, float], dict[str, str]]
+Outcomes = Callable[[StudyData, float], dict[str, str]]
 
 
-def claim_outcomes(study: collect.StudyData, alpha: float) -> dict[str, str]:
+def claim_outcomes(study: StudyData, alpha: float) -> dict[str, str]:
     """Claim id -> its outcome at level ``alpha``, Holm-corrected over the claims alone (the
     confirmatory family), as the report decides a claim."""
     checks = build_comparisons(study, study.claims, study.equivalence_margin)
@@ -237,8 +237,8 @@ def run_until_decided(
         if "stopped" in log:  # the design was finished before: nothing more to look at
             return results
         seed_set = _look_seeds(log, look)
-        found = collect.load_study(store, plan.name, study_path, plan.profile)
-        data = collect.restrict_seeds(found, seed_set)
+        found = read_study(store, plan.name, study_path, plan.profile)
+        data = restrict_seeds(found, seed_set)
         data = dataclasses.replace(data, claims=[c for c in data.claims if c.id not in decided])
         level = look_levels(design["seeds_at_looks"], alpha)[look - 1]["nominal_alpha"]
         open_ = _record_look(log, look, seed_set, outcomes(data, level), decided)

@@ -10,7 +10,8 @@ a good one. Reports read only the store and can be rebuilt at any time, also mid
 The stage, in the order a report is built (``build`` runs it; this package only hands its
 names on):
 
-* ``collect``: the store -> :class:`~ablate.report.collect.StudyData` (runs and metrics tables).
+* :func:`ablate.study.results.read_study`: the store -> a ``StudyData`` (runs and metrics
+  tables).
 * ``stats`` (numbers on per-seed values) -> ``comparisons`` (two groups of runs, adjusted over
   a family) -> ``verdicts`` (the sentences); ``claim_checks`` checks the study's claims with them
   (the confirmatory family, Holm over the claims only; the axis comparisons are exploratory,
@@ -27,6 +28,5 @@ names on):
 """
 
 from ablate.report.build import build_report, build_reports
-from ablate.report.collect import load_study
 
-__all__ = ["build_report", "build_reports", "load_study"]
+__all__ = ["build_report", "build_reports"]

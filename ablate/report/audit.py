@@ -24,7 +24,6 @@ import pandas as pd
 
 from ablate.errors import ConfigError
 from ablate.names import axis_column
-from ablate.report.collect import StudyData
 from ablate.report.render import Block
 from ablate.store import FINISHED
 from ablate.study.claims import claim_fingerprint
@@ -35,6 +34,7 @@ from ablate.study.registration import (
     read_registration,
     registration_path,
 )
+from ablate.study.results import StudyData
 
 BEFORE_FILES = "before registration files"
 """The ``registration`` of a confirmation run from before registration files existed."""

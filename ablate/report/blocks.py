@@ -14,7 +14,6 @@ import pandas as pd
 from ablate.names import display_names, format_value, loss_unit, value_order
 from ablate.report.audit import confirm_mask, latest_attempt
 from ablate.report.claims_section import against_the_paper, extra_seeds_section
-from ablate.report.collect import StudyData
 from ablate.report.comparisons import Comparison
 from ablate.report.plots import FigureFile
 from ablate.report.render import Block
@@ -30,6 +29,7 @@ from ablate.report.tables import (
 )
 from ablate.report.verdicts import Verdict, verdict
 from ablate.store import UNFINISHED_STATES
+from ablate.study.results import StudyData
 
 
 def progress_line(study: StudyData) -> str | None:

@@ -22,7 +22,6 @@ from ablate.report.audit import HISTORY, audit_blocks
 from ablate.report.blocks import build_blocks, progress_line
 from ablate.report.claim_checks import SLOPE, analyse
 from ablate.report.claims_section import claims_frame
-from ablate.report.collect import StudyData, load_study, resolve_studies, results_frame
 from ablate.report.dashboards import write_specs
 from ablate.report.fit import init_ffn_grad_slope
 from ablate.report.index import CLAIMS_CSV, write_index
@@ -31,6 +30,7 @@ from ablate.report.render import Block, to_html, to_markdown
 from ablate.report.tables import where_text
 from ablate.report.verdicts import verdict
 from ablate.report.wandb_report import comparisons_frame, log_report
+from ablate.study.results import StudyData, read_study, resolve_studies, results_frame
 
 KEPT_DIRS = (HISTORY, "archive")
 """Folders of ``reports/<study>/`` a rebuild keeps: the result tables of earlier confirmation
@@ -122,7 +122,7 @@ def build_reports(
     store, out = Path(store), Path(out)
     paths = []
     for name, yaml_path in resolve_studies(list(studies or []), store):
-        study = load_study(store, name, yaml_path, profile)
+        study = read_study(store, name, yaml_path, profile)
         if study.extra.get("no_spec"):  # one line: the report lacks claims and description
             print(f"warning: {name}: {study.extra['no_spec']}", file=sys.stderr)
         path = build_report(study, out)

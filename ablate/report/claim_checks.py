@@ -26,7 +26,6 @@ import pandas as pd
 
 from ablate.names import axis_column, format_value
 from ablate.report.audit import confirm_mask, design_progress, latest_attempt
-from ablate.report.collect import StudyData, restrict_seeds
 from ablate.report.comparisons import (
     FINISHED,
     Comparison,
@@ -47,6 +46,7 @@ from ablate.report.power import (
 )
 from ablate.report.stats import ALPHA, finite, holm
 from ablate.study.claims import FITTED, ONE_SAMPLE, Claim
+from ablate.study.results import StudyData, restrict_seeds
 
 SLOPE = "ffn_grad_slope@init"
 

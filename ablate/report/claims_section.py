@@ -15,11 +15,11 @@ import pandas as pd
 
 from ablate.report.audit import Standing, standing
 from ablate.report.claim_checks import INCONCLUSIVE, PENDING, ClaimCheck
-from ablate.report.collect import DTYPE_PREFIX, StudyData
 from ablate.report.comparisons import STREAMS_DIFFER
 from ablate.report.fit import lr_fit
 from ablate.report.render import Block
 from ablate.report.verdicts import fmt_num, fmt_p, verdict
+from ablate.study.results import DTYPE_PREFIX, StudyData
 
 
 def _where(check: ClaimCheck) -> str:

@@ -26,10 +26,10 @@ from typing import Any
 import pandas as pd
 
 from ablate.names import LENGTH_PREFIX, display_names, loss_unit
-from ablate.report.collect import StudyData
 from ablate.report.render import Block, md_table
 from ablate.report.wandb_report import REPORT_JOB_TYPE, study_tracking
 from ablate.study import read_study_yaml
+from ablate.study.results import StudyData
 
 WORKSPACE_FILE = "wandb_workspace.json"
 REPORT_FILE = "wandb_report.json"

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.names import display_names, format_value, value_order, variant_order
-from ablate.report.collect import StudyData
+from ablate.study.results import StudyData
 
 
 def labelled(df: pd.DataFrame, study: StudyData) -> tuple[pd.DataFrame, dict[str, list[str]]]:

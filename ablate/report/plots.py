@@ -31,7 +31,6 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from ablate.names import display_names, length_multiple, loss_unit, value_order  # noqa: E402
-from ablate.report.collect import StudyData  # noqa: E402
 from ablate.report.figure_data import (  # noqa: E402
     display_columns,
     heatmap_cells,
@@ -43,6 +42,7 @@ from ablate.report.figure_data import (  # noqa: E402
     with_final_points,
 )
 from ablate.report.stats import SEED, t_errorbar  # noqa: E402
+from ablate.study.results import StudyData  # noqa: E402
 
 DPI = 110
 CI_BANDS = "band: 95% t-interval over seeds (as in the tables)"

@@ -13,11 +13,11 @@ from typing import Any
 import pandas as pd
 
 from ablate.names import display_names, format_value, length_multiple, variant_order
-from ablate.report.collect import StudyData
 from ablate.report.comparisons import Comparison
 from ablate.report.stats import one_sample, summarize
 from ablate.report.verdicts import Verdict
 from ablate.store import UNFINISHED_STATES
+from ablate.study.results import StudyData
 
 QUALITY = [  # (column, header, decimals)
     ("final_val_loss", "final val loss", 4),

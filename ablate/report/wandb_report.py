@@ -24,8 +24,8 @@ from pathlib import Path
 import pandas as pd
 
 from ablate.config import TrackingConfig
-from ablate.report.collect import StudyData, results_frame
 from ablate.store import RunDir
+from ablate.study.results import StudyData, results_frame
 from ablate.training.tracking import wandb_mode
 
 log = logging.getLogger("ablate")

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ablate.config import ConfigError
-from ablate.report.collect import resolve_studies
 from ablate.report.wandb_report import REPORT_WANDB_DIR
 from ablate.store import RunDir
+from ablate.study.results import resolve_studies
 from ablate.training.tracking import wandb_logged_in
 
 _BLOCK = 32768

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ablate.config import ConfigError
-from ablate.report.collect import resolve_studies
 from ablate.report.dashboards import REPORT_FILE, WORKSPACE_FILE
 from ablate.store.rundir import atomic_write_json, read_json
+from ablate.study.results import resolve_studies
 from ablate.training.tracking import wandb_logged_in
 
 VIEWS_FILE = "wandb_views.json"

@@ -1,4 +1,9 @@
-"""Read a study out of the run store into pandas tables.
+"""A study's runs read back from the run store into pandas tables (:func:`read_study`).
+
+Not :func:`ablate.study.load_study`, which reads the study YAML into its planned runs; this
+reads what those runs left in the store, for the report and for deciding claims
+(:mod:`ablate.claims`). Both the report (``ablate report``) and ``ablate run --until-decided``
+/ ``ablate register`` (the pilot) read a study's runs through here.
 
 Two tables come out of a study directory ``<store>/<study>/``:
 
@@ -34,10 +39,10 @@ from ablate.names import (
     value_order,
 )
 from ablate.store import RUN_STATES, SUMMARY_NUMBERS, RunDir, RunStore, run_state
-from ablate.study import Reference, parse_reference, read_study_yaml
 from ablate.study.arms import claim_arm_axes
+from ablate.study.load import load_study
+from ablate.study.spec import Reference, parse_reference, read_study_yaml
 
-PENDING = "pending"
 ORDERED_STATUSES = RUN_STATES  # the store's one vocabulary, decided by store.run_state
 
 # summary fields in display order; any other scalar field a run writes is kept after these
@@ -64,7 +69,7 @@ DTYPE_PREFIX = "dtype."
 
 @dataclass
 class StudyData:
-    """Everything the report needs about one study, read from the store."""
+    """Everything the report and the claims need about one study, read from the store."""
 
     name: str
     path: Path
@@ -273,9 +278,7 @@ def _expand(yaml_path: Path | None, profile: str | None):
             "study YAML to report its claims and description"
         )
     try:
-        from ablate.study import load_study as expand
-
-        return expand(yaml_path, profile, check_data=False, check_device=False), None
+        return load_study(yaml_path, profile, check_data=False, check_device=False), None
     except ConfigError as err:
         if str(getattr(err, "key", "") or "").startswith(("claims", "equivalence_margin")):
             raise
@@ -284,7 +287,7 @@ def _expand(yaml_path: Path | None, profile: str | None):
         return None, f"cannot read {yaml_path}: {type(err).__name__}: {err}"
 
 
-def load_study(
+def read_study(
     store: Path, name: str, yaml_path: Path | None = None, profile: str | None = None
 ) -> StudyData:
     """Read every run of ``name`` from the store into a :class:`StudyData`: the runs of
