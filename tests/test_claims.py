@@ -15,6 +15,8 @@ import yaml
 from scipy import stats
 from typer.testing import CliRunner
 
+from ablate.claims import registration
+from ablate.claims.spec import claim_fingerprint
 from ablate.cli import app
 from ablate.config import ConfigError
 from ablate.report import build_reports
@@ -23,8 +25,6 @@ from ablate.report.fit import exponent, grad_slope, optimum_log_lr
 from ablate.report.stats import holm
 from ablate.store import RunStore
 from ablate.study import load_study as plan_study
-from ablate.study import registration
-from ablate.study.claims import claim_fingerprint
 from ablate.study.results import read_study
 
 GRID = {"model.norm_placement": ["post", "pre"], "model.pos_encoding": ["learned", "rope"]}

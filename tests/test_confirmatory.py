@@ -12,6 +12,8 @@ import pytest
 import yaml
 from scipy import stats
 
+from ablate.claims.registration import build_registration, registration_path, write_registration
+from ablate.claims.spec import Claim
 from ablate.report import build_reports
 from ablate.report.audit import attempt_items
 from ablate.report.blocks import progress_line, withdrawn_note
@@ -40,8 +42,6 @@ from ablate.report.sequential import (
     spending_table,
 )
 from ablate.store import RunStore
-from ablate.study.claims import Claim
-from ablate.study.registration import build_registration, registration_path, write_registration
 from ablate.study.results import read_study
 
 ALPHA = 0.05

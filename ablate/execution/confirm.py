@@ -3,14 +3,14 @@
 A claim written after its runs were seen can only be confirmed on data it has not seen. This
 trains ``N`` seeds the study never used (not in its ``seeds`` list, not in any run of the
 study in the store, not in its ``seen_seeds``) for the variants its claims select
-(:func:`ablate.study.arms.claim_arms`: the runs of arms ``a`` and ``b`` under ``where``; every
+(:func:`ablate.claims.arms.claim_arms`: the runs of arms ``a`` and ``b`` under ``where``; every
 run under ``where`` for a fitted exponent), and nothing else. Every arm gets the same seeds, so
 the arms stay paired. Each run's ``run.yaml`` meta and ``summary.json`` say ``confirm:
 true``; its run id is its config's, so it differs from the study's runs by the seed alone.
 
 The design is fixed before the data: ``ablate register`` (:func:`register_study`) picks ``N``
 seeds never seen (not in the study's ``seeds`` or ``seen_seeds``, no run of the study in the
-store) and writes them into the study's registration (:mod:`ablate.study.registration`), which
+store) and writes them into the study's registration (:mod:`ablate.claims.registration`), which
 the user commits. ``--confirm`` then trains exactly the registered seeds, and only when the
 registration matches the study and is committed; ``--unregistered`` trains fresh seeds without
 one, and the report calls the outcome exploratory. Each confirmation run's meta names the
@@ -24,16 +24,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ablate.config import ConfigError
-from ablate.store import RunStore
-from ablate.study import Study, load_study
-from ablate.study.arms import claim_arms
-from ablate.study.registration import (
+from ablate.claims.arms import claim_arms
+from ablate.claims.registration import (
     build_registration,
     registration_path,
     require_registration,
     write_registration,
 )
+from ablate.config import ConfigError
+from ablate.store import RunStore
+from ablate.study import Study, load_study
 
 DEFAULT_CONFIRM = 3
 

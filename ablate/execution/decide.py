@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from ablate.claims.arms import claim_arms
 from ablate.config import ConfigError
 from ablate.execution.confirm import (
     confirm_seeds,
@@ -51,7 +52,6 @@ from ablate.report.sequential import SPENDING, look_levels
 from ablate.report.stats import ALPHA
 from ablate.store.rundir import DECISIONS_FILE, read_decisions, write_decisions
 from ablate.study import Study, load_study
-from ablate.study.arms import claim_arms
 from ablate.study.results import StudyData, read_study, restrict_seeds
 
 DEFAULT_MAX_LOOKS = 3

@@ -1,7 +1,7 @@
 """What a reviewer audits: when the claims were registered (from git), against when the runs
 that decide them started, and every confirmation attempt, the failed ones included.
 
-The registration is the committed file beside the study YAML (:mod:`ablate.study.registration`).
+The registration is the committed file beside the study YAML (:mod:`ablate.claims.registration`).
 Each confirmation run records the registration commit it ran under (``registration`` in
 results.csv) and its start (``started``); runs of one registration are one *attempt*. A claim
 is decided on the latest attempt; the earlier ones stay listed here, with the archived result
@@ -22,18 +22,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from ablate.errors import ConfigError
-from ablate.names import axis_column
-from ablate.report.render import Block
-from ablate.store import FINISHED
-from ablate.study.claims import claim_fingerprint
-from ablate.study.registration import (
+from ablate.claims.registration import (
     Version,
     commit_problem,
     git_versions,
     read_registration,
     registration_path,
 )
+from ablate.claims.spec import claim_fingerprint
+from ablate.errors import ConfigError
+from ablate.names import axis_column
+from ablate.report.render import Block
+from ablate.store import FINISHED
 from ablate.study.results import StudyData
 
 BEFORE_FILES = "before registration files"

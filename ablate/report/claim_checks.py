@@ -1,4 +1,4 @@
-"""Check a study's claims (:mod:`ablate.study.claims`) against its runs, at report time.
+"""Check a study's claims (:mod:`ablate.claims.spec`) against its runs, at report time.
 
 Each claim becomes one :class:`~ablate.report.comparisons.Comparison` (arm a vs arm b, paired
 by seed where both arms share the seeds). The claims are the *confirmatory* family: Holm over the
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from ablate.claims.spec import FITTED, ONE_SAMPLE, Claim
 from ablate.names import axis_column, format_value
 from ablate.report.audit import confirm_mask, design_progress, latest_attempt
 from ablate.report.comparisons import (
@@ -45,7 +46,6 @@ from ablate.report.power import (
     tost_power,
 )
 from ablate.report.stats import ALPHA, finite, holm
-from ablate.study.claims import FITTED, ONE_SAMPLE, Claim
 from ablate.study.results import StudyData, restrict_seeds
 
 SLOPE = "ffn_grad_slope@init"

@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from ablate.claims.arms import claim_arm_axes
 from ablate.config import ConfigError
 from ablate.names import (
     ID_COLUMNS,
@@ -39,7 +40,6 @@ from ablate.names import (
     value_order,
 )
 from ablate.store import RUN_STATES, SUMMARY_NUMBERS, RunDir, RunStore, run_state
-from ablate.study.arms import claim_arm_axes
 from ablate.study.load import load_study
 from ablate.study.spec import Reference, parse_reference, read_study_yaml
 
@@ -87,14 +87,14 @@ class StudyData:
     yaml_path: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     claims: list = field(default_factory=list)
-    """The study YAML's ``claims:`` (:class:`ablate.study.claims.Claim`), checked by the report."""
+    """The study YAML's ``claims:`` (:class:`ablate.claims.spec.Claim`), checked by the report."""
     equivalence_margin: float = 0.01
     """The study YAML's ``equivalence_margin`` (nats) for TOST and claims."""
     profile: str | None = None
     """The profile the runs were planned with (their ``meta.profile``)."""
     claim_arms: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """Claim id -> the axes of each variant of its arms at this profile (what a registered
-    confirmation trains for it: :func:`ablate.study.arms.claim_arm_axes`)."""
+    confirmation trains for it: :func:`ablate.claims.arms.claim_arm_axes`)."""
 
     @property
     def varying_axes(self) -> list[str]:

@@ -323,7 +323,7 @@ class Profile:
     """``reference:`` given in the profile: it replaces the study's (``null`` removes it)."""
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Claim id -> the keys this profile replaces (its literature arm), checked by
-    :func:`ablate.study.claims.profile_claims` where the claims are parsed."""
+    :func:`ablate.claims.spec.profile_claims` where the claims are parsed."""
 
 
 def parse_profiles(raw: Any, source: Path, variant_names: list[str]) -> dict[str, Profile]:

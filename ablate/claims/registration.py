@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
+from ablate.claims.spec import FITTED, Claim, claim_fingerprint
 from ablate.errors import ConfigError
-from ablate.study.claims import FITTED, Claim, claim_fingerprint
 
 FOLDER = "registrations"
 DESIGNS = ("fixed", "sequential")
