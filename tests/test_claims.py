@@ -16,13 +16,13 @@ from scipy import stats
 from typer.testing import CliRunner
 
 from ablate.claims import registration
+from ablate.claims.fit import exponent, grad_slope, optimum_log_lr
 from ablate.claims.spec import claim_fingerprint
+from ablate.claims.stats import holm
 from ablate.cli import app
 from ablate.config import ConfigError
 from ablate.report import build_reports
 from ablate.report.claim_checks import analyse, claim_seeds_needed
-from ablate.report.fit import exponent, grad_slope, optimum_log_lr
-from ablate.report.stats import holm
 from ablate.store import RunStore
 from ablate.study import load_study as plan_study
 from ablate.study.results import read_study

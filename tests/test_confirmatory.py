@@ -12,7 +12,20 @@ import pytest
 import yaml
 from scipy import stats
 
+from ablate.claims.comparisons import PAIRED, STREAMS_DIFFER, compare
+from ablate.claims.power import (
+    beyond_power,
+    diff_power,
+    smallest_n,
+    tost_power,
+)
 from ablate.claims.registration import build_registration, registration_path, write_registration
+from ablate.claims.sequential import (
+    nominal_levels,
+    obf_spent,
+    planned_fractions,
+    spending_table,
+)
 from ablate.claims.spec import Claim
 from ablate.report import build_reports
 from ablate.report.audit import attempt_items
@@ -27,19 +40,6 @@ from ablate.report.claim_checks import (
     claim_seeds_needed,
     confirmatory_family,
     decide_claim,
-)
-from ablate.report.comparisons import PAIRED, STREAMS_DIFFER, compare
-from ablate.report.power import (
-    beyond_power,
-    diff_power,
-    smallest_n,
-    tost_power,
-)
-from ablate.report.sequential import (
-    nominal_levels,
-    obf_spent,
-    planned_fractions,
-    spending_table,
 )
 from ablate.store import RunStore
 from ablate.study.results import read_study

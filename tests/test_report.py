@@ -9,10 +9,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from ablate.config import ConfigError
-from ablate.report import build_reports
-from ablate.report.comparisons import adjust, compare
-from ablate.report.stats import (
+from ablate.claims.comparisons import adjust, compare
+from ablate.claims.stats import (
     bootstrap_diff_ci,
     holm,
     mean_ci,
@@ -24,7 +22,9 @@ from ablate.report.stats import (
     welch,
     welch_diff,
 )
-from ablate.report.verdicts import verdict
+from ablate.claims.verdicts import verdict
+from ablate.config import ConfigError
+from ablate.report import build_reports
 from ablate.store import RunStore
 from ablate.study.results import read_study
 
@@ -471,7 +471,7 @@ def test_val_curve_ends_at_the_full_split_final_loss(built):
 
 
 def test_t_errorbar_is_the_tables_interval():
-    from ablate.report.stats import t_errorbar
+    from ablate.claims.stats import t_errorbar
 
     assert t_errorbar([1.0, 2.0, 3.0]) == pytest.approx(mean_ci([1.0, 2.0, 3.0])[1:])
     assert t_errorbar([2.0]) == (2.0, 2.0)

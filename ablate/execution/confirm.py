@@ -149,6 +149,7 @@ def pilot_power(
     if the pilot's difference and SD were the true ones (the design's power justification).
     Without such runs, ``{"": "no pilot: ..."}``: another profile's runs are another scale and
     never stand in for this one's."""
+    from ablate.claims.stats import ALPHA
     from ablate.report.audit import confirm_mask
     from ablate.report.claim_checks import (
         build_comparisons,
@@ -158,7 +159,6 @@ def pilot_power(
         parts_seeds_needed,
     )
     from ablate.report.claims_section import numbers
-    from ablate.report.stats import ALPHA
     from ablate.study.results import read_study
 
     none = {"": f"no pilot: the store has no exploratory runs of {name} at profile {profile}"}

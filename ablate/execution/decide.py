@@ -5,7 +5,7 @@ the first look: at most ``max_looks`` looks, the first on the study's seeds (or,
 ``--confirm N``, on ``N`` fresh confirmation seeds), each later one ``seeds_per_look`` seeds more.
 Look ``k`` has information fraction ``t_k = seeds at look k / seeds at the last look`` and tests
 at the nominal level that a Lan-DeMets O'Brien-Fleming-type spending function spends at that
-look (:mod:`ablate.report.sequential`), so the chance of a false decision over all looks stays
+look (:mod:`ablate.claims.sequential`), so the chance of a false decision over all looks stays
 at most ``alpha``. At each look every claim not yet decided is analysed on exactly that look's
 seeds (Holm over the claims), a claim decided there stops, and the next look's new seeds go to
 *every* arm of every claim still inconclusive, so arms keep one seed set (paired tests). It stops
@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ablate.claims.arms import claim_arms
+from ablate.claims.sequential import SPENDING, look_levels
+from ablate.claims.stats import ALPHA
 from ablate.config import ConfigError
 from ablate.execution.confirm import (
     confirm_seeds,
@@ -48,8 +50,6 @@ from ablate.report.claim_checks import (
     confirmatory_family,
     decide_claim,
 )
-from ablate.report.sequential import SPENDING, look_levels
-from ablate.report.stats import ALPHA
 from ablate.store.rundir import DECISIONS_FILE, read_decisions, write_decisions
 from ablate.study import Study, load_study
 from ablate.study.results import StudyData, read_study, restrict_seeds

@@ -11,14 +11,15 @@ from dataclasses import replace
 
 import pandas as pd
 
+from ablate.claims.comparisons import Comparison
+from ablate.claims.stats import ALPHA, SEED
+from ablate.claims.verdicts import Verdict, verdict
 from ablate.names import display_names, format_value, loss_unit, value_order
 from ablate.report.audit import confirm_mask, latest_attempt
 from ablate.report.claims_section import against_the_paper, extra_seeds_section
-from ablate.report.comparisons import Comparison
 from ablate.report.plots import FigureFile
 from ablate.report.render import Block
 from ablate.report.repro import environment_table, reproducibility_text
-from ablate.report.stats import ALPHA, SEED
 from ablate.report.tables import (
     comparisons_table,
     length_table,
@@ -27,7 +28,6 @@ from ablate.report.tables import (
     variant_tables,
     where_text,
 )
-from ablate.report.verdicts import Verdict, verdict
 from ablate.store import UNFINISHED_STATES
 from ablate.study.results import StudyData
 

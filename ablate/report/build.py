@@ -17,18 +17,18 @@ from pathlib import Path
 
 import pandas as pd
 
+from ablate.claims.fit import init_ffn_grad_slope
+from ablate.claims.verdicts import verdict
 from ablate.names import display_names, loss_unit
 from ablate.report.audit import HISTORY, audit_blocks
 from ablate.report.blocks import build_blocks, progress_line
 from ablate.report.claim_checks import SLOPE, analyse
 from ablate.report.claims_section import claims_frame
 from ablate.report.dashboards import write_specs
-from ablate.report.fit import init_ffn_grad_slope
 from ablate.report.index import CLAIMS_CSV, write_index
 from ablate.report.plots import make_figures
 from ablate.report.render import Block, to_html, to_markdown
 from ablate.report.tables import where_text
-from ablate.report.verdicts import verdict
 from ablate.report.wandb_report import comparisons_frame, log_report
 from ablate.study.results import StudyData, read_study, resolve_studies, results_frame
 

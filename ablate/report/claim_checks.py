@@ -1,13 +1,13 @@
 """Check a study's claims (:mod:`ablate.claims.spec`) against its runs, at report time.
 
-Each claim becomes one :class:`~ablate.report.comparisons.Comparison` (arm a vs arm b, paired
+Each claim becomes one :class:`~ablate.claims.comparisons.Comparison` (arm a vs arm b, paired
 by seed where both arms share the seeds). The claims are the *confirmatory* family: Holm over the
 study's claims only, each distinct test counted once (a claim written as the reverse of another
 is the same test), so a claim's p never depends on how large the grid is. The axis comparisons
 are *exploratory*: Benjamini–Hochberg within the report (:func:`analyse`).
 
 Outcomes: *reproduces*, *contradicted*, or *inconclusive* with the seeds the deciding test would
-need (:mod:`ablate.report.power`); an ``equivalent`` claim reads *equivalent* (TOST passes,
+need (:mod:`ablate.claims.power`); an ``equivalent`` claim reads *equivalent* (TOST passes,
 reproduces), *different* (significant, 95% CI wholly outside ±margin: contradicted), *different
 but within margin* (significant, CI inside ±margin: the "no difference" holds in practice) or
 inconclusive. ``diverges`` claims count diverged runs instead.
@@ -24,10 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from ablate.claims.spec import FITTED, ONE_SAMPLE, Claim
-from ablate.names import axis_column, format_value
-from ablate.report.audit import confirm_mask, design_progress, latest_attempt
-from ablate.report.comparisons import (
+from ablate.claims.comparisons import (
     FINISHED,
     Comparison,
     adjust,
@@ -35,9 +32,9 @@ from ablate.report.comparisons import (
     compare,
     compare_groups,
 )
-from ablate.report.fit import init_ffn_grad_slope, lr_fit
-from ablate.report.one_sample import Part, contradicted, intersection, part_of
-from ablate.report.power import (
+from ablate.claims.fit import init_ffn_grad_slope, lr_fit
+from ablate.claims.one_sample import Part, contradicted, intersection, part_of
+from ablate.claims.power import (
     SeedsNeeded,
     beyond_power,
     diff_power,
@@ -45,7 +42,10 @@ from ablate.report.power import (
     smallest_n,
     tost_power,
 )
-from ablate.report.stats import ALPHA, finite, holm
+from ablate.claims.spec import FITTED, ONE_SAMPLE, Claim
+from ablate.claims.stats import ALPHA, finite, holm
+from ablate.names import axis_column, format_value
+from ablate.report.audit import confirm_mask, design_progress, latest_attempt
 from ablate.study.results import StudyData, restrict_seeds
 
 SLOPE = "ffn_grad_slope@init"
@@ -213,7 +213,7 @@ def _arm_check(
 
 def _one_sample_check(check: ClaimCheck, base: pd.DataFrame, explore: pd.DataFrame) -> None:
     """A one-arm claim against a value, or an intersection of such parts
-    (:mod:`ablate.report.one_sample`)."""
+    (:mod:`ablate.claims.one_sample`)."""
     claim = check.claim
     col = metric_column(claim)
     if col not in base or base[col].isna().all():

@@ -13,12 +13,12 @@ import math
 
 import pandas as pd
 
+from ablate.claims.comparisons import STREAMS_DIFFER
+from ablate.claims.fit import lr_fit
+from ablate.claims.verdicts import fmt_num, fmt_p, verdict
 from ablate.report.audit import Standing, standing
 from ablate.report.claim_checks import INCONCLUSIVE, PENDING, ClaimCheck
-from ablate.report.comparisons import STREAMS_DIFFER
-from ablate.report.fit import lr_fit
 from ablate.report.render import Block
-from ablate.report.verdicts import fmt_num, fmt_p, verdict
 from ablate.study.results import DTYPE_PREFIX, StudyData
 
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pandas as pd
 
+from ablate.claims.comparisons import Comparison
+from ablate.claims.stats import one_sample, summarize
+from ablate.claims.verdicts import Verdict
 from ablate.names import display_names, format_value, length_multiple, variant_order
-from ablate.report.comparisons import Comparison
-from ablate.report.stats import one_sample, summarize
-from ablate.report.verdicts import Verdict
 from ablate.store import UNFINISHED_STATES
 from ablate.study.results import StudyData
 

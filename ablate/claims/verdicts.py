@@ -1,4 +1,4 @@
-"""Plain-language verdicts on a :class:`~ablate.report.comparisons.Comparison`: better, worse,
+"""Plain-language verdicts on a :class:`~ablate.claims.comparisons.Comparison`: better, worse,
 equivalent within the margin, inconclusive (with the seeds that would decide it), diverged or
 too few seeds, from the p-values adjusted over the comparison's family (Holm for claims,
 Benjamini–Hochberg for the exploratory axis comparisons); and the number formats those sentences
@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ablate.report.comparisons import Comparison
-from ablate.report.power import floor_above
-from ablate.report.stats import ALPHA, seeds_needed
+from ablate.claims.comparisons import Comparison
+from ablate.claims.power import floor_above
+from ablate.claims.stats import ALPHA, seeds_needed
 
 
 @dataclass(frozen=True)
