@@ -17,12 +17,13 @@ from typer.testing import CliRunner
 
 from ablate.claims import registration
 from ablate.claims.fit import exponent, grad_slope, optimum_log_lr
+from ablate.claims.outcomes import analyse
+from ablate.claims.power import claim_seeds_needed
 from ablate.claims.spec import claim_fingerprint
 from ablate.claims.stats import holm
 from ablate.cli import app
 from ablate.config import ConfigError
 from ablate.report import build_reports
-from ablate.report.claim_checks import analyse, claim_seeds_needed
 from ablate.store import RunStore
 from ablate.study import load_study as plan_study
 from ablate.study.results import read_study
@@ -546,7 +547,7 @@ def test_an_intersection_claim_is_the_largest_one_sided_p(tmp_path, norm_pos_sto
 
 
 def test_best_of_is_picked_on_exploratory_seeds_only(tmp_path, write_run):
-    from ablate.report.claim_checks import build_comparisons
+    from ablate.claims.checks import build_comparisons
 
     store, act = tmp_path / "runs", "model.activation"
     finals = {"relu": (2.0, 2.3), "gelu": (2.1, 2.0), "swiglu": (1.9, 1.9)}  # (explore, confirm)

@@ -12,9 +12,20 @@ import pytest
 import yaml
 from scipy import stats
 
+from ablate.claims.checks import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    REPRODUCES,
+    WITHIN_MARGIN,
+    ClaimCheck,
+    confirmatory_family,
+    decide_claim,
+)
 from ablate.claims.comparisons import PAIRED, STREAMS_DIFFER, compare
+from ablate.claims.outcomes import analyse
 from ablate.claims.power import (
     beyond_power,
+    claim_seeds_needed,
     diff_power,
     smallest_n,
     tost_power,
@@ -30,17 +41,6 @@ from ablate.claims.spec import Claim
 from ablate.report import build_reports
 from ablate.report.audit import attempt_items
 from ablate.report.blocks import progress_line, withdrawn_note
-from ablate.report.claim_checks import (
-    CONTRADICTED,
-    INCONCLUSIVE,
-    REPRODUCES,
-    WITHIN_MARGIN,
-    ClaimCheck,
-    analyse,
-    claim_seeds_needed,
-    confirmatory_family,
-    decide_claim,
-)
 from ablate.store import RunStore
 from ablate.study.results import read_study
 

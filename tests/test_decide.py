@@ -12,10 +12,11 @@ import pytest
 import yaml
 from scipy import stats
 
+from ablate.claims.looks import look_seed_counts
+from ablate.claims.outcomes import claim_outcomes
 from ablate.claims.sequential import look_levels, obf_spent
 from ablate.config import ConfigError
 from ablate.execution.confirm import register_study
-from ablate.execution.decide import claim_outcomes, look_seed_counts
 from ablate.execution.decide import run_until_decided as run_registered
 from ablate.store.rundir import DECISIONS_FILE as LOG
 from ablate.study.results import read_study

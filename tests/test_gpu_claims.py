@@ -11,12 +11,13 @@ import pandas as pd
 import pytest
 import yaml
 
+from ablate.claims.checks import PENDING
+from ablate.claims.outcomes import analyse
 from ablate.claims.registration import build_registration, registration_path, write_registration
 from ablate.config import ConfigError
 from ablate.execution.confirm import register_study, run_confirm
 from ablate.execution.runner import run_study
 from ablate.report import build_reports
-from ablate.report.claim_checks import PENDING, analyse
 from ablate.store import RunStore
 from ablate.study import load_study as plan_study
 from ablate.study.results import read_study

@@ -12,15 +12,12 @@ names on):
 
 * :func:`ablate.study.results.read_study`: the store -> a ``StudyData`` (runs and metrics
   tables).
-* ``stats`` (numbers on per-seed values) -> ``comparisons`` (two groups of runs, adjusted over
-  a family) -> ``verdicts`` (the sentences); ``claim_checks`` checks the study's claims with them
-  (the confirmatory family, Holm over the claims only; the axis comparisons are exploratory,
-  Benjamini–Hochberg), ``power`` words the seeds the deciding test needs, ``audit`` proves
-  from git when the claims were registered and lists every confirmation attempt,
-  ``sequential`` is the alpha spending of ``--until-decided``,
-  ``fit`` fits the LR optimum.
-* ``tables``, ``claims_section``, ``repro`` (text and tables) and ``figure_data`` -> ``plots``
-  (the PNGs) are put in order by ``blocks`` and written as Markdown and HTML by ``render``;
+* :func:`ablate.claims.outcomes.analyse`: the exploratory axis comparisons (Benjamini–Hochberg
+  within the report) and the study's claims decided (the confirmatory family, Holm over the
+  claims only), with the statistics of :mod:`ablate.claims`.
+* ``tables``, ``claims_section``, ``repro`` (text and tables), ``audit`` (the registration's
+  versions and every confirmation attempt) and ``figure_data`` -> ``plots`` (the PNGs) are put
+  in order by ``blocks`` and written as Markdown and HTML by ``render``;
   ``wandb_report`` logs the same to W&B, and ``dashboards`` writes the study's W&B workspace
   and Report specs beside it.
 * Beside the build: ``wandb_sync`` (``ablate sync``) uploads a study's offline W&B runs,

@@ -12,10 +12,10 @@ from dataclasses import replace
 import pandas as pd
 
 from ablate.claims.comparisons import Comparison
+from ablate.claims.standing import confirm_mask, latest_attempt
 from ablate.claims.stats import ALPHA, SEED
 from ablate.claims.verdicts import Verdict, verdict
 from ablate.names import display_names, format_value, loss_unit, value_order
-from ablate.report.audit import confirm_mask, latest_attempt
 from ablate.report.claims_section import against_the_paper, extra_seeds_section
 from ablate.report.plots import FigureFile
 from ablate.report.render import Block

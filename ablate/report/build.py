@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from ablate.claims.checks import SLOPE
 from ablate.claims.fit import init_ffn_grad_slope
+from ablate.claims.outcomes import analyse
 from ablate.claims.verdicts import verdict
 from ablate.names import display_names, loss_unit
 from ablate.report.audit import HISTORY, audit_blocks
 from ablate.report.blocks import build_blocks, progress_line
-from ablate.report.claim_checks import SLOPE, analyse
 from ablate.report.claims_section import claims_frame
 from ablate.report.dashboards import write_specs
 from ablate.report.index import CLAIMS_CSV, write_index

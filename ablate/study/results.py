@@ -21,7 +21,7 @@ store is read; nothing here writes to it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -241,14 +241,6 @@ def _started(summary: dict[str, Any]) -> str | None:
     if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
         return None
     return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def restrict_seeds(data: StudyData, seeds: Any) -> StudyData:
-    """The study's runs at ``seeds`` only (a sequential look analyses exactly its seeds)."""
-    keep = {int(s) for s in seeds}
-    runs = data.runs
-    mask = runs["seed"].map(lambda s: s == s and s is not None and int(s) in keep)
-    return replace(data, runs=runs[mask.astype(bool)])
 
 
 def _study_description(store_dir: Path, yaml_data: dict[str, Any], metas: list[dict]) -> str:
