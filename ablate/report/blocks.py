@@ -124,21 +124,28 @@ _ORDER = {"better": 0, "worse": 0, "diverged": 1, "equivalent": 2, "inconclusive
 MAX_HEADLINES = 15
 
 
+def verdict_list(study: StudyData, comps: list[Comparison]) -> list[tuple[Comparison, Verdict]]:
+    """Each exploratory comparison with its verdict in words, as the report, its tables and
+    W&B show it (computed once per report)."""
+    unit = loss_unit(study).split("/")[0]
+    return [(c, verdict(c, unit=unit, where=where_text(c, study))) for c in comps]
+
+
 def build_blocks(
     study: StudyData,
-    comps: list[Comparison],
+    verdicts: list[tuple[Comparison, Verdict]],
     figures: list[FigureFile],
     checks: list | None = None,
 ) -> list[Block]:
-    """The whole report, section by section, in the order of this module's docstring."""
+    """The whole report, section by section, in the order of this module's docstring, from the
+    exploratory comparisons' :func:`verdict_list` and the decided claims (``checks``)."""
     unit = loss_unit(study).split("/")[0]
-    verdicts = [(c, verdict(c, unit=unit, where=where_text(c, study))) for c in comps]
     return [
         *header_blocks(study),
         *against_the_paper(study, checks or [], unit),
         Block("p", how_to_read(study)),
         Block("p", _axes_line(study)),
-        *verdict_blocks(study, comps, verdicts),
+        *verdict_blocks(study, verdicts),
         *extra_seeds_section(study),
         *variant_blocks(study),
         *comparison_blocks(study, verdicts),
@@ -166,9 +173,7 @@ def header_blocks(study: StudyData) -> list[Block]:
     return blocks
 
 
-def verdict_blocks(
-    study: StudyData, comps: list[Comparison], verdicts: list[tuple[Comparison, Verdict]]
-) -> list[Block]:
+def verdict_blocks(study: StudyData, verdicts: list[tuple[Comparison, Verdict]]) -> list[Block]:
     """The headline verdicts, strongest first, and how many of each kind."""
     names = display_names(study.axes)
     blocks = [Block("h2", "Verdicts (exploratory)")]
@@ -182,7 +187,7 @@ def verdict_blocks(
     if len(ranked) > len(shown):
         items.append(f"… {len(ranked) - len(shown)} more in the comparisons table below.")
     for axis in study.varying_axes:
-        if not any(c.axis == axis for c in comps):
+        if not any(c.axis == axis for c, _ in verdicts):
             items.append(
                 f"**{names[axis]}**: no pair of finished runs differs in this axis alone "
                 "(its values never share the other axes' values), so no comparison."
