@@ -384,8 +384,8 @@ def _one_profile(metas: list[dict], name: str, store: Path, profile: str | None)
     if len(have) > 1:
         raise ConfigError(
             f"the store holds runs of study '{name}' at profiles "
-            f"{', '.join(map(str, have))}: report one with --profile (a profile's runs never "
-            "decide another's claims)",
+            f"{', '.join(sorted(map(str, have)))}: report one with --profile (a profile's runs "
+            "never decide another's claims)",
             source=store,
         )
     return have[0] if have else None
