@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.report.collect import load_study
+from ablate.study.results import read_study
 
 pytestmark = pytest.mark.usefixtures("no_wandb")
 
@@ -26,7 +26,7 @@ GOLDEN = Path(__file__).parent / "golden" / "norm_placement_wandb_workspace.json
 def norm_pos(tmp_path_factory, norm_pos_store):
     """The synthetic 2-axis grid study (norm placement x positions, 3 seeds), loaded."""
     store = norm_pos_store(tmp_path_factory.mktemp("store"))
-    return load_study(store, "norm_pos")
+    return read_study(store, "norm_pos")
 
 
 def _sections(spec: dict) -> dict[str, list[dict]]:
@@ -132,7 +132,7 @@ def test_golden_workspace_of_the_shipped_norm_placement_study(tmp_path, monkeypa
         monkeypatch.delenv(var, raising=False)
     with tarfile.open(ROOT / "reports/gpu_runs/norm_placement_gpu_150steps_store.tgz") as tar:
         tar.extractall(tmp_path, filter="data")
-    study = load_study(tmp_path, "norm_placement", ROOT / "studies/norm_placement.yaml")
+    study = read_study(tmp_path, "norm_placement", ROOT / "studies/norm_placement.yaml")
     text = json.dumps(workspace_json(study), indent=1, sort_keys=True) + "\n"
     if os.environ.get("ABLATE_REGEN_GOLDEN"):
         GOLDEN.write_text(text)

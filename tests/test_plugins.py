@@ -286,7 +286,9 @@ def test_an_unknown_name_says_which_plugins_are_loaded(clean_registry, tmp_path)
         build_config({"model.norm": "qnorm"})
 
 
-def test_a_plugin_studys_report_keeps_its_claims_from_another_directory(make_study, tmp_path):
+def test_a_plugin_studys_report_keeps_its_claims_from_another_directory(
+    make_study, tmp_path, clean_registry
+):
     """The store keeps the study with its plugin files beside it, so ``ablate report NAME``
     run elsewhere loads the plugin and decides the claims (it used to warn and drop them)."""
     import shutil

@@ -9,9 +9,10 @@ from typing import Any
 
 import pandas as pd
 
-from ablate.report.collect import StudyData, display_names, loss_unit
+from ablate.names import display_names, loss_unit
 from ablate.report.render import Block, md_table
 from ablate.study import read_study_yaml
+from ablate.study.results import StudyData
 from ablate.tracking import specs
 from ablate.tracking.mode import destination, study_tracking
 from ablate.tracking.specs import Item, StudyView
