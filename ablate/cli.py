@@ -432,7 +432,7 @@ def sync(
     ] = False,
 ) -> None:
     """Upload a study's offline W&B runs, its report run included (needs `wandb login`)."""
-    from ablate.report.collect import resolve_studies
+    from ablate.study.results import resolve_studies
     from ablate.tracking.sync import sync_study
 
     try:
@@ -451,7 +451,7 @@ def dashboard(
     out: Annotated[Path, typer.Option(help="Reports directory.")] = Path("reports"),
 ) -> None:
     """Save the study's W&B workspace and Report (from `ablate report`); update them next time."""
-    from ablate.report.collect import resolve_studies
+    from ablate.study.results import resolve_studies
     from ablate.tracking.views import save_dashboards
 
     try:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ablate.report.claim_checks import analyse
-from ablate.report.claims_section import numbers, outcome_text
-from ablate.report.collect import StudyData
+from ablate.claims.outcomes import analyse
+from ablate.claims.verdicts import numbers, outcome_text
 from ablate.study import load_study
+from ablate.study.results import StudyData
 
 
 def main(yaml_path: str, csv: str, all_seeds: bool) -> None:

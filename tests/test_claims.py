@@ -15,17 +15,18 @@ import yaml
 from scipy import stats
 from typer.testing import CliRunner
 
+from ablate.claims import registration
+from ablate.claims.fit import exponent, grad_slope, optimum_log_lr
+from ablate.claims.outcomes import analyse
+from ablate.claims.power import claim_seeds_needed
+from ablate.claims.spec import claim_fingerprint
+from ablate.claims.stats import holm
 from ablate.cli import app
 from ablate.config import ConfigError
 from ablate.report import build_reports
-from ablate.report.claim_checks import analyse, claim_seeds_needed
-from ablate.report.collect import load_study
-from ablate.report.fit import exponent, grad_slope, optimum_log_lr
-from ablate.report.stats import holm
 from ablate.store import RunStore
 from ablate.study import load_study as plan_study
-from ablate.study import registration
-from ablate.study.claims import claim_fingerprint
+from ablate.study.results import read_study
 
 GRID = {"model.norm_placement": ["post", "pre"], "model.pos_encoding": ["learned", "rope"]}
 CLAIMS = [
@@ -104,7 +105,7 @@ def checked(tmp_path_factory, norm_pos_store):
     root = tmp_path_factory.mktemp("claims")
     store = norm_pos_store(root / "runs")
     spec = study_yaml(root / "norm_pos.yaml")
-    study = load_study(store, "norm_pos", spec)
+    study = read_study(store, "norm_pos", spec)
     return root, store, spec, study, {c.claim.id: c for c in analyse(study)[1]}
 
 
@@ -253,7 +254,7 @@ def test_a_published_arm_is_read_from_its_artifact(checked, tmp_path):
     (parsed,) = plan_study(spec, check_data=False).claims
     assert parsed.external == (1.598, 1.6, 1.603)
     assert parsed.external_source == "reports/own.json: full"
-    (check,) = analyse(load_study(store, "norm_pos", spec))[1]
+    (check,) = analyse(read_study(store, "norm_pos", spec))[1]
     assert check.comparison.label_b == "paper (reports/own.json: full)"
     spec = study_yaml(
         tmp_path / "s.yaml", [dict(claim, b={"artifact": "reports/own.json", "key": "f"})]
@@ -262,7 +263,7 @@ def test_a_published_arm_is_read_from_its_artifact(checked, tmp_path):
         ConfigError, match=r"claims\[0\]\.b\.key: .* has no 'f'; lists in it: seeds, full"
     ):
         plan_study(spec, check_data=False)
-    typed = analyse(load_study(store, "norm_pos", study_yaml(tmp_path / "t.yaml", [CLAIMS[-1]])))
+    typed = analyse(read_study(store, "norm_pos", study_yaml(tmp_path / "t.yaml", [CLAIMS[-1]])))
     assert typed[1][0].comparison.label_b == "paper (typed into the study YAML, no artifact)"
 
 
@@ -336,7 +337,7 @@ def test_a_profile_replaces_a_claims_literature_arm(tmp_path, norm_pos_store):
 
     store = norm_pos_store(tmp_path / "runs")
     _as_profile(store, "gpu")
-    (check,) = analyse(load_study(store, "norm_pos", spec))[1]
+    (check,) = analyse(read_study(store, "norm_pos", spec))[1]
     c = check.comparison
     assert c.test == "one-sample t" and c.n_b == c.n_a == 3  # one number: a fixed value
     assert c.label_b == "gpu paper (typed in from its table 2)"
@@ -529,7 +530,7 @@ def test_an_intersection_claim_is_the_largest_one_sided_p(tmp_path, norm_pos_sto
         ],
     }
     spec = study_yaml(tmp_path / "norm_pos.yaml", [INTERSECTION, flipped])
-    study = load_study(store, "norm_pos", spec)
+    study = read_study(store, "norm_pos", spec)
     _, (check, back) = analyse(study)
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
     table = pd.read_csv(path.parent / "results.csv")  # the per-run slopes are committed
@@ -546,7 +547,7 @@ def test_an_intersection_claim_is_the_largest_one_sided_p(tmp_path, norm_pos_sto
 
 
 def test_best_of_is_picked_on_exploratory_seeds_only(tmp_path, write_run):
-    from ablate.report.claim_checks import build_comparisons
+    from ablate.claims.checks import build_comparisons
 
     store, act = tmp_path / "runs", "model.activation"
     finals = {"relu": (2.0, 2.3), "gelu": (2.1, 2.0), "swiglu": (1.9, 1.9)}  # (explore, confirm)
@@ -577,7 +578,7 @@ def test_best_of_is_picked_on_exploratory_seeds_only(tmp_path, write_run):
             {"name": "b", "grid": {act: list(finals)}, "seeds": [0, 1, 2], "claims": [claim]}
         )
     )
-    study = load_study(store, "b", spec)
+    study = read_study(store, "b", spec)
     (check,) = build_comparisons(study, study.claims, 0.01)
     # relu is best on the exploratory seeds 0-2, gelu on the confirmation seeds 3-5
     assert check.confirmation and "activation=relu (best of relu/gelu)" in check.comparison.label_b

@@ -8,13 +8,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from ablate.claims.arms import claim_arms
+from ablate.claims.registration import git_versions, registration_path
+from ablate.claims.spec import claim_fingerprint
 from ablate.cli import app, optional_values
 from ablate.execution.confirm import confirm_seeds, run_confirm
 from ablate.execution.runner import run_study
 from ablate.study import load_study
-from ablate.study.arms import claim_arms
-from ablate.study.claims import claim_fingerprint
-from ablate.study.registration import git_versions, registration_path
 
 GRID = {"model.activation": ["relu", "gelu"], "model.norm_placement": ["pre", "post"]}
 CLAIM = {

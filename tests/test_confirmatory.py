@@ -12,37 +12,37 @@ import pytest
 import yaml
 from scipy import stats
 
-from ablate.report import build_reports
-from ablate.report.audit import attempt_items
-from ablate.report.blocks import progress_line, withdrawn_note
-from ablate.report.claim_checks import (
+from ablate.claims.checks import (
     CONTRADICTED,
     INCONCLUSIVE,
     REPRODUCES,
     WITHIN_MARGIN,
     ClaimCheck,
-    analyse,
-    claim_seeds_needed,
     confirmatory_family,
     decide_claim,
 )
-from ablate.report.collect import load_study
-from ablate.report.comparisons import PAIRED, STREAMS_DIFFER, compare
-from ablate.report.power import (
+from ablate.claims.comparisons import PAIRED, STREAMS_DIFFER, compare
+from ablate.claims.outcomes import analyse
+from ablate.claims.power import (
     beyond_power,
+    claim_seeds_needed,
     diff_power,
     smallest_n,
     tost_power,
 )
-from ablate.report.sequential import (
+from ablate.claims.registration import build_registration, registration_path, write_registration
+from ablate.claims.sequential import (
     nominal_levels,
     obf_spent,
     planned_fractions,
     spending_table,
 )
+from ablate.claims.spec import Claim
+from ablate.report import build_reports
+from ablate.report.audit import attempt_items
+from ablate.report.blocks import progress_line, withdrawn_note
 from ablate.store import RunStore
-from ablate.study.claims import Claim
-from ablate.study.registration import build_registration, registration_path, write_registration
+from ablate.study.results import read_study
 
 ALPHA = 0.05
 
@@ -216,7 +216,7 @@ def test_a_grown_grid_leaves_the_claims_p_values_unchanged(tmp_path, write_run):
     out = {}
     for name, store in (("small", small), ("big", big)):
         spec = _spec(tmp_path / name / "g.yaml", {NORM: ["post", "pre"], POS: grids[name]}, claims)
-        comps, checks = analyse(load_study(store, "g", spec))
+        comps, checks = analyse(read_study(store, "g", spec))
         out[name] = comps, {c.claim.id: c.comparison for c in checks}
     (small_comps, small_claims), (big_comps, big_claims) = out["small"], out["big"]
     assert len(big_comps) > len(small_comps)  # the exploratory family grew...
@@ -232,7 +232,7 @@ def test_a_claim_reversed_from_an_axis_comparison_counts_once(tmp_path, write_ru
             final = base + (0.01 * seed**2 if norm == "pre" else 0.01 * seed)
             write_run(store, "arch", {NORM: norm}, seed, "completed", final)
     spec = _spec(tmp_path / "arch.yaml", {NORM: ["post", "pre"]}, [_claim("x", "pre", "post")])
-    comps, (check,) = analyse(load_study(store, "arch", spec))
+    comps, (check,) = analyse(read_study(store, "arch", spec))
     assert comps[0].label_a == "post" and check.comparison.label_a.endswith("pre")
     assert check.comparison.family == 1 and check.comparison.p_adj == check.comparison.p
     # two claims that are one test in opposite directions: still one test
@@ -303,7 +303,7 @@ def test_registration_proven_from_git_and_every_attempt_listed(tmp_path, write_r
         for seed in range(9):
             write_run(store, "reg", {NORM: norm}, seed, "completed", base + 0.01 * (seed % 3))
     spec = _spec(tmp_path / "reg.yaml", {NORM: ["post", "pre"]}, [_claim("early", "pre", "post")])
-    data = load_study(store, "reg", spec)
+    data = read_study(store, "reg", spec)
     design = {"kind": "fixed", "seeds": [6, 7, 8]}
     record = build_registration("reg", None, data.claims, 0.01, design)
     write_registration(registration_path(spec), record)
@@ -317,7 +317,7 @@ def test_registration_proven_from_git_and_every_attempt_listed(tmp_path, write_r
     old = "seed,confirm,final_val_loss\n0,,1.6\n3,True,1.61\n4,True,1.62\n"
     (tmp_path / "r" / "reg" / "history" / "attempt-1.csv").write_text(old)
 
-    _, (check,) = analyse(load_study(store, "reg", spec))
+    _, (check,) = analyse(read_study(store, "reg", spec))
     assert check.confirmation and sorted(check.pool["seed"]) == [6, 6, 7, 7, 8, 8]
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
     md = path.read_text()
@@ -377,7 +377,7 @@ def test_looks_in_the_report(tmp_path, write_run):
         "looks": looks,
     }
     (store / "reg" / "until_decided.json").write_text(json.dumps(log))
-    _, checks = analyse(load_study(store, "reg", spec))
+    _, checks = analyse(read_study(store, "reg", spec))
     assert all(ch.confirmation and ch.comparison.n_a == 3 for ch in checks)
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
     section = path.read_text().split("## Against the paper")[1].split("\n## ")[0]
@@ -410,7 +410,7 @@ def test_batch_sizes_pair_by_seed_only_when_they_share_the_token_stream(
             write_run(store, "pair", axes, seed, "completed", final)
     spec = tmp_path / "pair.yaml"
     spec.write_text(yaml.safe_dump({"name": "pair", "grid": {bs: [8, 64]}, "seeds": [0, 1, 2]}))
-    (comp,), _ = analyse(load_study(store, "pair", spec))
+    (comp,), _ = analyse(read_study(store, "pair", spec))
     assert (comp.test, comp.pairing) == (test, why)
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
     assert f"**Pairing.** 1 {why}." in path.read_text()
@@ -456,7 +456,7 @@ def test_a_claim_decided_at_a_look_is_reported_on_that_looks_seeds(tmp_path, wri
     ]
     log = {"rounds": [], "design": {"max_looks": 3, "alpha": 0.05}, "looks": looks}
     (store / "seq" / "until_decided.json").write_text(json.dumps(log))
-    _, checks = analyse(load_study(store, "seq", spec))
+    _, checks = analyse(read_study(store, "seq", spec))
     big, tie = checks
     assert big.look["look"] == 2 and big.comparison.paired and big.comparison.n_a == 6
     assert big.outcome == "reproduces"
@@ -510,7 +510,7 @@ def test_a_withdrawn_attempts_unfinished_runs_are_named_not_counted_as_work_left
     _mark_confirm(store, "wd", {3, 4}, "aaaaaaa1", started=1_000_000_000)
     _mark_confirm(store, "wd", {5, 6}, "bbbbbbb2", started=1_000_086_400)
     spec = _spec(tmp_path / "wd.yaml", {NORM: ["post", "pre"]}, [_claim("c", "pre", "post")])
-    data = load_study(store, "wd", spec)
+    data = read_study(store, "wd", spec)
     assert progress_line(data) is None  # 10 of 10 finished once the withdrawn 4 are set aside
     assert withdrawn_note(data).startswith("4 unfinished confirmation run(s) of an earlier ")
     assert "(under aaaaaaa)" in withdrawn_note(data)
@@ -521,6 +521,6 @@ def test_a_withdrawn_attempts_unfinished_runs_are_named_not_counted_as_work_left
     ]
     # were the later attempt the unfinished one, it would be work left
     _mark_confirm(store, "wd", {3, 4}, "aaaaaaa1", started=1_000_172_800)
-    data = load_study(store, "wd", spec)
+    data = read_study(store, "wd", spec)
     assert progress_line(data).startswith("PARTIAL: 10 of 14 runs finished; 4 interrupted")
     assert withdrawn_note(data) is None

@@ -16,7 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.report.collect import load_study
+from ablate.study.results import read_study
 
 pytestmark = pytest.mark.usefixtures("no_wandb")
 
@@ -28,7 +28,7 @@ GOLDEN = Path(__file__).parent / "golden" / "norm_placement_wandb_workspace.json
 def norm_pos(tmp_path_factory, norm_pos_store):
     """The synthetic 2-axis grid study (norm placement x positions, 3 seeds), loaded."""
     store = norm_pos_store(tmp_path_factory.mktemp("store"))
-    return load_study(store, "norm_pos")
+    return read_study(store, "norm_pos")
 
 
 def _sections(spec: dict) -> dict[str, list[dict]]:
@@ -115,7 +115,7 @@ def test_a_24_variant_grid_shows_every_variant_and_one_axis_gets_no_parallel_plo
             axes = {"data.batch_size": batch, "optim.lr": lr}
             write_run(tmp_path, "grid24", axes, 0, "completed", 1.5 + lr)
             write_run(tmp_path, "oneaxis", {"optim.lr": lr}, 0, "completed", 1.5 + lr)
-    grid = load_study(tmp_path, "grid24")
+    grid = read_study(tmp_path, "grid24")
     spec = workspace_json(grid)
     assert spec["spec"]["section"]["settings"]["maxRuns"] >= 24
     panels = [p for ps in _sections(spec).values() for p in ps]
@@ -127,7 +127,7 @@ def test_a_24_variant_grid_shows_every_variant_and_one_axis_gets_no_parallel_plo
     (grid_block,) = [b for b in report["spec"]["blocks"] if b["type"] == "panel-grid"]
     lines = grid_block["metadata"]["panelBankSectionConfig"]["panels"]
     assert [p["config"]["limit"] >= 24 for p in lines] == [True, True]
-    one = workspace_json(load_study(tmp_path, "oneaxis"))
+    one = workspace_json(read_study(tmp_path, "oneaxis"))
     assert "Axes" not in _sections(one)
 
 
@@ -247,7 +247,7 @@ def test_golden_workspace_of_the_shipped_norm_placement_study(tmp_path, monkeypa
         monkeypatch.delenv(var, raising=False)
     with tarfile.open(ROOT / "reports/gpu_runs/norm_placement_gpu_150steps_store.tgz") as tar:
         tar.extractall(tmp_path, filter="data")
-    study = load_study(tmp_path, "norm_placement", ROOT / "studies/norm_placement.yaml")
+    study = read_study(tmp_path, "norm_placement", ROOT / "studies/norm_placement.yaml")
     text = json.dumps(workspace_json(study), indent=1, sort_keys=True) + "\n"
     if os.environ.get("ABLATE_REGEN_GOLDEN"):
         GOLDEN.write_text(text)
@@ -438,7 +438,7 @@ def tiny_offline(tmp_path_factory, tiny_studies):
         paths[0].write_text(yaml.safe_dump({**spec, "claims": TINY_CLAIMS}, sort_keys=False))
         for path in paths:
             run_study(path, store=store, progress=False)
-            build_report(load_study(store, path.stem, path), reports)
+            build_report(read_study(store, path.stem, path), reports)
     return store, reports
 
 

@@ -12,13 +12,14 @@ import pytest
 import yaml
 from scipy import stats
 
+from ablate.claims.looks import look_seed_counts
+from ablate.claims.outcomes import claim_outcomes
+from ablate.claims.sequential import look_levels, obf_spent
 from ablate.config import ConfigError
 from ablate.execution.confirm import register_study
-from ablate.execution.decide import claim_outcomes, look_seed_counts
 from ablate.execution.decide import run_until_decided as run_registered
-from ablate.report.collect import load_study
-from ablate.report.sequential import look_levels, obf_spent
 from ablate.store.rundir import DECISIONS_FILE as LOG
+from ablate.study.results import read_study
 
 # these tests are about the design's mechanics; test_sequential_needs_its_registration below
 # covers the registration it needs
@@ -88,7 +89,7 @@ def test_design_looks_and_paired_seeds_for_open_claims_only(study, tmp_path):
     assert [s[0] for s in seen] == [["open", "shut"], ["open"], ["open"]]
     assert [s[1] for s in seen] == pytest.approx([lv["nominal_alpha"] for lv in levels])
     assert seen[1][2][ARMS[0]] == [0, 1, 2] and seen[1][2]["activation=relu,norm_placement=post"]
-    runs = load_study(store, "tiny_decide").runs
+    runs = read_study(store, "tiny_decide").runs
     seeds = runs.groupby("variant")["seed"].apply(lambda s: sorted(s.astype(int))).to_dict()
     assert {v: s for v, s in seeds.items() if v in ARMS} == {v: [0, 1, 2, 3] for v in ARMS}
     assert all(s == [0, 1] for v, s in seeds.items() if v not in ARMS)  # 'shut' got none
@@ -96,7 +97,7 @@ def test_design_looks_and_paired_seeds_for_open_claims_only(study, tmp_path):
 
     # run again: the design is finished, nothing is added; another design is refused
     run_until_decided(study, store=store, progress=False, seeds_per_look=1, outcomes=forced(seen))
-    assert len(load_study(store, "tiny_decide").runs) == len(runs) and len(seen) == 3
+    assert len(read_study(store, "tiny_decide").runs) == len(runs) and len(seen) == 3
     with pytest.raises(ConfigError, match="max_looks 3 -> 4"):
         run_until_decided(study, store=store, progress=False, seeds_per_look=1, max_looks=4)
 
@@ -122,7 +123,7 @@ def test_resumes_an_interrupted_design_with_its_recorded_seeds(study, tmp_path):
     )
     again = json.loads(path.read_text())
     assert again["rounds"] == log["rounds"] and again["looks"][-1]["seed_set"] == [0, 1, 2, 3]
-    assert seen[-1][2][ARMS[0]] == [0, 1, 2, 3] and len(load_study(store, "tiny_decide").runs) == 12
+    assert seen[-1][2][ARMS[0]] == [0, 1, 2, 3] and len(read_study(store, "tiny_decide").runs) == 12
 
 
 def test_confirm_until_decided_looks_at_fresh_seeds_only(make_study, tmp_path):
@@ -139,7 +140,7 @@ def test_confirm_until_decided_looks_at_fresh_seeds_only(make_study, tmp_path):
     log = json.loads((store / "tiny_decide" / LOG).read_text())
     assert log["design"]["confirm"] is True and log["design"]["seeds_at_looks"] == [2, 4, 6]
     assert [lk["seed_set"] for lk in log["looks"]] == [[2, 3], [2, 3, 4, 5], [2, 3, 4, 5, 6, 7]]
-    runs = load_study(store, "tiny_decide").runs
+    runs = read_study(store, "tiny_decide").runs
     assert sorted(set(runs["seed"].astype(int))) == [2, 3, 4, 5, 6, 7]  # no study seed trained
     for d in (store / "tiny_decide").iterdir():
         if (d / "run.yaml").is_file():

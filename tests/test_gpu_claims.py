@@ -11,15 +11,16 @@ import pandas as pd
 import pytest
 import yaml
 
+from ablate.claims.checks import PENDING
+from ablate.claims.outcomes import analyse
+from ablate.claims.registration import build_registration, registration_path, write_registration
 from ablate.config import ConfigError
 from ablate.execution.confirm import register_study, run_confirm
 from ablate.execution.runner import run_study
 from ablate.report import build_reports
-from ablate.report.claim_checks import PENDING, analyse
-from ablate.report.collect import load_study
 from ablate.store import RunStore
 from ablate.study import load_study as plan_study
-from ablate.study.registration import build_registration, registration_path, write_registration
+from ablate.study.results import read_study
 
 CLAIM = {
     "id": "relu-beats-gelu",
@@ -173,7 +174,7 @@ def test_a_pending_claim_counts_in_the_holm_family_but_never_decides(tmp_path, w
             run.write_summary({**summary, "confirm": True, "attempts": [{"started": t0 + 60}]})
             meta = {**data["meta"], "confirm": True, "registration": commit}
             run.write_run(data["config"], meta)
-    _, (done, pending) = analyse(load_study(store, "g", spec))
+    _, (done, pending) = analyse(read_study(store, "g", spec))
     assert pending.outcome == PENDING and pending.pending == (5, 6) and pending.comparison is None
     assert done.outcome == "reproduces" and done.confirmation
     assert done.comparison.family == 2 and done.comparison.n_a == 3

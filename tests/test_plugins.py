@@ -284,3 +284,44 @@ def test_an_unknown_name_says_which_plugins_are_loaded(clean_registry, tmp_path)
     load_plugin(str(write_plugin(tmp_path)))
     with pytest.raises(ConfigError, match="plugins loaded: scalenorm on this axis"):
         build_config({"model.norm": "qnorm"})
+
+
+def test_a_plugin_studys_report_keeps_its_claims_from_another_directory(
+    make_study, tmp_path, clean_registry
+):
+    """The store keeps the study with its plugin files beside it, so ``ablate report NAME``
+    run elsewhere loads the plugin and decides the claims (it used to warn and drop them)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from ablate.execution.runner import run_study
+
+    shutil.copy(EXAMPLES / "squared_relu.py", tmp_path / "relu2.py")
+    claim = {"id": "relu2-beats-relu", "text": "squared ReLU beats ReLU", "expect": "better"}
+    claim |= {"a": {"model.activation": "relu2"}, "b": {"model.activation": "relu"}}
+    path = make_study(
+        "plugged",
+        grid={"model.activation": ["relu", "relu2"]},
+        seeds=[0, 1],
+        plugins=["./relu2.py"],
+        claims=[claim],
+    )
+    store = tmp_path / "runs"
+    run_study(path, store=store, progress=False)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    res = subprocess.run(
+        [sys.executable, "-m", "ablate", "report", "plugged", "--store", str(store)]
+        + ["--out", str(tmp_path / "rep")],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "plugin" not in res.stderr.lower(), res.stderr
+    report = (tmp_path / "rep" / "plugged" / "report.md").read_text()
+    assert "relu2-beats-relu" in report
+    kept = yaml.safe_load((store / "plugged" / "study.yaml").read_text())
+    assert kept["plugins"] == ["./plugins/0_relu2.py"]

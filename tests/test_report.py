@@ -9,11 +9,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from ablate.config import ConfigError
-from ablate.report import build_reports
-from ablate.report.collect import load_study
-from ablate.report.comparisons import adjust, compare
-from ablate.report.stats import (
+from ablate.claims.comparisons import adjust, compare
+from ablate.claims.stats import (
     bootstrap_diff_ci,
     holm,
     mean_ci,
@@ -25,8 +22,11 @@ from ablate.report.stats import (
     welch,
     welch_diff,
 )
-from ablate.report.verdicts import verdict
+from ablate.claims.verdicts import verdict
+from ablate.config import ConfigError
+from ablate.report import build_reports
 from ablate.store import RunStore
+from ablate.study.results import read_study
 
 # --- statistics, by hand ----------------------------------------------------------------------
 
@@ -282,7 +282,7 @@ def test_length_extrapolation_table(built):
 
 def test_grad_norm_data_reach_the_figure(built):
     root, _ = built
-    study = load_study(root / "runs", "norm_pos")
+    study = read_study(root / "runs", "norm_pos")
     g = study.metrics[study.metrics["metric"].str.startswith("grad_norm/layer_")]
     assert set(g["step"]) == {0} and g["run_id"].nunique() == 12
     assert set(g["metric"]) == {f"grad_norm/layer_{i:02d}" for i in range(4)}
@@ -294,7 +294,7 @@ def test_grad_norm_data_reach_the_figure(built):
 
 def test_long_form_metrics_table(built):
     root, _ = built
-    study = load_study(root / "runs", "norm_pos")
+    study = read_study(root / "runs", "norm_pos")
     m = study.metrics
     for col in ("run_id", "variant", "seed", "status", "model.norm_placement", "step", "metric"):
         assert col in m
@@ -342,7 +342,7 @@ def test_batch_lr_heatmap_shows_the_peak_lr_used(tmp_path, write_run):
         s = run.read_summary()
         bs, lr = s["axes"]["data.batch_size"], s["axes"]["optim.lr"]
         run.write_summary({**s, "lr": lr * math.sqrt(bs / 16)})
-    study = load_study(store, "sq")
+    study = read_study(store, "sq")
     assert peak_lr_differs(study.runs)
     _, annot = heatmap_cells(study.runs, [16, 64], [1e-3, 3e-3], "optim.lr", "final_val_loss", True)
     assert annot.loc["64", "0.001"].endswith("peak 0.002")  # 1e-3 · sqrt(64/16)
@@ -446,7 +446,7 @@ seeds: [0, 1]
     )
     out = paths[0].parent
     assert len(pd.read_csv(out / "results.csv")) == 4
-    assert load_study(tmp_path / "runs", "tiny_study", spec).expected_runs == 4
+    assert read_study(tmp_path / "runs", "tiny_study", spec).expected_runs == 4
     md = paths[0].read_text()
     assert "Two norm placements" in md and "## Verdicts" in md
     assert (out / "val_loss_curves.png").is_file() and (out / "grad_norm_layers.png").is_file()
@@ -459,7 +459,7 @@ def test_val_curve_ends_at_the_full_split_final_loss(built):
     from ablate.report.figure_data import with_final_points
 
     root, _ = built
-    study = load_study(root / "runs", "norm_pos")
+    study = read_study(root / "runs", "norm_pos")
     curves = study.metrics[study.metrics["metric"] == "val/loss"]
     out = with_final_points(curves, study.runs)
     done = study.runs[study.runs["status"] == "completed"].set_index("run_id")
@@ -471,7 +471,7 @@ def test_val_curve_ends_at_the_full_split_final_loss(built):
 
 
 def test_t_errorbar_is_the_tables_interval():
-    from ablate.report.stats import t_errorbar
+    from ablate.claims.stats import t_errorbar
 
     assert t_errorbar([1.0, 2.0, 3.0]) == pytest.approx(mean_ci([1.0, 2.0, 3.0])[1:])
     assert t_errorbar([2.0]) == (2.0, 2.0)
@@ -496,7 +496,7 @@ def test_reproducibility_section_flags_chaotic_variants(tmp_path, write_run):
         for seed in range(3):
             axes = {"model.activation": {"a": "relu", "b": "gelu", "c": "swiglu", "d": "geglu"}[v]}
             write_run(tmp_path / "runs", "ch", axes, seed, "completed", 1.5 + spread * (seed - 1))
-    study = load_study(tmp_path / "runs", "ch")
+    study = read_study(tmp_path / "runs", "ch")
     # seed sd = spread (values spread·(-1, 0, 1)): median of 0.01, 0.011, 0.012, 0.3 = 0.0115
     (flag,) = chaotic_variants(study)
     assert flag[0] == "geglu" and flag[1] == pytest.approx(0.3) and flag[2] == pytest.approx(0.0115)
@@ -512,7 +512,7 @@ def test_report_is_logged_to_wandb_offline_in_the_study_group(built, tmp_path, m
     from ablate.report.wandb_report import log_report
 
     root, _ = built
-    study = load_study(root / "runs", "norm_pos")
+    study = read_study(root / "runs", "norm_pos")
     assert log_report(study, {}, []) is None  # the runs were tracked with wandb: false
     monkeypatch.setenv("WANDB_MODE", "disabled")
     assert log_report(study, {}, [], TrackingConfig()) is None

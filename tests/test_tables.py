@@ -103,7 +103,7 @@ def test_a_piped_smoke_table_never_breaks_a_number(monkeypatch):
 
     rows = [
         {"name": name, "params": 12_345_678, "shape": "12L/768d, 2x1024", "precision":
-         "bf16-mixed", "attn": "math", "status": "failed", "final_val_loss": 3.14159,
+         "bf16-mixed", "stack": 2, "attn": "math", "status": "failed", "final_val_loss": 3.14159,
          "error": "RuntimeError: " + "shape mismatch " * 20, "seconds": 123.456}
         for name in NAMES
     ]  # fmt: skip

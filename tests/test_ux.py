@@ -54,14 +54,14 @@ def test_run_state_decides_every_state(mixed_store, tmp_path):
 
 def test_status_and_report_agree_on_an_interrupted_run(mixed_store, tmp_path):
     from ablate.report import build_reports
-    from ablate.report.collect import load_study
+    from ablate.study.results import read_study
 
     store, dirs = mixed_store
     result = CliRunner().invoke(app, ["status", "--store", str(store)])
     assert result.exit_code == 0, result.output
     assert "2 interrupted" in result.output and "1 completed" in result.output
     assert "1 pending" in result.output and "running" not in result.output
-    counts = load_study(store, "mix").status_counts()
+    counts = read_study(store, "mix").status_counts()
     assert counts["interrupted"] == 2 and counts["running"] == 0 and counts["pending"] == 1
     build_reports(["mix"], store=store, out=tmp_path / "reports", quiet=True)
     md = (tmp_path / "reports" / "mix" / "report.md").read_text()

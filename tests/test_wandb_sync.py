@@ -72,8 +72,8 @@ def _interrupt_at(step, path, store, monkeypatch):
 def test_a_run_interrupted_twice_syncs_its_whole_history(
     make_study, tmp_path, offline, monkeypatch, offline_wandb_run, read_wandb_file
 ):
-    from ablate.report.collect import load_study
     from ablate.report.wandb_report import log_report
+    from ablate.study.results import read_study
     from ablate.tracking.ids import report_run_id
     from ablate.tracking.sync import logged_steps, read_records
 
@@ -106,7 +106,7 @@ def test_a_run_interrupted_twice_syncs_its_whole_history(
     }
     assert summary["final_val_loss"] == pytest.approx(result["final_val_loss"])
     assert summary["final_val_loss_on"] == "2 validation batches"  # train.final_eval_batches
-    study = load_study(store, "tiny")
+    study = read_study(store, "tiny")
     assert log_report(study, {}, []) == "offline" and log_report(study, {}, []) == "offline"
     (report,) = (study.path / ".report-wandb" / "wandb").glob("offline-run-*")  # the last one
 

@@ -9,7 +9,7 @@ from typing import Any
 from ablate.bench import markdown, stepcost
 from ablate.bench.markdown import Section, bold, columns, document, pairs, seconds, si, table, x
 from ablate.bench.studies import render_stacked, render_study
-from ablate.report.stats import mean_ci
+from ablate.claims.stats import mean_ci
 
 OVERHEAD_GOAL = 1.05
 HEADINGS = {

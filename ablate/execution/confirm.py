@@ -3,15 +3,16 @@
 A claim written after its runs were seen can only be confirmed on data it has not seen. This
 trains ``N`` seeds the study never used (not in its ``seeds`` list, not in any run of the
 study in the store, not in its ``seen_seeds``) for the variants its claims select
-(:func:`ablate.study.arms.claim_arms`: the runs of arms ``a`` and ``b`` under ``where``; every
+(:func:`ablate.claims.arms.claim_arms`: the runs of arms ``a`` and ``b`` under ``where``; every
 run under ``where`` for a fitted exponent), and nothing else. Every arm gets the same seeds, so
 the arms stay paired. Each run's ``run.yaml`` meta and ``summary.json`` say ``confirm:
 true``; its run id is its config's, so it differs from the study's runs by the seed alone.
 
 The design is fixed before the data: ``ablate register`` (:func:`register_study`) picks ``N``
 seeds never seen (not in the study's ``seeds`` or ``seen_seeds``, no run of the study in the
-store) and writes them into the study's registration (:mod:`ablate.study.registration`), which
-the user commits. ``--confirm`` then trains exactly the registered seeds, and only when the
+store) and writes them into the study's registration (:mod:`ablate.claims.registration`, with
+the pilot: what the exploratory runs say, :func:`ablate.claims.outcomes.pilot`), which the user
+commits. ``--confirm`` then trains exactly the registered seeds, and only when the
 registration matches the study and is committed; ``--unregistered`` trains fresh seeds without
 one, and the report calls the outcome exploratory. Each confirmation run's meta names the
 registration commit it ran under (``registration``), so the report can group the attempts.
@@ -19,21 +20,22 @@ registration commit it ran under (``registration``), so the report can group the
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ablate.claims.arms import claim_arms
+from ablate.claims.registration import (
+    build_design,
+    build_registration,
+    fixed_seeds,
+    fresh_seeds,
+    registration_path,
+    write_registration,
+)
 from ablate.config import ConfigError
 from ablate.store import RunStore
 from ablate.study import Study, load_study
-from ablate.study.arms import claim_arms
-from ablate.study.registration import (
-    build_registration,
-    registration_path,
-    require_registration,
-    write_registration,
-)
 
 DEFAULT_CONFIRM = 3
 
@@ -49,16 +51,6 @@ def store_seeds(store: str | Path, name: str) -> tuple[set[int], set[int]]:
             if meta.get("confirm") is True:
                 confirm.add(seed)
     return used, confirm
-
-
-def fresh_seeds(n: int, taken: set[int], above: int) -> list[int]:
-    """The first ``n`` integers greater than ``above`` that are not in ``taken``."""
-    out, s = [], above
-    while len(out) < n:
-        s += 1
-        if s not in taken:
-            out.append(s)
-    return out
 
 
 def confirm_seeds(study: Study, store: str | Path, n: int) -> list[int]:
@@ -105,20 +97,8 @@ def register_study(
     if not study.claims:
         raise ConfigError("the study has no claims to register", key="claims", source=study.path)
     n = check_n(n, "--seeds")
-    if looks is None:
-        design: dict[str, Any] = {"kind": "fixed", "seeds": new_seeds(study, store, n)}
-    else:
-        design = {
-            "kind": "sequential",
-            "max_looks": looks,
-            "seeds_per_look": n,
-            "spending": "obrien-fleming",
-            "seeds": new_seeds(study, store, n),
-            "later_looks": "the next integers no run of the study used",
-        }
-    design["arms"] = list(dict.fromkeys(v for vs in claim_arms(study).values() for v in vs))
-    if note:
-        design["note"] = " ".join(note.split())
+    arms = list(dict.fromkeys(v for vs in claim_arms(study).values() for v in vs))
+    design = build_design(new_seeds(study, store, n), arms, looks, note)
     record = build_registration(
         study.name, study.profile, study.claims, study.equivalence_margin, design
     )
@@ -145,50 +125,20 @@ def pilot_power(
     study_path: str | Path, store: str | Path, name: str, profile: str | None = None
 ) -> dict[str, str]:
     """Claim id -> what the study's exploratory runs of ``profile`` in the store (the pilot)
-    say: the outcome and numbers there, and the seeds the deciding test would need at 80% power
-    if the pilot's difference and SD were the true ones (the design's power justification).
-    Without such runs, ``{"": "no pilot: ..."}``: another profile's runs are another scale and
-    never stand in for this one's."""
-    from ablate.report import collect
-    from ablate.report.audit import confirm_mask
-    from ablate.report.claim_checks import (
-        build_comparisons,
-        claim_seeds_needed,
-        confirmatory_family,
-        decide_claim,
-        parts_seeds_needed,
-    )
-    from ablate.report.claims_section import numbers
-    from ablate.report.stats import ALPHA
+    say (:func:`ablate.claims.outcomes.pilot`). Without such runs, ``{"": "no pilot: ..."}``:
+    another profile's runs are another scale and never stand in for this one's."""
+    # the statistics load scipy and statsmodels: only when a registration is written
+    from ablate.claims.outcomes import pilot
+    from ablate.study.results import read_study
 
     none = {"": f"no pilot: the store has no exploratory runs of {name} at profile {profile}"}
-    out = dict(none)
     if not any(True for _ in RunStore(store).runs(name)):
         return none
     try:
-        data = collect.load_study(Path(store), name, Path(study_path), profile)
+        data = read_study(Path(store), name, Path(study_path), profile)
     except ConfigError:  # no runs of this profile
         return none
-    explore = data.runs[~confirm_mask(data.runs)]
-    if explore.empty:
-        return none
-    data = dataclasses.replace(data, runs=explore)
-    checks = build_comparisons(data, data.claims, data.equivalence_margin)
-    confirmatory_family(checks)
-    seeds = ", ".join(str(int(s)) for s in sorted(set(explore["seed"].dropna())))
-    for ch in checks:
-        decide_claim(ch, ALPHA)
-        c = ch.comparison
-        level = ALPHA / max(c.family, 1) if c is not None else ALPHA
-        if ch.parts:
-            need = parts_seeds_needed(ch.parts, level)
-        else:
-            need = claim_seeds_needed(c, ch.claim, ALPHA) if c is not None else None
-        out[ch.claim.id] = (
-            f"on the exploratory seeds {seeds}: {ch.outcome}: {numbers(ch, 'nats')}; "
-            f"seeds needed: {need.text() if need else 'unknown'}"
-        )
-    return out
+    return none | pilot(data)
 
 
 def plan_confirm(
@@ -217,16 +167,9 @@ def plan_confirm(
         seeds = confirm_seeds(study, store, check_n(n if n is not None else DEFAULT_CONFIRM))
         tag = "unregistered"
     else:
-        record, commit = require_registration(
+        seeds, commit = fixed_seeds(
             Path(study_path), study.name, study.profile, study.claims, study.equivalence_margin
         )
-        design = record["design"]
-        if design["kind"] != "fixed":
-            raise ConfigError(
-                "registers a sequential design: run it with --until-decided",
-                source=registration_path(study_path, study.profile),
-            )
-        seeds = [int(s) for s in design.get("seeds") or []]
         if n is not None and check_n(n) != len(seeds):
             raise ConfigError(
                 f"registers {len(seeds)} seeds, not {n}: a new design needs a new registration",
@@ -235,27 +178,6 @@ def plan_confirm(
             )
         tag = commit or "uncommitted (not a git checkout)"
     return study, seeds, {v: list(seeds) for v in dict.fromkeys(variants)}, tag
-
-
-def registered_design(
-    study: Study, study_path: str | Path, max_looks: int, seeds_per_look: int | None
-) -> tuple[list[int], str]:
-    """(the registered seeds, the registration commit) of a sequential design, checked against
-    ``--max-looks`` / ``--seeds-per-look``; ``ConfigError`` when it is not the one registered."""
-    record, commit = require_registration(
-        Path(study_path), study.name, study.profile, study.claims, study.equivalence_margin
-    )
-    design, path = record["design"], registration_path(study_path, study.profile)
-    if design["kind"] != "sequential":
-        raise ConfigError("registers a fixed design: run it with --confirm", source=path)
-    for key, value in (("max_looks", max_looks), ("seeds_per_look", seeds_per_look)):
-        if value is not None and design.get(key) != value:
-            raise ConfigError(
-                f"registers {key} {design.get(key)}, not {value}: a new design needs a new "
-                "registration",
-                source=path,
-            )
-    return [int(s) for s in design.get("seeds") or []], commit or "uncommitted"
 
 
 def run_confirm(

@@ -272,9 +272,9 @@ def _prepare_store(
     """Each planned run's directory, after the checks that must pass before any run starts:
     ``train.compile`` can work here, the registered datasets are fetched; with ``rerun_stale``
     runs made by other model/training code are moved aside to be trained again."""
-    from ablate.execution.smoke import check_compile
+    from ablate.study.preflight import check_compile
 
-    check_compile(study)  # train.compile without a C++ compiler: one line now, not per run
+    check_compile([r.config for r in study.runs], study.path)
     dirs = {r.run_id: runs_store.run(study.name, r.run_id) for r in study.runs}
     from ablate.data import fetch_registered
 

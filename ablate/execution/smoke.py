@@ -43,10 +43,11 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from ablate.config import ConfigError, RunConfig
+from ablate.config import RunConfig
 from ablate.execution.tables import Col, make_console, print_rows
 from ablate.store import RunStore
 from ablate.study import PlannedRun, Study, load_study
+from ablate.study.preflight import check_compile
 
 SMOKE_STEPS = 2
 EMULATED_STEPS = 1
@@ -110,16 +111,6 @@ def smoke_members(cfg: RunConfig) -> list[RunConfig]:
     return out
 
 
-def check_compile(study: Study) -> None:
-    """``train.compile: true`` on a machine without a C++ compiler: one line, at plan time."""
-    from ablate.accel import compile_problem
-
-    if any(r.config.train.compile for r in study.runs):
-        problem = compile_problem()
-        if problem:
-            raise ConfigError(problem, key="train.compile", source=study.path)
-
-
 # optimizer scalars: runs that differ only in these take the same code path
 SAME_PATH_KEYS = ("lr", "min_lr", "warmup_ratio", "lr_scaling", "ref_batch_size", "cycles")
 
@@ -156,7 +147,7 @@ def smoke_study(
     """Plan the study (``ConfigError`` on bad input), train each smoke run into a temporary
     store that is deleted afterwards, print a table; returns one row per run."""
     study = load_study(study_path, profile, overrides, check_device=False)  # it trains on the CPU
-    check_compile(study)
+    check_compile([r.config for r in study.runs], study.path)
     console = console or make_console()
     runs = smoke_runs(study)
     _print_notes(study, runs, console)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ablate.config import ConfigError, RunConfig, load_run_config, parse_override
+from ablate.config import RunConfig, load_run_config, parse_override
 from ablate.store import FINISHED, RunStore
 
 
@@ -14,7 +14,7 @@ def train_run_name(config: Path | None, overrides: Sequence[str], cfg: RunConfig
     """The run's name from what was asked for, like a study run's from its axes:
     ``ablate train --set model.d_model=64 --set optim.lr=0.003`` -> ``d_model=64,lr=0.003,seed=0``
     (a config YAML adds its stem first; nothing at all gives ``transformer,seed=0``)."""
-    from ablate.study import fmt_value, short_names
+    from ablate.names import fmt_value, short_names
 
     asked = dict(parse_override(o) for o in overrides)  # later wins, as in load_run_config
     asked.pop("train.seed", None)  # the seed always comes last
@@ -47,17 +47,13 @@ def train_one(
     from ablate.data import resolve_dataset
     from ablate.data.source import is_hf, load_hf
     from ablate.study import planned_run_id
-    from ablate.study.preflight import check_runs
+    from ablate.study.preflight import check_compile, check_runs
 
     # a missing or corrupt dataset is bad input: exit 2 now
     load_hf(cfg.data.dataset) if is_hf(cfg.data.dataset) else resolve_dataset(cfg.data.dataset)
     # empty/short/binary data (tokenized now: exact counts), seeds, sizes, a GPU that is not there
     check_runs([(cfg, None)], config, tokenize=True)
-    if cfg.train.compile:
-        from ablate.accel import compile_problem
-
-        if problem := compile_problem():
-            raise ConfigError(problem, key="train.compile", source=config)
+    check_compile([cfg], config)
     run_dir = RunStore(store).run(study, planned_run_id(cfg))
     summary = run_dir.read_summary() or {}
     if summary.get("status") in FINISHED:

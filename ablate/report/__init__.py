@@ -10,16 +10,14 @@ a good one. Reports read only the store and can be rebuilt at any time, also mid
 The stage, in the order a report is built (``build`` runs it; this package only hands its
 names on):
 
-* ``collect``: the store -> :class:`~ablate.report.collect.StudyData` (runs and metrics tables).
-* ``stats`` (numbers on per-seed values) -> ``comparisons`` (two groups of runs, adjusted over
-  a family) -> ``verdicts`` (the sentences); ``claim_checks`` checks the study's claims with them
-  (the confirmatory family, Holm over the claims only; the axis comparisons are exploratory,
-  Benjamini–Hochberg), ``power`` words the seeds the deciding test needs, ``audit`` proves
-  from git when the claims were registered and lists every confirmation attempt,
-  ``sequential`` is the alpha spending of ``--until-decided``,
-  ``fit`` fits the LR optimum.
-* ``tables``, ``claims_section``, ``repro`` (text and tables) and ``figure_data`` -> ``plots``
-  (the PNGs) are put in order by ``blocks`` and written as Markdown and HTML by ``render``;
+* :func:`ablate.study.results.read_study`: the store -> a ``StudyData`` (runs and metrics
+  tables).
+* :func:`ablate.claims.outcomes.analyse`: the exploratory axis comparisons (Benjamini–Hochberg
+  within the report) and the study's claims decided (the confirmatory family, Holm over the
+  claims only), with the statistics of :mod:`ablate.claims`.
+* ``tables``, ``claims_section``, ``repro`` (text and tables), ``audit`` (the registration's
+  versions and every confirmation attempt) and ``figure_data`` -> ``plots`` (the PNGs) are put
+  in order by ``blocks`` and written as Markdown and HTML by ``render``;
   ``wandb_report`` logs the same to W&B, and ``dashboards`` writes the study's W&B workspace
   and Report specs beside it.
 * Beside the build: ``wandb_sync`` (``ablate sync``) uploads a study's offline W&B runs,
@@ -27,6 +25,5 @@ names on):
 """
 
 from ablate.report.build import build_report, build_reports
-from ablate.report.collect import load_study
 
-__all__ = ["build_report", "build_reports", "load_study"]
+__all__ = ["build_report", "build_reports"]

@@ -11,20 +11,15 @@ from dataclasses import replace
 
 import pandas as pd
 
-from ablate.report.audit import confirm_mask, latest_attempt
+from ablate.claims.comparisons import Comparison
+from ablate.claims.standing import confirm_mask, latest_attempt
+from ablate.claims.stats import ALPHA, SEED
+from ablate.claims.verdicts import Verdict, verdict
+from ablate.names import display_names, format_value, loss_unit, value_order
 from ablate.report.claims_section import against_the_paper, extra_seeds_section
-from ablate.report.collect import (
-    StudyData,
-    display_names,
-    format_value,
-    loss_unit,
-    value_order,
-)
-from ablate.report.comparisons import Comparison
 from ablate.report.plots import FigureFile
 from ablate.report.render import Block
 from ablate.report.repro import environment_table, reproducibility_text
-from ablate.report.stats import ALPHA, SEED
 from ablate.report.tables import (
     comparisons_table,
     length_table,
@@ -33,8 +28,8 @@ from ablate.report.tables import (
     variant_tables,
     where_text,
 )
-from ablate.report.verdicts import Verdict, verdict
 from ablate.store import UNFINISHED_STATES
+from ablate.study.results import StudyData
 
 
 def progress_line(study: StudyData) -> str | None:
@@ -129,21 +124,28 @@ _ORDER = {"better": 0, "worse": 0, "diverged": 1, "equivalent": 2, "inconclusive
 MAX_HEADLINES = 15
 
 
+def verdict_list(study: StudyData, comps: list[Comparison]) -> list[tuple[Comparison, Verdict]]:
+    """Each exploratory comparison with its verdict in words, as the report, its tables and
+    W&B show it (computed once per report)."""
+    unit = loss_unit(study).split("/")[0]
+    return [(c, verdict(c, unit=unit, where=where_text(c, study))) for c in comps]
+
+
 def build_blocks(
     study: StudyData,
-    comps: list[Comparison],
+    verdicts: list[tuple[Comparison, Verdict]],
     figures: list[FigureFile],
     checks: list | None = None,
 ) -> list[Block]:
-    """The whole report, section by section, in the order of this module's docstring."""
+    """The whole report, section by section, in the order of this module's docstring, from the
+    exploratory comparisons' :func:`verdict_list` and the decided claims (``checks``)."""
     unit = loss_unit(study).split("/")[0]
-    verdicts = [(c, verdict(c, unit=unit, where=where_text(c, study))) for c in comps]
     return [
         *header_blocks(study),
         *against_the_paper(study, checks or [], unit),
         Block("p", how_to_read(study)),
         Block("p", _axes_line(study)),
-        *verdict_blocks(study, comps, verdicts),
+        *verdict_blocks(study, verdicts),
         *extra_seeds_section(study),
         *variant_blocks(study),
         *comparison_blocks(study, verdicts),
@@ -171,9 +173,7 @@ def header_blocks(study: StudyData) -> list[Block]:
     return blocks
 
 
-def verdict_blocks(
-    study: StudyData, comps: list[Comparison], verdicts: list[tuple[Comparison, Verdict]]
-) -> list[Block]:
+def verdict_blocks(study: StudyData, verdicts: list[tuple[Comparison, Verdict]]) -> list[Block]:
     """The headline verdicts, strongest first, and how many of each kind."""
     names = display_names(study.axes)
     blocks = [Block("h2", "Verdicts (exploratory)")]
@@ -187,7 +187,7 @@ def verdict_blocks(
     if len(ranked) > len(shown):
         items.append(f"… {len(ranked) - len(shown)} more in the comparisons table below.")
     for axis in study.varying_axes:
-        if not any(c.axis == axis for c in comps):
+        if not any(c.axis == axis for c, _ in verdicts):
             items.append(
                 f"**{names[axis]}**: no pair of finished runs differs in this axis alone "
                 "(its values never share the other axes' values), so no comparison."

@@ -17,26 +17,19 @@ from pathlib import Path
 
 import pandas as pd
 
+from ablate.claims.checks import SLOPE
+from ablate.claims.fit import init_ffn_grad_slope
+from ablate.claims.outcomes import analyse
+from ablate.names import display_names, loss_unit
 from ablate.report.audit import HISTORY, audit_blocks
-from ablate.report.blocks import build_blocks, progress_line
-from ablate.report.claim_checks import SLOPE, analyse
+from ablate.report.blocks import build_blocks, progress_line, verdict_list
 from ablate.report.claims_section import claims_frame
-from ablate.report.collect import (
-    StudyData,
-    display_names,
-    load_study,
-    loss_unit,
-    resolve_studies,
-    results_frame,
-)
 from ablate.report.dashboards import write_specs
-from ablate.report.fit import init_ffn_grad_slope
 from ablate.report.index import CLAIMS_CSV, write_index
 from ablate.report.plots import make_figures
 from ablate.report.render import Block, to_html, to_markdown
-from ablate.report.tables import where_text
-from ablate.report.verdicts import verdict
 from ablate.report.wandb_report import comparisons_frame, log_report
+from ablate.study.results import StudyData, read_study, resolve_studies, results_frame
 
 KEPT_DIRS = (HISTORY, "archive")
 """Folders of ``reports/<study>/`` a rebuild keeps: the result tables of earlier confirmation
@@ -59,11 +52,12 @@ def build_report(study: StudyData, out: Path) -> Path:
             table[SLOPE] = table["run_id"].map(slopes)
         table.to_csv(tmp / "results.csv", index=False)
         comps, checks = analyse(study)
+        verdicts = verdict_list(study, comps)
         claims = claims_frame(study, checks, loss_unit(study).split("/")[0])
         if len(claims):
             claims.to_csv(tmp / CLAIMS_CSV, index=False)
         figures = make_figures(study, tmp)
-        blocks = build_blocks(study, comps, figures, checks)
+        blocks = build_blocks(study, verdicts, figures, checks)
         blocks[1:1] = damaged_blocks(study)
         blocks += audit_blocks(study, tmp)
         (tmp / "report.md").write_text(to_markdown(blocks))
@@ -71,7 +65,7 @@ def build_report(study: StudyData, out: Path) -> Path:
         write_specs(study, blocks, tmp)  # wandb_workspace.json, wandb_report.json
         _swap_in(tmp, out / study.name)
         figures = [replace(f, path=out / study.name / f.path.name) for f in figures]
-        log_report(study, wandb_tables(study, comps, claims), figures)
+        log_report(study, wandb_tables(study, verdicts, claims), figures)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -89,10 +83,9 @@ def damaged_blocks(study: StudyData) -> list[Block]:
     ]
 
 
-def wandb_tables(study: StudyData, comps: list, claims: pd.DataFrame) -> dict:
-    """The verdicts and claims as tables for W&B (the same rows as report.md)."""
-    unit = loss_unit(study).split("/")[0]
-    verdicts = [(c, verdict(c, unit=unit, where=where_text(c, study))) for c in comps]
+def wandb_tables(study: StudyData, verdicts: list, claims: pd.DataFrame) -> dict:
+    """The verdicts (:func:`ablate.report.blocks.verdict_list`) and claims as tables for W&B
+    (the same rows as report.md)."""
     table = comparisons_frame(verdicts, display_names(study.axes))
     keep = ["id", "claim", "expect", "metric", "outcome", "seeds needed", "numbers"]
     return {"verdicts": table, "claims": claims[keep]}
@@ -128,7 +121,7 @@ def build_reports(
     store, out = Path(store), Path(out)
     paths = []
     for name, yaml_path in resolve_studies(list(studies or []), store):
-        study = load_study(store, name, yaml_path, profile)
+        study = read_study(store, name, yaml_path, profile)
         if study.extra.get("no_spec"):  # one line: the report lacks claims and description
             print(f"warning: {name}: {study.extra['no_spec']}", file=sys.stderr)
         path = build_report(study, out)

@@ -3,8 +3,8 @@ numbers, registration and the seeds it was decided on; the sequential looks of
 ``--until-decided``; the LR-optimum table; the hand-written commentary) and the
 ``--until-decided`` seed rounds.
 
-The claims are checked (verdicts computed) in :mod:`ablate.report.claim_checks`; this module
-only words them.
+The claims are decided in :mod:`ablate.claims` (:mod:`~ablate.claims.outcomes`) and a claim's
+outcome is worded there (:mod:`~ablate.claims.verdicts`); this module lays them out.
 """
 
 from __future__ import annotations
@@ -13,99 +13,12 @@ import math
 
 import pandas as pd
 
-from ablate.report.audit import Standing, standing
-from ablate.report.claim_checks import INCONCLUSIVE, PENDING, ClaimCheck
-from ablate.report.collect import DTYPE_PREFIX, StudyData
-from ablate.report.comparisons import STREAMS_DIFFER
-from ablate.report.fit import lr_fit
+from ablate.claims.checks import ClaimCheck
+from ablate.claims.fit import lr_fit
+from ablate.claims.standing import Standing, claim_standings
+from ablate.claims.verdicts import numbers, outcome_text, seeds_used
 from ablate.report.render import Block
-from ablate.report.verdicts import fmt_num, fmt_p, verdict
-
-
-def _where(check: ClaimCheck) -> str:
-    w = check.claim.where
-    return ("at " + ", ".join(f"{k.split('.')[-1]}={v}" for k, v in w.items())) if w else ""
-
-
-def numbers(check: ClaimCheck, unit: str) -> str:
-    """The numbers behind a claim's outcome, computed from the runs."""
-    c, claim = check.comparison, check.claim
-    if c is None:
-        return check.detail or "no runs to test it"
-    if check.parts:
-        text = "; ".join(p.text() for p in check.parts)
-        if len(check.parts) > 1:
-            text += f"; {c.test} p={fmt_num(c.p)}"
-        return f"{text}; {c.correction} {fmt_p(c.p_adj)} {_where(check)}".rstrip()
-    if claim.expect == "diverges":
-        tail = f" {_where(check)}" if claim.where else ""
-        return f"{c.label_a}: diverged in {c.diverged_a}/{c.total_a} finished seeds{tail}"
-    if claim.metric == "lr_exponent":
-        if c.n_a < 2:
-            return check.detail or "fewer than 2 seeds with an optimum at every batch size"
-        v = claim.value
-        text = (
-            f"alpha = {fmt_num(c.mean_a)} (95% CI [{fmt_num(v + c.ci_lo)}, "
-            f"{fmt_num(v + c.ci_hi)}] over {c.n_a} seeds; against {v:g}: {c.test}, "
-            f"{fmt_p(c.p)}, {c.correction} {fmt_p(c.p_adj)}; "
-            f"TOST ±{fmt_num(c.margin)}: {c.correction} {fmt_p(c.p_tost_adj, 'p')})"
-        )
-        return f"{text}; {check.detail}" if check.detail else text
-    if claim.metric.endswith("@init"):  # a slope of gradient norms over layers, not a loss
-        unit = "(grad-norm slope per layer)"
-    text = verdict(c, unit=unit, where=_where(check), seeds=False).text
-    return f"{text} [{c.pairing}]" if c.pairing == STREAMS_DIFFER else text
-
-
-def seeds_used(check: ClaimCheck) -> str:
-    """Which seeds decided the claim: its confirmation runs only, or the original seeds."""
-    c = check.comparison
-    if check.pending is not None:
-        return "not decided yet: its registered confirmation runs are unfinished"
-    if check.look is not None:  # a sequential design: the look that decided it
-        lk = check.look
-        kind = "confirmation " if check.confirmation else ""
-        return (
-            f"decided at look {lk['look']} of the sequential design on its "
-            f"{len(lk.get('seed_set', []))} {kind}seeds (nominal level {lk['nominal_alpha']:.3g})"
-        )
-    if check.confirmation:
-        one_arm = check.claim.external or check.parts
-        n = f"{c.n_a}" if c is not None and (c.n_a == c.n_b or one_arm) else ""
-        n = n or (f"{c.n_a} vs {c.n_b}" if c is not None else "its")
-        return f"decided on {n} confirmation seed(s) only (fresh seeds, `ablate run --confirm`)"
-    if check.has_confirmation:
-        return "decided on the original seeds (its arms have no confirmation runs)"
-    return "decided on the original seeds (no confirmation runs)"
-
-
-def registrations(study: StudyData, checks: list[ClaimCheck]) -> dict[str, Standing]:
-    """Each claim's registration standing, proven from git (:mod:`ablate.report.audit`)."""
-    out = {}
-    for ch in checks:
-        pool = ch.pool if ch.pool is not None else study.runs.iloc[0:0]
-        out[ch.claim.id] = standing(study, pool, ch.confirmation)
-        if ch.pending is not None:  # a registered design under way: nothing is confirmed yet
-            out[ch.claim.id] = Standing(out[ch.claim.id].text, False)
-    return out
-
-
-def outcome_text(check: ClaimCheck) -> str:
-    """``**outcome** (why)``, and for an inconclusive claim the seeds that would decide it."""
-    if check.pending is not None:
-        return f"**{PENDING}, {check.pending[0]} of {check.pending[1]} runs**"
-    text = f"**{check.outcome}**"
-    if check.why:
-        text += f" ({check.why})"
-    need = check.seeds_needed
-    if check.outcome == INCONCLUSIVE:
-        if need is None:
-            text += " (more seeds needed)"
-        elif need.n is None:
-            text += f" (seeds to decide it: {need.text()})"
-        else:
-            text += f" ({need.text()}: an assumption, not a measurement)"
-    return text
+from ablate.study.results import DTYPE_PREFIX, StudyData
 
 
 def claim_items(
@@ -130,7 +43,7 @@ def claim_items(
 def claims_frame(study: StudyData, checks: list[ClaimCheck], unit: str) -> pd.DataFrame:
     """One row per claim as the report words it (``claims.csv``, W&B's claims table and the
     reports index read it): outcome, numbers, registration standing, seeds and scale."""
-    standings = registrations(study, checks)
+    standings = claim_standings(study, checks)
     scale = scale_text(study, lead=False)
     return pd.DataFrame(
         [
@@ -205,7 +118,7 @@ def against_the_paper(study: StudyData, checks: list, unit: str) -> list[Block]:
         if scale:
             out.append(Block("p", scale))
         out.append(Block("p", claims_intro(study, k)))
-        out.append(Block("ul", claim_items(checks, unit, registrations(study, checks))))
+        out.append(Block("ul", claim_items(checks, unit, claim_standings(study, checks))))
     out.extend(looks_blocks(study))
     table = lr_table(study)
     if table is not None:

@@ -15,9 +15,10 @@ from typing import Any
 
 import pandas as pd
 
-from ablate.report.collect import RESERVED, StudyData, axis_column, display_names, loss_unit
+from ablate.names import RESERVED, axis_column, display_names, loss_unit
 from ablate.report.render import Block, md_table
 from ablate.store import RunDir
+from ablate.study.results import StudyData
 from ablate.tracking import specs
 from ablate.tracking.ids import STEP, TOKENS, report_run_id, wandb_run_id
 from ablate.tracking.mode import destination, study_tracking
@@ -50,7 +51,7 @@ def x_axis(study: StudyData) -> str:
 
 def axis_key(column: str) -> str:
     """The axis key of a runs-table axis column (``axis.variant`` is the ``variant`` axis:
-    :func:`ablate.report.collect.axis_column`)."""
+    :func:`ablate.names.axis_column`)."""
     key = column.removeprefix("axis.")
     return key if key in RESERVED and axis_column(key) == column else column
 

@@ -8,13 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ablate.report.collect import (
-    StudyData,
-    display_names,
-    format_value,
-    value_order,
-    variant_order,
-)
+from ablate.names import display_names, format_value, value_order, variant_order
+from ablate.study.results import StudyData
 
 
 def labelled(df: pd.DataFrame, study: StudyData) -> tuple[pd.DataFrame, dict[str, list[str]]]:

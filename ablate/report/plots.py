@@ -10,7 +10,7 @@ Every figure is chosen by the data it needs, not by the study's name:
   by norm placement (axis ``model.norm_placement``; Xiong et al. 2020, Fig. 3 style).
 * ``length_extrapolation.png``: validation loss vs evaluation length (``val_loss_at_length``).
 
-Bands and bars are the 95% t-interval over seeds (:func:`ablate.report.stats.t_errorbar`), the
+Bands and bars are the 95% t-interval over seeds (:func:`ablate.claims.stats.t_errorbar`), the
 same interval as the tables; every title and caption says so. The last point of a validation
 curve is the run's full-split final loss, the number the tables use.
 """
@@ -30,13 +30,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from ablate.report.collect import (  # noqa: E402
-    StudyData,
-    display_names,
-    length_multiple,
-    loss_unit,
-    value_order,
-)
+from ablate.claims.stats import SEED, t_errorbar  # noqa: E402
+from ablate.names import display_names, length_multiple, loss_unit, value_order  # noqa: E402
 from ablate.report.figure_data import (  # noqa: E402
     display_columns,
     heatmap_cells,
@@ -47,7 +42,7 @@ from ablate.report.figure_data import (  # noqa: E402
     seed_counts,
     with_final_points,
 )
-from ablate.report.stats import SEED, t_errorbar  # noqa: E402
+from ablate.study.results import StudyData  # noqa: E402
 
 DPI = 110
 CI_BANDS = "band: 95% t-interval over seeds (as in the tables)"

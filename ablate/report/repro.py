@@ -11,8 +11,9 @@ import math
 
 import pandas as pd
 
-from ablate.report.collect import StudyData, format_value, variant_order
-from ablate.report.stats import mean_std
+from ablate.claims.stats import mean_std
+from ablate.names import format_value, variant_order
+from ablate.study.results import StudyData
 
 ENV_COLUMNS = ["torch", "lightning", "numpy", "python", "device", "torch_threads", "workers"]
 CHAOS_FACTOR = 5.0

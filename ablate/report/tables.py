@@ -12,17 +12,12 @@ from typing import Any
 
 import pandas as pd
 
-from ablate.report.collect import (
-    StudyData,
-    display_names,
-    format_value,
-    length_multiple,
-    variant_order,
-)
-from ablate.report.comparisons import Comparison
-from ablate.report.stats import one_sample, summarize
-from ablate.report.verdicts import Verdict
+from ablate.claims.comparisons import Comparison
+from ablate.claims.stats import one_sample, summarize
+from ablate.claims.verdicts import Verdict
+from ablate.names import display_names, format_value, length_multiple, variant_order
 from ablate.store import UNFINISHED_STATES
+from ablate.study.results import StudyData
 
 QUALITY = [  # (column, header, decimals)
     ("final_val_loss", "final val loss", 4),

@@ -359,13 +359,37 @@ class RunStore:
 
     def keep_spec(self, study: str, source: Path) -> None:
         """Copy the study file ``source`` into the store (atomically; a full disk is one
-        :class:`StoreWriteError` line)."""
+        :class:`StoreWriteError` line), with the plugin files its ``plugins:`` names: they are
+        copied beside it (``plugins/``) and the copy names them there, so the kept study
+        resolves from any directory (same bytes: the same plugin hashes, the same run ids)."""
+        text = Path(source).read_text(encoding="utf-8")
         try:
-            atomic_write_text(self.spec_file(study), Path(source).read_text(encoding="utf-8"))
+            text = self._keep_plugins(study, Path(source), text)
+            atomic_write_text(self.spec_file(study), text)
         except OSError as err:
             raise StoreWriteError(
                 err.errno, f"cannot write {self.spec_file(study)}: {describe_os_error(err)}"
             ) from None
+
+    def _keep_plugins(self, study: str, source: Path, text: str) -> str:
+        """``text`` with each plugin file of its ``plugins:`` copied to ``plugins/`` beside
+        the kept study and named there (module names stay as they are)."""
+        raw = yaml.safe_load(text)
+        plugins = raw.get("plugins") if isinstance(raw, dict) else None
+        if not isinstance(plugins, list) or not plugins:
+            return text
+        kept = []
+        for i, spec in enumerate(plugins):
+            path = Path(str(spec)).expanduser()
+            path = path if path.is_absolute() else source.parent / path
+            if not (str(spec).endswith(".py") and path.is_file()):
+                kept.append(spec)  # a module name, or a file the plan-time check rejects
+                continue
+            name = f"{i}_{path.name}"
+            atomic_write_text(self.root / study / "plugins" / name, path.read_text("utf-8"))
+            kept.append(f"./plugins/{name}")
+        raw["plugins"] = kept
+        return yaml.safe_dump(raw, sort_keys=False, allow_unicode=True)
 
     def keep_plan(self, study: str, runs: list[dict[str, Any]]) -> None:
         """Record the planned runs of ``study`` (:data:`PLAN_FILE`; atomically)."""

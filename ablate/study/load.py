@@ -2,7 +2,7 @@
 steps: read the file (:mod:`~ablate.study.spec`), import its plugins, parse its parts, apply the
 profile and ``--set``, expand variants x grid x seeds and resolve each run
 (:mod:`~ablate.study.plan`), check the resolved runs (:mod:`~ablate.study.preflight`) and parse
-the claims (:mod:`~ablate.study.claims`). Pure: trains and writes nothing.
+the claims (:mod:`ablate.claims.spec`). Pure: trains and writes nothing.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ablate.study.claims import Claim, parse_claims, parse_margin
+from ablate.claims.spec import Claim, parse_claims, parse_margin
 from ablate.study.plan import PlannedRun, Study, apply_profile, expand
 from ablate.study.preflight import check_runs, gpu_available
 from ablate.study.spec import choose_profile, parse_spec, read_spec
@@ -88,7 +88,7 @@ def _claims(
     profile: tuple[str, dict[str, dict[str, Any]]] | None = None,
 ) -> tuple[list[Claim], float]:
     """(claims, equivalence margin), validated against the study's axes, with the profile's
-    replacements (``profile``: its name and ``claims:``) applied (ablate.study.claims)."""
+    replacements (``profile``: its name and ``claims:``) applied (ablate.claims.spec)."""
     axes = ({"variant": variant_names} if variant_names else {}) | dict(grid)
     lengths = {float(x) for x in runs[0].config.train.eval_lengths} if runs else None
     margin = parse_margin(raw.get("equivalence_margin"), source)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ablate.config import RunConfig
 from ablate.errors import ConfigError
-from ablate.study.names import fmt_value, short_names
+from ablate.names import fmt_value, short_names
 from ablate.study.resolve import resolve
 from ablate.study.spec import Derived, Layer, Profile, Reference, StudySpec, overrides_layer
 
@@ -85,7 +85,7 @@ class Study:
     plugins: tuple[str, ...] = ()
     """Plugin modules/absolute paths the runs need (imported again by ``train_run``)."""
     claims: list = field(default_factory=list)
-    """The study's ``claims:`` (:class:`ablate.study.claims.Claim`), checked by the report."""
+    """The study's ``claims:`` (:class:`ablate.claims.spec.Claim`), checked by the report."""
     equivalence_margin: float = 0.01
     seen_seeds: tuple[int, ...] = ()
     """Seeds looked at outside the store (``seen_seeds:``); ``--confirm`` skips them."""

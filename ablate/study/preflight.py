@@ -21,13 +21,15 @@ anything is written:
   (``ablate train`` trains next in the same process, so that costs nothing extra).
 
 Non-finite floats (``optim.lr: .inf``) are rejected by the config models themselves
-(``allow_inf_nan=False``).
+(``allow_inf_nan=False``). ``check_compile`` (``train.compile`` without a C++ compiler) is
+called by whatever is about to train (``ablate run``, ``--smoke``, ``ablate train``), not by
+the loader: ``ablate plan`` and ``ablate register`` plan runs that train elsewhere.
 """
 
 from __future__ import annotations
 
 import codecs
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -322,3 +324,14 @@ def check_runs(
             _check_device(cfg, where, source, have_gpu)
         if data:
             _check_data(cfg, where, source, scans, tokenize)
+
+
+def check_compile(configs: Iterable[RunConfig], source: str | Path | None = None) -> None:
+    """``train.compile: true`` on a machine without a C++ compiler: one ``ConfigError`` line,
+    before any run starts (not once per run)."""
+    from ablate.accel import compile_problem
+
+    if any(cfg.train.compile for cfg in configs):
+        problem = compile_problem()
+        if problem:
+            raise ConfigError(problem, key="train.compile", source=source)

@@ -15,7 +15,7 @@ A study file::
     equivalence_margin: 0.01        # optional: TOST margin in nats for the report (default 0.01)
     claims:                         # optional: the paper's statements, checked by the report
       - {id: post-needs-warmup, text: ..., expect: better, a: {optim.warmup_ratio: 0.1},
-         b: {optim.warmup_ratio: 0}, where: {model.norm_placement: post}}  # ablate/study/claims.py
+         b: {optim.warmup_ratio: 0}, where: {model.norm_placement: post}}  # ablate/claims/spec.py
     base:                           # partial run config (nested sections or dotted keys)
       model: {n_layers: 6}
       optim.lr: 2e-3
@@ -38,7 +38,7 @@ A study file::
         tier: 1                     # the GPU window it trains in (``ablate plan --flops``)
         reference: {value: 1.4697, label: ...}    # this scale's published value (or null)
         claims: {equals-x: {b: {values: [1.4697], label: ..., source: ...}}}  # per claim:
-                                    # this scale's literature arm (ablate/study/claims.py)
+                                    # this scale's literature arm (ablate/claims/spec.py)
     default_profile: auto           # used when --profile is not given: a profile's name, or
                                     # auto: the gpu profile where CUDA is visible, else cpu
 
@@ -66,8 +66,8 @@ from pydantic import ValidationError
 
 from ablate.config import check_key, field_adapter, flatten, load_yaml, parse_override
 from ablate.errors import ConfigError, check_known, suggest
+from ablate.names import fmt_value
 from ablate.study.expressions import parse_expression
-from ablate.study.names import fmt_value
 
 TOP_LEVEL = (
     "name",
@@ -323,7 +323,7 @@ class Profile:
     """``reference:`` given in the profile: it replaces the study's (``null`` removes it)."""
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Claim id -> the keys this profile replaces (its literature arm), checked by
-    :func:`ablate.study.claims.profile_claims` where the claims are parsed."""
+    :func:`ablate.claims.spec.profile_claims` where the claims are parsed."""
 
 
 def parse_profiles(raw: Any, source: Path, variant_names: list[str]) -> dict[str, Profile]:

@@ -160,7 +160,7 @@ import sys
 
 import yaml
 
-from ablate.study.registration import registration_path
+from ablate.claims.registration import registration_path
 
 profile = sys.argv[1] or None
 for path in sys.argv[2:]:

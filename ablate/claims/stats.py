@@ -4,8 +4,8 @@ power (seeds needed),
 plus :func:`summarize`, the per-group mean/std/CI table of the runs table.
 
 The array functions are pure: same input, same output (the bootstrap takes a fixed seed).
-Two groups of runs compared with them are :mod:`ablate.report.comparisons`; the plain-language
-verdict on a comparison is :mod:`ablate.report.verdicts`.
+Two groups of runs compared with them are :mod:`ablate.claims.comparisons`; the plain-language
+verdict on a comparison is :mod:`ablate.claims.verdicts`.
 
 Non-finite values (a diverged run's loss) are never averaged: the array functions drop them,
 and the callers count diverged runs separately and say so.

@@ -21,8 +21,9 @@ from typing import Any
 
 import yaml
 
+from ablate.claims.sequential import SPENDING
+from ablate.claims.spec import FITTED, Claim, claim_fingerprint
 from ablate.errors import ConfigError
-from ablate.study.claims import FITTED, Claim, claim_fingerprint
 
 FOLDER = "registrations"
 DESIGNS = ("fixed", "sequential")
@@ -73,6 +74,40 @@ def claim_entry(claim: Claim, default_margin: float) -> dict[str, Any]:
     }
 
 
+def fresh_seeds(n: int, taken: set[int], above: int) -> list[int]:
+    """The first ``n`` integers greater than ``above`` that are not in ``taken`` (the seeds a
+    design draws: never one the study has used)."""
+    out, s = [], above
+    while len(out) < n:
+        s += 1
+        if s not in taken:
+            out.append(s)
+    return out
+
+
+def build_design(
+    seeds: list[int], arms: list[str], looks: int | None = None, note: str = ""
+) -> dict[str, Any]:
+    """A confirmation design: ``seeds`` for every variant of ``arms``, fixed in advance; with
+    ``looks``, a sequential design of up to ``looks`` looks of ``len(seeds)`` seeds each,
+    O'Brien-Fleming alpha spending, ``seeds`` its first look's. ``note``: why, in words."""
+    if looks is None:
+        design: dict[str, Any] = {"kind": "fixed", "seeds": list(seeds)}
+    else:
+        design = {
+            "kind": "sequential",
+            "max_looks": looks,
+            "seeds_per_look": len(seeds),
+            "spending": SPENDING,
+            "seeds": list(seeds),
+            "later_looks": "the next integers no run of the study used",
+        }
+    design["arms"] = list(arms)
+    if note:
+        design["note"] = " ".join(note.split())
+    return design
+
+
 def build_registration(
     name: str, profile: str | None, claims: list[Claim], margin: float, design: dict[str, Any]
 ) -> dict[str, Any]:
@@ -86,6 +121,20 @@ def build_registration(
         "design": design,
         "claims": [claim_entry(c, margin) for c in claims],
     }
+
+
+def design_text(design: dict | None) -> str:
+    """A registered design in words: ``fixed: 3 seeds per arm (5, 6, 7)`` or the sequential
+    design's looks, spending and first seeds."""
+    if not isinstance(design, dict):
+        return "design unreadable"
+    seeds = ", ".join(str(s) for s in design.get("seeds") or [])
+    if design.get("kind") == "sequential":
+        return (
+            f"sequential: up to {design.get('max_looks')} looks of {design.get('seeds_per_look')}"
+            f" seeds, {design.get('spending')} spending, first seeds {seeds}"
+        )
+    return f"fixed: {len(design.get('seeds') or [])} seeds per arm ({seeds})"
 
 
 def write_registration(path: Path, record: dict[str, Any]) -> None:
@@ -231,3 +280,44 @@ def require_registration(
     if problem:
         raise ConfigError(problem, source=path)
     return record, head_commit(path) or ""
+
+
+def fixed_seeds(
+    study_path: Path, name: str, profile: str | None, claims: list[Claim], margin: float
+) -> tuple[list[int], str]:
+    """(the registered seeds, the registration commit or "" outside git) of a fixed design
+    (``ablate run --confirm``); ``ConfigError`` when the registration is missing, does not
+    match, is not committed or registers a sequential design."""
+    record, commit = require_registration(study_path, name, profile, claims, margin)
+    if record["design"]["kind"] != "fixed":
+        raise ConfigError(
+            "registers a sequential design: run it with --until-decided",
+            source=registration_path(study_path, profile),
+        )
+    return [int(s) for s in record["design"].get("seeds") or []], commit
+
+
+def sequential_seeds(
+    study_path: Path,
+    name: str,
+    profile: str | None,
+    claims: list[Claim],
+    margin: float,
+    max_looks: int,
+    seeds_per_look: int | None,
+) -> tuple[list[int], str]:
+    """(the registered first-look seeds, the registration commit) of a sequential design
+    (``--until-decided``), checked against ``--max-looks`` / ``--seeds-per-look``;
+    ``ConfigError`` when it is not the one registered."""
+    record, commit = require_registration(study_path, name, profile, claims, margin)
+    design, path = record["design"], registration_path(study_path, profile)
+    if design["kind"] != "sequential":
+        raise ConfigError("registers a fixed design: run it with --confirm", source=path)
+    for key, value in (("max_looks", max_looks), ("seeds_per_look", seeds_per_look)):
+        if value is not None and design.get(key) != value:
+            raise ConfigError(
+                f"registers {key} {design.get(key)}, not {value}: a new design needs a new "
+                "registration",
+                source=path,
+            )
+    return [int(s) for s in design.get("seeds") or []], commit or "uncommitted"

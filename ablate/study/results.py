@@ -1,4 +1,9 @@
-"""Read a study out of the run store into pandas tables.
+"""A study's runs read back from the run store into pandas tables (:func:`read_study`).
+
+Not :func:`ablate.study.load_study`, which reads the study YAML into its planned runs; this
+reads what those runs left in the store, for the report and for deciding claims
+(:mod:`ablate.claims`). Both the report (``ablate report``) and ``ablate run --until-decided``
+/ ``ablate register`` (the pilot) read a study's runs through here.
 
 Two tables come out of a study directory ``<store>/<study>/``:
 
@@ -16,7 +21,7 @@ store is read; nothing here writes to it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,17 +29,22 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from ablate.claims.arms import claim_arm_axes
 from ablate.config import ConfigError
+from ablate.names import (
+    ID_COLUMNS,
+    LENGTH_PREFIX,
+    axis_column,
+    format_value,
+    length_multiple,
+    value_order,
+)
 from ablate.store import RUN_STATES, SUMMARY_NUMBERS, RunDir, RunStore, run_state
-from ablate.study import Reference, parse_reference, read_study_yaml, short_names
-from ablate.study.arms import claim_arm_axes
+from ablate.study.load import load_study
+from ablate.study.spec import Reference, parse_reference, read_study_yaml
 
-PENDING = "pending"
 ORDERED_STATUSES = RUN_STATES  # the store's one vocabulary, decided by store.run_state
 
-ID_COLUMNS = ["run_id", "name", "variant", "seed", "status"]
-# column names an axis may not take (it gets an ``axis.`` prefix instead)
-RESERVED = {*ID_COLUMNS, "study", "step", "metric", "value", "held fixed"}
 # summary fields in display order; any other scalar field a run writes is kept after these
 SUMMARY_FIELDS = [
     *SUMMARY_NUMBERS[:6],  # losses, steps, diverged_step
@@ -43,7 +53,6 @@ SUMMARY_FIELDS = [
     "error",
 ]
 _SKIP_FIELDS = {"status", "name", "variant", "seed", "axes", "run_id", "study", "wandb_dir"}
-LENGTH_PREFIX = "val_loss_at_"
 # config values the report needs even when they are not axes
 CONFIG_COLUMNS = {
     "model.pos_encoding": "cfg.pos_encoding",
@@ -60,7 +69,7 @@ DTYPE_PREFIX = "dtype."
 
 @dataclass
 class StudyData:
-    """Everything the report needs about one study, read from the store."""
+    """Everything the report and the claims need about one study, read from the store."""
 
     name: str
     path: Path
@@ -78,14 +87,14 @@ class StudyData:
     yaml_path: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     claims: list = field(default_factory=list)
-    """The study YAML's ``claims:`` (:class:`ablate.study.claims.Claim`), checked by the report."""
+    """The study YAML's ``claims:`` (:class:`ablate.claims.spec.Claim`), checked by the report."""
     equivalence_margin: float = 0.01
     """The study YAML's ``equivalence_margin`` (nats) for TOST and claims."""
     profile: str | None = None
     """The profile the runs were planned with (their ``meta.profile``)."""
     claim_arms: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """Claim id -> the axes of each variant of its arms at this profile (what a registered
-    confirmation trains for it: :func:`ablate.study.arms.claim_arm_axes`)."""
+    confirmation trains for it: :func:`ablate.claims.arms.claim_arm_axes`)."""
 
     @property
     def varying_axes(self) -> list[str]:
@@ -101,31 +110,6 @@ class StudyData:
         """``val_loss_at_<m>x`` columns, ordered by the length multiple."""
         cols = [c for c in self.runs.columns if c.startswith(LENGTH_PREFIX)]
         return sorted(cols, key=length_multiple)
-
-
-def display_names(axes: list[str]) -> dict[str, str]:
-    """Axis names in tables and figures: :func:`ablate.study.short_names` (the last part of the
-    dotted key unless two axes share it), except that a name the report already uses for a
-    column (:data:`RESERVED`, e.g. ``seed``) keeps the full key."""
-    return {a: (a if s in RESERVED else s) for a, s in short_names(axes).items()}
-
-
-def loss_unit(study: StudyData) -> str:
-    """``nats/char``, ``nats/word`` or ``nats/token``, from the runs' tokenizer."""
-    tok = study.runs.get("cfg.tokenizer")
-    kind = tok.dropna().iloc[0] if tok is not None and tok.notna().any() else None
-    return {"char": "nats/char", "word": "nats/word"}.get(kind, "nats/token")
-
-
-def axis_column(key: str) -> str:
-    """The runs-table column of an axis: its key, or ``axis.<key>`` if that is taken (e.g. the
-    study's ``variant`` axis, which would clash with the variant label column)."""
-    return f"axis.{key}" if key in RESERVED else key
-
-
-def length_multiple(column: str) -> float:
-    """``'val_loss_at_2x'`` -> 2.0."""
-    return float(column[len(LENGTH_PREFIX) : -1])
 
 
 def _is_yaml_arg(arg: str) -> bool:
@@ -259,32 +243,6 @@ def _started(summary: dict[str, Any]) -> str | None:
     return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def restrict_seeds(data: StudyData, seeds: Any) -> StudyData:
-    """The study's runs at ``seeds`` only (a sequential look analyses exactly its seeds)."""
-    keep = {int(s) for s in seeds}
-    runs = data.runs
-    mask = runs["seed"].map(lambda s: s == s and s is not None and int(s) in keep)
-    return replace(data, runs=runs[mask.astype(bool)])
-
-
-def format_value(v: Any) -> str:
-    """An axis value as a short label: ``0.001`` -> ``'0.001'``, True -> ``'true'``.
-
-    Not :func:`ablate.study.fmt_value`, on purpose: that one names runs and must tell every
-    value apart (``repr`` floats, ``null``); a report label is short (``1.0`` -> ``'1'``) and
-    shows a missing value (None, NaN) as ``'-'``.
-    """
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "-"
-        return f"{v:g}"
-    if v is None:
-        return "-"
-    return str(v)
-
-
 def _study_description(store_dir: Path, yaml_data: dict[str, Any], metas: list[dict]) -> str:
     if yaml_data.get("description"):
         return str(yaml_data["description"]).strip()
@@ -312,9 +270,7 @@ def _expand(yaml_path: Path | None, profile: str | None):
             "study YAML to report its claims and description"
         )
     try:
-        from ablate.study import load_study as expand
-
-        return expand(yaml_path, profile, check_data=False, check_device=False), None
+        return load_study(yaml_path, profile, check_data=False, check_device=False), None
     except ConfigError as err:
         if str(getattr(err, "key", "") or "").startswith(("claims", "equivalence_margin")):
             raise
@@ -323,7 +279,7 @@ def _expand(yaml_path: Path | None, profile: str | None):
         return None, f"cannot read {yaml_path}: {type(err).__name__}: {err}"
 
 
-def load_study(
+def read_study(
     store: Path, name: str, yaml_path: Path | None = None, profile: str | None = None
 ) -> StudyData:
     """Read every run of ``name`` from the store into a :class:`StudyData`: the runs of
@@ -455,14 +411,6 @@ def damaged_runs(run_dirs: list[RunDir]) -> dict[Path, str]:
     return out
 
 
-def value_order(values: pd.Series) -> list[Any]:
-    """Distinct values of an axis in display order: numbers ascending, else sorted labels."""
-    vals = list(dict.fromkeys(v for v in values.tolist()))
-    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in vals if v is not None):
-        return sorted(vals, key=lambda v: (v is None, v if v is not None else 0))
-    return sorted(vals, key=lambda v: (v is None, format_value(v)))
-
-
 def sort_runs(runs: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
     """Runs ordered by axis values (in :func:`value_order`), then seed, then run id."""
     if runs.empty:
@@ -476,11 +424,6 @@ def sort_runs(runs: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
     frame["run_id"] = runs["run_id"]
     idx = frame.sort_values(list(frame.columns), kind="stable").index
     return runs.loc[idx].reset_index(drop=True)
-
-
-def variant_order(runs: pd.DataFrame) -> list[str]:
-    """Variants in the order their runs appear in :func:`sort_runs`."""
-    return list(dict.fromkeys(runs["variant"].tolist()))
 
 
 def results_frame(study: StudyData) -> pd.DataFrame:

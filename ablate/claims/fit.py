@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ablate.report.stats import mean_ci
+from ablate.claims.stats import mean_ci
 
 BATCH, LR = "data.batch_size", "optim.lr"
 PEAK = "lr"

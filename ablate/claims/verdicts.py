@@ -1,8 +1,9 @@
-"""Plain-language verdicts on a :class:`~ablate.report.comparisons.Comparison`: better, worse,
+"""Plain-language verdicts on a :class:`~ablate.claims.comparisons.Comparison`: better, worse,
 equivalent within the margin, inconclusive (with the seeds that would decide it), diverged or
 too few seeds, from the p-values adjusted over the comparison's family (Holm for claims,
-Benjamini–Hochberg for the exploratory axis comparisons); and the number formats those sentences
-use.
+Benjamini–Hochberg for the exploratory axis comparisons); the number formats those sentences
+use; and a decided claim in words (:func:`outcome_text`, :func:`numbers`, :func:`seeds_used`),
+as the report, ``claims.csv`` and a registration's pilot word it.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ablate.report.comparisons import Comparison
-from ablate.report.power import floor_above
-from ablate.report.stats import ALPHA, seeds_needed
+from ablate.claims.checks import INCONCLUSIVE, PENDING, ClaimCheck
+from ablate.claims.comparisons import STREAMS_DIFFER, Comparison
+from ablate.claims.power import floor_above
+from ablate.claims.stats import ALPHA, seeds_needed
 
 
 @dataclass(frozen=True)
@@ -134,3 +136,81 @@ def verdict(
         f"({ci}, {test}; not within {m} by TOST){more if seeds else ''}{div_note}"
     )
     return Verdict("inconclusive", None, text, need)
+
+
+# --- a claim's outcome in words ------------------------------------------------------------
+
+
+def _where(check: ClaimCheck) -> str:
+    w = check.claim.where
+    return ("at " + ", ".join(f"{k.split('.')[-1]}={v}" for k, v in w.items())) if w else ""
+
+
+def numbers(check: ClaimCheck, unit: str) -> str:
+    """The numbers behind a claim's outcome, computed from the runs."""
+    c, claim = check.comparison, check.claim
+    if c is None:
+        return check.detail or "no runs to test it"
+    if check.parts:
+        text = "; ".join(p.text() for p in check.parts)
+        if len(check.parts) > 1:
+            text += f"; {c.test} p={fmt_num(c.p)}"
+        return f"{text}; {c.correction} {fmt_p(c.p_adj)} {_where(check)}".rstrip()
+    if claim.expect == "diverges":
+        tail = f" {_where(check)}" if claim.where else ""
+        return f"{c.label_a}: diverged in {c.diverged_a}/{c.total_a} finished seeds{tail}"
+    if claim.metric == "lr_exponent":
+        if c.n_a < 2:
+            return check.detail or "fewer than 2 seeds with an optimum at every batch size"
+        v = claim.value
+        text = (
+            f"alpha = {fmt_num(c.mean_a)} (95% CI [{fmt_num(v + c.ci_lo)}, "
+            f"{fmt_num(v + c.ci_hi)}] over {c.n_a} seeds; against {v:g}: {c.test}, "
+            f"{fmt_p(c.p)}, {c.correction} {fmt_p(c.p_adj)}; "
+            f"TOST ±{fmt_num(c.margin)}: {c.correction} {fmt_p(c.p_tost_adj, 'p')})"
+        )
+        return f"{text}; {check.detail}" if check.detail else text
+    if claim.metric.endswith("@init"):  # a slope of gradient norms over layers, not a loss
+        unit = "(grad-norm slope per layer)"
+    text = verdict(c, unit=unit, where=_where(check), seeds=False).text
+    return f"{text} [{c.pairing}]" if c.pairing == STREAMS_DIFFER else text
+
+
+def seeds_used(check: ClaimCheck) -> str:
+    """Which seeds decided the claim: its confirmation runs only, or the original seeds."""
+    c = check.comparison
+    if check.pending is not None:
+        return "not decided yet: its registered confirmation runs are unfinished"
+    if check.look is not None:  # a sequential design: the look that decided it
+        lk = check.look
+        kind = "confirmation " if check.confirmation else ""
+        return (
+            f"decided at look {lk['look']} of the sequential design on its "
+            f"{len(lk.get('seed_set', []))} {kind}seeds (nominal level {lk['nominal_alpha']:.3g})"
+        )
+    if check.confirmation:
+        one_arm = check.claim.external or check.parts
+        n = f"{c.n_a}" if c is not None and (c.n_a == c.n_b or one_arm) else ""
+        n = n or (f"{c.n_a} vs {c.n_b}" if c is not None else "its")
+        return f"decided on {n} confirmation seed(s) only (fresh seeds, `ablate run --confirm`)"
+    if check.has_confirmation:
+        return "decided on the original seeds (its arms have no confirmation runs)"
+    return "decided on the original seeds (no confirmation runs)"
+
+
+def outcome_text(check: ClaimCheck) -> str:
+    """``**outcome** (why)``, and for an inconclusive claim the seeds that would decide it."""
+    if check.pending is not None:
+        return f"**{PENDING}, {check.pending[0]} of {check.pending[1]} runs**"
+    text = f"**{check.outcome}**"
+    if check.why:
+        text += f" ({check.why})"
+    need = check.seeds_needed
+    if check.outcome == INCONCLUSIVE:
+        if need is None:
+            text += " (more seeds needed)"
+        elif need.n is None:
+            text += f" (seeds to decide it: {need.text()})"
+        else:
+            text += f" ({need.text()}: an assumption, not a measurement)"
+    return text

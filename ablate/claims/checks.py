@@ -1,16 +1,17 @@
-"""Check a study's claims (:mod:`ablate.study.claims`) against its runs, at report time.
+"""One claim (:mod:`ablate.claims.spec`) tested on a study's runs, and decided.
 
-Each claim becomes one :class:`~ablate.report.comparisons.Comparison` (arm a vs arm b, paired
-by seed where both arms share the seeds). The claims are the *confirmatory* family: Holm over the
-study's claims only, each distinct test counted once (a claim written as the reverse of another
-is the same test), so a claim's p never depends on how large the grid is. The axis comparisons
-are *exploratory*: Benjamini–Hochberg within the report (:func:`analyse`).
+Each claim becomes one :class:`~ablate.claims.comparisons.Comparison` (arm a vs arm b, paired
+by seed where both arms share the seeds; :func:`build_comparisons`). The claims are the
+*confirmatory* family: Holm over the study's claims only, each distinct test counted once (a
+claim written as the reverse of another is the same test; :func:`confirmatory_family`), so a
+claim's p never depends on how large the grid is.
 
-Outcomes: *reproduces*, *contradicted*, or *inconclusive* with the seeds the deciding test would
-need (:mod:`ablate.report.power`); an ``equivalent`` claim reads *equivalent* (TOST passes,
-reproduces), *different* (significant, 95% CI wholly outside ±margin: contradicted), *different
-but within margin* (significant, CI inside ±margin: the "no difference" holds in practice) or
-inconclusive. ``diverges`` claims count diverged runs instead.
+Outcomes (:func:`decide_claim`): *reproduces*, *contradicted*, or *inconclusive* with the seeds
+the deciding test would need (:mod:`ablate.claims.power`); an ``equivalent`` claim reads
+*equivalent* (TOST passes, reproduces), *different* (significant, 95% CI wholly outside
+±margin: contradicted), *different but within margin* (significant, CI inside ±margin: the "no
+difference" holds in practice) or inconclusive. ``diverges`` claims count diverged runs
+instead. A study's claims decided together: :mod:`ablate.claims.outcomes`.
 
 When the store has confirmation runs (``ablate run --confirm``: fresh seeds, ``confirm`` true),
 a claim whose arms all have some is decided on those runs only; otherwise on the original ones.
@@ -24,28 +25,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from ablate.report.audit import confirm_mask, design_progress, latest_attempt
-from ablate.report.collect import StudyData, axis_column, format_value, restrict_seeds
-from ablate.report.comparisons import (
-    FINISHED,
-    Comparison,
-    adjust,
-    axis_comparisons,
-    compare,
-    compare_groups,
-)
-from ablate.report.fit import init_ffn_grad_slope, lr_fit
-from ablate.report.one_sample import Part, contradicted, intersection, part_of
-from ablate.report.power import (
-    SeedsNeeded,
-    beyond_power,
-    diff_power,
-    floor_above,
-    smallest_n,
-    tost_power,
-)
-from ablate.report.stats import ALPHA, finite, holm
-from ablate.study.claims import FITTED, ONE_SAMPLE, Claim
+from ablate.claims.comparisons import FINISHED, Comparison, compare, compare_groups
+from ablate.claims.fit import init_ffn_grad_slope, lr_fit
+from ablate.claims.one_sample import Part, contradicted, intersection, part_of
+from ablate.claims.power import SeedsNeeded, claim_seeds_needed, parts_seeds_needed
+from ablate.claims.spec import FITTED, ONE_SAMPLE, Claim
+from ablate.claims.standing import confirm_mask, latest_attempt
+from ablate.claims.stats import holm
+from ablate.names import axis_column, format_value
 
 SLOPE = "ffn_grad_slope@init"
 
@@ -212,7 +199,7 @@ def _arm_check(
 
 def _one_sample_check(check: ClaimCheck, base: pd.DataFrame, explore: pd.DataFrame) -> None:
     """A one-arm claim against a value, or an intersection of such parts
-    (:mod:`ablate.report.one_sample`)."""
+    (:mod:`ablate.claims.one_sample`)."""
     claim = check.claim
     col = metric_column(claim)
     if col not in base or base[col].isna().all():
@@ -232,9 +219,11 @@ def published_label(claim: Claim) -> str:
     return f"{claim.external_label} ({where})"
 
 
-def build_comparisons(study: StudyData, claims: list[Claim], margin: float) -> list[ClaimCheck]:
+def build_comparisons(study, claims: list[Claim], margin: float) -> list[ClaimCheck]:
     """One :class:`ClaimCheck` per claim with its (unadjusted) comparison, on the claim's
-    confirmation runs when it has them (:func:`claim_runs`)."""
+    confirmation runs when it has them (:func:`claim_runs`). ``study``: its runs read back
+    from the store (:class:`ablate.study.results.StudyData`: ``runs``, ``metrics``,
+    ``varying_axes``)."""
     runs = study.runs[study.runs["status"].isin(FINISHED)]
     if any(c.metric == SLOPE for c in claims):
         runs = runs.assign(**{SLOPE: runs["run_id"].map(init_ffn_grad_slope(study.metrics))})
@@ -355,88 +344,6 @@ def _decide_parts(check: ClaimCheck, c: Comparison, alpha: float) -> None:
         check.seeds_needed = parts_seeds_needed(check.parts, level)
 
 
-def parts_seeds_needed(parts: list[Part], level: float) -> SeedsNeeded:
-    """Seeds for 80% power of every part's one-sided test at ``level``, assuming each arm's
-    observed mean and SD are the true ones: the largest part's need; "not reachable" when a
-    part's mean sits on the wrong side of its value or would need more than 1000 seeds."""
-    needs, assumed = [], []
-    for p in parts:
-        x = finite(p.values)
-        d = (float(np.mean(x)) - p.ref) * (1 if p.expect == "above" else -1)
-        sd = float(np.std(x, ddof=1))
-        assumed.append(f"{p.label}: mean {np.mean(x):+.3g}, sd {sd:.3g}")
-        if d <= 0 or sd <= 0:
-            needs.append(None)
-            continue
-        needs.append(smallest_n(lambda k, d=d, sd=sd: beyond_power(k, d, sd, 0.0, level)))
-    unit, assumption = "seeds per arm", "; ".join(assumed)
-    if any(n is None for n in needs):
-        why = "an arm's observed mean is on the wrong side of its value, or more than 1000 seeds"
-        return SeedsNeeded(None, unit, "", assumption, why)
-    current = max(p.n for p in parts)
-    test = f"every part's one-sided t at α={level:.2g}"
-    return SeedsNeeded(floor_above(max(needs), current), unit, test, assumption)
-
-
-def _design(c: Comparison, claim: Claim) -> tuple[str, str, int, int]:
-    """(power design, what the seeds count, current seeds, published values) of a claim."""
-    if claim.metric == "lr_exponent":
-        return "one-sample", "seeds (one fitted exponent per seed)", c.n_a, 0
-    if len(claim.external) == 1:
-        return "one-sample", "seeds of arm a (against one published value)", c.n_a, 0
-    if claim.external:
-        return "fixed-b", f"seeds of arm a (against {c.n_b} published values)", c.n_a, c.n_b
-    if c.paired:
-        return "one-sample", "seeds per arm (paired by seed)", c.n_a, 0
-    return "two-sample", "seeds per arm", max(c.n_a, c.n_b), 0
-
-
-def claim_seeds_needed(
-    c: Comparison, claim: Claim, alpha: float = ALPHA, sd_from: str = ""
-) -> SeedsNeeded | None:
-    """Seeds for 80% power of the test that would decide ``claim``, assuming the true
-    difference and SD are the observed ones, at Holm's first-step level ``alpha / family``:
-    for ``equivalent`` TOST when the difference is inside the margin, else the test that the
-    CI lies beyond it; for ``better``/``worse`` the t-test of no difference, or TOST (which
-    would contradict it) when that needs fewer. At least one seed more than the seeds that
-    did not decide it; None when the SD is unknown or zero."""
-    if not (math.isfinite(c.diff) and math.isfinite(c.sd)) or c.sd <= 0:
-        return None
-    design, unit, current, n_b = _design(c, claim)
-    level, d, sd, m = alpha / max(c.family, 1), c.diff, c.sd, c.margin
-    assumption = f"the true difference is the observed {d:+.3g} with sd {sd:.3g}{sd_from}"
-    lvl = f"α={level:.2g}"
-    options = []  # (n, test)
-    if abs(d) < m:
-        n = smallest_n(lambda k: tost_power(k, d, sd, m, level, design, n_b))
-        options.append((n, f"TOST within ±{m:g} at {lvl} (→ equivalent)"))
-    if claim.expect == "equivalent" and abs(d) > m:
-
-        def power(k: int) -> float:  # significant and the 95% CI beyond the margin
-            return min(
-                diff_power(k, d, sd, level, design, n_b),
-                beyond_power(k, d, sd, m, 0.025, design, n_b),
-            )
-
-        options.append((smallest_n(power), f"the 95% CI wholly beyond ±{m:g} (→ different)"))
-    if claim.expect != "equivalent" and d != 0:
-        n = smallest_n(lambda k: diff_power(k, d, sd, level, design, n_b))
-        options.append((n, f"the t-test of no difference at {lvl} (→ a winner)"))
-    found = [(n, t) for n, t in options if n is not None]
-    if found:
-        n, test = min(found)
-        return SeedsNeeded(floor_above(n, current), unit, test, assumption)
-    floor = f"the {n_b} published values alone fix the standard error" if n_b else ""
-    why = (
-        "the assumed difference sits on the margin"
-        if abs(d) == m
-        else f"more than 1000 seeds{'; ' + floor if floor else ''}"
-        if options
-        else "no difference at all to detect"
-    )
-    return SeedsNeeded(None, unit, "", assumption, why)
-
-
 def _family_key(c: Comparison) -> tuple:
     """A comparison's identity regardless of arm order (a claim written as the reverse of
     another is the same two-sided test)."""
@@ -474,31 +381,6 @@ def confirmatory_family(checks: list[ClaimCheck]) -> None:
             )
 
 
-def analyse(study: StudyData) -> tuple[list[Comparison], list[ClaimCheck]]:
-    """The report's two families: the exploratory axis comparisons (on the original, not the
-    confirmation, runs), Benjamini–Hochberg within the report; and the study's claims, the
-    confirmatory family, Holm over the claims only (each test once), decided."""
-    margin = study.equivalence_margin
-    original = study.runs[~confirm_mask(study.runs)]
-    comps = adjust(axis_comparisons(original, study.varying_axes, margin=margin), method="bh")
-    looks = study_looks(study)
-    decided = sequential_checks(study, looks) if looks else {}
-    rest = [c for c in study.claims if c.id not in decided]
-    checks = build_comparisons(study, rest, margin)
-    progress = design_progress(study, rest)
-    for check in checks:  # in the family, but never rejected before its design finished
-        if check.claim.id in progress and check.comparison is not None:
-            check.comparison = replace(check.comparison, p=1.0, p_tost=1.0)
-    confirmatory_family(checks)
-    for check in checks:
-        if check.claim.id in progress:
-            hold(check, progress[check.claim.id], study.runs[latest_attempt(study.runs)])
-        else:
-            decide_claim(check, ALPHA)
-    by_id = decided | {check.claim.id: check for check in checks}
-    return comps, [by_id[c.id] for c in study.claims]
-
-
 def hold(check: ClaimCheck, progress: tuple[int, int], attempt: pd.DataFrame) -> None:
     """A claim whose registered design has runs left: pending, without numbers (an interim
     look the design did not plan would spend alpha it does not have)."""
@@ -509,32 +391,3 @@ def hold(check: ClaimCheck, progress: tuple[int, int], attempt: pd.DataFrame) ->
         f"{k} of {n} runs of its registered confirmation design finished; no verdict before "
         "every one has (the design registered no interim looks)"
     )
-
-
-def study_looks(study: StudyData) -> list[dict]:
-    """The looks of the study's ``--until-decided`` design (``until_decided.json``), if any."""
-    from ablate.store.rundir import DECISIONS_FILE, read_decisions
-
-    path = study.path / DECISIONS_FILE
-    looks = list(read_decisions(path).get("looks", [])) if path.is_file() else []
-    # a log without each look's seeds and level cannot be replayed: decide on all runs then
-    return looks if all("seed_set" in lk and "nominal_alpha" in lk for lk in looks) else []
-
-
-def sequential_checks(study: StudyData, looks: list[dict]) -> dict[str, ClaimCheck]:
-    """Each claim of a sequential design as it was decided: at the look that decided it (or
-    the last look), on exactly that look's seeds, Holm over the claims still open there, at
-    the look's nominal level (as ``ablate run --until-decided`` decided it)."""
-    out: dict[str, ClaimCheck] = {}
-    for i, look in enumerate(looks):
-        open_claims = [c for c in study.claims if c.id not in out]
-        data = restrict_seeds(study, look.get("seed_set", []))
-        checks = build_comparisons(data, open_claims, study.equivalence_margin)
-        confirmatory_family(checks)
-        last = i == len(looks) - 1
-        for check in checks:
-            decide_claim(check, float(look["nominal_alpha"]))
-            if last or check.claim.id in look.get("decided", []):
-                check.look = look
-                out[check.claim.id] = check
-    return out

@@ -13,6 +13,9 @@ The tests: the two-sided t-test of "no difference" (exact, noncentral t), the TO
 "equivalent within ±m" (:func:`tost_power`, exact for one-sample designs by integrating over
 the sample SD; the pooled two-sample t for the others), and the one-sided test that the
 difference lies beyond the margin ("different": the 95% CI wholly outside ±m).
+
+For a claim: :func:`claim_seeds_needed` (the test that decides a two-arm, published-value or
+fitted claim) and :func:`parts_seeds_needed` (every one-sided part of a one-arm claim).
 """
 
 from __future__ import annotations
@@ -24,13 +27,18 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from ablate.claims.comparisons import Comparison
+from ablate.claims.one_sample import Part
+from ablate.claims.spec import Claim
+from ablate.claims.stats import ALPHA, finite
+
 POWER = 0.8
 MAX_SEEDS = 1000
 """Beyond this many seeds a decision is "not reachable in practice"."""
 _Q = (np.arange(4000) + 0.5) / 4000  # quantiles of the SD's distribution (deterministic)
 
 
-def _design(n: int, design: str, n_b: int) -> tuple[float, float]:
+def _se_and_df(n: int, design: str, n_b: int) -> tuple[float, float]:
     """(standard-error factor f with se = sd·f, degrees of freedom) for ``n`` seeds."""
     if design == "one-sample":
         return 1 / math.sqrt(n), n - 1
@@ -46,7 +54,7 @@ def diff_power(
 ) -> float:
     """Power of the two-sided t-test of 0 at level ``alpha`` when the true difference is
     ``delta`` (noncentral t with noncentrality ``delta / (sd·f)``)."""
-    f, df = _design(n, design, n_b)
+    f, df = _se_and_df(n, design, n_b)
     if df < 1:
         return 0.0
     nc, crit = delta / (sd * f), stats.t.isf(alpha / 2, df)
@@ -64,7 +72,7 @@ def beyond_power(
 ) -> float:
     """Power of the one-sided t-test that ``|difference| > margin`` at level ``alpha`` (the
     95% CI lying wholly beyond the margin on the side of ``delta``: alpha = 0.025)."""
-    f, df = _design(n, design, n_b)
+    f, df = _se_and_df(n, design, n_b)
     if df < 1:
         return 0.0
     return float(stats.nct.sf(stats.t.isf(alpha, df), df, (abs(delta) - margin) / (sd * f)))
@@ -83,7 +91,7 @@ def tost_power(
     ``delta``: ``P(-m + t·s·f < d̂ < m - t·s·f)`` with ``d̂ ~ N(delta, (sd·f)²)`` and the sample
     SD ``s`` independent, ``s²·df/sd² ~ chi²(df)``; the expectation over ``s`` is taken at 4000
     quantiles of its distribution."""
-    f, df = _design(n, design, n_b)
+    f, df = _se_and_df(n, design, n_b)
     if df < 1:
         return 0.0
     s = sd * np.sqrt(stats.chi2.ppf(_Q, df) / df)
@@ -131,3 +139,85 @@ class SeedsNeeded:
 def floor_above(n: int | None, current: int) -> int | None:
     """At least one seed more than the ``current`` seeds, which already did not decide it."""
     return None if n is None else max(n, current + 1)
+
+
+def parts_seeds_needed(parts: list[Part], level: float) -> SeedsNeeded:
+    """Seeds for 80% power of every part's one-sided test at ``level``, assuming each arm's
+    observed mean and SD are the true ones: the largest part's need; "not reachable" when a
+    part's mean sits on the wrong side of its value or would need more than 1000 seeds."""
+    needs, assumed = [], []
+    for p in parts:
+        x = finite(p.values)
+        d = (float(np.mean(x)) - p.ref) * (1 if p.expect == "above" else -1)
+        sd = float(np.std(x, ddof=1))
+        assumed.append(f"{p.label}: mean {np.mean(x):+.3g}, sd {sd:.3g}")
+        if d <= 0 or sd <= 0:
+            needs.append(None)
+            continue
+        needs.append(smallest_n(lambda k, d=d, sd=sd: beyond_power(k, d, sd, 0.0, level)))
+    unit, assumption = "seeds per arm", "; ".join(assumed)
+    if any(n is None for n in needs):
+        why = "an arm's observed mean is on the wrong side of its value, or more than 1000 seeds"
+        return SeedsNeeded(None, unit, "", assumption, why)
+    current = max(p.n for p in parts)
+    test = f"every part's one-sided t at α={level:.2g}"
+    return SeedsNeeded(floor_above(max(needs), current), unit, test, assumption)
+
+
+def _claim_design(c: Comparison, claim: Claim) -> tuple[str, str, int, int]:
+    """(power design, what the seeds count, current seeds, published values) of a claim."""
+    if claim.metric == "lr_exponent":
+        return "one-sample", "seeds (one fitted exponent per seed)", c.n_a, 0
+    if len(claim.external) == 1:
+        return "one-sample", "seeds of arm a (against one published value)", c.n_a, 0
+    if claim.external:
+        return "fixed-b", f"seeds of arm a (against {c.n_b} published values)", c.n_a, c.n_b
+    if c.paired:
+        return "one-sample", "seeds per arm (paired by seed)", c.n_a, 0
+    return "two-sample", "seeds per arm", max(c.n_a, c.n_b), 0
+
+
+def claim_seeds_needed(
+    c: Comparison, claim: Claim, alpha: float = ALPHA, sd_from: str = ""
+) -> SeedsNeeded | None:
+    """Seeds for 80% power of the test that would decide ``claim``, assuming the true
+    difference and SD are the observed ones, at Holm's first-step level ``alpha / family``:
+    for ``equivalent`` TOST when the difference is inside the margin, else the test that the
+    CI lies beyond it; for ``better``/``worse`` the t-test of no difference, or TOST (which
+    would contradict it) when that needs fewer. At least one seed more than the seeds that
+    did not decide it; None when the SD is unknown or zero."""
+    if not (math.isfinite(c.diff) and math.isfinite(c.sd)) or c.sd <= 0:
+        return None
+    design, unit, current, n_b = _claim_design(c, claim)
+    level, d, sd, m = alpha / max(c.family, 1), c.diff, c.sd, c.margin
+    assumption = f"the true difference is the observed {d:+.3g} with sd {sd:.3g}{sd_from}"
+    lvl = f"α={level:.2g}"
+    options = []  # (n, test)
+    if abs(d) < m:
+        n = smallest_n(lambda k: tost_power(k, d, sd, m, level, design, n_b))
+        options.append((n, f"TOST within ±{m:g} at {lvl} (→ equivalent)"))
+    if claim.expect == "equivalent" and abs(d) > m:
+
+        def power(k: int) -> float:  # significant and the 95% CI beyond the margin
+            return min(
+                diff_power(k, d, sd, level, design, n_b),
+                beyond_power(k, d, sd, m, 0.025, design, n_b),
+            )
+
+        options.append((smallest_n(power), f"the 95% CI wholly beyond ±{m:g} (→ different)"))
+    if claim.expect != "equivalent" and d != 0:
+        n = smallest_n(lambda k: diff_power(k, d, sd, level, design, n_b))
+        options.append((n, f"the t-test of no difference at {lvl} (→ a winner)"))
+    found = [(n, t) for n, t in options if n is not None]
+    if found:
+        n, test = min(found)
+        return SeedsNeeded(floor_above(n, current), unit, test, assumption)
+    floor = f"the {n_b} published values alone fix the standard error" if n_b else ""
+    why = (
+        "the assumed difference sits on the margin"
+        if abs(d) == m
+        else f"more than 1000 seeds{'; ' + floor if floor else ''}"
+        if options
+        else "no difference at all to detect"
+    )
+    return SeedsNeeded(None, unit, "", assumption, why)

@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ablate.report.collect import format_value, value_order
-from ablate.report.stats import (
+from ablate.claims.stats import (
     SEED,
     bh,
     bootstrap_diff_ci,
@@ -26,6 +25,7 @@ from ablate.report.stats import (
     tost,
     welch_diff,
 )
+from ablate.names import format_value, value_order
 
 FINISHED = ("completed", "diverged")
 PAIRED = "paired by seed: same initialisation and the same token stream"

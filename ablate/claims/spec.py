@@ -1,7 +1,7 @@
 """A study's ``claims:``: the paper's statements as machine-checkable expectations.
 
 Parsed and validated at plan time (``ablate plan`` / ``ablate run``), checked against the runs at
-report time (:mod:`ablate.report.claim_checks`). One claim::
+report time (:mod:`ablate.claims.checks`). One claim::
 
     claims:
       - id: post-needs-warmup                   # unique word, names the claim in the report

@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ablate.report.comparisons import Comparison
-from ablate.report.stats import finite, mean_ci
-from ablate.study.claims import Claim
+from ablate.claims.comparisons import Comparison
+from ablate.claims.spec import Claim
+from ablate.claims.stats import finite, mean_ci
 
 TEST = "one-sided one-sample t"
 IUT = "intersection-union test (p = the largest part's one-sided p)"

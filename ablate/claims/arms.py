@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ablate.study.claims import FITTED, Claim
-from ablate.study.plan import Study
+from ablate.claims.spec import FITTED, Claim
 
 
 def selects(axes: dict[str, Any], sel: dict[str, Any]) -> bool:
@@ -34,8 +33,9 @@ def arm_selectors(claim: Claim) -> list[dict[str, Any]]:
     return arms
 
 
-def claim_arms(study: Study) -> dict[str, list[str]]:
-    """Claim id -> the variant labels of its arms, in plan order."""
+def claim_arms(study) -> dict[str, list[str]]:
+    """Claim id -> the variant labels of its arms, in plan order (``study``: a planned
+    :class:`ablate.study.Study`, its ``claims`` and ``runs``)."""
     out: dict[str, list[str]] = {}
     for claim in study.claims:
         sels = arm_selectors(claim)
@@ -47,7 +47,7 @@ def claim_arms(study: Study) -> dict[str, list[str]]:
     return out
 
 
-def claim_arm_axes(study: Study) -> dict[str, list[dict[str, Any]]]:
+def claim_arm_axes(study) -> dict[str, list[dict[str, Any]]]:
     """Claim id -> the axes of each variant of its arms (:func:`claim_arms`), for matching runs
     in a store by what they vary rather than by their labels."""
     axes = {run.variant: dict(run.axes) for run in study.runs}

@@ -1,0 +1,89 @@
+"""A study's claims decided together, for each place that decides them: the report
+(:func:`analyse`: the claims as registered, replaying sequential looks, pending while a
+registered design is unfinished), one look of ``ablate run --until-decided``
+(:func:`claim_outcomes`) and the pilot a registration records (:func:`pilot`).
+
+``study`` is always a study's runs read back from the store
+(:class:`ablate.study.results.StudyData`: its runs, metrics, claims and margin).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ablate.claims.checks import (
+    ClaimCheck,
+    build_comparisons,
+    confirmatory_family,
+    decide_claim,
+    hold,
+)
+from ablate.claims.comparisons import Comparison, adjust, axis_comparisons
+from ablate.claims.looks import sequential_checks, study_looks
+from ablate.claims.power import claim_seeds_needed, parts_seeds_needed
+from ablate.claims.standing import confirm_mask, design_progress, latest_attempt
+from ablate.claims.stats import ALPHA
+from ablate.claims.verdicts import numbers
+
+
+def analyse(study) -> tuple[list[Comparison], list[ClaimCheck]]:
+    """The report's two families: the exploratory axis comparisons (on the original, not the
+    confirmation, runs), Benjamini–Hochberg within the report; and the study's claims, the
+    confirmatory family, Holm over the claims only (each test once), decided."""
+    margin = study.equivalence_margin
+    original = study.runs[~confirm_mask(study.runs)]
+    comps = adjust(axis_comparisons(original, study.varying_axes, margin=margin), method="bh")
+    looks = study_looks(study)
+    decided = sequential_checks(study, looks) if looks else {}
+    rest = [c for c in study.claims if c.id not in decided]
+    checks = build_comparisons(study, rest, margin)
+    progress = design_progress(study, rest)
+    for check in checks:  # in the family, but never rejected before its design finished
+        if check.claim.id in progress and check.comparison is not None:
+            check.comparison = replace(check.comparison, p=1.0, p_tost=1.0)
+    confirmatory_family(checks)
+    for check in checks:
+        if check.claim.id in progress:
+            hold(check, progress[check.claim.id], study.runs[latest_attempt(study.runs)])
+        else:
+            decide_claim(check, ALPHA)
+    by_id = decided | {check.claim.id: check for check in checks}
+    return comps, [by_id[c.id] for c in study.claims]
+
+
+def claim_outcomes(study, alpha: float) -> dict[str, str]:
+    """Claim id -> its outcome at level ``alpha``, Holm-corrected over the claims alone (the
+    confirmatory family), as the report decides a claim (one look of a sequential design)."""
+    checks = build_comparisons(study, study.claims, study.equivalence_margin)
+    confirmatory_family(checks)
+    for check in checks:
+        decide_claim(check, alpha)
+    return {check.claim.id: check.outcome for check in checks}
+
+
+def pilot(study) -> dict[str, str]:
+    """Claim id -> what the study's exploratory runs (the pilot) say: the outcome and numbers
+    there, and the seeds the deciding test would need at 80% power if the pilot's difference
+    and SD were the true ones (a registered design's power justification). Empty without
+    exploratory runs."""
+    explore = study.runs[~confirm_mask(study.runs)]
+    if explore.empty:
+        return {}
+    data = replace(study, runs=explore)
+    checks = build_comparisons(data, data.claims, data.equivalence_margin)
+    confirmatory_family(checks)
+    seeds = ", ".join(str(int(s)) for s in sorted(set(explore["seed"].dropna())))
+    out = {}
+    for ch in checks:
+        decide_claim(ch, ALPHA)
+        c = ch.comparison
+        level = ALPHA / max(c.family, 1) if c is not None else ALPHA
+        if ch.parts:
+            need = parts_seeds_needed(ch.parts, level)
+        else:
+            need = claim_seeds_needed(c, ch.claim, ALPHA) if c is not None else None
+        out[ch.claim.id] = (
+            f"on the exploratory seeds {seeds}: {ch.outcome}: {numbers(ch, 'nats')}; "
+            f"seeds needed: {need.text() if need else 'unknown'}"
+        )
+    return out
