@@ -131,6 +131,29 @@ def test_a_24_variant_grid_shows_every_variant_and_one_axis_gets_no_parallel_plo
     assert "Axes" not in _sections(one)
 
 
+def test_a_run_retrained_as_stale_enters_the_views_once(tmp_path, write_run):
+    """``--rerun-stale`` moves a run to ``.stale/`` and trains it again under a new W&B id;
+    its old W&B run keeps the study's group in W&B, so the views name the runs' ids: the
+    retrained one's, never the stale one's."""
+    import shutil
+
+    from ablate.report.dashboards import study_view
+    from ablate.store import RunStore
+    from ablate.store.provenance import STALE_DIR
+    from ablate.tracking.ids import wandb_run_id
+
+    for seed in (0, 1):
+        write_run(tmp_path, "st", {"model.activation": "relu"}, seed, "completed", 1.5)
+    first, second = RunStore(tmp_path).runs("st")
+    seed, old = first.read_summary()["seed"], wandb_run_id(first)
+    (tmp_path / "st" / STALE_DIR).mkdir()
+    shutil.move(first.path, tmp_path / "st" / STALE_DIR / f"{first.run_id}-1700000000")
+    write_run(tmp_path, "st", {"model.activation": "relu"}, seed, "completed", 1.5)  # retrained
+    view = study_view(read_study(tmp_path, "st"))
+    new = wandb_run_id(RunStore(tmp_path).run("st", first.run_id))
+    assert new != old and sorted(view.run_ids) == sorted([new, wandb_run_id(second)])
+
+
 def test_the_report_charts_the_runs_and_embeds_the_verdicts(norm_pos, tmp_path, monkeypatch):
     """The Report's figures of the runs are live panel grids over the study's runs, its
     comparisons the report run's W&B Table, its run table the study's; every run set names
