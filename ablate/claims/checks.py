@@ -69,6 +69,9 @@ class ClaimCheck:
     """The SD of the claim's test over all the arms' seeds (exploratory and confirmation): what
     seeds-needed assumes (a few confirmation seeds give a poor SD)."""
     sd_all_n: int = 0
+    diff_all: float = math.nan
+    """The difference over the same seeds as ``sd_all``: seeds-needed assumes both from one
+    set of seeds, never a few seeds' difference with many seeds' SD."""
     parts: list[Part] = field(default_factory=list)
     """``expect: above/below/all``: each one-sample part's test."""
     pool: pd.DataFrame | None = None
@@ -255,6 +258,7 @@ def build_comparisons(study, claims: list[Claim], margin: float) -> list[ClaimCh
                 _arm_check(every, _match(runs, claim.where), m, explore)
                 if every.comparison is not None:
                     check.sd_all = every.comparison.sd
+                    check.diff_all = every.comparison.diff
                     check.sd_all_n = max(every.comparison.n_a, every.comparison.n_b)
         out.append(check)
     return out
@@ -331,9 +335,11 @@ def decide_claim(check: ClaimCheck, alpha: float) -> None:
             check.outcome = INCONCLUSIVE
     check.disagreement = flip_disagreement(c, alpha, claim.expect == "equivalent")
     if check.outcome == INCONCLUSIVE:
-        n_all = f" (over all {check.sd_all_n} seeds)" if math.isfinite(check.sd_all) else ""
-        sd = check.sd_all if math.isfinite(check.sd_all) else c.sd
-        check.seeds_needed = claim_seeds_needed(replace(c, sd=sd), claim, alpha, n_all)
+        n_all = f" (difference and sd both over all {check.sd_all_n} seeds)"
+        same = math.isfinite(check.sd_all) and math.isfinite(check.diff_all)
+        sd, diff = (check.sd_all, check.diff_all) if same else (c.sd, c.diff)
+        n_all = n_all if same else f" (both over the {max(c.n_a, c.n_b)} deciding seeds)"
+        check.seeds_needed = claim_seeds_needed(replace(c, sd=sd, diff=diff), claim, alpha, n_all)
 
 
 def flip_disagreement(c: Comparison, alpha: float, equivalence: bool) -> str:
