@@ -91,11 +91,12 @@ def pilot(study) -> dict[str, str]:
     explore = study.runs[~confirm_mask(study.runs)]
     if explore.empty:
         return {}
-    data = replace(study, runs=explore)
+    data = replace(study, runs=explore, extra=study.extra)
     checks = build_comparisons(data, data.claims, data.equivalence_margin)
     confirmatory_family(checks)
     seeds = ", ".join(str(int(s)) for s in sorted(set(explore["seed"].dropna())))
     out = {}
+    needs = study.extra.setdefault("pilot_needs", {}) if isinstance(study.extra, dict) else {}
     for ch in checks:
         decide_claim(ch, ALPHA)
         c = ch.comparison
@@ -104,6 +105,7 @@ def pilot(study) -> dict[str, str]:
             need = parts_seeds_needed(ch.parts, level)
         else:
             need = claim_seeds_needed(c, ch.claim, ALPHA) if c is not None else None
+        needs[ch.claim.id] = need
         out[ch.claim.id] = (
             f"on the exploratory seeds {seeds}: {ch.outcome}: {numbers(ch, 'nats')}; "
             f"seeds needed: {need.text() if need else 'unknown'}"
