@@ -174,7 +174,10 @@ def numbers(check: ClaimCheck, unit: str) -> str:
         unit = "(grad-norm slope per layer)"
     text = verdict(c, unit=unit, where=_where(check), seeds=False).text
     text = f"{text} [{c.pairing}]" if c.pairing == STREAMS_DIFFER else text
-    return text + flip_text(c, claim.expect == "equivalent")
+    text += flip_text(c, claim.expect == "equivalent")
+    if check.disagreement:  # in the numbers, so claims.md carries it too
+        text += f"; THE TWO TESTS DISAGREE: {check.disagreement}"
+    return text
 
 
 def flip_text(c: Comparison, equivalence: bool = False) -> str:
@@ -224,8 +227,7 @@ def outcome_text(check: ClaimCheck) -> str:
     text = f"**{check.outcome}**"
     if check.why:
         text += f" ({check.why})"
-    if check.disagreement:
-        text += f" (the two tests disagree: {check.disagreement})"
+
     need = check.seeds_needed
     if check.outcome == INCONCLUSIVE:
         if need is None:
