@@ -313,6 +313,11 @@ def register(
         )
     except ConfigError as err:
         fail(err)
+    import yaml
+
+    for entry in (yaml.safe_load(path.read_text()) or {}).get("claims", []):
+        for warning in entry.get("warnings") or []:  # recorded in the file too
+            typer.echo(f"warning: {entry.get('id')}: {warning}", err=True)
     typer.echo(f"wrote {path}: commit it (git add {path} && git commit) before confirming")
 
 

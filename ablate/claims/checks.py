@@ -69,6 +69,9 @@ class ClaimCheck:
     """The SD of the claim's test over all the arms' seeds (exploratory and confirmation): what
     seeds-needed assumes (a few confirmation seeds give a poor SD)."""
     sd_all_n: int = 0
+    diff_all: float = math.nan
+    """The difference over the same seeds as ``sd_all``: seeds-needed assumes both from one
+    set of seeds, never a few seeds' difference with many seeds' SD."""
     parts: list[Part] = field(default_factory=list)
     """``expect: above/below/all``: each one-sample part's test."""
     pool: pd.DataFrame | None = None
@@ -79,6 +82,15 @@ class ClaimCheck:
     pending: tuple[int, int] | None = None
     """(finished, planned) runs of its registered confirmation design while some are left:
     the claim is not decided yet (no interim look was registered)."""
+    disagreement: str = ""
+    """Where the exact sign-flip test decides otherwise than the t-test (small n, a skewed or
+    bimodal arm): in words; "" when they agree or there is no sign-flip test."""
+    history: object | None = None
+    """The claim's attempts, margin history and git order proof
+    (:class:`ablate.claims.history.ClaimHistory`), when the report computed them."""
+    first_margin: ClaimCheck | None = None
+    """The claim decided again at the margin it was first committed with, when its margin
+    changed after an earlier attempt."""
 
 
 def claim_runs(runs: pd.DataFrame, claim: Claim) -> tuple[pd.DataFrame, bool]:
@@ -246,6 +258,7 @@ def build_comparisons(study, claims: list[Claim], margin: float) -> list[ClaimCh
                 _arm_check(every, _match(runs, claim.where), m, explore)
                 if every.comparison is not None:
                     check.sd_all = every.comparison.sd
+                    check.diff_all = every.comparison.diff
                     check.sd_all_n = max(every.comparison.n_a, every.comparison.n_b)
         out.append(check)
     return out
@@ -320,10 +333,37 @@ def decide_claim(check: ClaimCheck, alpha: float) -> None:
             check.why = f"equivalent within ±{c.margin:g} (TOST): no difference"
         else:
             check.outcome = INCONCLUSIVE
+    check.disagreement = flip_disagreement(c, alpha, claim.expect == "equivalent")
     if check.outcome == INCONCLUSIVE:
-        n_all = f" (over all {check.sd_all_n} seeds)" if math.isfinite(check.sd_all) else ""
-        sd = check.sd_all if math.isfinite(check.sd_all) else c.sd
-        check.seeds_needed = claim_seeds_needed(replace(c, sd=sd), claim, alpha, n_all)
+        n_all = f" (difference and sd both over all {check.sd_all_n} seeds)"
+        same = math.isfinite(check.sd_all) and math.isfinite(check.diff_all)
+        sd, diff = (check.sd_all, check.diff_all) if same else (c.sd, c.diff)
+        n_all = n_all if same else f" (both over the {max(c.n_a, c.n_b)} deciding seeds)"
+        check.seeds_needed = claim_seeds_needed(replace(c, sd=sd, diff=diff), claim, alpha, n_all)
+
+
+def flip_disagreement(c: Comparison, alpha: float, equivalence: bool) -> str:
+    """Where the exact sign-flip test and the t-test disagree at ``alpha`` (both Holm), in
+    words; "" when they agree or there is no sign-flip test (Welch)."""
+    out = []
+    if math.isfinite(c.p_flip_adj) and math.isfinite(c.p_adj):
+        t_sig, f_sig = c.p_adj < alpha, c.p_flip_adj < alpha
+        if t_sig != f_sig:
+            out.append(
+                f"the difference is {'significant' if t_sig else 'not significant'} by the "
+                f"t-test (Holm p={c.p_adj:.2g}) but {'significant' if f_sig else 'not'} by the "
+                f"exact sign-flip test (Holm p={c.p_flip_adj:.2g}"
+                + (f"; {c.n_a} seeds cannot go below p={2 / 2**c.n_a:.2g})" if not f_sig else ")")
+            )
+    if equivalence and math.isfinite(c.p_flip_tost_adj) and math.isfinite(c.p_tost_adj):
+        t_eq, f_eq = c.p_tost_adj < alpha, c.p_flip_tost_adj < alpha
+        if t_eq != f_eq:
+            out.append(
+                f"equivalence within ±{c.margin:g} {'passes' if t_eq else 'fails'} by TOST "
+                f"(Holm p={c.p_tost_adj:.2g}) but {'passes' if f_eq else 'fails'} by the "
+                f"sign-flip TOST (Holm p={c.p_flip_tost_adj:.2g})"
+            )
+    return "; ".join(out)
 
 
 def _decide_parts(check: ClaimCheck, c: Comparison, alpha: float) -> None:
@@ -367,6 +407,9 @@ def confirmatory_family(checks: list[ClaimCheck]) -> None:
     p_adj = dict(zip(keys, holm([tests[k].p for k in keys]), strict=True))
     tost_keys = list(dict.fromkeys((k, tests[k].margin) for k in keys))
     t_adj = dict(zip(tost_keys, holm([tests[k].p_tost for k, _ in tost_keys]), strict=True))
+    # the exact sign-flip p, Holm over the same family (NaN where a test has none: not counted)
+    f_adj = dict(zip(keys, holm([tests[k].p_flip for k in keys]), strict=True))
+    ft_adj = dict(zip(tost_keys, holm([tests[k].p_flip_tost for k, _ in tost_keys]), strict=True))
     k = int(np.isfinite([tests[key].p for key in keys]).sum()) if keys else 0
     for check in checks:
         c = check.comparison
@@ -376,6 +419,8 @@ def confirmatory_family(checks: list[ClaimCheck]) -> None:
                 c,
                 p_adj=p_adj[key],
                 p_tost_adj=t_adj[(key, tests[key].margin)],
+                p_flip_adj=f_adj[key],
+                p_flip_tost_adj=ft_adj[(key, tests[key].margin)],
                 family=max(k, 1),
                 correction="Holm",
             )

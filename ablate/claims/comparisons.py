@@ -22,6 +22,8 @@ from ablate.claims.stats import (
     finite,
     holm,
     paired_t,
+    sign_flip_p,
+    sign_flip_tost,
     tost,
     welch_diff,
 )
@@ -80,6 +82,13 @@ class Comparison:
     pairing: str = ""
     """Why the test is paired or not: :data:`PAIRED`, :data:`SEEDS_DIFFER` or
     :data:`STREAMS_DIFFER`."""
+    p_flip: float = math.nan
+    """The exact sign-flip (permutation) p of the per-seed differences (paired and one-sample
+    tests only; NaN for Welch): the t-test's check that needs no normality."""
+    p_flip_tost: float = math.nan
+    """Equivalence within ±margin by two one-sided sign-flip tests."""
+    p_flip_adj: float = math.nan
+    p_flip_tost_adj: float = math.nan
 
     @property
     def n_a(self) -> int:
@@ -152,6 +161,9 @@ def compare(
         res = welch_diff(x, y)
     _, blo, bhi = bootstrap_diff_ci(x, y, seed=seed)
     p_tost = tost(x, y, margin, pairs is not None)
+    flip = flip_tost = math.nan
+    if pairs is not None:  # the per-seed differences: a test that holds without normality
+        flip, flip_tost = sign_flip_p(x - y), sign_flip_tost(x - y, margin)
     return Comparison(
         label_a=label_a,
         label_b=label_b,
@@ -177,6 +189,10 @@ def compare(
         boot_hi=bhi,
         key=key,
         pairing=PAIRED if pairs is not None else SEEDS_DIFFER,
+        p_flip=flip,
+        p_flip_tost=flip_tost,
+        p_flip_adj=flip,
+        p_flip_tost_adj=flip_tost,
     )
 
 

@@ -19,6 +19,7 @@ from ablate.claims.checks import (
     hold,
 )
 from ablate.claims.comparisons import Comparison, adjust, axis_comparisons
+from ablate.claims.history import claim_history
 from ablate.claims.looks import sequential_checks, study_looks
 from ablate.claims.power import claim_seeds_needed, parts_seeds_needed
 from ablate.claims.standing import confirm_mask, design_progress, latest_attempt
@@ -48,7 +49,28 @@ def analyse(study) -> tuple[list[Comparison], list[ClaimCheck]]:
         else:
             decide_claim(check, ALPHA)
     by_id = decided | {check.claim.id: check for check in checks}
-    return comps, [by_id[c.id] for c in study.claims]
+    ordered = [by_id[c.id] for c in study.claims]
+    add_history(study, ordered)
+    return comps, ordered
+
+
+def add_history(study, checks: list[ClaimCheck]) -> None:
+    """Each claim's attempts and margin history (:mod:`ablate.claims.history`); a claim whose
+    margin changed after an earlier attempt is decided again, in the same family, at the margin
+    first committed (``check.first_margin``)."""
+    for check in checks:
+        check.history = claim_history(study, check.claim, check.pool)
+    for check in checks:
+        h = check.history
+        if not h.margin_changed.startswith("margin changed") or "AFTER" not in h.margin_changed:
+            continue
+        first = h.margins[0].margin
+        claims = [replace(c, margin=first) if c.id == check.claim.id else c for c in study.claims]
+        again = build_comparisons(study, claims, study.equivalence_margin)
+        confirmatory_family(again)
+        for ch in again:
+            decide_claim(ch, ALPHA)
+        check.first_margin = next(ch for ch in again if ch.claim.id == check.claim.id)
 
 
 def claim_outcomes(study, alpha: float) -> dict[str, str]:
@@ -69,11 +91,12 @@ def pilot(study) -> dict[str, str]:
     explore = study.runs[~confirm_mask(study.runs)]
     if explore.empty:
         return {}
-    data = replace(study, runs=explore)
+    data = replace(study, runs=explore, extra=study.extra)
     checks = build_comparisons(data, data.claims, data.equivalence_margin)
     confirmatory_family(checks)
     seeds = ", ".join(str(int(s)) for s in sorted(set(explore["seed"].dropna())))
     out = {}
+    needs = study.extra.setdefault("pilot_needs", {}) if isinstance(study.extra, dict) else {}
     for ch in checks:
         decide_claim(ch, ALPHA)
         c = ch.comparison
@@ -82,6 +105,7 @@ def pilot(study) -> dict[str, str]:
             need = parts_seeds_needed(ch.parts, level)
         else:
             need = claim_seeds_needed(c, ch.claim, ALPHA) if c is not None else None
+        needs[ch.claim.id] = need
         out[ch.claim.id] = (
             f"on the exploratory seeds {seeds}: {ch.outcome}: {numbers(ch, 'nats')}; "
             f"seeds needed: {need.text() if need else 'unknown'}"

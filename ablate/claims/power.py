@@ -33,8 +33,8 @@ from ablate.claims.spec import Claim
 from ablate.claims.stats import ALPHA, finite
 
 POWER = 0.8
-MAX_SEEDS = 1000
-"""Beyond this many seeds a decision is "not reachable in practice"."""
+MAX_SEEDS = 200
+"""Beyond this many seeds a decision is "not reachable": 80% power not reached by 200 seeds."""
 _Q = (np.arange(4000) + 0.5) / 4000  # quantiles of the SD's distribution (deterministic)
 
 
@@ -144,7 +144,7 @@ def floor_above(n: int | None, current: int) -> int | None:
 def parts_seeds_needed(parts: list[Part], level: float) -> SeedsNeeded:
     """Seeds for 80% power of every part's one-sided test at ``level``, assuming each arm's
     observed mean and SD are the true ones: the largest part's need; "not reachable" when a
-    part's mean sits on the wrong side of its value or would need more than 1000 seeds."""
+    part's mean sits on the wrong side of its value or would need not reached by 200 seeds."""
     needs, assumed = [], []
     for p in parts:
         x = finite(p.values)
@@ -157,7 +157,9 @@ def parts_seeds_needed(parts: list[Part], level: float) -> SeedsNeeded:
         needs.append(smallest_n(lambda k, d=d, sd=sd: beyond_power(k, d, sd, 0.0, level)))
     unit, assumption = "seeds per arm", "; ".join(assumed)
     if any(n is None for n in needs):
-        why = "an arm's observed mean is on the wrong side of its value, or more than 1000 seeds"
+        why = (
+            "an arm's observed mean is on the wrong side of its value, or not reached by 200 seeds"
+        )
         return SeedsNeeded(None, unit, "", assumption, why)
     current = max(p.n for p in parts)
     test = f"every part's one-sided t at α={level:.2g}"
@@ -216,7 +218,7 @@ def claim_seeds_needed(
     why = (
         "the assumed difference sits on the margin"
         if abs(d) == m
-        else f"more than 1000 seeds{'; ' + floor if floor else ''}"
+        else f"not reached by 200 seeds{'; ' + floor if floor else ''}"
         if options
         else "no difference at all to detect"
     )

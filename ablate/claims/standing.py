@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ablate.claims.history import NOT_CHECKABLE, margin_gap_problem, order_proof
 from ablate.claims.registration import (
     Version,
     commit_problem,
@@ -163,7 +164,8 @@ def standing(study, deciding: pd.DataFrame, confirmation: bool) -> Standing:
     path, versions, why = registration_versions(study)
     if not versions or why:
         return Standing(
-            f"registration not provable ({why or 'never committed'}; exploratory)", False
+            f"{NOT_CHECKABLE}: registration not provable ({why or 'never committed'}; exploratory)",
+            False,
         )
     if not _same_claims(path, study):
         return Standing("the claims changed since their registration (exploratory)", False)
@@ -185,16 +187,24 @@ def standing(study, deciding: pd.DataFrame, confirmation: bool) -> Standing:
             "register (exploratory)",
             False,
         )
+    proof = order_proof(path, version.commit, deciding)
     first = start_times(deciding).min()
+    head = f"registered in {version.commit[:7]}"
     if not pd.notna(first):
-        return Standing(f"registered in {version.commit[:7]}; run start times unknown", False)
-    hours = (first - version.time) / 3600
-    head = f"registered in {version.commit[:7]} on {when(version.time)}"
-    which = "confirmation run"
-    gap = f"{abs(hours):.1f} h" if abs(hours) >= 1 else f"{abs(hours) * 60:.0f} min"
-    if hours < 0:
-        return Standing(f"{head}, {gap} AFTER the first {which} (exploratory)", False)
-    return Standing(f"{head}, {gap} before the first {which}", True)
+        clock = "clock: run start times unknown"
+    else:
+        hours = (first - version.time) / 3600
+        gap = f"{abs(hours):.1f} h" if abs(hours) >= 1 else f"{abs(hours) * 60:.0f} min"
+        rel = "AFTER" if hours < 0 else "before"
+        clock = (
+            f"clock (second line, one machine's clock): registered {when(version.time)}, {gap} "
+            f"{rel} the first confirmation run"
+        )
+    if proof.ok is None:
+        return Standing(f"{head}; {proof.text} (exploratory); {clock}", False)
+    if not proof.ok:
+        return Standing(f"{head}; {proof.text} (exploratory); {clock}", False)
+    return Standing(f"{head}; order proven by {proof.text}; {clock}", True)
 
 
 def _unregistered_seeds(deciding: pd.DataFrame, design: dict | None) -> str:
@@ -215,6 +225,22 @@ def claim_standings(study, checks: list) -> dict[str, Standing]:
     for ch in checks:
         pool = ch.pool if ch.pool is not None else study.runs.iloc[0:0]
         out[ch.claim.id] = standing(study, pool, ch.confirmation)
+        margin = ch.claim.margin if ch.claim.margin is not None else study.equivalence_margin
+        narrow = margin_gap_problem(ch.claim, margin)
+        if narrow:
+            out[ch.claim.id] = Standing(f"{out[ch.claim.id].text}; {narrow}", False)
+        changed = getattr(ch.history, "margin_changed", "")
+        if changed:
+            first = ch.first_margin
+            if first is not None and first.comparison is not None:
+                c = first.comparison
+                changed += (
+                    f"; at the margin first committed (±{c.margin:g}) the same runs give "
+                    f"**{first.outcome}** (TOST Holm p={c.p_tost_adj:.2g})"
+                )
+            out[ch.claim.id] = Standing(
+                f"{out[ch.claim.id].text}; {changed}", out[ch.claim.id].confirmatory
+            )
         if ch.pending is not None:  # a registered design under way: nothing is confirmed yet
             out[ch.claim.id] = Standing(out[ch.claim.id].text, False)
     return out

@@ -341,3 +341,54 @@ def summarize(runs: pd.DataFrame, by: list[str], metrics: list[str]) -> pd.DataF
             row[f"{m}_n"] = n
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+EXACT_MAX_N = 20
+"""Up to this many pairs the sign-flip test enumerates all 2^n sign patterns (exact); above,
+it draws :data:`SIGN_FLIP_DRAWS` patterns with the fixed seed :data:`SEED` (Monte Carlo)."""
+SIGN_FLIP_DRAWS = 100_000
+
+
+def sign_flip_p(
+    diffs: Iterable[float], shift: float = 0.0, alternative: str = "two-sided"
+) -> float:
+    """The sign-flip (permutation) p of the per-seed differences ``diffs`` against ``shift``:
+    under H0 each ``d - shift`` is symmetric about 0, so its sign is a fair coin; the statistic
+    is the mean of ``d - shift`` and the p counts the sign patterns at least as extreme (the
+    observed one included, so p >= 2^-n). ``alternative``: ``two-sided``, ``greater`` (mean
+    above ``shift``) or ``less``. Exact for n <= :data:`EXACT_MAX_N`, else Monte Carlo with a
+    fixed seed. NaN with fewer than 2 finite values. Valid without normality: at small n it
+    cannot go below ``2/2^n`` (two-sided), which the t-test can."""
+    d = finite(diffs) - shift
+    n = len(d)
+    if n < 2:
+        return math.nan
+    if n <= EXACT_MAX_N:
+        signs = 1 - 2 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1)
+    else:
+        rng = np.random.default_rng(SEED)
+        signs = rng.choice([-1, 1], size=(SIGN_FLIP_DRAWS, n))
+        signs[0] = 1  # the observed pattern counts
+    means = signs @ d / n
+    obs, tol = d.mean(), 1e-12 * max(1.0, float(np.abs(d).max()))
+    if alternative == "greater":
+        hits = means >= obs - tol
+    elif alternative == "less":
+        hits = means <= obs + tol
+    else:
+        hits = np.abs(means) >= abs(obs) - tol
+    return float(hits.mean())
+
+
+def sign_flip_tost(diffs: Iterable[float], margin: float) -> float:
+    """Equivalence within ``±margin`` by two one-sided sign-flip tests (the larger p): the
+    differences lie above ``-margin`` and below ``+margin``."""
+    d = finite(diffs)
+    if len(d) < 2:
+        return math.nan
+    return max(sign_flip_p(d, -margin, "greater"), sign_flip_p(d, margin, "less"))
+
+
+def sign_flip_floor(n: int) -> float:
+    """The smallest two-sided exact sign-flip p that ``n`` pairs can give: ``2 / 2^n``."""
+    return min(1.0, 2.0 / 2**n) if n >= 1 else 1.0

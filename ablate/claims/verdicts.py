@@ -168,12 +168,30 @@ def numbers(check: ClaimCheck, unit: str) -> str:
             f"{fmt_num(v + c.ci_hi)}] over {c.n_a} seeds; against {v:g}: {c.test}, "
             f"{fmt_p(c.p)}, {c.correction} {fmt_p(c.p_adj)}; "
             f"TOST ±{fmt_num(c.margin)}: {c.correction} {fmt_p(c.p_tost_adj, 'p')})"
-        )
+        ) + flip_text(c)
         return f"{text}; {check.detail}" if check.detail else text
     if claim.metric.endswith("@init"):  # a slope of gradient norms over layers, not a loss
         unit = "(grad-norm slope per layer)"
     text = verdict(c, unit=unit, where=_where(check), seeds=False).text
-    return f"{text} [{c.pairing}]" if c.pairing == STREAMS_DIFFER else text
+    text = f"{text} [{c.pairing}]" if c.pairing == STREAMS_DIFFER else text
+    text += flip_text(c, claim.expect == "equivalent")
+    if check.disagreement:  # in the numbers, so claims.md carries it too
+        text += f"; THE TWO TESTS DISAGREE: {check.disagreement}"
+    return text
+
+
+def flip_text(c: Comparison, equivalence: bool = False) -> str:
+    """``; exact sign-flip p=0.062, Holm p=0.25``: the permutation test beside the t-test
+    (paired and one-sample tests; "" for Welch)."""
+    if not math.isfinite(c.p_flip):
+        return ""
+    from ablate.claims.stats import EXACT_MAX_N
+
+    kind = "exact sign-flip" if c.n_a <= EXACT_MAX_N else "sign-flip (Monte Carlo, fixed seed)"
+    text = f"; {kind} {fmt_p(c.p_flip)}, {c.correction} {fmt_p(c.p_flip_adj)}"
+    if equivalence and math.isfinite(c.p_flip_tost):
+        text += f"; sign-flip TOST {c.correction} {fmt_p(c.p_flip_tost_adj)}"
+    return text
 
 
 def seeds_used(check: ClaimCheck) -> str:
@@ -192,7 +210,11 @@ def seeds_used(check: ClaimCheck) -> str:
         one_arm = check.claim.external or check.parts
         n = f"{c.n_a}" if c is not None and (c.n_a == c.n_b or one_arm) else ""
         n = n or (f"{c.n_a} vs {c.n_b}" if c is not None else "its")
-        return f"decided on {n} confirmation seed(s) only (fresh seeds, `ablate run --confirm`)"
+        attempt = f"; {check.history.attempt_text()}" if check.history is not None else ""
+        return (
+            f"decided on {n} confirmation seed(s) only (fresh seeds, `ablate run --confirm`)"
+            f"{attempt}"
+        )
     if check.has_confirmation:
         return "decided on the original seeds (its arms have no confirmation runs)"
     return "decided on the original seeds (no confirmation runs)"
@@ -205,6 +227,7 @@ def outcome_text(check: ClaimCheck) -> str:
     text = f"**{check.outcome}**"
     if check.why:
         text += f" ({check.why})"
+
     need = check.seeds_needed
     if check.outcome == INCONCLUSIVE:
         if need is None:

@@ -102,12 +102,41 @@ def register_study(
     record = build_registration(
         study.name, study.profile, study.claims, study.equivalence_margin, design
     )
-    pilot = pilot_power(study_path, store, study.name, study.profile)
+    needs: dict[str, Any] = {}
+    pilot = pilot_power(study_path, store, study.name, study.profile, needs)
     for entry in record["claims"]:
         entry["pilot"] = pilot.get(entry["id"]) or pilot[""]
+        warnings = design_warnings(n, len(study.claims), needs.get(entry["id"]))
+        if warnings:  # the researcher decides; the file keeps what they were told
+            entry["warnings"] = warnings
     path = registration_path(study_path, study.profile)
     write_registration(path, record)
     return path
+
+
+def design_warnings(n: int, claims: int, need: Any = None, alpha: float = 0.05) -> list[str]:
+    """What ``ablate register`` warns about a design of ``n`` seeds per arm (it refuses
+    nothing): ``n`` below the pilot's 80%-power need (``need``: its
+    :class:`~ablate.claims.power.SeedsNeeded`), and an ``n`` at which the exact sign-flip test
+    cannot reach the claim's level, so a verdict would rest on the t-test's normality."""
+    out = []
+    needed = getattr(need, "n", None)
+    if needed is not None and n < needed:
+        out.append(
+            f"{n} seeds per arm is below the pilot's 80%-power need of ≈{needed} "
+            f"{need.unit} ({need.text()})"
+        )
+    elif need is not None and needed is None and getattr(need, "why_not", ""):
+        out.append(f"the pilot's 80%-power need is not reachable ({need.text()})")
+    floor, first = min(1.0, 2.0 / 2**n), alpha / max(claims, 1)
+    if floor >= first:
+        out.append(
+            f"with {n} seeds the exact sign-flip test cannot go below p={floor:.3g}, not below "
+            f"α/{max(claims, 1)}={first:.3g} (Holm's first step"
+            + (f", nor α={alpha:g} itself)" if floor >= alpha else ")")
+            + ": a verdict there would rest on the t-test's normality"
+        )
+    return out
 
 
 def check_n(n: Any, key: str = "--confirm") -> int:
@@ -122,7 +151,11 @@ def check_n(n: Any, key: str = "--confirm") -> int:
 
 
 def pilot_power(
-    study_path: str | Path, store: str | Path, name: str, profile: str | None = None
+    study_path: str | Path,
+    store: str | Path,
+    name: str,
+    profile: str | None = None,
+    needs: dict[str, Any] | None = None,
 ) -> dict[str, str]:
     """Claim id -> what the study's exploratory runs of ``profile`` in the store (the pilot)
     say (:func:`ablate.claims.outcomes.pilot`). Without such runs, ``{"": "no pilot: ..."}``:
@@ -138,7 +171,10 @@ def pilot_power(
         data = read_study(Path(store), name, Path(study_path), profile)
     except ConfigError:  # no runs of this profile
         return none
-    return none | pilot(data)
+    text = pilot(data)
+    if needs is not None:  # claim id -> SeedsNeeded, for the registration's warnings
+        needs.update(data.extra.get("pilot_needs") or {})
+    return none | text
 
 
 def plan_confirm(

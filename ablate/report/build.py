@@ -51,6 +51,7 @@ def build_report(study: StudyData, out: Path) -> Path:
         if len(slopes):  # the per-run quantity of a slope claim, so it recomputes from the csv
             table[SLOPE] = table["run_id"].map(slopes)
         table.to_csv(tmp / "results.csv", index=False)
+        study.extra["history_dir"] = tmp / HISTORY  # earlier attempts, counted per claim
         comps, checks = analyse(study)
         verdicts = verdict_list(study, comps)
         claims = claims_frame(study, checks, loss_unit(study).split("/")[0])

@@ -219,6 +219,9 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
         # the registration commit it ran under; none recorded: it predates registration files
         row["registration"] = meta.get("registration") or "before registration files"
     row["started"] = _started(summary)
+    for k in ("git_commit", "git_dirty"):  # the code a run ran from: the order's git proof
+        if k in meta:
+            row[k] = meta[k]
     for k, v in summary.items():
         if k not in row and k not in _SKIP_FIELDS and _scalar(v):
             row[k] = v

@@ -1,0 +1,166 @@
+"""What a reviewer checks beyond the numbers: the exact sign-flip test beside the t-test, the
+order proven by git ancestry, every attempt counted, margins against their history and against
+the gap a claim quotes, and the warnings `ablate register` records."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import permutation_test
+
+from ablate.claims.checks import flip_disagreement
+from ablate.claims.comparisons import compare
+from ablate.claims.history import (
+    CLOSER,
+    history_attempts,
+    margin_gap_problem,
+    margin_history,
+    order_proof,
+    quoted_gap,
+)
+from ablate.claims.stats import sign_flip_floor, sign_flip_p, sign_flip_tost
+from ablate.execution.confirm import design_warnings
+from ablate.study.load import load_study
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_sign_flip_matches_scipy_and_its_floor():
+    d = np.array([0.3, -0.1, 0.5, 0.2, 0.9, 0.4, 0.05])
+    ref = permutation_test(
+        (d,), lambda x, axis: x.mean(axis=axis), permutation_type="samples", n_resamples=10**6
+    )
+    assert sign_flip_p(d) == pytest.approx(ref.pvalue)
+    # five positive differences: the smallest two-sided p five seeds can give
+    assert sign_flip_p([1, 2, 3, 4, 5]) == sign_flip_floor(5) == 0.0625
+    assert sign_flip_p([1, 2, 3, 4, 5], alternative="greater") == 1 / 32
+    assert sign_flip_tost([0.001, -0.002, 0.0, 0.001, 0.002, -0.001], 0.01) == 1 / 64
+
+
+def test_paired_comparison_carries_the_sign_flip_p_and_the_disagreement_is_worded():
+    a, b = [1.0, 1.2, 0.9, 1.5, 1.1], [0.2, 0.5, 0.1, 0.9, 0.3]
+    c = compare(a, b, seeds_a=range(5), seeds_b=range(5))
+    assert c.paired and c.p_flip == 0.0625 and c.p < 0.01
+    text = flip_disagreement(replace(c, p_adj=0.045, p_flip_adj=0.19), 0.05, False)
+    assert "significant by the t-test (Holm p=0.045)" in text
+    assert "cannot go below p=0.062" in text
+    assert flip_disagreement(replace(c, p_adj=0.3, p_flip_adj=0.4), 0.05, False) == ""
+    welch = compare(a, b[:4])  # no pairs: no sign-flip test
+    assert np.isnan(welch.p_flip)
+
+
+def test_every_shipped_equivalence_claim_has_a_margin_at_least_the_quoted_gap_or_says_why():
+    assert quoted_gap("18.7 vs 19.3 ppl") == pytest.approx(0.0316, abs=1e-4)
+    assert quoted_gap("1.942 vs 1.944 log-ppl") == pytest.approx(0.002)
+    seen = []
+    for path in sorted((ROOT / "studies").glob("*.yaml")):
+        study = load_study(path, check_data=False, check_device=False)
+        for c in study.claims:
+            if c.expect != "equivalent":
+                continue
+            m = c.margin if c.margin is not None else study.equivalence_margin
+            assert margin_gap_problem(c, m) == "", (path.name, c.id)
+            seen.append(c.id)
+    assert "alibi-equals-sinusoidal-at-1x" in seen
+    alibi = next(
+        c
+        for c in load_study(
+            ROOT / "studies/positional_encoding.yaml", check_data=False, check_device=False
+        ).claims
+        if c.id == "alibi-equals-sinusoidal-at-1x"
+    )
+    assert CLOSER in alibi.text
+    bare = replace(alibi, text="close (18.7 vs 19.3 ppl)")
+    assert "narrower than the gap" in margin_gap_problem(bare, 0.01)
+    assert margin_gap_problem(bare, 0.04) == ""
+
+
+def _repo(tmp_path, git):
+    repo = tmp_path / "repo"
+    (repo / "studies/registrations").mkdir(parents=True)
+    git(repo, "init", "-q")
+    (repo / "ablate").mkdir()
+    (repo / "ablate/registration.py").write_text("# has changes not committed\n")
+    return repo
+
+
+def test_order_is_proven_by_git_ancestry_not_the_clock(tmp_path, git):
+    repo = _repo(tmp_path, git)
+    reg = repo / "studies/registrations/s.yaml"
+    reg.write_text("claims: []\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "register", when=2_000_000_000)
+    r = git(repo, "rev-parse", "HEAD")
+    (repo / "x.txt").write_text("later\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "later", when=1_000_000_000)  # a clock running backwards
+    later = git(repo, "rev-parse", "HEAD")
+    runs = pd.DataFrame({"git_commit": [r, later], "git_dirty": [False, True]})
+    proof = order_proof(reg, r, runs)
+    assert proof.ok is True and proof.dirty == 1
+    assert "is an ancestor of the commit of every one of the 2" in proof.text
+    assert "1 of 2 ran from a DIRTY tree" in proof.text
+    # the registration is not an ancestor of a run from before it
+    git(repo, "checkout", "-q", "--orphan", "other")
+    git(repo, "commit", "-qm", "elsewhere", when=2_100_000_000)
+    other = git(repo, "rev-parse", "HEAD")
+    bad = order_proof(reg, r, pd.DataFrame({"git_commit": [other], "git_dirty": [False]}))
+    assert bad.ok is False and "NOT an ancestor" in bad.text
+    unknown = pd.DataFrame({"git_commit": ["f" * 40], "git_dirty": [False]})
+    assert order_proof(reg, r, unknown).ok is None
+    assert "order not checkable here" in order_proof(reg, r, unknown).text
+    outside = tmp_path / "nogit/registrations"
+    outside.mkdir(parents=True)
+    gone = order_proof(outside / "s.yaml", r, runs)
+    assert gone.ok is None and "order not checkable here" in gone.text
+
+
+def test_a_margin_change_is_found_against_the_first_parent(tmp_path, git):
+    repo = _repo(tmp_path, git)
+    study = repo / "studies/s.yaml"
+    body = "claims:\n  - id: eq\n    expect: equivalent\n    margin: {}\n"
+    study.write_text(body.format(0.01))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "first", when=1_000_000_000)
+    study.write_text(body.format(0.03))
+    git(repo, "commit", "-qam", "widen", when=1_000_000_100)
+    study.write_text(body.format(0.03) + "# a comment\n")
+    git(repo, "commit", "-qam", "comment", when=1_000_000_200)
+    margins = margin_history(study, "eq")
+    assert [m.margin for m in margins] == [0.01, 0.03]
+    assert margins[1].time == 1_000_000_100
+
+
+def test_archived_attempts_are_each_counted_in_the_order_git_recorded_them(tmp_path, git):
+    repo = _repo(tmp_path, git)
+    (repo / "f").write_text("x")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "rows", when=1_500_000_000)
+    c = git(repo, "rev-parse", "HEAD")
+    hist = repo / "history"
+    hist.mkdir()
+    row = {"seed": [8, 9], "status": ["completed"] * 2, "confirm": [1.0, 1.0]}
+    pd.DataFrame(row | {"recorded_in": [c, c]}).to_csv(hist / "z-early.csv", index=False)
+    pd.DataFrame(row | {"seed": [11, 12]}).to_csv(hist / "a-later.csv", index=False)
+    attempts = history_attempts(hist, repo)
+    assert [a.seeds for a in attempts] == [(8, 9), (11, 12)]
+
+
+def test_reference_attempt_on_seeds_8_to_10_is_archived():
+    df = pd.read_csv(ROOT / "reports/reference_nanogpt_cpu/history/seeds-8-10-714c481.csv")
+    assert sorted(df.loc[df["confirm"] == 1, "seed"]) == [8, 9, 10]
+    assert df["recorded_in"].str.startswith("714c481").all()
+
+
+def test_register_warns_below_the_pilot_need_and_below_the_exact_tests_reach():
+    from ablate.claims.power import SeedsNeeded
+
+    need = SeedsNeeded(31, "seeds per arm (paired by seed)", "the t-test", "d=0.1, sd 0.2")
+    w = design_warnings(5, 4, need)
+    assert "below the pilot's 80%-power need of ≈31" in w[0]
+    assert "cannot go below p=0.0625" in w[1] and "nor α=0.05 itself" in w[1]
+    assert design_warnings(12, 4, SeedsNeeded(8, "seeds", "t", "a")) == []
