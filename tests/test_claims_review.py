@@ -164,3 +164,24 @@ def test_register_warns_below_the_pilot_need_and_below_the_exact_tests_reach():
     assert "below the pilot's 80%-power need of ≈31" in w[0]
     assert "cannot go below p=0.0625" in w[1] and "nor α=0.05 itself" in w[1]
     assert design_warnings(12, 4, SeedsNeeded(8, "seeds", "t", "a")) == []
+
+
+@pytest.mark.parametrize(
+    ("n", "delta", "sd", "margin"), [(5, 0.004, 0.01, 0.03), (8, 0.0, 0.02, 0.03)]
+)
+def test_seeds_needed_power_equals_a_simulation_of_the_tests(n, delta, sd, margin):
+    """The power behind "seeds needed" is computed exactly (noncentral t; TOST integrated over
+    the sample SD); a Monte Carlo of the same tests on normal seed differences agrees."""
+    import numpy as np
+    from scipy import stats
+
+    from ablate.claims.power import diff_power, tost_power
+
+    rng = np.random.default_rng(0)
+    d = rng.normal(delta, sd, size=(40_000, n))
+    mean, se = d.mean(1), d.std(1, ddof=1) / np.sqrt(n)
+    t = stats.t.isf(0.05, n - 1)
+    tost = np.mean((mean - t * se > -margin) & (mean + t * se < margin))
+    assert tost_power(n, delta, sd, margin) == pytest.approx(tost, abs=0.01)
+    two_sided = np.mean(np.abs(mean / se) > stats.t.isf(0.025, n - 1))
+    assert diff_power(n, delta, sd, 0.05) == pytest.approx(two_sided, abs=0.01)
