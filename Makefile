@@ -46,8 +46,10 @@ test-slurm: install
 run: install
 	$(BIN)/ablate run $(STUDY) $(if $(PROFILE),--profile $(PROFILE)) --store $(STORE) --workers $(WORKERS)
 
+# a committed report is kept when this build is partial (its runs unfinished): the partial one
+# goes to reports/<study>/partial/; `make report FORCE=1` replaces the committed one
 report: install
-	$(BIN)/ablate report --store $(STORE)
+	$(BIN)/ablate report --store $(STORE) $(if $(FORCE),--force)
 
 bench: install
 	$(BIN)/ablate bench

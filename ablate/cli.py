@@ -417,13 +417,22 @@ def report(
     store: StoreOpt = Path("runs"),
     out: Annotated[Path, typer.Option(help="Reports directory.")] = Path("reports"),
     profile: ProfileOpt = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace a committed report even by a partial build (unfinished runs, fewer "
+            "claims decided); without it that build goes to <out>/<study>/partial/.",
+        ),
+    ] = False,
 ) -> None:
     """Build comparison reports (tables, significance, figures) from the run store (the runs
-    of one profile: --profile where a store holds several)."""
+    of one profile: --profile where a store holds several). A committed report is never
+    replaced by a partial build unless --force."""
     from ablate.report import build_reports
 
     try:
-        build_reports(studies or [], store=store, out=out, profile=profile)
+        build_reports(studies or [], store=store, out=out, profile=profile, force=force)
     except ConfigError as err:
         fail(err)
 

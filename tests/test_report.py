@@ -356,7 +356,8 @@ def test_study_yaml_argument_and_errors(built, tmp_path):
     spec = tmp_path / "whatever.yaml"
     spec.write_text("name: norm_pos\ndescription: |\n  Does Pre-LN train better?\n  Line two.\n")
     paths = build_reports([str(spec)], store=root / "runs", out=tmp_path / "r", quiet=True)
-    assert paths[0].read_text().split("\n\n")[2].startswith("Does Pre-LN train better?")
+    blocks = paths[0].read_text().split("\n\n")  # title, PARTIAL, no claims, the question
+    assert blocks[2].startswith("> **Claims**: none") and blocks[3].startswith("Does Pre-LN")
     with pytest.raises(ConfigError, match="studies present: norm_pos"):
         build_reports(["nope"], store=root / "runs", out=tmp_path / "r", quiet=True)
     with pytest.raises(ConfigError, match=r"no runs in the store \(run `ablate run"):

@@ -338,7 +338,9 @@ def test_report_by_name_keeps_the_claims_from_another_directory(
     assert result.exit_code == 0, result.output
     warnings = [line for line in result.output.splitlines() if line.startswith("warning")]
     assert len(warnings) == 1 and "no study file" in warnings[0], result.output
-    md = (tmp_path / "out" / "norm_pos" / "report.md").read_text()
+    assert "kept the committed report" in result.output  # one with a decided claim
+    assert "**pre-wins**" in (tmp_path / "out" / "norm_pos" / "report.md").read_text()
+    md = (tmp_path / "out" / "norm_pos" / "partial" / "report.md").read_text()
     assert "pre-wins" not in md and "claims (above)" not in md and "checks no claims" in md
 
 

@@ -1,7 +1,7 @@
-"""The report as a list of blocks, in its order: title, partial-results marker, description,
-against the paper, how to read, headline verdicts, extra seeds, tables, figures with captions,
-reproducibility and the list of runs. :mod:`ablate.report.render` writes the blocks out as
-Markdown and HTML.
+"""The report as a list of blocks, in its order: title, partial-results marker, the claims
+table (:mod:`ablate.report.answer`), description, against the paper, how to read, headline
+verdicts, extra seeds, tables, figures with captions (each naming its seeds), reproducibility
+and the list of runs. :mod:`ablate.report.render` writes the blocks out as Markdown and HTML.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from ablate.claims.standing import confirm_mask, latest_attempt
 from ablate.claims.stats import ALPHA, SEED
 from ablate.claims.verdicts import Verdict, verdict
 from ablate.names import display_names, format_value, loss_unit, value_order
+from ablate.report.answer import claims_summary, seeds_text
 from ablate.report.claims_section import against_the_paper, extra_seeds_section
 from ablate.report.plots import FigureFile
 from ablate.report.render import Block
@@ -140,8 +141,11 @@ def build_blocks(
     """The whole report, section by section, in the order of this module's docstring, from the
     exploratory comparisons' :func:`verdict_list` and the decided claims (``checks``)."""
     unit = loss_unit(study).split("/")[0]
+    head = header_blocks(study)
+    at = len(head) - 1 if study.description else len(head)  # the answer before the question
+    head[at:at] = claims_summary(study, checks or [], unit)
     return [
-        *header_blocks(study),
+        *head,
         *against_the_paper(study, checks or [], unit),
         Block("p", how_to_read(study)),
         Block("p", _axes_line(study)),
@@ -149,7 +153,7 @@ def build_blocks(
         *extra_seeds_section(study),
         *variant_blocks(study),
         *comparison_blocks(study, verdicts),
-        *figure_blocks(figures),
+        *figure_blocks(figures, study),
         *reproducibility_blocks(study),
         Block("h2", "Runs"),
         Block("table", runs_table(study), "Every run in the store for this study."),
@@ -197,7 +201,8 @@ def verdict_blocks(study: StudyData, verdicts: list[tuple[Comparison, Verdict]])
             "p",
             "Every pair of values along every axis, other axes fixed: exploratory, BH-corrected "
             "within this report, never a finding by themselves"
-            + (" (the claims above are)." if study.claims else "."),
+            + (" (the claims above are)" if study.claims else "")
+            + f"; on the study's own runs: {_explore_seeds(study)}.",
         )
     )
     blocks.append(Block("ul", items))
@@ -223,13 +228,14 @@ def variant_blocks(study: StudyData) -> list[Block]:
         Block(
             "table",
             quality,
-            "Validation quality per variant: mean ± std [95% t-CI over seeds]; n = completed "
-            "seeds behind the numbers; diverged runs counted (step of divergence), not averaged.",
+            f"Validation quality per variant, {seeds_text(study.runs)}: mean ± std [95% t-CI "
+            "over seeds]; n = completed seeds behind the numbers; diverged runs counted (step of "
+            "divergence), not averaged.",
         ),
         Block(
             "table",
             cost,
-            "Cost per variant over completed seeds: mean ± std [95% t-CI over seeds]; "
+            f"Cost per variant, {seeds_text(study.runs)}: mean ± std [95% t-CI over seeds]; "
             "params: per run (the same for every seed).",
         ),
     ]
@@ -240,7 +246,8 @@ def variant_blocks(study: StudyData) -> list[Block]:
             Block(
                 "table",
                 reference_table(study),
-                f"Final validation loss per variant minus the reference {ref.value:g} "
+                f"Final validation loss per variant ({seeds_text(study.runs)}) minus the "
+                f"reference {ref.value:g} "
                 f"({ref.label}): difference with its 95% t-interval over seeds and the "
                 "two-sided one-sample t-test (scipy.stats.ttest_1samp); negative = below the "
                 "reference. 'not distinguishable' when the interval includes 0.",
@@ -253,9 +260,10 @@ def variant_blocks(study: StudyData) -> list[Block]:
             Block(
                 "table",
                 lengths,
-                "Validation loss when evaluated at multiples of the training length: mean ± std "
-                "[95% t-CI over seeds]. Learned absolute positions have no embedding past "
-                "max_seq_len, so they cannot be evaluated there (n/a).",
+                "Validation loss when evaluated at multiples of the training length, "
+                f"{seeds_text(study.runs)}: mean ± std [95% t-CI over seeds]. Learned absolute "
+                "positions have no embedding past max_seq_len, so they cannot be evaluated "
+                "there (n/a).",
             )
         )
     return blocks
@@ -270,7 +278,8 @@ def comparison_blocks(study: StudyData, verdicts: list[tuple[Comparison, Verdict
         Block(
             "table",
             comparisons_table(verdicts, study),
-            "Each axis, every pair of its values, all other axes held fixed. a − b: "
+            f"Each axis, every pair of its values, all other axes held fixed, "
+            f"{_explore_seeds(study)}. a − b: "
             "difference of mean final validation loss (negative = a better) with its 95% "
             "t-interval (paired t on per-seed differences when both sides have the same "
             "seeds, else Welch); p raw and Benjamini–Hochberg-corrected over these exploratory "
@@ -289,10 +298,21 @@ def pairing_line(comps: list[Comparison]) -> str:
     return "**Pairing.** " + "; ".join(parts) + "."
 
 
-def figure_blocks(figures: list[FigureFile]) -> list[Block]:
+def _explore_seeds(study: StudyData) -> str:
+    """The seeds of the exploratory comparisons: the study's runs without its confirmation
+    runs (:func:`ablate.claims.outcomes.analyse`)."""
+    return seeds_text(study.runs[~confirm_mask(study.runs)])
+
+
+def figure_blocks(figures: list[FigureFile], study: StudyData) -> list[Block]:
+    """The figures, each caption ending with the seeds it draws (every run of the study)."""
     if not figures:
         return []
-    return [Block("h2", "Figures"), *(Block("fig", f, f.caption) for f in figures)]
+    seeds = seeds_text(study.runs)
+    return [
+        Block("h2", "Figures"),
+        *(Block("fig", f, f"{f.caption} Seeds: {seeds}.") for f in figures),
+    ]
 
 
 def reproducibility_blocks(study: StudyData) -> list[Block]:

@@ -26,6 +26,7 @@ from ablate.report.blocks import build_blocks, progress_line, verdict_list
 from ablate.report.claims_section import claims_frame
 from ablate.report.dashboards import write_specs
 from ablate.report.index import CLAIMS_CSV, write_index
+from ablate.report.keep import PARTIAL_DIR, keep_reason
 from ablate.report.plots import make_figures
 from ablate.report.render import Block, to_html, to_markdown
 from ablate.report.wandb_report import comparisons_frame, log_report
@@ -36,16 +37,23 @@ KEPT_DIRS = (HISTORY, "archive")
 attempts (:mod:`ablate.report.audit`) and the archived store they were built from."""
 
 
-def build_report(study: StudyData, out: Path) -> Path:
-    """Write ``out/<study>/`` for one loaded study; returns the path of its ``report.md``."""
+def build_report(study: StudyData, out: Path, *, force: bool = False) -> Path:
+    """Write ``out/<study>/`` for one loaded study; returns the path of its ``report.md``
+    (under ``out/<study>/partial/`` when a committed report is kept: :mod:`.keep`)."""
+    return _build(study, out, force)[0]
+
+
+def _build(study: StudyData, out: Path, force: bool) -> tuple[Path, str | None]:
+    """:func:`build_report`, and why the committed report was kept (None: it was replaced)."""
     out = Path(out)
+    dest = out / study.name
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{study.name}.", suffix=".tmp", dir=out))
     try:
         os.chmod(tmp, 0o755)  # mkdtemp makes it private
         for keep in KEPT_DIRS:  # earlier attempts and archives outlive a rebuild
-            if (out / study.name / keep).is_dir():
-                shutil.copytree(out / study.name / keep, tmp / keep)
+            if (dest / keep).is_dir():
+                shutil.copytree(dest / keep, tmp / keep)
         table = results_frame(study)
         slopes = init_ffn_grad_slope(study.metrics)
         if len(slopes):  # the per-run quantity of a slope claim, so it recomputes from the csv
@@ -64,13 +72,18 @@ def build_report(study: StudyData, out: Path) -> Path:
         (tmp / "report.md").write_text(to_markdown(blocks))
         (tmp / "report.html").write_text(to_html(blocks, f"{study.name}: ablation report"))
         write_specs(study, blocks, tmp)  # wandb_workspace.json, wandb_report.json
-        _swap_in(tmp, out / study.name)
-        figures = [replace(f, path=out / study.name / f.path.name) for f in figures]
+        kept = None if force else keep_reason(dest, progress_line(study), claims)
+        if kept is not None:  # the committed folder stays as it is; this build goes beside it
+            shutil.rmtree(tmp / "archive", ignore_errors=True)  # the committed one has it
+            (tmp / ".gitignore").write_text("*\n")  # never committed by `git add reports`
+            dest = dest / PARTIAL_DIR
+        _swap_in(tmp, dest)
+        figures = [replace(f, path=dest / f.path.name) for f in figures]
         log_report(study, wandb_tables(study, verdicts, claims), figures)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return out / study.name / "report.md"
+    return dest / "report.md", kept
 
 
 def damaged_blocks(study: StudyData) -> list[Block]:
@@ -112,28 +125,40 @@ def build_reports(
     out: Path,
     quiet: bool = False,
     profile: str | None = None,
+    force: bool = False,
 ) -> list[Path]:
     """Build the reports of ``studies`` (names in the store or study YAMLs; empty = all), from
-    the runs of ``profile`` (None: the one profile each study's runs have).
+    the runs of ``profile`` (None: the one profile each study's runs have). A partial build of
+    a committed report goes to ``<out>/<study>/partial/`` and keeps the committed one (one line
+    says so), unless ``force`` (:mod:`ablate.report.keep`); the other studies go on.
 
     Returns the ``report.md`` paths. Raises ``ConfigError`` (one line) for an empty or missing
     store, an unknown study (listing the studies present), or runs of several profiles.
     """
     store, out = Path(store), Path(out)
-    paths = []
+    paths, replaced = [], 0
     for name, yaml_path in resolve_studies(list(studies or []), store):
         study = read_study(store, name, yaml_path, profile)
         if study.extra.get("no_spec"):  # one line: the report lacks claims and description
             print(f"warning: {name}: {study.extra['no_spec']}", file=sys.stderr)
-        path = build_report(study, out)
+        path, kept = _build(study, out, force)
         paths.append(path)
+        if kept is not None:  # said even when quiet: the committed report was not rebuilt
+            print(
+                f"{name}: kept the committed report {path.parent.parent}/ ({kept}); this "
+                f"build is in {path.parent}/ (`--force` replaces the committed one)",
+                file=sys.stderr,
+            )
+            continue
+        replaced += 1
         if not quiet:
             partial = progress_line(study)
             note = f"  ({partial.split('.')[0]})" if partial else ""
             print(f"{name}: {path.parent}/ (report.md, report.html, results.csv){note}")
             for reason in (study.extra.get("damaged") or {}).values():
                 print(f"  damaged run skipped: {reason}")
-    index = write_index(out)
+    # the index is read from every <study>/claims.csv: with no report replaced it stays as it is
+    index = write_index(out) if replaced else None
     if index is not None and not quiet:
         print(f"every report's claims: {index}")
     return paths

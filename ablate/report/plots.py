@@ -7,7 +7,9 @@ Every figure is chosen by the data it needs, not by the study's name:
 * ``heatmap_batch_lr.png``: final loss over batch size × LR (axes ``data.batch_size`` and
   ``optim.lr`` or ``optim.lr_scaling``).
 * ``grad_norm_layers.png``: per-layer gradient norm at the first logged step (initialisation)
-  by norm placement (axis ``model.norm_placement``; Xiong et al. 2020, Fig. 3 style).
+  by norm placement (Xiong et al. 2020, Fig. 3 style): only when ``model.norm_placement``
+  varies over both ``post`` and ``pre`` and the runs logged ``grad_norm/layer_*`` or
+  ``grad_norm/ffn_out_*``.
 * ``length_extrapolation.png``: validation loss vs evaluation length (``val_loss_at_length``).
 
 Bands and bars are the 95% t-interval over seeds (:func:`ablate.claims.stats.t_errorbar`), the
@@ -361,9 +363,12 @@ def heatmap_batch_lr(
 
 
 def grad_norm_layers(study: StudyData, out: Path) -> FigureFile | None:
-    """Per-layer gradient norm at the first logged step (init) by norm placement."""
+    """Per-layer gradient norm at the first logged step (init) by norm placement: only where
+    the study compares Post-LN with Pre-LN (the comparison of Xiong et al.; a study whose
+    norm_placement axis holds other values, e.g. a plugin's, gets no such figure) and its runs
+    logged per-layer gradient norms."""
     axis = "model.norm_placement"
-    if axis not in study.varying_axes:
+    if axis not in study.varying_axes or not {"post", "pre"} <= set(study.runs[axis].dropna()):
         return None
     m = study.metrics
     # the FFN output weight's gradient (what the ffn_grad_slope@init claim tests) when logged,
