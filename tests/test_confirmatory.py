@@ -284,7 +284,9 @@ def test_seeds_needed_is_never_fewer_than_the_seeds_that_failed():
     assert need.n is None and "not reachable" in need.text()
 
 
-def _mark_confirm(store, study, seeds, tag=None, started=None):
+def _mark_confirm(store, study, seeds, tag=None, started=None, commit=None):
+    """Seeds ``seeds`` as confirmation runs under ``tag``, run from the study repository's
+    ``commit`` (clean) when given, as ``ablate run --confirm`` records them."""
     for run in RunStore(store).runs(study):
         summary = run.read_summary()
         if summary["seed"] in seeds:
@@ -292,9 +294,9 @@ def _mark_confirm(store, study, seeds, tag=None, started=None):
             run.write_summary({**summary, "confirm": True, **extra})
             if tag is not None:
                 data = run.read_run()
-                run.write_run(
-                    data["config"], {**data["meta"], "confirm": True, "registration": tag}
-                )
+                repo = {} if commit is None else {"study_commit": commit, "study_dirty": False}
+                meta = {**data["meta"], "confirm": True, "registration": tag, **repo}
+                run.write_run(data["config"], meta)
 
 
 def test_registration_proven_from_git_and_every_attempt_listed(tmp_path, write_run, git):
@@ -308,11 +310,13 @@ def test_registration_proven_from_git_and_every_attempt_listed(tmp_path, write_r
     record = build_registration("reg", None, data.claims, 0.01, design)
     write_registration(registration_path(spec), record)
     git(tmp_path, "init", "-q")
+    git(tmp_path, "commit", "-q", "--allow-empty", "-m", "before the registration", when=t0 - 60)
+    before = git(tmp_path, "rev-parse", "HEAD")
     git(tmp_path, "add", "registrations/reg.yaml")
     git(tmp_path, "commit", "-qm", "register reg", when=t0)
     commit = git(tmp_path, "rev-parse", "HEAD")
     _mark_confirm(store, "reg", {3, 4, 5}, "before registration files", started=t0 - 86400)
-    _mark_confirm(store, "reg", {6, 7, 8}, commit, started=t0 + 7200)
+    _mark_confirm(store, "reg", {6, 7, 8}, commit, started=t0 + 7200, commit=commit)
     (tmp_path / "r" / "reg" / "history").mkdir(parents=True)
     old = "seed,confirm,final_val_loss\n0,,1.6\n3,True,1.61\n4,True,1.62\n"
     (tmp_path / "r" / "reg" / "history" / "attempt-1.csv").write_text(old)
@@ -322,7 +326,8 @@ def test_registration_proven_from_git_and_every_attempt_listed(tmp_path, write_r
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
     md = path.read_text()
     claim = next(line for line in md.splitlines() if line.startswith("- **early**"))
-    assert f"registered in {commit[:7]} on 2001-09-09 01:46 UTC, 2.0 h before the first " in claim
+    assert f"registered in {commit[:7]}; order proven by git: {commit[:7]} is an ancestor" in claim
+    assert "registered 2001-09-09 01:46 UTC, 2.0 h before the first confirmation run" in claim
     audit = md.split("## Registration and confirmation attempts")[1]
     assert f"{commit[:7]} on 2001-09-09 01:46 UTC: register reg — fixed: 3 seeds per arm" in audit
     assert "under before registration files: 6 runs, seeds 3, 4, 5" in audit
@@ -338,9 +343,12 @@ def test_registration_proven_from_git_and_every_attempt_listed(tmp_path, write_r
     assert "| [reg](reg/report.md) | 1 |" in index and "| 1 of 1 |" in index
     assert f"- **early** (confirmatory): {check.claim.text} → **{check.outcome}**" in index
 
-    _mark_confirm(store, "reg", {6, 7, 8}, started=t0 - 60)  # ran before the commit
+    # ran from the commit before the registration: git disproves the order, whatever the clock
+    _mark_confirm(store, "reg", {6, 7, 8}, commit, started=t0 - 60, commit=before)
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
-    assert "1 min AFTER the first confirmation run (exploratory)" in path.read_text()
+    md = path.read_text()
+    assert f"{commit[:7]} is NOT an ancestor of {before[:7]}" in md and "(exploratory)" in md
+    assert "1 min AFTER the first confirmation run" in md  # the clock, as a second line
     index = (tmp_path / "r" / "claims.md").read_text()
     assert "| 0 of 1 |" in index and "- **early** (exploratory)" in index
 

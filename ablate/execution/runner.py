@@ -33,6 +33,7 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.markup import escape
 
+from ablate.claims.registration import registration_path
 from ablate.execution.executors import ExecutorFailed, ExecutorOptions, RunTask, check, execute
 from ablate.execution.groups import group_tasks
 from ablate.execution.progress import LiveProgress, fmt_duration
@@ -46,6 +47,7 @@ from ablate.store import (
     run_damage,
     run_state,
 )
+from ablate.store.provenance import study_git
 from ablate.study import PlannedRun, Study, load_study
 
 
@@ -153,12 +155,14 @@ def run_study(
     done = sum(1 for r in study.runs if dirs[r.run_id].status in FINISHED)
     todo = [r for r in study.runs if dirs[r.run_id].status not in FINISHED]
     resuming = sum(1 for r in todo if dirs[r.run_id].last_checkpoint() is not None)
+    # the study's repository (where its registration is committed): git proves the order there
+    repo = study_git([Path(study.path), registration_path(study.path, study.profile)])
     tasks = [
         RunTask(
             r,
             r.config,
             str(dirs[r.run_id].path),
-            _meta(study, r, dirs, confirm_seeds, registration),
+            _meta(study, r, dirs, confirm_seeds, registration) | repo,
         )
         for r in todo
     ]

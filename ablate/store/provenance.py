@@ -95,6 +95,32 @@ def git_info() -> dict[str, Any]:
     return {"git_commit": commit, "git_dirty": dirty}
 
 
+def study_git(files: list[Path]) -> dict[str, Any]:
+    """``{'study_commit', 'study_dirty'}``: HEAD of the git repository holding ``files[0]``
+    (the study file) and whether any of ``files`` (the study, its registration) differs from
+    it; ``{}`` outside git. A registration's order is proven in the repository the study and its
+    registration live in, which need not be ablate's own checkout."""
+    where = str(files[0].resolve().parent)
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", where, *args], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        changed = git(
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            *(str(f.resolve()) for f in files),
+        )
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"study_commit": commit, "study_dirty": bool(changed)}
+
+
 def provenance(inputs: dict[str, Any] | None = None) -> dict[str, Any]:
     """The meta fields recording the code, then ``inputs``: what the run reads besides the
     code, computed by the caller (``data_key``, ``plugin_sources``: ``ablate.training.inputs``)

@@ -219,9 +219,11 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
         # the registration commit it ran under; none recorded: it predates registration files
         row["registration"] = meta.get("registration") or "before registration files"
     row["started"] = _started(summary)
-    for k in ("git_commit", "git_dirty"):  # the code a run ran from: the order's git proof
-        if k in meta:
-            row[k] = meta[k]
+    # the commit the order's git proof checks: the study's repository (where its registration
+    # is committed) when the run recorded it, else ablate's own checkout
+    for k, study_k in (("git_commit", "study_commit"), ("git_dirty", "study_dirty")):
+        if study_k in meta or k in meta:
+            row[k] = meta.get(study_k, meta.get(k))
     for k, v in summary.items():
         if k not in row and k not in _SKIP_FIELDS and _scalar(v):
             row[k] = v
