@@ -240,6 +240,7 @@ def estimate_runs(
     """Seconds for each run (run id -> config) with ``workers`` workers: from the store's
     finished runs of its shape where there are any, else from the kept probe."""
     rates = store_rates(store) if store is not None else {}
+    probed: dict[tuple[str, int], tuple[float, str]] = {}  # one probe per shape and call
     out: dict[str, float | None] = {}
     sources: dict[str, str] = {}
     when: set[str] = set()
@@ -253,7 +254,10 @@ def estimate_runs(
         elif device is None:
             out[run_id], sources[run_id] = None, "no GPU"
         else:
-            step, measured = probed_step(cfg, device, threads, remeasure)
+            key = (_shape(c["model"], c["data"], c["train"], threads), threads)
+            if key not in probed:
+                probed[key] = probed_step(cfg, device, threads, remeasure)
+            step, measured = probed[key]
             out[run_id], sources[run_id] = run_seconds(cfg, step), "probe"
             when.add(measured)
     return Estimate(out, sources, workers, _method(sources, when, workers))
