@@ -43,6 +43,10 @@ of the arm's per-run metric against ``value`` (``below`` with a ``margin``: belo
 ``value + margin``). ``expect: all`` with ``all: [{a, expect: above|below, value, margin}, ...]``
 (same ``metric`` and ``where``) is an intersection: it reproduces only when every part does
 (intersection-union test, its p the largest part's), e.g. "Post-LN's slope > 0 and Pre-LN's <= 0".
+``expect: smaller`` / ``larger`` / ``equal`` with ``by: {axis: [v1, v2]}`` is an interaction:
+the effect of ``a`` vs ``b`` (one value per axis, the same axes) is smaller/larger/equal at
+``v1`` than at ``v2``, tested on the per-seed difference of differences
+(:mod:`ablate.claims.interaction`).
 """
 
 from __future__ import annotations
