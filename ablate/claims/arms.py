@@ -27,6 +27,8 @@ def arm_selectors(claim: Claim) -> list[dict[str, Any]]:
     """The selectors of the claim's arms that are runs of the study (``where`` included)."""
     if claim.metric in FITTED:
         return [dict(claim.where)]  # the exponent is fitted over the whole sweep under where
+    if claim.by:  # an interaction: a and b at both values of the by axis
+        return [{**claim.where, **arm, **claim.by} for arm in (claim.a, claim.b)]
     arms = [{**claim.where, **claim.a}]
     if claim.expect != "diverges" and not claim.external:
         arms.append({**claim.where, **claim.b})

@@ -27,6 +27,7 @@ import pandas as pd
 
 from ablate.claims.comparisons import FINISHED, Comparison, compare, compare_groups
 from ablate.claims.fit import init_ffn_grad_slope, lr_fit
+from ablate.claims.interaction import AS_PAIRED, cells, interaction_comparison
 from ablate.claims.one_sample import Part, contradicted, intersection, part_of
 from ablate.claims.power import SeedsNeeded, claim_seeds_needed, parts_seeds_needed
 from ablate.claims.spec import FITTED, ONE_SAMPLE, Claim
@@ -103,6 +104,8 @@ def claim_runs(runs: pd.DataFrame, claim: Claim) -> tuple[pd.DataFrame, bool]:
     arms = [claim.where] if claim.metric in FITTED else [{**claim.where, **claim.a}]
     if claim.b:
         arms.append({**claim.where, **claim.b})
+    if claim.by:  # an interaction: its four cells
+        arms = cells(claim)
     if all(len(_match(fresh, arm)) for arm in arms):
         return fresh, True
     return runs[~conf], False
@@ -250,6 +253,13 @@ def build_comparisons(study, claims: list[Claim], margin: float) -> list[ClaimCh
             _exponent_check(check, base, study.varying_axes, m)
         elif claim.expect in (*ONE_SAMPLE, "all"):
             _one_sample_check(check, base, runs[~confirm_mask(runs)])
+        elif claim.by:
+            check.comparison = interaction_comparison(base, claim, metric_column(claim), m)
+            if fresh:  # the same test on every seed of the cells, for its SD
+                every = interaction_comparison(
+                    _match(runs, claim.where), claim, metric_column(claim), m
+                )
+                check.sd_all, check.sd_all_n = every.sd, every.n_a
         else:
             explore = _match(runs[~confirm_mask(runs)], claim.where)
             _arm_check(check, base, m, explore)
@@ -303,6 +313,8 @@ def decide_claim(check: ClaimCheck, alpha: float) -> None:
     c, claim = check.comparison, check.claim
     if c is None or check.detail.startswith(NOT_BRACKETED):
         return
+    if claim.by:  # an interaction decides as a paired claim on its difference of differences
+        claim = replace(claim, expect=AS_PAIRED[claim.expect])
     if claim.expect == "diverges":
         _diverges(check, c)
         return

@@ -170,6 +170,8 @@ def _claim_design(c: Comparison, claim: Claim) -> tuple[str, str, int, int]:
     """(power design, what the seeds count, current seeds, published values) of a claim."""
     if claim.metric == "lr_exponent":
         return "one-sample", "seeds (one fitted exponent per seed)", c.n_a, 0
+    if claim.by:  # one difference of differences per seed
+        return "one-sample", "seeds (each training the four cells, paired by seed)", c.n_a, 0
     if len(claim.external) == 1:
         return "one-sample", "seeds of arm a (against one published value)", c.n_a, 0
     if claim.external:

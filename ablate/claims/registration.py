@@ -45,6 +45,10 @@ def registration_path(study_path: str | Path, profile: str | None = None) -> Pat
 
 def test_name(claim: Claim) -> str:
     """The test that decides ``claim``, in words (as the report computes it)."""
+    if claim.by:
+        return "paired t of the per-seed difference of differences" + (
+            " + TOST" if claim.expect == "equal" else ""
+        )
     if claim.parts:
         return "intersection-union of one-sided one-sample t-tests (p = the larger p)"
     if claim.metric in FITTED or claim.value is not None:

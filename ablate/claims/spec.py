@@ -43,6 +43,10 @@ of the arm's per-run metric against ``value`` (``below`` with a ``margin``: belo
 ``value + margin``). ``expect: all`` with ``all: [{a, expect: above|below, value, margin}, ...]``
 (same ``metric`` and ``where``) is an intersection: it reproduces only when every part does
 (intersection-union test, its p the largest part's), e.g. "Post-LN's slope > 0 and Pre-LN's <= 0".
+``expect: smaller`` / ``larger`` / ``equal`` with ``by: {axis: [v1, v2]}`` is an interaction:
+the effect of ``a`` vs ``b`` (one value per axis, the same axes) is smaller/larger/equal at
+``v1`` than at ``v2``, tested on the per-seed difference of differences
+(:mod:`ablate.claims.interaction`).
 """
 
 from __future__ import annotations
@@ -56,7 +60,21 @@ from typing import Any
 
 from ablate.errors import ConfigError, check_known, suggest
 
-KINDS = ("better", "worse", "equivalent", "diverges", "above", "below", "all")
+KINDS = (
+    "better",
+    "worse",
+    "equivalent",
+    "diverges",
+    "above",
+    "below",
+    "all",
+    "smaller",
+    "larger",
+    "equal",
+)
+INTERACTION = ("smaller", "larger", "equal")
+"""Interaction kinds: the effect of ``a`` vs ``b`` is smaller/larger/equal at ``by``'s first
+value than at its second (:mod:`ablate.claims.interaction`)."""
 ONE_SAMPLE = ("above", "below")
 KEYS = (
     "id",
@@ -70,6 +88,7 @@ KEYS = (
     "margin_source",
     "value",
     "all",
+    "by",
 )
 PART_KEYS = ("a", "expect", "value", "margin")
 BASE_METRICS = ("final_val_loss", "best_val_loss", "ffn_grad_slope@init")
@@ -102,6 +121,9 @@ class Claim:
     """Where the margin comes from, in words (a paper's tolerance, a pilot's seed noise)."""
     parts: tuple[Claim, ...] = ()
     """``expect: all``: the one-sample parts that must all hold (same metric and where)."""
+    by: dict[str, list[Any]] = field(default_factory=dict)
+    """``expect: smaller/larger/equal``: ``{axis: [v1, v2]}``, the two values of the axis at
+    which the effect of ``a`` vs ``b`` is compared (an interaction)."""
 
     @property
     def length(self) -> float | None:
@@ -249,6 +271,7 @@ def parse_claim(
     if source_text is not None and not isinstance(source_text, str):
         raise ConfigError("must be text", key=f"{where}.margin_source", source=source)
     parts = _parts(raw.get("all"), expect, metric, where, source, axes)
+    by = _by(raw, expect, metric, where, source, axes)
     return Claim(
         id=cid,
         text=" ".join(text.split()),
@@ -264,7 +287,64 @@ def parse_claim(
         external_source=ext_source,
         margin_source=" ".join((source_text or "").split()),
         parts=parts,
+        by=by,
     )
+
+
+def _by(
+    raw: dict, expect: str, metric: str, where: str, source: Path, axes: dict[str, list[Any]]
+) -> dict[str, list[Any]]:
+    """An interaction's ``by: {axis: [v1, v2]}``, checked with its arms: ``a`` and ``b`` one
+    value each on the same axes, ``by`` another axis with two of its values, none in ``where``."""
+    at = f"{where}.by"
+    if ("by" in raw) != (expect in INTERACTION):
+        kinds = "/".join(INTERACTION)
+        raise ConfigError(f"expect: {kinds} and by: go together", key=at, source=source)
+    if expect not in INTERACTION:
+        return {}
+    if metric in FITTED or raw.get("value") is not None:
+        raise ConfigError(
+            "an interaction compares per-run metrics, not a fitted value", key=at, source=source
+        )
+    by = raw["by"]
+    if not isinstance(by, dict) or len(by) != 1:
+        raise ConfigError(
+            "must name one axis and its two values, e.g. {model.norm_placement: [pre, post]}",
+            key=at,
+            source=source,
+        )
+    ((axis, vals),) = by.items()
+    if not isinstance(vals, list) or len(vals) != 2 or vals[0] == vals[1]:
+        raise ConfigError(
+            "must list two different values of the axis: [where the effect is "
+            f"{expect}, where it is compared]",
+            key=f"{at}.{axis}",
+            source=source,
+        )
+    sel = _selector(by, at, source, axes)
+    a, b = raw.get("a"), raw.get("b")
+    for name, arm in (("a", a), ("b", b)):
+        if not isinstance(arm, dict) or not arm:
+            raise ConfigError(
+                "an interaction needs arms a and b (the effect is a vs b)",
+                key=f"{where}.{name}",
+                source=source,
+            )
+        for k, v in arm.items():
+            if isinstance(v, list):
+                raise ConfigError(
+                    "one value per axis in an interaction (no best-of lists)",
+                    key=f"{where}.{name}.{k}",
+                    source=source,
+                )
+    if set(map(str, a)) != set(map(str, b)):
+        raise ConfigError("a and b must set the same axes", key=f"{where}.b", source=source)
+    clash = [str(k) for k in (*a, *(raw.get("where") or {})) if str(k) == str(axis)]
+    if clash:
+        raise ConfigError(
+            f"{axis} is the by axis; it cannot also be in a, b or where", key=at, source=source
+        )
+    return {str(axis): list(sel[str(axis)])}
 
 
 def _parts(
@@ -441,6 +521,8 @@ def claim_canonical(claim: Claim, default_margin: float | None = None) -> str:
     }
     if claim.parts:
         content["parts"] = [json.loads(claim_canonical(p)) for p in claim.parts]
+    if claim.by:  # only then: the fingerprints of every other claim stay as registered
+        content["by"] = claim.by
     return json.dumps(content, sort_keys=True, separators=(",", ":"), default=str)
 
 

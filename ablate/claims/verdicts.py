@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ablate.claims.checks import INCONCLUSIVE, PENDING, ClaimCheck
 from ablate.claims.comparisons import STREAMS_DIFFER, Comparison
+from ablate.claims.interaction import numbers_text
 from ablate.claims.power import floor_above
 from ablate.claims.stats import ALPHA, seeds_needed
 
@@ -156,6 +157,9 @@ def numbers(check: ClaimCheck, unit: str) -> str:
         if len(check.parts) > 1:
             text += f"; {c.test} p={fmt_num(c.p)}"
         return f"{text}; {c.correction} {fmt_p(c.p_adj)} {_where(check)}".rstrip()
+    if claim.by:
+        text = numbers_text(c, unit, fmt_num, fmt_p)
+        return f"{text} {_where(check)}".rstrip()
     if claim.expect == "diverges":
         tail = f" {_where(check)}" if claim.where else ""
         return f"{c.label_a}: diverged in {c.diverged_a}/{c.total_a} finished seeds{tail}"

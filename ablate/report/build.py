@@ -22,6 +22,7 @@ from ablate.claims.fit import init_ffn_grad_slope
 from ablate.claims.outcomes import analyse
 from ablate.names import display_names, loss_unit
 from ablate.report.audit import HISTORY, audit_blocks
+from ablate.report.axis_figures import axis_figures
 from ablate.report.blocks import build_blocks, progress_line, verdict_list
 from ablate.report.claims_section import claims_frame
 from ablate.report.dashboards import write_specs
@@ -65,7 +66,7 @@ def _build(study: StudyData, out: Path, force: bool) -> tuple[Path, str | None]:
         claims = claims_frame(study, checks, loss_unit(study).split("/")[0])
         if len(claims):
             claims.to_csv(tmp / CLAIMS_CSV, index=False)
-        figures = make_figures(study, tmp)
+        figures = make_figures(study, tmp) + axis_figures(study, tmp)
         blocks = build_blocks(study, verdicts, figures, checks)
         blocks[1:1] = damaged_blocks(study)
         blocks += audit_blocks(study, tmp)
