@@ -177,7 +177,7 @@ def render(r: dict[str, Any]) -> str:
             "small model's GPU step costs the host. Host reads: `_local_scalar_dense`, "
             "`equal`, `tolist`, `cpu`, `numpy` (each a wait for the GPU). Tokens/s: the whole "
             "run or group, from its summary (steady state), on this machine. "
-            "`tests/test_step_cost.py` holds a stack of 6 to at most 1.5x the solo step's "
+            "`tests/training/test_step_cost.py` holds a stack of 6 to at most 1.5x the solo step's "
             "operations with no host read.",
             table(header, body),
         ]

@@ -178,7 +178,8 @@ def _print_notes(study: Study, runs: list[tuple[PlannedRun, RunConfig]], console
     if any(emulated_bf16(c.train.precision) for _, c in runs):
         console.print(
             f"  note: this CPU emulates bf16 matrix products (no AVX512-BF16 or AMX), so bf16 "
-            f"runs train {EMULATED_STEPS} step instead of {SMOKE_STEPS}, still in bf16"
+            f"runs train {EMULATED_STEPS} step instead of {SMOKE_STEPS}, still in bf16",
+            soft_wrap=True,
         )
     stacked = sum(len(smoke_members(c)) > 1 for _, c in runs)
     if stacked:

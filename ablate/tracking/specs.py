@@ -7,7 +7,7 @@ the runs in the store (so a run retrained with ``--rerun-stale``, whose earlier 
 in W&B with the same group, enters no view twice); runs are grouped by variant
 (``meta.variant``) and then by the summary's ``status``, so a diverged or interrupted run is a
 group of its own, never inside its variant's seed band. Every panel, column and filter names a
-key the runs log (``tests/test_dashboards.py`` decodes real offline runs to check it):
+key the runs log (``tests/tracking/test_dashboards.py`` decodes real offline runs to check it):
 
 * a saved **workspace** (:func:`workspace_spec`): the loss curves (mean line, min-max band over
   seeds) and final-loss bars; parallel coordinates where two or more axes vary; a section for

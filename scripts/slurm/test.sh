@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make test-slurm`: start a one-node SLURM cluster on this machine (scripts/slurm/cluster.sh),
-# run the real-cluster test against it (tests/test_slurm.py, marker `slurm`), stop the cluster.
+# run the real-cluster test against it (tests/execution/test_slurm.py, marker `slurm`), stop the cluster.
 # Where no cluster can run (not root, no apt-get, packages not installable) it says why, exit 0.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,4 +20,4 @@ trap '"$CLUSTER" stop' EXIT
 "$CLUSTER" start || exit $?
 eval "$("$CLUSTER" env)" # SLURM_CONF: the clients (and the test) talk to this cluster only
 export ABLATE_TEST_SLURM=1
-timeout 1200 "$PYTHON" -m pytest -q -rs -m slurm tests/test_slurm.py "$@"
+timeout 1200 "$PYTHON" -m pytest -q -rs -m slurm tests/execution/test_slurm.py "$@"

@@ -13,7 +13,7 @@ a resume would build it.
 What stacking keeps equal to a solo run (CPU, fp32): each member computes exactly the solo
 operations on its own tensors (vmap maps ``mm`` to a batched ``bmm``), so losses agree with
 the solo run's to float rounding (a batched matmul adds in another order than the solo one);
-``tests/test_stacked.py`` states the tolerance. A member whose loss becomes non-finite
+``tests/training/test_stacked.py`` states the tolerance. A member whose loss becomes non-finite
 is frozen at once (its update masked on the device, no host sync) and, like ``LitLM``, found at
 the next log step and recorded ``diverged`` at the step of the first non-finite loss; the others
 go on unchanged. Members resume from their own checkpoints, even at different steps.

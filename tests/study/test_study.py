@@ -12,7 +12,7 @@ from ablate.config import ConfigError, build_config
 from ablate.study import load_study, planned_run_id
 from ablate.study import load_study as _load_study
 
-STUDIES = sorted((Path(__file__).resolve().parents[1] / "studies").glob("*.yaml"))
+STUDIES = sorted((Path(__file__).resolve().parents[2] / "studies").glob("*.yaml"))
 
 
 @pytest.fixture

@@ -72,10 +72,10 @@ seeds: [0]
 def test_smoke_of_a_bf16_lstm_passes_when_onednn_is_capped_at_avx2(tmp_path):
     """A real CPU-side check, whatever this CPU is: oneDNN capped at AVX2 has no bf16 LSTM
     kernel and emulates bf16 products (an AVX-512 CPU then answers like an AVX2 one); the smoke
-    still completes, in bf16, with fewer steps, and says so."""
+    still completes, in bf16 (the step count follows a timing, so it is not asserted here)."""
     study = tmp_path / "tiny_lstm.yaml"
     study.write_text(TINY_LSTM_STUDY)
-    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2", "WANDB_MODE": "disabled"}
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2", "WANDB_MODE": "disabled", "COLUMNS": "200"}
     res = subprocess.run(
         [sys.executable, "-m", "ablate", "run", str(study), "--smoke"],
         env=env,
@@ -85,7 +85,7 @@ def test_smoke_of_a_bf16_lstm_passes_when_onednn_is_capped_at_avx2(tmp_path):
     )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "all 1 smoke runs completed" in res.stdout
-    assert "bf16-mixed" in res.stdout and f"train {EMULATED_STEPS} step instead" in res.stdout
+    assert "│ bf16-mixed │" in res.stdout  # the profile's precision, never switched to fp32
 
 
 # --- 5. data errors at plan time: a binary file, a seq_len the data cannot fill ---------------

@@ -277,7 +277,7 @@ def test_bad_margin_and_cli_plan_exits_2(tmp_path):
     assert res.exit_code == 2 and "equivalence_margin" in res.output
 
 
-SHIPPED = sorted((Path(__file__).resolve().parents[1] / "studies").glob("*.yaml"))
+SHIPPED = sorted((Path(__file__).resolve().parents[2] / "studies").glob("*.yaml"))
 # what a claim text must not say: a scale belongs to the report's computed scale line
 SCALE_WORDS = re.compile(r"\b(CPU|GPU|scale|\d+ layers?|lr \d|small|profile)\b", re.IGNORECASE)
 

@@ -26,7 +26,7 @@ from ablate.claims.stats import sign_flip_floor, sign_flip_p, sign_flip_tost
 from ablate.execution.confirm import design_warnings
 from ablate.study.load import load_study
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_sign_flip_matches_scipy_and_its_floor():

@@ -50,7 +50,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WINDOW = "scripts/gpu/window.sh"
 PREPARE = "scripts/gpu/prepare.sh"
 HIDDEN = {

@@ -25,7 +25,7 @@ from ablate.training.stacked.plan import (
     stack_limit,
 )
 
-# a member's final loss against its solo run: float rounding only (tests/test_stacked.py)
+# a member's final loss against its solo run: float rounding only (tests/training/test_stacked.py)
 RTOL = 1e-5
 SEEDS = {"grid": {"optim.lr": [0.001, 0.003]}, "seeds": [0, 1, 2]}
 

@@ -50,7 +50,7 @@ SHAKESPEARE_SHA = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc56
 
 def shared_data_dir() -> Path:
     env = os.environ.get("ABLATE_DATA_DIR")
-    return Path(env) if env else Path(__file__).parents[2] / "shared" / "data"
+    return Path(env) if env else Path(__file__).parents[3] / "shared" / "data"
 
 
 SHARED = shared_data_dir()  # read before the autouse fixture clears the variable

@@ -19,7 +19,7 @@ from ablate.model.plugins import _LOADED, _PLUGINS, check_interface, load_plugin
 from ablate.model.transformer import FFNS, NORMS
 from ablate.study import load_study
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 NORM_PLUGIN = '''
 import torch, torch.nn as nn

@@ -80,7 +80,7 @@ def test_ruff_ignores_a_wandb_folder_left_by_wandb_sync(tmp_path):
     ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
     if not Path(ruff).exists():
         pytest.skip("ruff not installed")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     shutil.copy(root / "pyproject.toml", tmp_path)
     (tmp_path / "wandb" / "run-1").mkdir(parents=True)
     (tmp_path / "wandb" / "run-1" / "junk.py").write_text("import os,sys\n")  # would fail lint
@@ -303,7 +303,7 @@ def test_html_report_fits_1200_px_in_chromium(tmp_path, write_run):
 
 
 def test_readme_shows_the_data_dir_export_next_to_the_train_examples():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     setup = readme.split("## Set-up", 1)[1].split("\n## ", 1)[0]
     assert "export ABLATE_DATA_DIR=" in setup and ".venv/bin/ablate" in setup and "make" in setup
 

@@ -103,7 +103,7 @@ def test_a_whole_ablate_run_reads_the_host_at_most_once_per_log_step(tmp_path):
     body = {"name": "tiny", "description": "host reads", "base": base, "grid": {}}
     study.write_text(yaml.safe_dump({**body, "seeds": [0]}))
     path = os.pathsep.join(
-        [str(site), str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]
+        [str(site), str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]
     )
     env = {**os.environ, "PYTHONPATH": path, "ABLATE_OPCOUNT_DIR": str(counts)}
     env["ABLATE_DEFAULT_WORKERS"] = "1"  # the driver trains the run itself

@@ -20,8 +20,8 @@ from ablate.study.results import read_study
 
 pytestmark = pytest.mark.usefixtures("no_wandb")
 
-ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = Path(__file__).parent / "golden" / "norm_placement_wandb_workspace.json"
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).parents[1] / "golden" / "norm_placement_wandb_workspace.json"
 
 
 @pytest.fixture(scope="module")
