@@ -260,7 +260,11 @@ class MemberAdamW(torch.optim.Optimizer):
             self.t[i] = float(s["step"])
 
     def state_dict(self) -> dict:
-        """A solo run's state (member 0), in ``torch.optim.AdamW``'s form."""
+        """A solo run's state (member 0), in ``torch.optim.AdamW``'s form. A stack's members
+        are saved one by one (``member_state``, by the group's checkpoint IO): Lightning's own
+        copy of a stack's state would be one member's, copied for nothing."""
+        if self.k > 1:
+            return {"members": self.k}
         group = self.param_groups[0]
         return self.member_state(0, {"lr": group["lr"]})
 
