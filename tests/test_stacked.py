@@ -83,6 +83,48 @@ def test_a_diverging_member_is_frozen_and_the_others_are_unchanged(tmp_path, cfg
         assert_member_equals_solo(store, cfgs[i], solo[i], group[i])
 
 
+def _columns(run_dir) -> dict[str, dict[int, float]]:
+    """metrics.csv as columns: metric name -> {step: value}, read from the file itself."""
+    lines = run_dir.metrics_file.read_text().splitlines()
+    assert lines[0] == "step,metric,value"
+    out: dict[str, dict[int, float]] = {}
+    for line in lines[1:]:
+        step, name, value = line.split(",")
+        out.setdefault(name, {})[int(step)] = float(value)
+    return out
+
+
+def test_metrics_csv_of_a_stacked_member_diffs_clean_against_its_solo_run(tmp_path, cfgs_of):
+    """The same metric columns at the same steps, values within float rounding, for a member
+    that completes, one that diverges and one that stops early (each leaves the stack at another
+    step): the books are one implementation, whichever way a run trains."""
+    train = {"early_stopping_patience": 1, "eval_interval": 4, "log_interval": 2, "eval_batches": 1}
+    every = {f"train.{k}": v for k, v in train.items()}
+    cfgs = cfgs_of(
+        {**every, "optim.warmup_ratio": 0.2},
+        {**every, "train.seed": 1, "optim.lr": 1e6, "optim.grad_clip": None},
+        {**every, "train.seed": 2, "optim.lr": 0.02},
+    )
+    solo, group, store = solo_and_stacked(tmp_path, cfgs)
+    ends = [(s["status"], s["steps"], bool(s.get("stopped_early"))) for s in solo]
+    # the three endings: the diverged member found at a log step (2) before any evaluation,
+    # the other stopped early at an evaluation (8)
+    assert ends == [("completed", 20, False), ("diverged", 2, False), ("completed", 8, True)]
+    assert [(m["status"], m["steps"], bool(m.get("stopped_early"))) for m in group] == ends
+    for cfg in cfgs:
+        a = _columns(store.run("solo", cfg.run_id()))
+        b = _columns(store.run("stacked", cfg.run_id()))
+        assert sorted(a) == sorted(b)  # the same columns
+        for name, by_step in a.items():
+            assert sorted(by_step) == sorted(b[name]), name  # at the same steps
+            if name.startswith("perf/"):
+                continue  # timing
+            rtol = 1e-4 if name.startswith("grad_norm/") else RTOL
+            for step, value in by_step.items():
+                got = b[name][step]
+                assert got == pytest.approx(value, rel=rtol, nan_ok=True), (name, step)
+
+
 def test_member_directory_summary_and_metric_names_match_a_solo_run(tmp_path, cfgs_of):
     cfgs = cfgs_of({"train.seed": 0}, {"train.seed": 1})
     store = RunStore(tmp_path)
