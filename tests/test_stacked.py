@@ -230,6 +230,26 @@ def test_interrupted_group_resumes_bit_exact(tmp_path, monkeypatch, cfgs_of):
         assert all(a[k] == b[k] for k in a if not k[1].startswith("perf/")), cfg.run_id()
 
 
+def test_dropout_goes_on_as_uninterrupted_from_a_checkpoint_taken_before_an_evaluation(
+    tmp_path, monkeypatch, cfgs_of
+):
+    """The RNG (dropout) is in a member's checkpoint, and an evaluation draws nothing from it:
+    so a resume from the checkpoint of step 10, which Lightning takes before step 10's
+    evaluation (what a kill -9 at step 13 leaves), draws the uninterrupted run's masks."""
+    cfgs = cfgs_of(*({"model.dropout": 0.1, "train.seed": s} for s in (0, 1)))
+    store = RunStore(tmp_path)
+    whole = train_group(cfgs, [store.run("whole", c.run_id()) for c in cfgs])
+    dirs = [store.run("cut", c.run_id()) for c in cfgs]
+    _interrupt_at(monkeypatch, 13)
+    with pytest.raises(KeyboardInterrupt):
+        train_group(cfgs, dirs)
+    for d in dirs:  # as a kill -9 would leave it: the periodic checkpoint of step 10
+        (d.checkpoint_dir / "interrupted.ckpt").unlink()
+    monkeypatch.setattr(stacked, "_step_done", lambda steps: None)
+    for w, r in zip(whole, train_group(cfgs, dirs), strict=True):
+        assert r["resumed_from_step"] == 10 and r["final_val_loss"] == w["final_val_loss"]
+
+
 KILL_SCRIPT = """
 import os, signal, sys
 import ablate.training.stacked.group as stacked
