@@ -212,12 +212,13 @@ class LitRuns(pl.LightningModule):
             sums, bad = [0.0] * self.k, self._bad
         else:
             sums, bad = self._read([self.loss_sum, self.nonfinite_step])
-        rng = torch.get_rng_state()
+        rng = {"rng": torch.get_rng_state()}
+        if self.device.type == "cuda":  # dropout on a GPU draws from the device's generator
+            rng["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         return [
-            {"loss_sum": sums[i], "loss_n": self.loss_n[i], "nonfinite_step": int(bad[i]),
-             "rng": rng}
+            {"loss_sum": sums[i], "loss_n": self.loss_n[i], "nonfinite_step": int(bad[i]), **rng}
             for i in range(self.k)
-        ]  # fmt: skip
+        ]
 
     def _restore(self, loops: list[dict[str, Any]]) -> None:
         """Apply ``loops`` (``checkpoint_loop`` of each member): a member found diverged at a
@@ -232,21 +233,25 @@ class LitRuns(pl.LightningModule):
             opt.active[i] = bad < 0
             if bad >= 0 and self.is_log_step(step):
                 self.diverged_step[i], self._found_at[i] = bad, step
-        rng = [loop.get("rng") for loop in loops]
-        if rng[0] is not None:
-            torch.set_rng_state(rng[0])  # dropout masks continue as uninterrupted
+        # dropout masks continue as uninterrupted (members that resume together share a state)
+        if loops[0].get("rng") is not None:
+            torch.set_rng_state(loops[0]["rng"])
+        if loops[0].get("cuda_rng") is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(loops[0]["cuda_rng"], self.device)
 
     # --- training -------------------------------------------------------------------------
     def training_step(self, batch, batch_idx):
         x, y = batch
         opt = self.optimizers()
         losses = self.member_losses(x, y)
+        loss = losses.sum()  # the members share no operation: each gets its own gradient
         # the backward outside autocast, where Lightning's automatic optimization runs it
         with torch.autocast(self.device.type, enabled=False):
-            self.manual_backward(losses.sum())
+            self.manual_backward(loss)
         self._account(losses.detach().float(), opt.optimizer)
         opt.step()  # MemberAdamW: clipping, AdamW and the LR schedule of every member
         opt.zero_grad(set_to_none=True)
+        return loss  # the batch's outputs for callbacks (Lightning detaches it)
 
     def _account(self, loss: torch.Tensor, opt: MemberAdamW) -> None:
         """Sum the losses on the device; a member's first non-finite loss records its step
@@ -282,13 +287,14 @@ class LitRuns(pl.LightningModule):
         now = time.perf_counter()
         sums, bad = self._read([self.loss_sum, self.nonfinite_step])
         means = [s / max(n, 1) for s, n in zip(sums, self.loss_n, strict=True)]
+        rate = None  # tokens/s of each member since the last log step, evaluations left out
         if step > self._step_last and self._t_last is not None:
-            tokens = (step - self._step_last) * self.tokens_per_step
-            self.tokens_per_s = tokens / (now - self._t_last)
+            rate = (step - self._step_last) * self.tokens_per_step / (now - self._t_last)
+            self.tokens_per_s = rate
         for i in range(self.k):
             metrics = {"train/loss": means[i], "lr": lr_of(self.cfgs[i], step)}
-            if step > self._step_last:
-                metrics["perf/tokens_per_s"] = self.tokens_per_s
+            if rate is not None:
+                metrics["perf/tokens_per_s"] = rate
             self.log_member(i, metrics, step)
             if bad[i] >= 0 and self.diverged_step[i] is None:
                 self.diverged_step[i], self._found_at[i] = int(bad[i]), step
