@@ -250,6 +250,36 @@ def test_dropout_goes_on_as_uninterrupted_from_a_checkpoint_taken_before_an_eval
         assert r["resumed_from_step"] == 10 and r["final_val_loss"] == w["final_val_loss"]
 
 
+def test_members_resume_at_different_steps_and_catch_up_bit_exact(tmp_path, monkeypatch, cfgs_of):
+    """One member resumes from step 5, the other from step 10 (as a group killed while it wrote
+    their checkpoints one after the other leaves them): the first trains alone up to step 10,
+    then both go on together; each ends as in an uninterrupted group."""
+    import shutil
+
+    cfgs = cfgs_of({"train.seed": 0}, {"train.seed": 1, "optim.lr": 3e-3})
+    store = RunStore(tmp_path)
+    whole = train_group(cfgs, [store.run("whole", c.run_id()) for c in cfgs])
+    dirs = [store.run("cut", c.run_id()) for c in cfgs]
+    kept = tmp_path / "step5"
+    for step in (5, 10):
+        _interrupt_at(monkeypatch, step)
+        with pytest.raises(KeyboardInterrupt):
+            train_group(cfgs, dirs)
+        if step == 5:
+            shutil.copytree(dirs[0].checkpoint_dir, kept)
+    shutil.rmtree(dirs[0].checkpoint_dir)
+    shutil.copytree(kept, dirs[0].checkpoint_dir)  # member 0 back at step 5
+    sizes = []
+    monkeypatch.setattr(stacked, "_step_done", lambda steps: sizes.append((steps[0], len(steps))))
+    resumed = train_group(cfgs, dirs)
+    assert sizes[:5] == [(s, 1) for s in range(6, 11)] and sizes[5] == (11, 2)
+    assert [r["resumed_from_step"] for r in resumed] == [5, 10]
+    for cfg, w, r in zip(cfgs, whole, resumed, strict=True):
+        assert r["final_val_loss"] == w["final_val_loss"]
+        a, b = metrics(store, "whole", cfg), metrics(store, "cut", cfg)
+        assert all(a[k] == b[k] for k in a if not k[1].startswith("perf/")), cfg.run_id()
+
+
 KILL_SCRIPT = """
 import os, signal, sys
 import ablate.training.stacked.group as stacked

@@ -79,7 +79,7 @@ class LitStack(LitRuns):
         names = {id(p): n for n, p in model.named_parameters()}
         decay, other = (g["params"] for g in decay_groups(model, 1.0))
         order = [self.stack.params[names[id(p)]] for p in [*decay, *other]]
-        self.opt = MemberAdamW(order, self.cfgs, len(decay))
+        self.opt = MemberAdamW(order, self.cfgs, len(decay), stacked=True)
         for i, m in enumerate(self.members):
             if m.optimizer:
                 self.opt.load_member(i, m.optimizer)
