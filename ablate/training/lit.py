@@ -436,25 +436,37 @@ class LitLM(LitRuns):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Take the loop state, and accept a checkpoint whose model was wrapped by
         ``torch.compile(model)`` (keys with an ``_orig_mod.`` segment, which the eager module
-        and ``model.compile()``, compiling in place, do not have) or that was written under
-        automatic optimization (its steps counted there)."""
+        and ``model.compile()``, compiling in place, do not have), with Lightning's counters
+        repaired (``_repair_counters``)."""
         state = checkpoint.get("state_dict") or {}
         if any("._orig_mod." in k or k.startswith("_orig_mod.") for k in state):
             checkpoint["state_dict"] = {
                 k.replace("._orig_mod.", ".").removeprefix("_orig_mod."): v
                 for k, v in state.items()
             }
-        _count_manual_steps(checkpoint)
+        _repair_counters(checkpoint)
         self.loop_states = [checkpoint_loop(checkpoint)]
 
 
-def _count_manual_steps(checkpoint: dict) -> None:
-    """A checkpoint of a run trained under automatic optimization counted its steps in the
-    automatic loop's progress; the manual loop's, where this module's steps are counted (and
-    where Lightning restores ``global_step`` from), is given that count."""
+def _repair_counters(checkpoint: dict) -> None:
+    """Lightning's counters in ``checkpoint`` as a resume of this module needs them:
+
+    * a checkpoint written under automatic optimization counted its steps in that loop's
+      progress; the manual loop's, where this module's steps are counted (and where Lightning
+      restores ``global_step`` from), is given that count;
+    * a stop at a step boundary (``StepBoundaryStop`` raises in ``on_train_batch_start``) comes
+      after Lightning counted the next batch as fetched but before it started. Lightning
+      restores that count, and ``val_check_interval``, which counts fetched batches, would then
+      evaluate one step early for the rest of the run: the batch that never started is uncounted.
+    """
     loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
     manual = loop.get("epoch_loop.manual_optimization.optim_step_progress")
     steps = int(checkpoint.get("global_step") or 0)
     if manual and steps and not manual["total"]["completed"]:
         for key in ("ready", "completed"):
             manual["total"][key] = manual["current"][key] = steps
+    batches = loop.get("epoch_loop.batch_progress") or {}
+    for part in ("total", "current"):
+        counts = batches.get(part)
+        if counts and counts["ready"] > counts["started"]:
+            counts["ready"] = counts["started"]
