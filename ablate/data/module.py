@@ -362,6 +362,10 @@ class LMDataModule(pl.LightningDataModule):
             # always on CUDA: Lightning copies batches with non_blocking=True, which only
             # runs beside the GPU from pinned memory (pinning changes no result)
             pin_memory=self.cfg.pin_memory or torch.cuda.is_available(),
+            # each pass over a loader draws a seed for its workers: from a generator of its
+            # own, not torch's global one, which drives dropout (an evaluation between a
+            # checkpoint and the next step would otherwise change the masks a resume draws)
+            generator=torch.Generator(),
         )
 
     def _resume_position(self) -> int:

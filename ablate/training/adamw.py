@@ -128,13 +128,22 @@ class MemberAdamW(torch.optim.Optimizer):
     """Clipping + AdamW + LR schedule for ``cfgs`` (one per member) over ``params``.
 
     ``params``: in ``decay_groups`` order, the first ``n_decay`` decayed; each ``(k, *shape)``
-    for a stack of k, or any shape for a solo run (k = 1). Their ``.data`` become views of
-    ``self.flat``. ``active`` (k, 1) on the device: the members that update at ``step``.
+    for a stack of k (``stacked``; default: when k > 1), or any shape for a solo run (k = 1).
+    Their ``.data`` become views of ``self.flat``. ``active`` (k, 1) on the device: the members
+    that update at ``step``. A member's state has the solo run's shapes, also in a stack of one.
     """
 
-    def __init__(self, params: list[torch.Tensor], cfgs: list[RunConfig], n_decay: int):
+    def __init__(
+        self,
+        params: list[torch.Tensor],
+        cfgs: list[RunConfig],
+        n_decay: int,
+        *,
+        stacked: bool | None = None,
+    ):
         super().__init__(params, {"lr": cfgs[0].lr})
         k, dev = len(cfgs), params[0].device
+        self.stacked = k > 1 if stacked is None else stacked
         sizes = [p.numel() // k for p in params]
         with torch.no_grad():
             self.flat = torch.cat([p.detach().reshape(k, -1) for p in params], 1)
@@ -225,7 +234,7 @@ class MemberAdamW(torch.optim.Optimizer):
     def _member_view(self, row: torch.Tensor) -> list[torch.Tensor]:
         out, offset = [], 0
         for p, n in zip(self.params, self.sizes, strict=True):
-            shape = p.shape[1:] if self.k > 1 else p.shape
+            shape = p.shape[1:] if self.stacked else p.shape
             out.append(row[offset : offset + n].view(shape))
             offset += n
         return out
@@ -260,7 +269,11 @@ class MemberAdamW(torch.optim.Optimizer):
             self.t[i] = float(s["step"])
 
     def state_dict(self) -> dict:
-        """A solo run's state (member 0), in ``torch.optim.AdamW``'s form."""
+        """A solo run's state (member 0), in ``torch.optim.AdamW``'s form. A stack's members
+        are saved one by one (``member_state``, by the group's checkpoint IO): Lightning's own
+        copy of a stack's state would be one member's, copied for nothing."""
+        if self.stacked:
+            return {"members": self.k}
         group = self.param_groups[0]
         return self.member_state(0, {"lr": group["lr"]})
 

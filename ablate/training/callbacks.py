@@ -20,11 +20,13 @@ from ablate.store.rundir import PROGRESS_FILE, write_progress
 
 class ProgressFile(pl.Callback):
     """Writes ``progress.json`` into the run directory at the start, every ``every`` steps, at
-    the end of training (phase ``final eval``), from the process that trains the run."""
+    the end of training (phase ``final eval``), from the process that trains the run;
+    ``member``: the run's index among the members the module trains (a stacked group's)."""
 
-    def __init__(self, run_path: Path, every: int) -> None:
+    def __init__(self, run_path: Path, every: int, member: int = 0) -> None:
         self.path = Path(run_path) / PROGRESS_FILE
         self.every = max(1, int(every))
+        self.member = member
         self.record: dict[str, Any] = {}
 
     def _write(self, **fields: Any) -> None:
@@ -47,7 +49,7 @@ class ProgressFile(pl.Callback):
             return
         # the module's log step: the mean loss since the last one, read from the device once
         # for the metrics and this line together (this hook runs before the module's)
-        self._write(step=step, loss=pl_module.log_step(), phase="train")
+        self._write(step=step, loss=pl_module.log_step(self.member), phase="train")
 
     def on_validation_start(self, trainer, pl_module) -> None:
         if self.record:
@@ -64,12 +66,13 @@ class ProgressFile(pl.Callback):
 
 class LossBar(TQDMProgressBar):
     """Lightning's progress bar showing the losses the module read at its last log step and
-    evaluation (``train_loss``, ``val_loss``). Lightning's own bar shows values logged with
-    ``self.log``, which Lightning reads back from the device at every step."""
+    evaluation (``train_loss``, ``val_loss`` of a solo run: member 0). Lightning's own bar shows
+    values logged with ``self.log``, which Lightning reads back from the device at every step."""
 
     def get_metrics(self, trainer, pl_module) -> dict[str, Any]:
         items = super().get_metrics(trainer, pl_module)
-        for name, value in (("train/loss", pl_module.train_loss), ("val/loss", pl_module.val_loss)):
+        losses = (("train/loss", pl_module.train_loss[0]), ("val/loss", pl_module.val_loss[0]))
+        for name, value in losses:
             if value is not None:
                 items[name] = value
         return items

@@ -10,6 +10,7 @@
   ``*.corrupt`` (with a warning naming it) and the next older one is tried, down to a fresh start.
 * :class:`FinalCheckpoint` saves ``last.ckpt`` at the end of training when the last periodic
   save was at an earlier step (``max_steps`` not a multiple of ``checkpoint_interval``).
+* :class:`ExceptionCheckpoint` saves ``interrupted.ckpt`` when training stops on an exception.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
-from pytorch_lightning.callbacks import OnExceptionCheckpoint
+from pytorch_lightning.callbacks import Checkpoint
 
 from ablate.store import describe_os_error, file_mode
 
@@ -160,10 +161,19 @@ class FinalCheckpoint(pl.Callback):
         trainer.save_checkpoint(str(self.path))
 
 
-class ExceptionCheckpoint(OnExceptionCheckpoint):
-    """``OnExceptionCheckpoint`` that keeps the original error in view: after a failed write
-    (a full disk) it does not try another save, and a save that fails here is logged rather
-    than raised over the exception that stopped training."""
+class ExceptionCheckpoint(Checkpoint):
+    """Save ``<dirpath>/<filename>.ckpt`` when training stops on an exception (Ctrl-C, a
+    crash), and remove it when a later fit ends normally: Lightning's ``OnExceptionCheckpoint``
+    without its side effect on ``fit(ckpt_path=None)``, which then resumes from any checkpoint
+    it finds in the directory. ablate always names the checkpoint a run resumes from
+    (``select_checkpoint``), and a stacked group's fits resume from none (their members' are
+    read by the group). It keeps the original error in view: after a failed write (a full disk)
+    it does not try another save, and a save that fails here is logged rather than raised over
+    the exception that stopped training."""
+
+    def __init__(self, dirpath: str | Path, filename: str = "interrupted"):
+        super().__init__()
+        self.ckpt_path = str(Path(dirpath) / f"{filename}.ckpt")
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception) -> None:
         full = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
@@ -172,6 +182,9 @@ class ExceptionCheckpoint(OnExceptionCheckpoint):
         ):
             return  # the disk just refused a checkpoint: the last good one stays the newest
         try:
-            super().on_exception(trainer, pl_module, exception)
+            trainer.save_checkpoint(self.ckpt_path)
         except CheckpointWriteError as err:
             log.error("%s", err)
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        trainer.strategy.remove_checkpoint(self.ckpt_path)  # the fit ended: it is stale

@@ -1,12 +1,31 @@
-"""The LightningModule: optimizer, LR schedule, metrics and divergence detection.
+"""The LightningModule of training: k runs ("members") stepped as one, k = 1 for a solo run.
 
-The model, the schedule and the batching are plain functions/modules elsewhere; this wraps
-them. Training reads the device once per log step (``log_interval``): the loss is summed on
-the device, a non-finite loss is recorded there, gradient norms (every ``grad_norm_interval``
-steps) wait there, and a log step reads all of them in one ``tolist`` (a checkpoint or the end
-of training reads norms still waiting). Nothing goes through Lightning's ``self.log`` while
-training: Lightning converts each logged value with its own ``.item()``, at every step. An
-evaluation reads its loss once, and hands it to Lightning only for ``EarlyStopping``.
+Lightning's ``Trainer`` drives every run, solo or a stacked group: its loop, precision,
+validation cadence, checkpoints, callbacks, loggers and stop requests. ``LitRuns`` is the one
+place that keeps the per-step books of each member it trains: the training loss summed over the
+log interval, the LR, tokens/s net of evaluation time, the step of the first non-finite loss,
+gradient norms, validation loss/ppl/bpc and early stopping. Its subclasses only say what a
+step computes: ``LitLM`` here (one model), ``ablate.training.stacked.lit.LitStack`` (k models
+of one shape run as one vmapped stack).
+
+Optimization is manual (``automatic_optimization = False``): a step is the members' losses,
+the backward of their sum (the members share no operation, so each gets its own gradient), and
+``MemberAdamW.step`` (clipping, AdamW and the LR schedule of each member, ``adamw.py``). So
+Lightning's own clipping is unused; with manual optimization it refuses ``gradient_clip_val``.
+
+Training reads the device once per log step (``log_interval``): the loss is summed on the
+device, a non-finite loss is recorded there (and the member's update masked from then on, so a
+diverged member is frozen), gradient norms (every ``grad_norm_interval`` steps) wait there, and a
+log step reads all of them in one ``tolist`` (a checkpoint or the end of training reads what
+still waits). Nothing goes through Lightning's ``self.log``: Lightning converts each logged value
+with its own ``.item()``, at every step. An evaluation reads its losses once.
+
+Early stopping is the module's, per member, with the rule of Lightning's ``EarlyStopping(
+monitor="val/loss", check_finite=True)`` (min_delta 0): Lightning's callback watches one logged
+value and stops the whole Trainer, while a stack's members stop one by one. Its state is not
+checkpointed: it follows from the val/loss history in the store (``early_stopping_state``), which
+also holds the evaluation of a checkpoint's own step (Lightning saves a step's checkpoint before
+that step's evaluation).
 """
 
 from __future__ import annotations
@@ -15,6 +34,7 @@ import math
 import re
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import pytorch_lightning as pl
 import torch
@@ -78,122 +98,241 @@ def lm_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return tokens.view(k, -1).mean(1)
 
 
-class LitLM(pl.LightningModule):
-    def __init__(self, cfg: RunConfig, vocab_size: int, *, bits_per_token: bool = False):
+def early_stopping_step(
+    state: tuple[float, int], value: float, patience: int
+) -> tuple[float, int, bool]:
+    """``(best, evaluations since it, stop)`` after one evaluation ``value`` from ``state``
+    (``(best, wait)``): the rule of Lightning's ``EarlyStopping(check_finite=True)`` with
+    ``min_delta`` 0. A non-finite value stops; a strictly lower one is the new best; any other
+    counts towards ``patience``."""
+    best, wait = state
+    if not math.isfinite(value):
+        return best, wait, True
+    if value < best:
+        return value, 0, False
+    return best, wait + 1, wait + 1 >= patience
+
+
+def early_stopping_state(history: Iterable[float], patience: int | None) -> tuple[float, int, bool]:
+    """``early_stopping_step`` over the val/loss values ``history``: where a run's early
+    stopping stands after them (``stop``: it stopped at the last of them)."""
+    best, wait, stop = math.inf, 0, False
+    for value in history if patience else ():
+        best, wait, stop = early_stopping_step((best, wait), value, patience)
+        if stop:
+            break
+    return best, wait, stop
+
+
+def checkpoint_loop(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The loop state ``LitRuns`` saved in ``checkpoint`` (a solo run's Lightning checkpoint:
+    ``loop``; a stacked member's: ``stacked``), or ``{}`` (a checkpoint from before it was kept:
+    the first log interval after the resume then averages fewer steps)."""
+    return checkpoint.get("loop") or checkpoint.get("stacked") or {}
+
+
+class LitRuns(pl.LightningModule):
+    """The per-step books of k members trained by one ``Trainer.fit``; see the module docstring.
+
+    Subclasses define ``member_losses`` and ``eval_losses`` (``(k,)`` losses of a batch),
+    ``grad_norms`` (``(k,)`` per name) and ``configure_optimizers`` (a ``MemberAdamW``).
+    ``member_loggers[i]``: member i's loggers (default: the Trainer's, for a solo run).
+    ``stop_at``: end the fit after this step (a stack pausing for members further ahead).
+    ``loop_states``: each member's ``checkpoint_loop``, applied when training starts.
+    """
+
+    def __init__(
+        self,
+        cfgs: list[RunConfig],
+        *,
+        bits_per_token: bool,
+        member_loggers: list[list[Any]] | None = None,
+    ):
         super().__init__()
-        self.cfg = cfg
-        self.vocab_size = vocab_size
+        self.automatic_optimization = False
+        self.cfgs, self.cfg, self.k = cfgs, cfgs[0], len(cfgs)  # cfg: what members share
         # bits-per-char is loss / ln 2 when a token is a character
         self.bits_per_token = bits_per_token
-        self.model = build_model(cfg.model, vocab_size)
-        self.tokens_per_step = cfg.data.batch_size * cfg.data.seq_len
-        self._layer_of = {n: layer_of(n) for n, _ in self.model.named_parameters()}
-        self.register_buffer("nonfinite_step", torch.tensor(-1, dtype=torch.long), persistent=False)
-        self.diverged_step: int | None = None
+        self.member_loggers = member_loggers
+        self.tokens_per_step = self.cfg.data.batch_size * self.cfg.data.seq_len
+        k = self.k
+        self.register_buffer("loss_sum", torch.zeros(k), persistent=False)
+        self.register_buffer("nonfinite_step", torch.full((k,), -1), persistent=False)
+        self.loss_n = [0] * k
+        self.diverged_step: list[int | None] = [None] * k
+        self.stopped_early = [False] * k
+        self.early: list[tuple[float, int]] = [(math.inf, 0)] * k
+        self.train_loss: list[float | None] = [None] * k  # the last log step's (progress)
+        self.val_loss: list[float | None] = [None] * k
+        self.tokens_per_s: float | None = None
+        self.stop_at: int | None = None
+        self.loop_states: list[dict[str, Any]] | None = None
+        # gradient norms waiting on the device for the next read: (step, names, (names, k))
+        self._pending_norms: list[tuple[int, list[str], torch.Tensor]] = []
+        self._val_losses: list[torch.Tensor] = []
+        self._logged_step = -1
+        self._bad: list[float] = []  # the first non-finite steps the last log step read
+        self._found_at: list[int | None] = [None] * k  # the log step that found a divergence
         self._t_last: float | None = None
         self._step_last = 0
         self._eval_t0 = 0.0
-        self._loss_sum: torch.Tensor | None = None
-        self._loss_n = 0
-        self.tokens_per_s: float | None = None
-        self.train_loss: float | None = None  # the last log step's, for the progress displays
-        self.val_loss: float | None = None
-        self._val_losses: list[torch.Tensor] = []
-        # gradient norms waiting on the device for the next read: (step, names, values)
-        self._pending_norms: list[tuple[int, list[str], torch.Tensor]] = []
-        self._logged_step = -1
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        return self.model(idx)
+    # --- what a subclass computes -----------------------------------------------------------
+    def member_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """Accept a checkpoint whose model was wrapped by ``torch.compile(model)``: its keys
-        carry an ``_orig_mod.`` segment that the eager module (and ``model.compile()``, which
-        compiles in place) does not have."""
-        state = checkpoint.get("state_dict") or {}
-        if any("._orig_mod." in k or k.startswith("_orig_mod.") for k in state):
-            checkpoint["state_dict"] = {
-                k.replace("._orig_mod.", ".").removeprefix("_orig_mod."): v
-                for k, v in state.items()
-            }
+    def eval_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
-    # --- optimisation ---------------------------------------------------------------------
-    def configure_optimizers(self):
-        """``MemberAdamW`` (clipping, AdamW and the LR schedule in one step, the stacked
-        path's code) over the model: no Lightning scheduler, no Lightning clipping."""
-        return MemberAdamW.for_model(self.model, self.cfg)
+    def grad_norms(self) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
 
-    def configure_gradient_clipping(
-        self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
-    ) -> None:
-        """Nothing: ``MemberAdamW.step`` clips (``optim.grad_clip``) on the device, after
-        Lightning's ``16-mixed`` scaler has unscaled the gradients."""
+    # --- state ----------------------------------------------------------------------------
+    def finished(self, i: int) -> bool:
+        """Member ``i`` is done training: diverged, stopped early or at ``max_steps``."""
+        done_early = self.diverged_step[i] is not None or self.stopped_early[i]
+        return done_early or self.global_step >= self.cfg.train.max_steps
+
+    def resume_early_stopping(self, histories: list[list[float]]) -> None:
+        """Each member's early stopping state from its val/loss history (the store's)."""
+        patience = self.cfg.train.early_stopping_patience
+        for i, history in enumerate(histories):
+            best, wait, stop = early_stopping_state(history, patience)
+            self.early[i], self.stopped_early[i] = (best, wait), stop
+
+    def loop_state(self) -> list[dict[str, Any]]:
+        """Each member's state a resume needs beyond weights and AdamW (one read of the device,
+        with any gradient norms still waiting, which are logged first): the loss summed since
+        the last log step, the first non-finite step, and the RNG (dropout)."""
+        step = self.global_step
+        if self.is_log_step(step):
+            self.log_step()  # a log step is logged before its sum is saved (and reset)
+        if step == self._logged_step:  # what the log step read, no second read
+            self._read([])
+            sums, bad = [0.0] * self.k, self._bad
+        else:
+            sums, bad = self._read([self.loss_sum, self.nonfinite_step])
+        rng = {"rng": torch.get_rng_state()}
+        if self.device.type == "cuda":  # dropout on a GPU draws from the device's generator
+            rng["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        return [
+            {"loss_sum": sums[i], "loss_n": self.loss_n[i], "nonfinite_step": int(bad[i]), **rng}
+            for i in range(self.k)
+        ]
+
+    def _restore(self, loops: list[dict[str, Any]]) -> None:
+        """Apply ``loops`` (``checkpoint_loop`` of each member): a member found diverged at a
+        log step ends now, one whose loss became non-finite since stays masked until the next."""
+        opt = self.optimizers().optimizer
+        step = self.global_step
+        for i, loop in enumerate(loops):
+            self.loss_sum[i] = float(loop.get("loss_sum", 0.0))
+            self.loss_n[i] = int(loop.get("loss_n", 0))
+            bad = int(loop.get("nonfinite_step", -1))
+            self.nonfinite_step[i] = bad
+            opt.active[i] = bad < 0
+            if bad >= 0 and self.is_log_step(step):
+                self.diverged_step[i], self._found_at[i] = bad, step
+        # dropout masks continue as uninterrupted (members that resume together share a state)
+        if loops[0].get("rng") is not None:
+            torch.set_rng_state(loops[0]["rng"])
+        if loops[0].get("cuda_rng") is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(loops[0]["cuda_rng"], self.device)
 
     # --- training -------------------------------------------------------------------------
     def training_step(self, batch, batch_idx):
         x, y = batch
-        loss = lm_loss(self.model(x), y)
-        detached = loss.detach()
-        # accumulate on-device; read once per log interval (no host sync per step)
-        self._loss_sum = detached if self._loss_sum is None else self._loss_sum + detached
-        self._loss_n += 1
-        bad = (~torch.isfinite(detached)) & (self.nonfinite_step < 0)
-        self.nonfinite_step = torch.where(bad, self.global_step, self.nonfinite_step)
-        return loss
+        opt = self.optimizers()
+        losses = self.member_losses(x, y)
+        loss = losses.sum()  # the members share no operation: each gets its own gradient
+        # the backward outside autocast, where Lightning's automatic optimization runs it
+        with torch.autocast(self.device.type, enabled=False):
+            self.manual_backward(loss)
+        self._account(losses.detach().float(), opt.optimizer)
+        opt.step()  # MemberAdamW: clipping, AdamW and the LR schedule of every member
+        opt.zero_grad(set_to_none=True)
+        return loss  # the batch's outputs for callbacks (Lightning detaches it)
 
-    def log_now(self, metrics: dict[str, float], step: int) -> None:
-        """Send metrics to every logger at ``step`` (Lightning's own cadence would drop them)."""
-        for logger in self.loggers:
-            logger.log_metrics(metrics, step=step)
+    def _account(self, loss: torch.Tensor, opt: MemberAdamW) -> None:
+        """Sum the losses on the device; a member's first non-finite loss records its step
+        (``opt.at``: each member's step) and masks its updates from now on."""
+        finite = torch.isfinite(loss)
+        first = ~finite & (self.nonfinite_step < 0)
+        self.nonfinite_step = torch.where(first, opt.at.view(-1), self.nonfinite_step)
+        opt.active &= finite.view(-1, 1)
+        self.loss_sum += loss
+        for i in range(self.k):
+            self.loss_n[i] += 1
 
     def is_log_step(self, step: int) -> bool:
         return step % self.cfg.train.log_interval == 0 or step == self.cfg.train.max_steps
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
-        if self.is_log_step(self.global_step):
+        step = self.global_step
+        if self.is_log_step(step):
             self.log_step()
-
-    def log_step(self) -> float | None:
-        """Log this log step's metrics and return its mean training loss. The first call at a
-        step reads the device (``ProgressFile``'s hook runs before this module's), later calls
-        return what it read."""
-        step = self.global_step  # optimizer steps done so far
-        if step == self._logged_step or self._loss_sum is None:
-            return self.train_loss
-        now = time.perf_counter()
-        n = max(self._loss_n, 1)
-        mean_loss, bad_step = self._read(
-            [self._loss_sum / n, self.nonfinite_step.to(self._loss_sum)]
-        )
-        metrics = {"train/loss": mean_loss, "lr": lr_of(self.cfg, step)}
-        if step > self._step_last:
-            dt = now - self._t_last
-            self.tokens_per_s = (step - self._step_last) * self.tokens_per_step / dt
-            metrics["perf/tokens_per_s"] = self.tokens_per_s
-        self.log_now(metrics, step)
-        self.train_loss, self._logged_step = mean_loss, step
-        self._loss_sum, self._loss_n = None, 0
-        self._t_last, self._step_last = time.perf_counter(), step
-        if bad_step >= 0:
-            self.diverged_step = int(bad_step)
+        if self.stop_at is not None and step >= self.stop_at:
             self.trainer.should_stop = True
-        return mean_loss
 
-    def _read(self, scalars: list[torch.Tensor]) -> list[float]:
-        """``scalars`` (0-d tensors on the device) and every pending gradient norm in one read of
-        the host; the norms are logged at their own steps, before anything later."""
+    def log_step(self, member: int = 0) -> float | None:
+        """Log this log step's metrics of every member and return ``member``'s mean training
+        loss. The first call at a step reads the device (``ProgressFile``'s hook runs before
+        this module's), later calls return what it read."""
+        step = self.global_step  # optimizer steps done so far
+        if step != self._logged_step and any(self.loss_n):
+            self._log_train(step)
+        return self.train_loss[member]
+
+    def _log_train(self, step: int) -> None:
+        now = time.perf_counter()
+        sums, bad = self._read([self.loss_sum, self.nonfinite_step])
+        means = [s / max(n, 1) for s, n in zip(sums, self.loss_n, strict=True)]
+        rate = None  # tokens/s of each member since the last log step, evaluations left out
+        if step > self._step_last and self._t_last is not None:
+            rate = (step - self._step_last) * self.tokens_per_step / (now - self._t_last)
+            self.tokens_per_s = rate
+        for i in range(self.k):
+            metrics = {"train/loss": means[i], "lr": lr_of(self.cfgs[i], step)}
+            if rate is not None:
+                metrics["perf/tokens_per_s"] = rate
+            self.log_member(i, metrics, step)
+            if bad[i] >= 0 and self.diverged_step[i] is None:
+                self.diverged_step[i], self._found_at[i] = int(bad[i]), step
+                self.trainer.should_stop = True  # the diverged member leaves (solo: the run ends)
+        self.train_loss, self._logged_step, self._bad = means, step, bad
+        self.loss_sum.zero_()
+        self.loss_n = [0] * self.k
+        self._t_last, self._step_last = time.perf_counter(), step
+
+    def log_member(self, i: int, metrics: dict[str, float], step: int) -> None:
+        """Send member ``i``'s metrics to its loggers at ``step`` (Lightning's own cadence
+        would drop them)."""
+        loggers = self.member_loggers[i] if self.member_loggers is not None else self.loggers
+        for logger in loggers:
+            logger.log_metrics(metrics, step=step)
+
+    def _read(self, tensors: list[torch.Tensor]) -> list[list[float]]:
+        """``tensors`` (each ``(k,)`` on the device) and every pending gradient norm in one read
+        of the host; the norms are logged at their own steps, before anything later."""
         pending, self._pending_norms = self._pending_norms, []
-        parts = [v.float().reshape(-1) for v in scalars] + [v.float() for _, _, v in pending]
+        parts = [t.float().reshape(-1) for t in [*tensors, *(v for *_, v in pending)]]
         if not parts:
             return []
-        values = torch.cat(parts).tolist()
-        at = len(scalars)
+        values, k = torch.cat(parts).tolist(), self.k
+        at = len(tensors) * k
         for step, names, _ in pending:
-            self.log_now(dict(zip(names, values[at : at + len(names)], strict=True)), step)
-            at += len(names)
-        return values[: len(scalars)]
+            block = values[at : at + len(names) * k]  # (names, k), row by row
+            for i in range(k):
+                self.log_member(i, {n: block[j * k + i] for j, n in enumerate(names)}, step)
+            at += len(names) * k
+        return [values[j * k : (j + 1) * k] for j in range(len(tensors))]
 
     def on_train_start(self):
+        if self.loop_states is not None:
+            self._restore(self.loop_states)
+            self.loop_states = None
+        if any(self.finished(i) for i in range(self.k)):
+            self.trainer.should_stop = True  # it ended before an interruption cut its summary
         self._t_last, self._step_last = time.perf_counter(), self.global_step
 
     def on_validation_start(self):
@@ -220,31 +359,114 @@ class LitLM(pl.LightningModule):
         # a checkpoint off the log interval (an interruption, an early stop): the norms up to
         # it go into metrics.csv first, since a resumed run drops the rows after its step and
         # would not compute them again
-        self._read([])
+        self.save_members(checkpoint, self.loop_state())
 
-    def grad_norms(self) -> dict[str, torch.Tensor]:
-        """Global and per-layer L2 norms of the gradients (before clipping)."""
-        return grad_norm_metrics(
-            ((n, p.grad) for n, p in self.model.named_parameters()), self._layer_of
-        )
+    def save_members(self, checkpoint: dict, loops: list[dict[str, Any]]) -> None:
+        """Put the members' state into Lightning's ``checkpoint`` (``loops``: ``loop_state``)."""
+        raise NotImplementedError
 
     # --- validation -----------------------------------------------------------------------
     def validation_step(self, batch, batch_idx):
         x, y = batch
-        self._val_losses.append(lm_loss(self.model(x), y).detach())
+        self._val_losses.append(self.eval_losses(x, y))
 
     def on_validation_epoch_end(self):
         if not self._val_losses:
             return
-        loss = torch.stack(self._val_losses).mean()
+        losses = torch.stack(self._val_losses).mean(0)  # (k,): the mean of the batch means
         self._val_losses.clear()
         # the evaluation's one read, with any gradient norms still waiting: their rows come
         # before this step's in metrics.csv
-        (value,) = self._read([loss])
-        metrics = {"val/loss": value, "val/ppl": math.exp(min(value, 50.0))}
-        if self.bits_per_token:
-            metrics["val/bpc"] = value / math.log(2)
-        self.log_now(metrics, self.global_step)
-        self.val_loss = value
-        if self.cfg.train.early_stopping_patience:  # Lightning's EarlyStopping reads it there
-            self.log("val/loss", loss, logger=False)
+        (values,) = self._read([losses])
+        step = self.global_step
+        for i, value in enumerate(values):
+            # Lightning also evaluates when a fit stops early: a member that diverged at this
+            # step logs it (as a solo run always did); the others only at their interval
+            if step % self.cfg.train.eval_interval and self._found_at[i] != step:
+                continue
+            metrics = {"val/loss": value, "val/ppl": math.exp(min(value, 50.0))}
+            if self.bits_per_token:
+                metrics["val/bpc"] = value / math.log(2)
+            self.log_member(i, metrics, step)
+            self.val_loss[i] = value
+            self._early_stop(i, value)
+
+    def _early_stop(self, i: int, value: float) -> None:
+        patience = self.cfg.train.early_stopping_patience
+        if not patience or self.diverged_step[i] is not None:
+            return
+        best, wait, stop = early_stopping_step(self.early[i], value, patience)
+        self.early[i] = (best, wait)
+        if stop:
+            self.stopped_early[i] = True
+            self.trainer.should_stop = True
+
+
+class LitLM(LitRuns):
+    """A solo run: one model, the members' books with k = 1."""
+
+    def __init__(self, cfg: RunConfig, vocab_size: int, *, bits_per_token: bool = False):
+        super().__init__([cfg], bits_per_token=bits_per_token)
+        self.vocab_size = vocab_size
+        self.model = build_model(cfg.model, vocab_size)
+        self._layer_of = {n: layer_of(n) for n, _ in self.model.named_parameters()}
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.model(idx)
+
+    def member_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return lm_loss(self.model(x), y).view(1)
+
+    def eval_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return lm_loss(self.model(x), y).view(1)
+
+    def grad_norms(self) -> dict[str, torch.Tensor]:
+        """Global and per-layer L2 norms of the gradients (before clipping)."""
+        named = ((n, p.grad) for n, p in self.model.named_parameters())
+        return {k: v.view(1) for k, v in grad_norm_metrics(named, self._layer_of).items()}
+
+    def configure_optimizers(self):
+        """``MemberAdamW`` (clipping, AdamW and the LR schedule in one step, the stacked
+        path's code) over the model: no Lightning scheduler, no Lightning clipping."""
+        return MemberAdamW.for_model(self.model, self.cfg)
+
+    def save_members(self, checkpoint: dict, loops: list[dict[str, Any]]) -> None:
+        checkpoint["loop"] = loops[0]
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Take the loop state, and accept a checkpoint whose model was wrapped by
+        ``torch.compile(model)`` (keys with an ``_orig_mod.`` segment, which the eager module
+        and ``model.compile()``, compiling in place, do not have), with Lightning's counters
+        repaired (``_repair_counters``)."""
+        state = checkpoint.get("state_dict") or {}
+        if any("._orig_mod." in k or k.startswith("_orig_mod.") for k in state):
+            checkpoint["state_dict"] = {
+                k.replace("._orig_mod.", ".").removeprefix("_orig_mod."): v
+                for k, v in state.items()
+            }
+        _repair_counters(checkpoint)
+        self.loop_states = [checkpoint_loop(checkpoint)]
+
+
+def _repair_counters(checkpoint: dict) -> None:
+    """Lightning's counters in ``checkpoint`` as a resume of this module needs them:
+
+    * a checkpoint written under automatic optimization counted its steps in that loop's
+      progress; the manual loop's, where this module's steps are counted (and where Lightning
+      restores ``global_step`` from), is given that count;
+    * a stop at a step boundary (``StepBoundaryStop`` raises in ``on_train_batch_start``) comes
+      after Lightning counted the next batch as fetched but before it started. Lightning
+      restores that count, and ``val_check_interval``, which counts fetched batches, would then
+      evaluate one step early for the rest of the run: the batch that never started is uncounted.
+    """
+    loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
+    manual = loop.get("epoch_loop.manual_optimization.optim_step_progress")
+    steps = int(checkpoint.get("global_step") or 0)
+    if manual and steps and not manual["total"]["completed"]:
+        for key in ("ready", "completed"):
+            manual["total"][key] = manual["current"][key] = steps
+    batches = loop.get("epoch_loop.batch_progress") or {}
+    for part in ("total", "current"):
+        counts = batches.get(part)
+        if counts and counts["ready"] > counts["started"]:
+            counts["ready"] = counts["started"]

@@ -1,4 +1,10 @@
-"""Train one run into its store directory: resume, divergence, final evaluation, summary."""
+"""Train one run into its store directory: resume, divergence, final evaluation, summary.
+
+``make_trainer`` builds the one ``Trainer`` set-up of every run, solo (``train_run``) or a
+stacked group's (``ablate.training.stacked.group``): checkpoints on an interval, on an
+exception and at the end; ``progress.json``; stop requests at step boundaries. The per-step
+books are ``ablate.training.lit.LitRuns``'s, the final evaluation ``finish_run``'s.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.plugins.environments import LightningEnvironment
 
 from ablate.accel import pick_backend
@@ -47,9 +53,6 @@ def quiet_lightning() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     warnings.filterwarnings("ignore", ".*checkpoint.*not found.*")
-    # fit(ckpt_path=None) with OnExceptionCheckpoint: Lightning looks for "last", finds none
-    warnings.filterwarnings("ignore", ".*was called without a model.*")
-    warnings.filterwarnings("ignore", ".*there is no last checkpoint available.*")
     warnings.filterwarnings("ignore", ".*is an invalid version and will not be supported.*")
     warnings.filterwarnings("ignore", ".*LeafSpec.*")
     # a cpu-profile run on a GPU machine: the study chose the CPU (seen on an H100 host)
@@ -57,6 +60,9 @@ def quiet_lightning() -> None:
     # a machine with SLURM installed (a login node): every run is one process by ablate's choice
     # (make_trainer), yet a fresh fit still asks Lightning's SLURM detection, which warns
     warnings.filterwarnings("ignore", ".*The `srun` command is available on your system.*")
+    # manual optimization (``LitRuns``): a step's checkpoint holds the state after its update,
+    # which is the state a resume continues from
+    warnings.filterwarnings("ignore", ".*no pre-optimization state was saved.*")
 
 
 @contextmanager
@@ -181,7 +187,13 @@ def make_trainer(
     *,
     progress: bool,
     stop: StepBoundaryStop | None = None,
+    member_dirs: list[RunDir] | None = None,
+    checkpoint_io: Any = None,
+    callbacks: Iterable[pl.Callback] = (),
 ) -> pl.Trainer:
+    """The ``Trainer`` of ``run_dir``'s run, or of a stacked group whose members' directories
+    are ``member_dirs`` (a ``progress.json`` each; ``checkpoint_io`` writes each member's
+    checkpoint into its own directory, under the name Lightning gives ``run_dir``'s)."""
     t = cfg.train
     ckpt = ModelCheckpoint(
         dirpath=run_dir.checkpoint_dir,
@@ -190,17 +202,18 @@ def make_trainer(
         every_n_train_steps=t.checkpoint_interval,
         save_on_train_epoch_end=False,
     )
-    callbacks: list[pl.Callback] = [
+    progress_files = [
+        ProgressFile(d.path, t.log_interval, member=i)  # progress.json: the driver's live line
+        for i, d in enumerate(member_dirs or [run_dir])
+    ]
+    callbacks = [
         ckpt,
         # Ctrl-C or a crash mid-run: keep what was trained so a re-run resumes from here
         ExceptionCheckpoint(dirpath=run_dir.checkpoint_dir, filename="interrupted"),
         FinalCheckpoint(run_dir.checkpoint_dir),  # the end of training, off the interval too
-        ProgressFile(run_dir.path, t.log_interval),  # progress.json: the driver's live line
+        *progress_files,
+        *callbacks,
     ]
-    if t.early_stopping_patience:
-        callbacks.append(
-            EarlyStopping(monitor="val/loss", patience=t.early_stopping_patience, check_finite=True)
-        )
     if progress:  # after ProgressFile, whose hook reads the log step's loss it shows
         callbacks.append(LossBar(refresh_rate=t.log_interval, leave=False))
     if stop is not None:
@@ -216,7 +229,6 @@ def make_trainer(
         limit_val_batches=t.eval_batches if t.eval_batches is not None else 1.0,
         num_sanity_val_steps=0,
         log_every_n_steps=t.log_interval,
-        gradient_clip_val=cfg.optim.grad_clip,
         logger=loggers,
         callbacks=callbacks,
         enable_progress_bar=progress,
@@ -224,7 +236,8 @@ def make_trainer(
         deterministic=t.deterministic and t.accelerator == "cpu",
         default_root_dir=str(run_dir.path),
         plugins=[
-            AtomicCheckpointIO(),  # same-directory temp file + fsync + rename
+            # same-directory temp file + fsync + rename
+            checkpoint_io if checkpoint_io is not None else AtomicCheckpointIO(),
             # one process per run wherever it trains (a local worker, a Ray task, a SLURM array
             # task): ablate, not Lightning's SLURM detection, decides that; so a login node with
             # `srun` on the PATH prints no srun warning into the live progress lines, and a SLURM
@@ -267,7 +280,7 @@ def train_run(
             wandb_wait += time.time() - t_wandb
             loggers = [StoreLogger(run_dir), *([wandb_logger] if wandb_logger else [])]
             trainer = make_trainer(cfg, run_dir, loggers, progress=progress, stop=stop)
-            _fit(cfg, lit, dm, trainer, ckpt_path, stop, summary)
+            _fit(cfg, lit, dm, trainer, ckpt_path, stop, attempt)
     except ResumeMismatch:
         # bad input, not a failed run: put back what the store said and touch nothing else
         attempt.restore()
@@ -323,7 +336,13 @@ def prepare_run(cfg: RunConfig, attempt: RunAttempt) -> tuple[LMDataModule, LitL
         check_resume(ckpt, dm, attempt.prior, attempt.run_dir)  # same vocabulary and tokenizer
         del ckpt
     attempt.resume(step if ckpt_path is not None else None, set_aside)
+    lit.resume_early_stopping([val_history(attempt.run_dir)])
     return dm, lit, ckpt_path
+
+
+def val_history(run_dir: RunDir) -> list[float]:
+    """The val/loss values the run has logged so far (its store's)."""
+    return [v for _, name, v in run_dir.read_metrics() if name == "val/loss"]
 
 
 def _wandb_logger(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], summary: dict[str, Any]):
@@ -341,14 +360,15 @@ def _fit(
     trainer: pl.Trainer,
     ckpt_path: Any,
     stop: StepBoundaryStop,
-    summary: dict[str, Any],
+    attempt: RunAttempt,
 ) -> None:
-    """Fit (from ``ckpt_path`` when resuming) and evaluate at the end, into ``summary``."""
+    """Fit (from ``ckpt_path`` when resuming) and evaluate at the end, into the summary."""
     if cfg.train.compile:
         # in place: the state_dict keys stay those of the eager model (no "_orig_mod."),
         # so checkpoints move freely between compiled and eager runs
         lit.model.compile()
     device = trainer.strategy.root_device
+    summary = attempt.summary
     summary["attn_kernel"] = attn_kernel(cfg, device) if cfg.model.arch == "transformer" else None
     with attn_context(cfg, device):
         with stoppable(stop):
@@ -358,7 +378,13 @@ def _fit(
         # precision (autocast), like validation
         lit.model.to(device)
         with trainer.precision_plugin.forward_context():
-            summary.update(_finish(cfg, lit, dm, trainer))
+            summary.update(
+                finish_run(
+                    cfg, lit.model, dm, attempt.run_dir,
+                    steps=int(trainer.global_step), tokens_per_s=lit.tokens_per_s,
+                    diverged_step=lit.diverged_step[0],
+                )
+            )  # fmt: skip
 
 
 class ResumeMismatch(ConfigError):
@@ -393,16 +419,26 @@ def check_resume(ckpt: dict, dm: LMDataModule, prior: dict, run_dir: RunDir) -> 
         )
 
 
-def _finish(cfg: RunConfig, lit: LitLM, dm: LMDataModule, trainer: pl.Trainer) -> dict[str, Any]:
-    """Summary fields after fit: final full-split evaluation, extrapolation, divergence."""
+def finish_run(
+    cfg: RunConfig,
+    model: torch.nn.Module,
+    dm: LMDataModule,
+    run_dir: RunDir,
+    *,
+    steps: int,
+    tokens_per_s: float | None,
+    diverged_step: int | None,
+) -> dict[str, Any]:
+    """Summary fields after training, solo or a stacked member: ``finish_summary`` with the
+    val/loss history of the run's store. Called under the run's precision context."""
     return finish_summary(
         cfg,
-        lit.model,
+        model,
         dm,
-        steps=int(trainer.global_step),
-        tokens_per_s=lit.tokens_per_s,
-        val_history=[v for s, m, v in lit_metrics(trainer) if m == "val/loss"],
-        diverged_step=lit.diverged_step,
+        steps=steps,
+        tokens_per_s=tokens_per_s,
+        val_history=val_history(run_dir),
+        diverged_step=diverged_step,
     )
 
 
@@ -458,10 +494,3 @@ def finish_summary(
     if lengths:
         out["val_loss_at_length"] = lengths
     return out
-
-
-def lit_metrics(trainer: pl.Trainer) -> list[tuple[int, str, float]]:
-    for lg in trainer.loggers:
-        if isinstance(lg, StoreLogger):
-            return lg.run_dir.read_metrics()
-    return []

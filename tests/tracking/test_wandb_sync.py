@@ -276,14 +276,6 @@ def test_solo_stacked_and_report_runs_start_through_one_fallback(tmp_path, monke
             start(cfg, bad, {"study": "s"}, "n")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Lightning 2.6 restores only the epoch's batch counters on resume: a Ctrl-C lands "
-    "in on_train_batch_start (StepBoundaryStop) after batch_progress.increment_ready(), the "
-    "checkpoint keeps total.ready one ahead of total.completed, and val_check_interval (which "
-    "counts total.ready) fires one step early for the rest of the run; for the training loop "
-    "to fix (ablate/training/**)",
-)
 def test_a_run_stopped_by_ctrl_c_logs_at_the_same_steps_after_resume(
     make_study, tmp_path, offline, monkeypatch, offline_wandb_run
 ):

@@ -83,6 +83,48 @@ def test_a_diverging_member_is_frozen_and_the_others_are_unchanged(tmp_path, cfg
         assert_member_equals_solo(store, cfgs[i], solo[i], group[i])
 
 
+def _columns(run_dir) -> dict[str, dict[int, float]]:
+    """metrics.csv as columns: metric name -> {step: value}, read from the file itself."""
+    lines = run_dir.metrics_file.read_text().splitlines()
+    assert lines[0] == "step,metric,value"
+    out: dict[str, dict[int, float]] = {}
+    for line in lines[1:]:
+        step, name, value = line.split(",")
+        out.setdefault(name, {})[int(step)] = float(value)
+    return out
+
+
+def test_metrics_csv_of_a_stacked_member_diffs_clean_against_its_solo_run(tmp_path, cfgs_of):
+    """The same metric columns at the same steps, values within float rounding, for a member
+    that completes, one that diverges and one that stops early (each leaves the stack at another
+    step): the books are one implementation, whichever way a run trains."""
+    train = {"early_stopping_patience": 1, "eval_interval": 4, "log_interval": 2, "eval_batches": 1}
+    every = {f"train.{k}": v for k, v in train.items()}
+    cfgs = cfgs_of(
+        {**every, "optim.warmup_ratio": 0.2},
+        {**every, "train.seed": 1, "optim.lr": 1e6, "optim.grad_clip": None},
+        {**every, "train.seed": 2, "optim.lr": 0.02},
+    )
+    solo, group, store = solo_and_stacked(tmp_path, cfgs)
+    ends = [(s["status"], s["steps"], bool(s.get("stopped_early"))) for s in solo]
+    # the three endings: the diverged member found at a log step (2) before any evaluation,
+    # the other stopped early at an evaluation (8)
+    assert ends == [("completed", 20, False), ("diverged", 2, False), ("completed", 8, True)]
+    assert [(m["status"], m["steps"], bool(m.get("stopped_early"))) for m in group] == ends
+    for cfg in cfgs:
+        a = _columns(store.run("solo", cfg.run_id()))
+        b = _columns(store.run("stacked", cfg.run_id()))
+        assert sorted(a) == sorted(b)  # the same columns
+        for name, by_step in a.items():
+            assert sorted(by_step) == sorted(b[name]), name  # at the same steps
+            if name.startswith("perf/"):
+                continue  # timing
+            rtol = 1e-4 if name.startswith("grad_norm/") else RTOL
+            for step, value in by_step.items():
+                got = b[name][step]
+                assert got == pytest.approx(value, rel=rtol, nan_ok=True), (name, step)
+
+
 def test_member_directory_summary_and_metric_names_match_a_solo_run(tmp_path, cfgs_of):
     cfgs = cfgs_of({"train.seed": 0}, {"train.seed": 1})
     store = RunStore(tmp_path)
@@ -185,6 +227,56 @@ def test_interrupted_group_resumes_bit_exact(tmp_path, monkeypatch, cfgs_of):
         assert r["final_val_loss"] == w["final_val_loss"]  # bit-exact
         a, b = metrics(store, "whole", cfg), metrics(store, "cut", cfg)
         assert set(a) == set(b)
+        assert all(a[k] == b[k] for k in a if not k[1].startswith("perf/")), cfg.run_id()
+
+
+def test_dropout_goes_on_as_uninterrupted_from_a_checkpoint_taken_before_an_evaluation(
+    tmp_path, monkeypatch, cfgs_of
+):
+    """The RNG (dropout) is in a member's checkpoint, and an evaluation draws nothing from it:
+    so a resume from the checkpoint of step 10, which Lightning takes before step 10's
+    evaluation (what a kill -9 at step 13 leaves), draws the uninterrupted run's masks."""
+    cfgs = cfgs_of(*({"model.dropout": 0.1, "train.seed": s} for s in (0, 1)))
+    store = RunStore(tmp_path)
+    whole = train_group(cfgs, [store.run("whole", c.run_id()) for c in cfgs])
+    dirs = [store.run("cut", c.run_id()) for c in cfgs]
+    _interrupt_at(monkeypatch, 13)
+    with pytest.raises(KeyboardInterrupt):
+        train_group(cfgs, dirs)
+    for d in dirs:  # as a kill -9 would leave it: the periodic checkpoint of step 10
+        (d.checkpoint_dir / "interrupted.ckpt").unlink()
+    monkeypatch.setattr(stacked, "_step_done", lambda steps: None)
+    for w, r in zip(whole, train_group(cfgs, dirs), strict=True):
+        assert r["resumed_from_step"] == 10 and r["final_val_loss"] == w["final_val_loss"]
+
+
+def test_members_resume_at_different_steps_and_catch_up_bit_exact(tmp_path, monkeypatch, cfgs_of):
+    """One member resumes from step 5, the other from step 10 (as a group killed while it wrote
+    their checkpoints one after the other leaves them): the first trains alone up to step 10,
+    then both go on together; each ends as in an uninterrupted group."""
+    import shutil
+
+    cfgs = cfgs_of({"train.seed": 0}, {"train.seed": 1, "optim.lr": 3e-3})
+    store = RunStore(tmp_path)
+    whole = train_group(cfgs, [store.run("whole", c.run_id()) for c in cfgs])
+    dirs = [store.run("cut", c.run_id()) for c in cfgs]
+    kept = tmp_path / "step5"
+    for step in (5, 10):
+        _interrupt_at(monkeypatch, step)
+        with pytest.raises(KeyboardInterrupt):
+            train_group(cfgs, dirs)
+        if step == 5:
+            shutil.copytree(dirs[0].checkpoint_dir, kept)
+    shutil.rmtree(dirs[0].checkpoint_dir)
+    shutil.copytree(kept, dirs[0].checkpoint_dir)  # member 0 back at step 5
+    sizes = []
+    monkeypatch.setattr(stacked, "_step_done", lambda steps: sizes.append((steps[0], len(steps))))
+    resumed = train_group(cfgs, dirs)
+    assert sizes[:5] == [(s, 1) for s in range(6, 11)] and sizes[5] == (11, 2)
+    assert [r["resumed_from_step"] for r in resumed] == [5, 10]
+    for cfg, w, r in zip(cfgs, whole, resumed, strict=True):
+        assert r["final_val_loss"] == w["final_val_loss"]
+        a, b = metrics(store, "whole", cfg), metrics(store, "cut", cfg)
         assert all(a[k] == b[k] for k in a if not k[1].startswith("perf/")), cfg.run_id()
 
 

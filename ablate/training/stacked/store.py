@@ -1,17 +1,22 @@
-"""A stacked member's checkpoint, and the background thread that writes checkpoints.
+"""A stacked member's checkpoint, and the Lightning ``CheckpointIO`` that writes them.
 
 A member's checkpoint is a ``torch.save`` dict readable by everything that reads a solo run's
 Lightning checkpoint for its weights (``select_checkpoint``, ``check_resume``, ``ablate
 sample``): ``state_dict`` (``model.<name>``, as ``LitLM.state_dict()``), ``global_step`` and
 ``optimizer_states`` (``torch.optim.AdamW``'s state_dict over ``decay_groups``), plus
-``stacked``: the loop state a bit-exact resume needs (the loss accumulated since the last log,
-divergence and early-stopping state, the RNG). A solo run's Lightning checkpoint loads here too
-(without ``stacked``: the loss mean after the resume covers fewer steps, as a solo resume does).
+``stacked``: the loop state a bit-exact resume needs (``LitRuns.loop_state``: the loss
+accumulated since the last log, the first non-finite step, the RNG). A solo run's Lightning
+checkpoint loads here too (its loop state is under ``loop``). It has no Lightning loop state, so
+a member resumes in a stack (of one, if need be: ``execution.worker``), never in a solo fit.
 
-Writes never stall training for long: the state is copied off the device at the step (so the
-update of the next step cannot change it), and written by one background thread with
+The group's ``Trainer`` decides when to save (``train.make_trainer``: the interval, an
+exception, the end); ``MemberCheckpointIO`` writes each member's part of what it saves
+(``LitStack.save_members``) into the member's own directory, under the file name Lightning
+chose. Writes never stall training for long: the state is copied off the device at the step
+(so the update of the next step cannot change it), and written by one background thread with
 ``atomic_save`` (same-directory temp file, fsync, rename): a crash at any moment leaves the old
-or the new file. At most one snapshot waits: the next checkpoint waits for the previous write.
+or the new file. At most one snapshot waits: the next checkpoint waits for the previous write,
+and the end of a fit (Lightning's teardown) for the last one.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
 
 from ablate.training.checkpoints import atomic_save
 
@@ -87,3 +93,34 @@ class CheckpointWriter:
             self.wait()
         finally:
             self._pool.shutdown(wait=True)
+
+
+class MemberCheckpointIO(CheckpointIO):
+    """Lightning's checkpoint IO for a stacked group: the checkpoint Lightning saves as
+    ``<dir>/<name>`` becomes each member's ``checkpoint["members"][i]`` in
+    ``checkpoint_dirs[i]/<name>``, written in the background (``CheckpointWriter``)."""
+
+    def __init__(self, checkpoint_dirs: list[Path]) -> None:
+        self.dirs = [Path(d) for d in checkpoint_dirs]
+        self.writer = CheckpointWriter()
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
+        if storage_options is not None:
+            raise TypeError("MemberCheckpointIO takes no storage_options")
+        name = Path(path).name
+        members = checkpoint["members"]
+        self.writer.submit([(c, d / name) for c, d in zip(members, self.dirs, strict=True)])
+
+    def load_checkpoint(self, path: Any, map_location: Any | None = None) -> dict[str, Any]:
+        raise NotImplementedError("a stack's members resume from their own checkpoints")
+
+    def remove_checkpoint(self, path: Any) -> None:
+        name = Path(path).name
+        for d in self.dirs:
+            (d / name).unlink(missing_ok=True)
+
+    def teardown(self) -> None:
+        """The end of a fit: every checkpoint is on disk before a member's summary says so."""
+        self.writer.close()

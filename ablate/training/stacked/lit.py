@@ -1,0 +1,179 @@
+"""``LitStack``: the members of a stacked group as one LightningModule, and their batches.
+
+The per-step books are ``LitRuns``'s, the same as a solo run's (``ablate.training.lit``); what
+this adds is the numerics of a stack (``stacked.ops.Stack``: the members' parameters stacked,
+one vmapped forward) and the hand-over of each member's state into and out of a fit. Lightning
+drives the fit as it drives a solo run's (``train.make_trainer``), with two differences a stack
+needs:
+
+* Its members resume from their own checkpoints, which Lightning cannot restore (it restores
+  one checkpoint per fit). So a fit restores no Lightning checkpoint, and ``on_fit_start`` sets
+  the counters Lightning's restore would have set to the members' step (they share one: see
+  ``stacked.group``): ``global_step`` (the manual optimization's optimizer steps), the batches
+  (``val_check_interval`` counts them) and the loggers' step.
+* A batch is every member's batch from its own data stream (seed, start), stacked: ``(k, B,
+  T)``; evaluation batches are shared (the members have one data config).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from ablate.data import LMDataModule
+from ablate.training.adamw import MemberAdamW, decay_groups, lr_of
+from ablate.training.lit import LitRuns
+from ablate.training.stacked.member import Member
+from ablate.training.stacked.ops import Stack
+from ablate.training.stacked.store import member_checkpoint, state_dict_keys
+
+
+def start_counters(trainer: pl.Trainer, step: int) -> None:
+    """Count ``trainer``'s fit from ``step`` as a restore of a checkpoint at ``step`` would."""
+    loop = trainer.fit_loop.epoch_loop
+    steps = loop.manual_optimization.optim_step_progress.total
+    steps.ready = steps.completed = step
+    batches = loop.batch_progress.total
+    batches.ready = batches.started = batches.processed = batches.completed = step
+    loop._batches_that_stepped = step
+
+
+def _hyper(m: Member, step: int) -> dict[str, Any]:
+    """The param-group entries of the member's AdamW state_dict at ``step``."""
+    o = m.cfg.optim
+    betas = (o.beta1, o.beta2)
+    return {"lr": lr_of(m.cfg, step), "betas": betas, "eps": o.eps, "weight_decay": o.weight_decay}
+
+
+class LitStack(LitRuns):
+    """The ``members`` (all at one step) as one module on ``device``."""
+
+    def __init__(self, members: list[Member], device: torch.device, *, fold_attention: bool):
+        cfgs = [m.cfg for m in members]
+        super().__init__(
+            cfgs,
+            bits_per_token=members[0].dm.is_char,
+            member_loggers=[m.loggers() for m in members],
+        )
+        self.members = members
+        self.start_step = members[0].step
+        models = [m.lit.model.to(device) for m in members]
+        self.stack = Stack(models, fold_attention=fold_attention, compile=cfgs[0].train.compile)
+        self.keys = state_dict_keys(members[0].lit)
+        self.loop_states = [m.loop for m in members]
+        self.early = [m.early for m in members]
+        self.stopped_early = [m.stopped_early for m in members]
+        self.opt: MemberAdamW | None = None
+
+    def on_fit_start(self) -> None:
+        start_counters(self.trainer, self.start_step)
+
+    def configure_optimizers(self):
+        """The solo runs' optimizer (``MemberAdamW``) over the stacked parameters, in
+        ``decay_groups`` order, with each member's AdamW state."""
+        model = self.members[0].lit.model
+        names = {id(p): n for n, p in model.named_parameters()}
+        decay, other = (g["params"] for g in decay_groups(model, 1.0))
+        order = [self.stack.params[names[id(p)]] for p in [*decay, *other]]
+        self.opt = MemberAdamW(order, self.cfgs, len(decay), stacked=True)
+        for i, m in enumerate(self.members):
+            if m.optimizer:
+                self.opt.load_member(i, m.optimizer)
+        self.opt.start_at([self.start_step] * self.k)
+        return self.opt
+
+    def member_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.stack.losses(x, y)
+
+    def eval_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.stack.losses(x, y, shared=True)
+
+    def grad_norms(self) -> dict[str, torch.Tensor]:
+        return self.stack.grad_norms()
+
+    def train(self, mode: bool = True):
+        """The stack's stateless model is no submodule (it lives on the meta device): its mode
+        (dropout) follows this module's."""
+        super().train(mode)
+        self.stack.train(mode)
+        return self
+
+    def on_validation_model_train(self) -> None:
+        # Lightning's default puts back each submodule's mode, which misses the stack's model
+        self.train()
+
+    def save_members(self, checkpoint: dict, loops: list[dict[str, Any]]) -> None:
+        """Each member's checkpoint (``stacked.store.member_checkpoint``), copied off the
+        device now, for ``MemberCheckpointIO`` to write into the member's directory."""
+        step = self.global_step
+        assert self.opt is not None
+        checkpoint["members"] = [
+            member_checkpoint(
+                self.stack.member_tensors(i),
+                self.keys,
+                step,
+                self.opt.member_state(i, _hyper(m, step)),
+                loops[i],
+            )
+            for i, m in enumerate(self.members)
+        ]
+
+    @torch.no_grad()
+    def hand_back(self) -> None:
+        """Each member's state after the fit, as a resume would read it: weights into its own
+        model (on the training device), AdamW state, loop state, step and how it ended."""
+        assert self.opt is not None
+        step, loops = self.global_step, self.loop_state()
+        for i, m in enumerate(self.members):
+            for name, p in m.lit.model.named_parameters():
+                p.copy_(self.stack.params[name][i])
+            for name, b in m.lit.model.named_buffers():
+                if name in self.stack.buffers:
+                    b.copy_(self.stack.buffers[name][i])
+            m.optimizer = self.opt.member_state(i, _hyper(m, step))
+            m.loop, m.step = loops[i], step
+            m.early, m.stopped_early = self.early[i], self.stopped_early[i]
+            m.diverged_step = self.diverged_step[i]
+            m.tokens_per_s = self.tokens_per_s if self.tokens_per_s is not None else m.tokens_per_s
+
+    def dataloaders(self) -> tuple[DataLoader, DataLoader]:
+        """The stacked training batches from the members' step on, and the shared evaluation
+        batches."""
+        dms = [m.dm for m in self.members]
+        cuda = self.stack.params[next(iter(self.stack.params))].is_cuda
+        # a private generator: iterating the loader draws its seed from it, not from torch's
+        # global RNG (dropout)
+        train = DataLoader(
+            _StackedBatches(dms, self.start_step),
+            batch_size=None,
+            pin_memory=cuda,
+            generator=torch.Generator(),
+        )
+        return train, dms[0].val_dataloader()
+
+
+class _StackedBatches(IterableDataset):
+    """Each member's training batches (its own seeded stream, from global batch ``start``, epoch
+    after epoch), stacked: ``(k, B, T)`` inputs and targets."""
+
+    def __init__(self, dms: list[LMDataModule], start: int):
+        self.dms, self.start = dms, start
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        streams = [_batches(dm, self.start) for dm in self.dms]
+        while True:
+            xs, ys = zip(*(next(s) for s in streams), strict=True)
+            yield torch.stack(xs), torch.stack(ys)
+
+
+def _batches(dm: LMDataModule, start: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The batches ``dm.train_dataloader(start=start)`` yields, endlessly (its sampler moves
+    to the next epoch after each pass), without a loader per epoch."""
+    loader = dm.train_dataloader(start=start)
+    while True:
+        for index in loader.sampler:
+            yield loader.dataset[index]
