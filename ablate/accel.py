@@ -17,8 +17,9 @@ sinusoidal, RoPE, none) passes no mask.
 - CPU flash: fp32 and bf16, takes a 2-D or 4-D mask but not the model's 3-D ``(H, T, T)`` bias.
 - CPU has no efficient kernel (CUDA only). ``math`` runs everything everywhere.
 
-``tests/training/test_accel.py`` asks SDPA on the CPU whether each CPU rule holds; ``ablate bench --gpu``
-asks the CUDA kernels the same for the CUDA rules and reports any disagreement.
+``tests/training/test_accel.py`` asks SDPA on the CPU whether each CPU rule holds;
+``ablate bench --gpu`` asks the CUDA kernels the same for the CUDA rules and reports any
+disagreement.
 
 One fact depends on the CPU, so it is asked of the CPU, not read from its flags: CPUs
 without native bf16 (AVX512-BF16 or AMX) emulate bf16 matrix products, ~70x slower than fp32 on

@@ -10,9 +10,8 @@ rest as one stacked model (``ablate.training.stacked.group.train_group``) and re
 ``execute_task`` is either, for executors that ship lists (one run: a list of one).
 
 A run whose newest checkpoint was written by a stacked group (a study started with
-``train.stack`` and resumed with ``off``) cannot resume in Lightning's loop; it resumes as a
-group of one member instead, which reads that checkpoint and continues bit-exact to the
-stacked group it came from.
+``train.stack`` and resumed with ``off``) resumes as a group of one member (the same Lightning
+loop), which reads that member's checkpoint and continues bit-exact to the group it came from.
 """
 
 from __future__ import annotations

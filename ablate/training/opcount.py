@@ -13,7 +13,8 @@ A host read (``aten._local_scalar_dense``: ``.item()``, ``bool(t)``, ``float(t)`
 
 ``count_process`` counts a whole process (Lightning's loop, callbacks and loggers included)
 from outside: a ``sitecustomize.py`` on ``PYTHONPATH`` that calls it is loaded into every
-process of a command, the workers ``ablate run`` spawns included (``tests/training/test_step_cost.py``).
+process of a command, the workers ``ablate run`` spawns included
+(``tests/training/test_step_cost.py``).
 """
 
 from __future__ import annotations
