@@ -268,5 +268,11 @@ def check(opts: ExecutorOptions) -> None:
 
 def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) -> None:
     """Train ``tasks`` with the executor ``opts`` names."""
-    module = importlib.import_module(f"ablate.execution.executors.{opts.executor}")
+    # plain imports, not importlib: the import graph (and lint-imports) sees every executor
+    if opts.executor == "ray":
+        from ablate.execution.executors import ray as module
+    elif opts.executor == "slurm":
+        from ablate.execution.executors import slurm as module
+    else:
+        from ablate.execution.executors import local as module
     module.execute(tasks, opts=opts, progress=progress)
