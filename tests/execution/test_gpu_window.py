@@ -164,21 +164,6 @@ def send(src: Path, dest: Path, carry: tuple[str, ...] = ()) -> Path:
     return dest
 
 
-STUDY_BASE = {
-    "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "max_seq_len": 16},
-    "data": {"dataset": "tinyshakespeare", "tokenizer": "char", "seq_len": 16, "batch_size": 4},
-    "optim": {"lr": 3e-3},
-    "train": {
-        "max_steps": 20,
-        "eval_interval": 10,
-        "eval_batches": 2,
-        "final_eval_batches": 2,
-        "log_interval": 5,
-        "grad_norm_interval": 10,
-        "checkpoint_interval": 50,
-        "threads": 1,
-    },
-}
 SLOW_PLUGIN = '''"""GELU's feed-forward, sleeping $GPUWIN_SLEEP_S seconds (default 0) per training
 step: a run the rehearsal's first window cannot finish on any machine."""
 
@@ -205,9 +190,9 @@ class SlowGelu(nn.Module):
 '''
 
 
-def write_studies(checkout: Path) -> tuple[str, str]:
-    """Two tiny studies with a ``tiny`` profile: one with a claim (registered below), one
-    exploratory whose second run is slow. Returns (confirm, explore)."""
+def write_studies(checkout: Path, base: dict) -> tuple[str, str]:
+    """Two tiny studies on ``base`` with a ``tiny`` profile: one with a claim (registered
+    below), one exploratory whose second run is slow. Returns (confirm, explore)."""
     studies = checkout / "studies"
     profiles = {"tiny": {"train": {"accelerator": "cpu"}}}
     confirm = {
@@ -222,7 +207,7 @@ def write_studies(checkout: Path) -> tuple[str, str]:
                 "b": {"variant": "relu"},
             }
         ],
-        "base": STUDY_BASE,
+        "base": base,
         "variants": [
             {"name": "relu", "set": {"model.activation": "relu"}},
             {"name": "gelu", "set": {"model.activation": "gelu"}},
@@ -234,7 +219,7 @@ def write_studies(checkout: Path) -> tuple[str, str]:
         "name": "gpuwin_explore",
         "description": "rehearsal: exploratory runs, the second one slow",
         "plugins": ["./gpuwin_slow.py"],
-        "base": STUDY_BASE,
+        "base": base,
         "variants": [
             {"name": "quick", "set": {"model.activation": "gelu"}},
             {
@@ -320,7 +305,7 @@ def run_files(files: dict[str, bytes], run: str) -> dict[str, bytes]:
 # --- the rehearsal ------------------------------------------------------------------------
 
 
-def cpu_checkout(tmp: Path) -> tuple[Path, dict[str, str]]:
+def cpu_checkout(tmp: Path, base: dict) -> tuple[Path, dict[str, str]]:
     """This machine: a git checkout of the repository's files with ../shared/data beside it,
     the rehearsal's studies and the first one's registration committed. Returns it and the
     environment its commands run in."""
@@ -328,7 +313,7 @@ def cpu_checkout(tmp: Path) -> tuple[Path, dict[str, str]]:
     shared = tmp / "cpu" / "shared" / "data"
     (shared / "tinyshakespeare").mkdir(parents=True)
     shutil.copy(SHAKESPEARE, shared / "tinyshakespeare")
-    confirm, _ = write_studies(cpu)
+    confirm, _ = write_studies(cpu, base)
     git(cpu, "init", "-q")
     git(cpu, "add", "-A")
     git(cpu, "commit", "-q", "-m", "the checkout")
@@ -362,7 +347,7 @@ def commit_stores(cpu: Path, out: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def rehearsal(tmp_path_factory):
+def rehearsal(tmp_path_factory, tiny_studies):
     """prepare.sh, then two windows; what each step returned, for the tests below."""
     assert SHAKESPEARE.is_file(), "tests need tinyshakespeare in $ABLATE_DATA_DIR"
     tmp = tmp_path_factory.mktemp("gpu-window")
@@ -371,7 +356,10 @@ def rehearsal(tmp_path_factory):
     index.mkdir()
     for name in pins():
         wheel_of_installed(name, index)
-    cpu, env = cpu_checkout(tmp)
+    # conftest's tiny base on the registered dataset, checkpoints only at a stop
+    base = tiny_studies.base(checkpoint_interval=50)
+    base["data"].update(dataset="tinyshakespeare", tokenizer="char")
+    cpu, env = cpu_checkout(tmp, base)
     t = {"prepare": prepare(cpu, env, index), "out1": tmp / "out1", "out2": tmp / "out2"}
     t["registration"] = yaml.safe_load(
         (cpu / "studies/registrations/gpuwin_confirm.tiny.yaml").read_text()
