@@ -35,6 +35,7 @@ from rich.markup import escape
 
 from ablate.claims.registration import registration_path
 from ablate.execution.executors import ExecutorFailed, ExecutorOptions, RunTask, check, execute
+from ablate.execution.executors.local import start_early
 from ablate.execution.groups import group_tasks
 from ablate.execution.progress import LiveProgress, fmt_duration
 from ablate.execution.tables import make_console, print_summary
@@ -141,6 +142,7 @@ def run_study(
     opts = executor or ExecutorOptions()
     if workers is not None:
         opts = opts.model_copy(update={"workers": workers})
+    start_early(opts)  # the workers' imports (seconds) run while the study is planned
     study = _plan(study_path, profile, overrides, plugins, extra_seeds, confirm_seeds)
     check(opts)
     runs_store = RunStore(store)
@@ -297,9 +299,9 @@ def _n_workers(opts: ExecutorOptions, tasks: list[RunTask]) -> int:
     """Runs training at once on this machine (1 for Ray/SLURM, whose layout is the cluster's)."""
     if opts.executor != "local" or not tasks:
         return 1
-    from ablate.execution.executors.local import plan_workers, visible_gpus
+    from ablate.execution.executors.local import plan_workers
 
-    return len(plan_workers(tasks, opts, visible_gpus()))
+    return len(plan_workers(tasks, opts))
 
 
 def _where(opts: ExecutorOptions, tasks: list[RunTask]) -> str:
@@ -311,9 +313,9 @@ def _where(opts: ExecutorOptions, tasks: list[RunTask]) -> str:
         return "on SLURM" if cluster == "slurm" else f"on submitit's {cluster} executor"
     if not tasks:
         return ""
-    from ablate.execution.executors.local import plan_workers, visible_gpus
+    from ablate.execution.executors.local import plan_workers
 
-    slots = plan_workers(tasks, opts, visible_gpus())
+    slots = plan_workers(tasks, opts)
     if len(slots) == 1 and slots[0].memory_fraction is None:
         return ""  # one run at a time, in this process
     gpus = sorted({s.cuda_visible_devices for s in slots if s.cuda_visible_devices is not None})

@@ -281,12 +281,12 @@ def plan_studies(
 def _plan_workers(study: Study, runs_store: RunStore, opts) -> int:
     """The workers ``ablate run`` would start for the study's unfinished runs."""
     from ablate.execution.executors import RunTask
-    from ablate.execution.executors.local import plan_workers, visible_gpus
+    from ablate.execution.executors.local import plan_workers
     from ablate.execution.groups import group_tasks
 
     todo = [r for r in study.runs if runs_store.run(study.name, r.run_id).status not in FINISHED]
     tasks = group_tasks([RunTask(r, r.config, "", {}) for r in todo or study.runs])
-    return len(plan_workers(tasks, opts, visible_gpus())) if tasks else 1
+    return len(plan_workers(tasks, opts)) if tasks else 1
 
 
 PLAN_COLUMNS = [
