@@ -386,7 +386,7 @@ def store_status(
     counts and one line per run."""
     runs_store = RunStore(store)
     console = make_console()
-    present = runs_store.studies()
+    present = runs_store.studies(planned=True)  # `ablate run` planned, nothing started yet
     wanted = [studies] if isinstance(studies, str) else list(studies or [])
     names = [_study_name(s) for s in wanted] or present
     missing = [n for n in names if n not in present]
