@@ -447,6 +447,7 @@ def sync(
 ) -> None:
     """Upload a study's offline W&B runs, its report run included (needs `wandb login`)."""
     from ablate.study.results import resolve_studies
+    from ablate.tracking.mode import WandbUnreachable
     from ablate.tracking.sync import sync_study
 
     try:
@@ -454,6 +455,8 @@ def sync(
         code = sync_study(store, name, dry_run=dry_run)
     except ConfigError as err:
         fail(err)
+    except WandbUnreachable as err:  # what did not happen and how to retry, in one line
+        fail(err, 1)
     if code:
         raise typer.Exit(code)
 
@@ -466,6 +469,7 @@ def dashboard(
 ) -> None:
     """Save the study's W&B workspace and Report (from `ablate report`); update them next time."""
     from ablate.study.results import resolve_studies
+    from ablate.tracking.mode import WandbUnreachable
     from ablate.tracking.views import save_dashboards
 
     try:
@@ -473,6 +477,8 @@ def dashboard(
         record = save_dashboards(store, name, out)
     except ConfigError as err:
         fail(err)
+    except WandbUnreachable as err:
+        fail(err, 1)
     for kind in ("workspace", "report"):
         typer.echo(f"{record['study']} {kind}: {record[kind]['url']}")
 
