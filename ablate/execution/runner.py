@@ -38,7 +38,7 @@ from ablate.execution.executors import ExecutorFailed, ExecutorOptions, RunTask,
 from ablate.execution.executors.local import start_early
 from ablate.execution.groups import group_tasks
 from ablate.execution.progress import LiveProgress, fmt_duration
-from ablate.execution.tables import make_console, print_summary
+from ablate.execution.tables import make_console, print_summary, profile_text
 from ablate.execution.worker import INTERRUPTED, LOCKED, TRAINED
 from ablate.store import (
     DAMAGED,
@@ -175,7 +175,7 @@ def run_study(
     os.environ["ABLATE_WORKERS"] = str(_n_workers(opts, tasks))
     groups = sum(1 for t in tasks if t.members)
     console.print(
-        f"[bold]{study.name}[/]{_profile_text(study)}: "
+        f"[bold]{study.name}[/]{profile_text(study)}: "
         f"{len(study.runs)} runs, {done} finished, {len(todo)} to train"
         + (f" ({resuming} resume from a checkpoint)" if resuming else "")
         + " -> "
@@ -208,10 +208,6 @@ def run_study(
     results = _collect(study, dirs)
     print_summary(study, results, console, elapsed=time.time() - t0)
     return results
-
-
-def _profile_text(study: Study) -> str:
-    return f" (profile {study.profile}: {study.profile_reason})" if study.profile else ""
 
 
 def _plan(

@@ -164,6 +164,12 @@ _STYLE = {
 }
 
 
+def profile_text(study: Study) -> str:
+    """`` (profile cpu: default_profile auto: no CUDA device visible)`` after a study's name;
+    nothing for a study without profiles."""
+    return f" (profile {study.profile}: {study.profile_reason})" if study.profile else ""
+
+
 def fmt_loss(v: Any, digits: int = 4) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
