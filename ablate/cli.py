@@ -351,12 +351,30 @@ def plan(
     mfu: Annotated[
         float, typer.Option(min=0.001, max=1.0, help="With --flops: the assumed MFU.")
     ] = 0.25,
+    confirm: Annotated[
+        str | None,
+        typer.Option(
+            "--confirm",
+            help="Only the runs `ablate run --confirm [N]` would train, and their time "
+            "(--confirm alone: the registered seeds).",
+        ),
+    ] = None,
+    unregistered: Annotated[
+        bool, typer.Option(help="With --confirm: N fresh seeds without a registration.")
+    ] = False,
 ) -> None:
     """Print the expanded runs of studies (name, id, status, key params, time) without
     training; check their datasets as run does."""
     from ablate.execution.tables import plan_studies
 
     try:
+        seeds = None
+        if confirm is not None:
+            from ablate.execution.confirm import check_n
+
+            if flops:
+                raise ConfigError("prices a whole study; --confirm times one here", key="--flops")
+            seeds = (None if confirm == DEFAULT_CONFIRM else check_n(confirm), unregistered)
         if flops:
             plan_flops(studies, profile, set_ or [], plugin or [], mfu)
         else:
@@ -369,6 +387,7 @@ def plan(
                 estimate=not no_estimate,
                 workers=workers,
                 remeasure=remeasure,
+                confirm=seeds,
             )
     except ConfigError as err:
         fail(err)

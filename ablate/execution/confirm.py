@@ -216,6 +216,33 @@ def plan_confirm(
     return study, seeds, {v: list(seeds) for v in dict.fromkeys(variants)}, tag
 
 
+def confirmation_study(
+    study_path: str | Path,
+    n: int | None,
+    *,
+    store: str | Path,
+    profile: str | None = None,
+    overrides: Sequence[str] = (),
+    plugins: Sequence[str] = (),
+    unregistered: bool = False,
+) -> tuple[Study, str]:
+    """(the study with only the runs ``ablate run --confirm`` would train, the registration
+    they run under): what ``ablate plan --confirm`` lists and times. Errors as
+    :func:`plan_confirm`."""
+    from ablate.execution.runner import plan_runs
+
+    _, _, per_variant, tag = plan_confirm(
+        study_path,
+        n,
+        store=store,
+        profile=profile,
+        overrides=overrides,
+        plugins=plugins,
+        unregistered=unregistered,
+    )
+    return plan_runs(study_path, profile, overrides, plugins, None, per_variant), tag
+
+
 def run_confirm(
     study_path: str | Path,
     n: int | None = None,

@@ -143,7 +143,7 @@ def run_study(
     if workers is not None:
         opts = opts.model_copy(update={"workers": workers})
     start_early(opts)  # the workers' imports (seconds) run while the study is planned
-    study = _plan(study_path, profile, overrides, plugins, extra_seeds, confirm_seeds)
+    study = plan_runs(study_path, profile, overrides, plugins, extra_seeds, confirm_seeds)
     check(opts)
     runs_store = RunStore(store)
     console = make_console()
@@ -210,7 +210,7 @@ def run_study(
     return results
 
 
-def _plan(
+def plan_runs(
     study_path: str | Path,
     profile: str | None,
     overrides: Sequence[str],

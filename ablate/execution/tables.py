@@ -265,23 +265,50 @@ def plan_studies(
     estimate: bool = True,
     workers: str | int | None = None,
     remeasure: bool = False,
+    confirm: tuple[int | None, bool] | None = None,
 ) -> list[Study]:
     """Print the expanded runs of each study, and with ``estimate`` how long they take here
     with the workers ``ablate run --workers`` would use (:mod:`ablate.execution.estimate`).
-    Every study is validated first, its registered datasets fetched as ``ablate run`` does
-    (``ConfigError`` when one cannot be)."""
+    ``confirm`` (seeds or None for the registered ones, unregistered): only the runs ``ablate
+    run --confirm`` would train. Every study is validated first, its registered datasets
+    fetched as ``ablate run`` does (``ConfigError`` when one cannot be)."""
     from ablate.execution.executors import ExecutorOptions
 
     opts = ExecutorOptions.parse(workers=workers)
-    studies = [load_study(p, profile, overrides, plugins=plugins) for p in study_paths]
+    notes: list[str | None] = []
+    studies = []
+    for path in study_paths:
+        if confirm is None:
+            studies.append(load_study(path, profile, overrides, plugins=plugins))
+            notes.append(None)
+            continue
+        from ablate.execution.confirm import confirmation_study
+
+        study, tag = confirmation_study(
+            path, confirm[0], store=store, profile=profile, overrides=overrides,
+            plugins=plugins, unregistered=confirm[1],
+        )  # fmt: skip
+        studies.append(study)
+        notes.append(_confirm_note(study, tag))
     from ablate.data import fetch_registered  # loads torch: after the studies validate
 
     for study in studies:
         fetch_registered({r.config.data.dataset for r in study.runs}, source=study.path)
     timing = {"opts": opts, "remeasure": remeasure} if estimate else None
-    for study in studies:
-        _print_plan(study, RunStore(store), make_console(), timing=timing)
+    for study, note in zip(studies, notes, strict=True):
+        _print_plan(study, RunStore(store), make_console(), timing=timing, note=note)
     return studies
+
+
+def _confirm_note(study: Study, tag: str) -> str:
+    """What ``ablate plan --confirm`` lists: which seeds, how many arms, which registration."""
+    seeds = sorted({r.seed for r in study.runs})
+    arms = len({r.variant for r in study.runs})
+    under = "no registration (exploratory)" if tag == "unregistered" else f"registration {tag}"
+    return (
+        f"The confirmation `ablate run --confirm` trains: seeds {', '.join(map(str, seeds))} "
+        f"for each of the {arms} claim arm(s), under {under}."
+    )
 
 
 def _plan_workers(study: Study, runs_store: RunStore, opts) -> int:
@@ -310,7 +337,12 @@ PLAN_COLUMNS = [
 
 
 def _print_plan(
-    study: Study, runs_store: RunStore, console: Console, *, timing: dict[str, Any] | None
+    study: Study,
+    runs_store: RunStore,
+    console: Console,
+    *,
+    timing: dict[str, Any] | None,
+    note: str | None = None,
 ) -> None:
     from ablate.execution.estimate import estimate_runs, total_line
     from ablate.execution.groups import plan_labels
@@ -322,6 +354,8 @@ def _print_plan(
     console.print(header)
     if study.description:
         console.print(escape(study.description.splitlines()[0]), soft_wrap=True)
+    if note:
+        console.print(escape(note), soft_wrap=True)
     groups, stack_lines = plan_labels(study.runs)
     counts = _non_embedding_params(study)
     est = None
