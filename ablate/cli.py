@@ -368,14 +368,24 @@ def plan(
     from ablate.execution.tables import plan_studies
 
     try:
-        seeds = None
         if confirm is not None:
-            from ablate.execution.confirm import check_n
-
             if flops:
                 raise ConfigError("prices a whole study; --confirm times one here", key="--flops")
-            seeds = (None if confirm == DEFAULT_CONFIRM else check_n(confirm), unregistered)
-        if flops:
+            from ablate.execution.confirm import check_n, plan_confirmations
+
+            plan_confirmations(
+                studies,
+                None if confirm == DEFAULT_CONFIRM else check_n(confirm),
+                store=store,
+                profile=profile,
+                overrides=set_ or [],
+                plugins=plugin or [],
+                unregistered=unregistered,
+                estimate=not no_estimate,
+                workers=workers,
+                remeasure=remeasure,
+            )
+        elif flops:
             plan_flops(studies, profile, set_ or [], plugin or [], mfu)
         else:
             plan_studies(
@@ -387,7 +397,6 @@ def plan(
                 estimate=not no_estimate,
                 workers=workers,
                 remeasure=remeasure,
-                confirm=seeds,
             )
     except ConfigError as err:
         fail(err)

@@ -265,50 +265,35 @@ def plan_studies(
     estimate: bool = True,
     workers: str | int | None = None,
     remeasure: bool = False,
-    confirm: tuple[int | None, bool] | None = None,
 ) -> list[Study]:
     """Print the expanded runs of each study, and with ``estimate`` how long they take here
     with the workers ``ablate run --workers`` would use (:mod:`ablate.execution.estimate`).
-    ``confirm`` (seeds or None for the registered ones, unregistered): only the runs ``ablate
-    run --confirm`` would train. Every study is validated first, its registered datasets
-    fetched as ``ablate run`` does (``ConfigError`` when one cannot be)."""
-    from ablate.execution.executors import ExecutorOptions
-
-    opts = ExecutorOptions.parse(workers=workers)
-    notes: list[str | None] = []
-    studies = []
-    for path in study_paths:
-        if confirm is None:
-            studies.append(load_study(path, profile, overrides, plugins=plugins))
-            notes.append(None)
-            continue
-        from ablate.execution.confirm import confirmation_study
-
-        study, tag = confirmation_study(
-            path, confirm[0], store=store, profile=profile, overrides=overrides,
-            plugins=plugins, unregistered=confirm[1],
-        )  # fmt: skip
-        studies.append(study)
-        notes.append(_confirm_note(study, tag))
-    from ablate.data import fetch_registered  # loads torch: after the studies validate
-
-    for study in studies:
-        fetch_registered({r.config.data.dataset for r in study.runs}, source=study.path)
-    timing = {"opts": opts, "remeasure": remeasure} if estimate else None
-    for study, note in zip(studies, notes, strict=True):
-        _print_plan(study, RunStore(store), make_console(), timing=timing, note=note)
+    Every study is validated first, its registered datasets fetched as ``ablate run`` does
+    (``ConfigError`` when one cannot be)."""
+    studies = [load_study(p, profile, overrides, plugins=plugins) for p in study_paths]
+    show_plans([(s, None) for s in studies], store, estimate, workers, remeasure)
     return studies
 
 
-def _confirm_note(study: Study, tag: str) -> str:
-    """What ``ablate plan --confirm`` lists: which seeds, how many arms, which registration."""
-    seeds = sorted({r.seed for r in study.runs})
-    arms = len({r.variant for r in study.runs})
-    under = "no registration (exploratory)" if tag == "unregistered" else f"registration {tag}"
-    return (
-        f"The confirmation `ablate run --confirm` trains: seeds {', '.join(map(str, seeds))} "
-        f"for each of the {arms} claim arm(s), under {under}."
-    )
+def show_plans(
+    plans: Sequence[tuple[Study, str | None]],
+    store: str | Path,
+    estimate: bool,
+    workers: str | int | None,
+    remeasure: bool,
+) -> None:
+    """Print each planned study (with its note under the header), after fetching the
+    registered datasets of all of them."""
+    from ablate.execution.executors import ExecutorOptions
+
+    opts = ExecutorOptions.parse(workers=workers)
+    from ablate.data import fetch_registered  # loads torch: after the studies validate
+
+    for study, _ in plans:
+        fetch_registered({r.config.data.dataset for r in study.runs}, source=study.path)
+    timing = {"opts": opts, "remeasure": remeasure} if estimate else None
+    for study, note in plans:
+        _print_plan(study, RunStore(store), make_console(), timing=timing, note=note)
 
 
 def _plan_workers(study: Study, runs_store: RunStore, opts) -> int:

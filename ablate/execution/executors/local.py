@@ -49,8 +49,8 @@ POLL_S = 0.5  # how often the wait loop wakes to call progress.poll()
 ORPHAN_STOP_S = 60.0  # how long an orphaned worker waits for its run's checkpoint
 WORKER_IMPORTS = ("ablate.training.train", "wandb", "wandb.sdk.launch.inputs.internal")
 """What a worker imports before its first run; the forkserver imports it once for all of them
-(a module that is not installed is skipped). W&B imports its launch inputs in every process's
-first ``wandb.init``, a quarter of a second of CPU."""
+(``executors/preload.py``). W&B imports its launch inputs in every process's first
+``wandb.init``, a quarter of a second of CPU."""
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def pool_context() -> Any:
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(list(WORKER_IMPORTS))
+    ctx.set_forkserver_preload(["ablate.execution.executors.preload"])
     return ctx
 
 
@@ -197,22 +197,20 @@ def _stop_handler(signum, frame):  # noqa: ARG001 - signal handler signature
         request_stop()
 
 
-def _init_worker(threads: int, stop_event, slots, driver=None, env=None) -> None:
+def _init_worker(threads: int, stop_event, slots, driver, env: dict[str, str]) -> None:
     """A pool worker's set-up: ``driver``, the read end of a pipe only the driver holds open
     (its end at EOF: the driver is gone); ``env``, the driver's environment now (a forkserver's
     children inherit the server's, from before the plan)."""
     global _stop_event
     _stop_event = stop_event
-    if env is not None:
-        os.environ.clear()
-        os.environ.update(env)
+    os.environ.clear()
+    os.environ.update(env)
     # The terminal's Ctrl-C reaches the whole process group; workers ignore it and are stopped
     # by the parent (SIGUSR1) so each one is interrupted exactly once, while training only.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "SIGUSR1"):
         signal.signal(signal.SIGUSR1, _stop_handler)
-    if driver is not None:
-        threading.Thread(target=_watch_driver, args=(driver,), daemon=True).start()
+    threading.Thread(target=_watch_driver, args=(driver,), daemon=True).start()
     slot: Slot = slots.get()  # each worker takes one slot, once, before CUDA starts
     if slot.cuda_visible_devices is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = slot.cuda_visible_devices
