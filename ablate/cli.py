@@ -351,13 +351,41 @@ def plan(
     mfu: Annotated[
         float, typer.Option(min=0.001, max=1.0, help="With --flops: the assumed MFU.")
     ] = 0.25,
+    confirm: Annotated[
+        str | None,
+        typer.Option(
+            "--confirm",
+            help="Only the runs `ablate run --confirm [N]` would train, and their time "
+            "(--confirm alone: the registered seeds).",
+        ),
+    ] = None,
+    unregistered: Annotated[
+        bool, typer.Option(help="With --confirm: N fresh seeds without a registration.")
+    ] = False,
 ) -> None:
     """Print the expanded runs of studies (name, id, status, key params, time) without
     training; check their datasets as run does."""
     from ablate.execution.tables import plan_studies
 
     try:
-        if flops:
+        if confirm is not None:
+            if flops:
+                raise ConfigError("prices a whole study; --confirm times one here", key="--flops")
+            from ablate.execution.confirm import check_n, plan_confirmations
+
+            plan_confirmations(
+                studies,
+                None if confirm == DEFAULT_CONFIRM else check_n(confirm),
+                store=store,
+                profile=profile,
+                overrides=set_ or [],
+                plugins=plugin or [],
+                unregistered=unregistered,
+                estimate=not no_estimate,
+                workers=workers,
+                remeasure=remeasure,
+            )
+        elif flops:
             plan_flops(studies, profile, set_ or [], plugin or [], mfu)
         else:
             plan_studies(
@@ -447,6 +475,7 @@ def sync(
 ) -> None:
     """Upload a study's offline W&B runs, its report run included (needs `wandb login`)."""
     from ablate.study.results import resolve_studies
+    from ablate.tracking.mode import WandbUnreachable
     from ablate.tracking.sync import sync_study
 
     try:
@@ -454,6 +483,8 @@ def sync(
         code = sync_study(store, name, dry_run=dry_run)
     except ConfigError as err:
         fail(err)
+    except WandbUnreachable as err:  # what did not happen and how to retry, in one line
+        fail(err, 1)
     if code:
         raise typer.Exit(code)
 
@@ -466,6 +497,7 @@ def dashboard(
 ) -> None:
     """Save the study's W&B workspace and Report (from `ablate report`); update them next time."""
     from ablate.study.results import resolve_studies
+    from ablate.tracking.mode import WandbUnreachable
     from ablate.tracking.views import save_dashboards
 
     try:
@@ -473,6 +505,8 @@ def dashboard(
         record = save_dashboards(store, name, out)
     except ConfigError as err:
         fail(err)
+    except WandbUnreachable as err:
+        fail(err, 1)
     for kind in ("workspace", "report"):
         typer.echo(f"{record['study']} {kind}: {record[kind]['url']}")
 
@@ -539,8 +573,9 @@ def bench(
         str | None,
         typer.Option(
             help="Measure one section of the CPU bench (overhead, speed, quality, efficiency, "
-            "study, data, stacked, stepcost; nanogpt: nanoGPT's procedure on the reference "
-            "study's 8 seeds, ~16 min, only when named) and put it into the existing report."
+            "study, data, stacked, stepcost, startup; nanogpt: nanoGPT's procedure on the "
+            "reference study's 8 seeds, ~16 min, only when named) and put it into the existing "
+            "report."
         ),
     ] = None,
 ) -> None:

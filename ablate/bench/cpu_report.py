@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ablate.bench import markdown, stepcost
+from ablate.bench import markdown, startup, stepcost
 from ablate.bench.markdown import Section, bold, columns, document, pairs, seconds, si, table, x
 from ablate.bench.studies import render_stacked, render_study
 from ablate.claims.stats import mean_ci
@@ -23,6 +23,7 @@ HEADINGS = {
     "nanogpt": "## 8. nanoGPT's procedure on the reference study",
     "stacked": "## 9. Stacked runs",
     "stepcost": "## 10. Step cost: operations and host reads per step",
+    "startup": "## 11. Start-up: from `ablate run` to the first training step",
     "gpu_paths": "## GPU paths",
 }
 SECTIONS = tuple(HEADINGS.values())
@@ -253,6 +254,7 @@ def render(r: dict[str, Any]) -> str:
         "nanogpt": _nanogpt,
         "stacked": render_stacked,
         "stepcost": stepcost.render,
+        "startup": startup.render,
         "gpu_paths": lambda g: _gpu(g, gpu),
     }
     sections: list[Section] = [(k, heading, bodies[k]) for k, heading in HEADINGS.items()]

@@ -13,42 +13,82 @@ Public API (see each module for the formulas):
   ``WindowDataset``
 """
 
-from ablate.data.batching import batchify, get_batch, window_starts
-from ablate.data.datasets import (
-    DATASETS,
-    DatasetSpec,
-    cache_dir,
-    data_dir,
-    download,
-    fetch_registered,
-    read_text,
-    resolve_dataset,
-    sha256_file,
-    split_bounds,
-    split_sequence,
-)
-from ablate.data.module import (
-    LMDataModule,
-    TokenOrderSampler,
-    WindowDataset,
-    WindowSampler,
-    unigram_entropy,
-    window_order,
-)
-from ablate.data.tokenizers import (
-    EOS,
-    TOKENIZERS,
-    BaseTokenizer,
-    BPETokenizer,
-    CharTokenizer,
-    Dictionary,
-    WordTokenizer,
-    build_tokenizer,
-    cached_bpe,
-    load_tokenizer,
-    train_bpe,
-    word_tokens,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Each name is imported from its module on first use (PEP 562): the datasets and tokenizers
+# need neither torch nor Lightning, so ``ablate run`` checks a study's data without importing
+# them; the worker that trains imports the data module, and with it Lightning, itself.
+_MODULES = {
+    "batching": ("batchify", "get_batch", "window_starts"),
+    "datasets": (
+        "DATASETS", "DatasetSpec", "cache_dir", "data_dir", "download", "fetch_registered",
+        "read_text", "resolve_dataset", "sha256_file", "split_bounds", "split_sequence",
+    ),
+    "module": (
+        "LMDataModule", "TokenOrderSampler", "WindowDataset", "WindowSampler",
+        "unigram_entropy", "window_order",
+    ),
+    "tokenizers": (
+        "EOS", "TOKENIZERS", "BaseTokenizer", "BPETokenizer", "CharTokenizer", "Dictionary",
+        "WordTokenizer", "build_tokenizer", "cached_bpe", "load_tokenizer", "train_bpe",
+        "word_tokens",
+    ),
+}  # fmt: skip
+_HOME = {name: module for module, names in _MODULES.items() for name in names}
+
+if TYPE_CHECKING:
+    from ablate.data.batching import batchify, get_batch, window_starts
+    from ablate.data.datasets import (
+        DATASETS,
+        DatasetSpec,
+        cache_dir,
+        data_dir,
+        download,
+        fetch_registered,
+        read_text,
+        resolve_dataset,
+        sha256_file,
+        split_bounds,
+        split_sequence,
+    )
+    from ablate.data.module import (
+        LMDataModule,
+        TokenOrderSampler,
+        WindowDataset,
+        WindowSampler,
+        unigram_entropy,
+        window_order,
+    )
+    from ablate.data.tokenizers import (
+        EOS,
+        TOKENIZERS,
+        BaseTokenizer,
+        BPETokenizer,
+        CharTokenizer,
+        Dictionary,
+        WordTokenizer,
+        build_tokenizer,
+        cached_bpe,
+        load_tokenizer,
+        train_bpe,
+        word_tokens,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'ablate.data' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"ablate.data.{_HOME[name]}"), name)
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "DATASETS",

@@ -44,7 +44,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ablate.config import RunConfig
-from ablate.execution.tables import Col, make_console, print_rows
+from ablate.execution.tables import Col, make_console, print_rows, profile_text
 from ablate.store import RunStore
 from ablate.study import PlannedRun, Study, load_study
 from ablate.study.preflight import check_compile
@@ -170,7 +170,7 @@ def smoke_study(
 def _print_notes(study: Study, runs: list[tuple[PlannedRun, RunConfig]], console) -> None:
     """The smoke's header, and a line for each way it departs from the profile."""
     console.print(
-        f"[bold]{study.name}[/] smoke test (profile {study.profile}): {len(runs)} of "
+        f"[bold]{study.name}[/] smoke test{profile_text(study)}: {len(runs)} of "
         f"{len(study.runs)} runs (one per code path) on the CPU"
     )
     if any(r.config.train.precision == "16-mixed" for r, _ in runs):

@@ -233,7 +233,8 @@ def load_plugin(spec: str, *, base: Path | None = None, key: str = "plugins", so
     """Import one plugin: a dotted module name, or a ``.py`` path (relative to ``base``).
 
     Returns the module name. Importing the same plugin again does nothing. Any failure is a
-    one-line ``ConfigError`` naming the plugin, the key and the source file.
+    one-line ``ConfigError`` naming the plugin, the key and the source file, and so is a plugin
+    that registers nothing (its classes lack ``@ablate.register``: it would change nothing).
     """
     if not isinstance(spec, str) or not spec.strip():
         raise ConfigError(
@@ -252,6 +253,7 @@ def load_plugin(spec: str, *, base: Path | None = None, key: str = "plugins", so
             raise ConfigError(f"plugin {spec!r}: no such file ({path})", key=key, source=source)
         digest = hashlib.sha256(ident.encode()).hexdigest()[:10]
         mod_name = f"ablate_plugin_{path.stem}_{digest}"
+        before = set(_PLUGINS)
         try:
             mod_spec = importlib.util.spec_from_file_location(mod_name, path)
             module = importlib.util.module_from_spec(mod_spec)
@@ -264,12 +266,31 @@ def load_plugin(spec: str, *, base: Path | None = None, key: str = "plugins", so
         ident = mod_name = spec
         if ident in _LOADED:
             return _LOADED[ident]
+        before = set(_PLUGINS)
         try:
             importlib.import_module(spec)
         except Exception as err:  # noqa: BLE001
             raise _import_error(spec, err, key, source) from None
+    if not set(_PLUGINS) - before and not _registered_by(mod_name):
+        raise ConfigError(
+            f"plugin {spec!r} registers nothing: it imports, but no class in it is decorated "
+            f"with @ablate.register(axis, name) (axes: {', '.join(AXES)})",
+            key=key,
+            source=source,
+        )
     _LOADED[ident] = mod_name
     return mod_name
+
+
+def _registered_by(module: str) -> list[tuple[str, str]]:
+    """The (axis, name) registrations of classes defined in ``module`` or below it (a module
+    plugin imported before, whose registrations happened then)."""
+    out = []
+    for axis, name in _PLUGINS:
+        owner = getattr(table(axis).get(name), "__module__", "") or ""
+        if owner == module or owner.startswith(module + "."):
+            out.append((axis, name))
+    return out
 
 
 def _import_error(spec: str, err: Exception, key: str, source) -> ConfigError:

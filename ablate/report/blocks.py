@@ -15,7 +15,7 @@ from ablate.claims.comparisons import Comparison
 from ablate.claims.standing import confirm_mask, latest_attempt
 from ablate.claims.stats import ALPHA, SEED
 from ablate.claims.verdicts import Verdict, verdict
-from ablate.names import display_names, format_value, loss_unit, value_order
+from ablate.names import display_names, format_value, loss_unit, study_key, value_order
 from ablate.report.answer import claims_summary, seeds_text
 from ablate.report.claims_section import against_the_paper, extra_seeds_section
 from ablate.report.plots import FigureFile
@@ -105,7 +105,8 @@ def _axes_line(study: StudyData) -> str:
     parts = []
     for a in study.axes:
         vals = ", ".join(format_value(v) for v in value_order(study.runs[a]))
-        parts.append(f"`{a}` ({vals})" if a in study.varying_axes else f"`{a}` = {vals}")
+        key = study_key(a)  # as the study names it (axis.variant: its `variants:`)
+        parts.append(f"`{key}` ({vals})" if a in study.varying_axes else f"`{key}` = {vals}")
     n_var = study.runs["variant"].nunique()
     seeds = study.runs.groupby("variant")["seed"].nunique()
     seed_txt = (

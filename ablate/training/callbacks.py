@@ -45,6 +45,8 @@ class ProgressFile(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = int(trainer.global_step)
+        # the end of start-up: `ablate bench --section startup` times `ablate run` to here
+        self.record.setdefault("first_step", time.time())
         if step % self.every and step != trainer.max_steps:
             return
         # the module's log step: the mean loss since the last one, read from the device once

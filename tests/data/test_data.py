@@ -314,6 +314,32 @@ def test_download_failure_is_config_error(server, monkeypatch, tmp_path):
     assert list((tmp_path / "cache" / "tiny").iterdir()) == []
 
 
+def test_a_missing_dataset_names_every_folder_it_looked_in(server, monkeypatch, tmp_path):
+    """Not under ABLATE_DATA_DIR, not in the cache, no download: the one line names the data
+    folder as the variable gave it and where that led (a relative value resolves against the
+    working directory), the cache, and the download that failed."""
+    register(monkeypatch, "tiny", server.url("/missing.txt"), server.sha)
+    work = tmp_path / "clone"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("ABLATE_DATA_DIR", "../shared/data")  # the README's, from another folder
+    with pytest.raises(ConfigError) as err:
+        resolve_dataset("tiny")
+    msg = err.value.message
+    assert err.value.key == "data.dataset"
+    assert "$ABLATE_DATA_DIR=../shared/data" in msg
+    shared = tmp_path / "shared"  # ../shared from the clone: not there
+    assert f"{shared / 'data' / 'tiny' / 'data.txt'}: no folder {shared}" in msg
+    assert f"{tmp_path / 'cache' / 'tiny' / 'data.txt'}: no such file" in msg
+    assert f"could not download {server.url('/missing.txt')}" in msg
+    (tmp_path / "shared" / "data" / "tiny").mkdir(parents=True)  # the folder, not the file
+    with pytest.raises(ConfigError, match=r"shared/data/tiny/data\.txt: no such file"):
+        resolve_dataset("tiny")
+    monkeypatch.delenv("ABLATE_DATA_DIR")
+    with pytest.raises(ConfigError, match=r"under \$ABLATE_DATA_DIR \(not set\) and in the cache"):
+        resolve_dataset("tiny")
+
+
 def test_corrupt_cache_entry_is_fetched_again(server, monkeypatch, tmp_path):
     register(monkeypatch, "tiny", server.url("/data.txt"), server.sha)
     cached = tmp_path / "cache" / "tiny" / "data.txt"

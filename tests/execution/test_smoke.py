@@ -72,6 +72,17 @@ def test_smoke_exits_nonzero_when_a_run_fails(tmp_path, monkeypatch):
     assert res.exit_code == 1 and "boom" in res.output
 
 
+def test_smoke_of_a_study_without_profiles_names_none(make_study, monkeypatch):
+    """A study with no profiles says nothing about one (it said "(profile None)"); one with
+    profiles says which it chose and why, as `ablate run` does."""
+    monkeypatch.setattr(ablate.training.train, "train_run", lambda *a, **k: {"status": "completed"})
+    res = CliRunner().invoke(app, ["run", str(make_study(name="plain")), "--smoke"])
+    assert res.exit_code == 0, res.output
+    assert "plain smoke test: 2 of 2 runs" in res.output and "None" not in res.output
+    res = CliRunner().invoke(app, ["run", "studies/reference_nanogpt_cpu.yaml", "--smoke"])
+    assert "smoke test (profile cpu: default_profile auto: no CUDA device visible)" in res.output
+
+
 def test_smoke_rejects_an_impossible_kernel_at_plan_time():
     res = CliRunner().invoke(
         app,

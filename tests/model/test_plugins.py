@@ -286,6 +286,30 @@ def test_an_unknown_name_says_which_plugins_are_loaded(clean_registry, tmp_path)
         build_config({"model.norm": "qnorm"})
 
 
+def test_a_plugin_that_registers_nothing_is_told_so(clean_registry, tmp_path):
+    """A plugin file whose class lacks @ablate.register changes nothing: it is one line
+    saying so, naming the plugin (it was "no plugin loaded on this axis", with the study's
+    plugins: entry right there)."""
+    (tmp_path / "forgot.py").write_text(NORM_PLUGIN.format(name="relu2", extra="").replace(
+        '@ablate.register("norm", "relu2")\n', ""
+    ))  # fmt: skip
+    study = tmp_path / "s.yaml"
+    study.write_text(
+        yaml.safe_dump({"plugins": ["./forgot.py"], "base": {"model.activation": "relu2"}})
+    )
+    res = CliRunner().invoke(app, ["plan", str(study), "--no-estimate"])
+    assert res.exit_code == 2
+    (line,) = res.output.strip().splitlines()
+    assert "plugins[0]: plugin './forgot.py' registers nothing" in line
+    assert "@ablate.register(axis, name)" in line and "no plugin loaded" not in line
+
+
+def test_a_name_registered_on_another_axis_says_which(clean_registry, tmp_path):
+    load_plugin(str(write_plugin(tmp_path, name="relu2")))  # a norm, meant as an activation
+    with pytest.raises(ConfigError, match="register no activation, only norm 'relu2'"):
+        build_config({"model.activation": "relu2"})
+
+
 def test_a_plugin_studys_report_keeps_its_claims_from_another_directory(
     make_study, tmp_path, clean_registry
 ):
