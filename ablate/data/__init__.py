@@ -9,8 +9,9 @@ Public API (see each module for the formulas):
   ``read_text``, ``download``, ``split_bounds``, ``split_sequence``, ``sha256_file``,
   ``data_dir``, ``cache_dir``
 - module: ``LMDataModule``, ``unigram_entropy``, ``window_order``, ``WindowSampler``,
-  ``TokenOrderSampler``,
-  ``WindowDataset``
+  ``TokenOrderSampler``, ``WindowDataset``, ``random_offsets``, ``RandomOffsetSampler``,
+  ``RandomOffsetDataset``
+- reuse: ``DataReuse``, ``data_reuse``, ``distinct_windows``, ``split_sizes``
 """
 
 from ablate.data.batching import batchify, get_batch, window_starts
@@ -29,12 +30,16 @@ from ablate.data.datasets import (
 )
 from ablate.data.module import (
     LMDataModule,
+    RandomOffsetDataset,
+    RandomOffsetSampler,
     TokenOrderSampler,
     WindowDataset,
     WindowSampler,
+    random_offsets,
     unigram_entropy,
     window_order,
 )
+from ablate.data.reuse import DataReuse, data_reuse, distinct_windows, split_sizes
 from ablate.data.tokenizers import (
     EOS,
     TOKENIZERS,
@@ -59,7 +64,10 @@ __all__ = [
     "CharTokenizer",
     "DatasetSpec",
     "Dictionary",
+    "DataReuse",
     "LMDataModule",
+    "RandomOffsetDataset",
+    "RandomOffsetSampler",
     "WindowDataset",
     "TokenOrderSampler",
     "WindowSampler",
@@ -69,15 +77,19 @@ __all__ = [
     "cache_dir",
     "cached_bpe",
     "data_dir",
+    "data_reuse",
+    "distinct_windows",
     "download",
     "get_batch",
     "load_tokenizer",
+    "random_offsets",
     "read_text",
     "fetch_registered",
     "resolve_dataset",
     "sha256_file",
     "split_bounds",
     "split_sequence",
+    "split_sizes",
     "train_bpe",
     "unigram_entropy",
     "window_order",
