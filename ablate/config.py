@@ -150,9 +150,10 @@ class DataConfig(_Section):
     size. ``tokens``: one seeded order of ``seq_len`` windows of the whole stream, consumed
     ``batch_size`` at a time, so at one seed every batch size sees the same tokens in the same
     order (compare batch sizes paired by seed). ``random``: every sequence starts at a uniform
-    random offset of the whole stream, drawn afresh for each batch from (seed, batch index), as
-    nanoGPT's ``get_batch`` does: at many passes over the data no window repeats (``stride``
-    and ``shuffle`` do not apply)."""
+    random offset of the whole stream, as nanoGPT's ``get_batch`` draws them, from generators
+    keyed by the seed and the sequence's place in the stream: at many passes over the data no
+    window repeats, and as under ``tokens`` the stream does not depend on the batch size
+    (``stride`` and ``shuffle`` do not apply)."""
     val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
     test_fraction: float = Field(0.0, ge=0.0, lt=1.0)
     eval_batch_size: int | None = Field(None, ge=1)

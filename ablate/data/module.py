@@ -30,11 +30,13 @@ so each DataLoader uses ``batch_size=None`` over a dataset of window offsets:
   stream of epochs (``TokenOrderSampler``). The stream does not depend on ``B``, so at one seed
   batch 8 and batch 64 see the same tokens in the same order (8 batches of 8 = one of 64).
 - train under ``data.order: random`` (nanoGPT's ``get_batch``): the split stays one row and
-  batch ``k`` is ``batch_size`` windows at offsets drawn uniformly from every valid offset
-  ``[0, n - seq_len)`` by a generator seeded from (seed, k) alone (``random_offsets``). A batch
-  is a pure function of its index, so the stream is the same whatever loads it (workers, a
-  stacked group) and a run resumed at step s draws exactly the batches from s on
-  (``RandomOffsetSampler``). Lightning's epochs are a nominal pass over the tokens.
+  every sequence is a window at an offset drawn uniformly from every valid offset
+  ``[0, n - seq_len)``, by generators seeded from the seed and the sequence's place in the
+  stream alone (``random_offsets``); batch ``k`` is sequences ``kB .. kB + B - 1``. A batch is
+  a pure function of its index, so the stream is the same whatever loads it (workers, a
+  stacked group), a run resumed at step s draws exactly the batches from s on
+  (``RandomOffsetSampler``), and, as under ``tokens``, every batch size sees the same sequences
+  in the same order at one seed. Lightning's epochs are a nominal pass over the tokens.
 - val/test: non-overlapping windows (stride = seq_len) in order over the whole split (only full
   windows: the last ``< seq_len`` targets of each row are not scored).
 
@@ -83,13 +85,27 @@ def _mix_seed(seed: int, epoch: int, stream: str = "window_order") -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
-def random_offsets(n: int, batch_size: int, seed: int, batch: int) -> torch.Tensor:
-    """The window offsets of training batch ``batch`` under ``data.order: random``:
-    ``batch_size`` independent uniform draws from ``[0, n)`` (``torch.randint``) under a CPU
-    generator seeded from (seed, batch) alone, so any batch can be drawn without the ones
-    before it."""
-    g = torch.Generator().manual_seed(_mix_seed(seed, batch, "random_offsets"))
-    return torch.randint(n, (batch_size,), generator=g)
+OFFSET_BLOCK = 64
+"""Sequences whose offsets one generator draws under ``data.order: random``."""
+
+
+def random_offsets(n: int, seed: int, first: int, count: int) -> torch.Tensor:
+    """The window offsets of sequences ``first .. first + count - 1`` of a seed's stream under
+    ``data.order: random``: independent uniform draws from ``[0, n)`` (``torch.randint``),
+    sequence ``j``'s made by a CPU generator seeded from (seed, ``j // OFFSET_BLOCK``) alone.
+    So any batch is drawn without the ones before it, and batch ``k`` of size ``B`` is
+    sequences ``kB .. kB + B - 1`` of one stream whatever ``B`` is (as under ``tokens``)."""
+    lo, hi = first // OFFSET_BLOCK, (first + count - 1) // OFFSET_BLOCK
+    blocks = [
+        torch.randint(
+            n,
+            (OFFSET_BLOCK,),
+            generator=torch.Generator().manual_seed(_mix_seed(seed, b, "random_offsets")),
+        )
+        for b in range(lo, hi + 1)
+    ]
+    skip = first - lo * OFFSET_BLOCK
+    return torch.cat(blocks)[skip : skip + count]
 
 
 def window_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> torch.Tensor:
@@ -238,14 +254,15 @@ class RandomOffsetSampler(Sampler[int]):
 
 class RandomOffsetDataset(Dataset):
     """Item ``k`` is training batch ``k`` of a one-row ``source``: ``batch_size`` windows at
-    ``random_offsets(n - seq_len, batch_size, seed, k)`` (``stack_windows``)."""
+    ``random_offsets(n - seq_len, seed, k * batch_size, batch_size)`` (``stack_windows``)."""
 
     def __init__(self, source: torch.Tensor, seq_len: int, batch_size: int, seed: int):
         self.source, self.seq_len, self.batch_size, self.seed = source, seq_len, batch_size, seed
         self.offsets = len(window_starts(source.size(1), seq_len, 1, key="data.seq_len"))
 
     def __getitem__(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        starts = random_offsets(self.offsets, self.batch_size, self.seed, k)
+        b = self.batch_size
+        starts = random_offsets(self.offsets, self.seed, k * b, b)
         return stack_windows(self.source, starts, self.seq_len)
 
 

@@ -402,7 +402,11 @@ def test_looks_in_the_report(tmp_path, write_run):
 
 @pytest.mark.parametrize(
     ("order", "test", "why"),
-    [("rows", "Welch t", STREAMS_DIFFER), ("tokens", "paired t", PAIRED)],
+    [
+        ("rows", "Welch t", STREAMS_DIFFER),
+        ("tokens", "paired t", PAIRED),
+        ("random", "paired t", PAIRED),
+    ],
 )
 def test_batch_sizes_pair_by_seed_only_when_they_share_the_token_stream(
     tmp_path, write_run, order, test, why

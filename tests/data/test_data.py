@@ -22,7 +22,6 @@ import torch
 import ablate.data.module as dm_module
 import ablate.data.tokenizers as tk
 from ablate.config import ConfigError, DataConfig
-from ablate.data.reuse import describe
 from ablate.data import (
     DATASETS,
     EOS,
@@ -48,6 +47,7 @@ from ablate.data import (
     window_order,
     window_starts,
 )
+from ablate.data.reuse import describe
 
 SHAKESPEARE_SHA = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 
@@ -513,13 +513,14 @@ def test_random_offsets_cover_every_offset_uniformly():
     from scipy.stats import chisquare
 
     n, b = 50, 10
-    draws = torch.cat([random_offsets(n, b, seed=3, batch=k) for k in range(2000)])
+    draws = torch.cat([random_offsets(n, seed=3, first=k * b, count=b) for k in range(2000)])
     counts = torch.bincount(draws, minlength=n)
     assert counts.numel() == n and int(counts.min()) > 0  # [0, n): n - 1 drawn, n never
     assert chisquare(counts.tolist()).pvalue > 0.01
-    # batches are independent of each other: another seed, another stream
-    assert not torch.equal(random_offsets(n, b, 3, 0), random_offsets(n, b, 4, 0))
-    assert torch.equal(random_offsets(n, b, 3, 7), random_offsets(n, b, 3, 7))
+    # any stretch of the stream is the same drawn alone or as part of a longer one
+    assert torch.equal(random_offsets(n, 3, 100, 150), draws[100:250])
+    assert torch.equal(random_offsets(n, 3, 63, 2), draws[63:65])  # across a generator block
+    assert not torch.equal(random_offsets(n, 4, 0, b), draws[:b])  # another seed, another stream
 
 
 def test_random_order_batches_are_windows_at_the_drawn_offsets(text_file):
@@ -530,12 +531,16 @@ def test_random_order_batches_are_windows_at_the_drawn_offsets(text_file):
     assert len(dm.train_dataloader()) == dm.num_train_windows == 337 // 4
     loader = dm.train_dataloader()
     for k, (x, y) in zip(range(3), loader, strict=False):
-        offsets = random_offsets(2700 - 8, 4, seed=5, batch=k).tolist()
+        offsets = random_offsets(2700 - 8, seed=5, first=4 * k, count=4).tolist()
         assert x.tolist() == [src[o : o + 8].tolist() for o in offsets]
         assert y.tolist() == [src[o + 1 : o + 9].tolist() for o in offsets]
     a = first_inputs(make_dm(text_file, seed=1, order="random").train_dataloader())
     assert a == first_inputs(make_dm(text_file, seed=1, order="random").train_dataloader())
     assert a != first_inputs(make_dm(text_file, seed=2, order="random").train_dataloader())
+    # as under ``tokens``: the same sequences in the same order at every batch size
+    b4 = _stream(make_dm(text_file, seed=4, batch_size=4, order="random"), 16)
+    b16 = _stream(make_dm(text_file, seed=4, batch_size=16, order="random"), 4)
+    assert b4 == b16 and len(b4[0]) == 64 * 8
 
 
 def test_random_order_resumes_at_any_batch_and_ignores_the_worker_layout(text_file):
