@@ -354,10 +354,33 @@ def test_a_profile_replaces_a_claims_literature_arm(tmp_path, norm_pos_store):
     assert need.unit == "seeds of arm a (against one published value)"
 
 
+def test_a_profile_adds_a_claim_of_its_own(tmp_path):
+    """A claim id the study lacks, given whole (with its text), is a claim of that profile
+    alone: the other profiles' claims, and so their registrations, are unchanged."""
+    own = {
+        "text": "pre equals the other paper's 1.61",
+        "expect": "equivalent",
+        "metric": "best_val_loss",
+        "a": {"model.norm_placement": "pre", "model.pos_encoding": "learned"},
+        "b": {"values": [1.61], "label": "gpu paper", "source": "its table 3"},
+    }
+    profiles = {"cpu": {}, "gpu": {"claims": {"vs-other-paper": own}}}
+    spec = study_yaml(tmp_path / "s.yaml", [CLAIMS[-1]], profiles=profiles)
+    (cpu,) = plan_study(spec, "cpu", check_data=False).claims
+    published, added = plan_study(spec, "gpu", check_data=False).claims
+    assert cpu == published  # the study's own claim, as at the cpu profile
+    assert (added.id, added.metric, added.external) == ("vs-other-paper", "best_val_loss", (1.61,))
+
+
 @pytest.mark.parametrize(
     ("replace", "key", "message"),
     [
         ({"nope": {"margin": 0.1}}, "profiles.gpu.claims.nope", "no claim with this id"),
+        (
+            {"own": {"text": "t", "expect": "better", "a": {"model.norm_placement": "pre"}}},
+            "profiles.gpu.claims.own.b",
+            "needs b:",
+        ),
         ({"vs-published": {"text": "x"}}, "profiles.gpu.claims.vs-published.text", "unknown"),
         (
             {"vs-published": {"b": {"model.norm": "pre"}}},
