@@ -536,8 +536,9 @@ def bench(
     probe: Annotated[
         bool,
         typer.Option(
-            help="The stacked probe (reports/bench_probe.md): solo vs stacks of 1, 4, 8 at the "
-            "reference gpu shape; without CUDA at a tiny shape, CUDA figures 'not measured'."
+            help="The probe (reports/bench_probe.md): solo, 4 packed processes and a stack of "
+            "4 at the reference gpu shape, and the verdict window.sh applies; without CUDA at a "
+            "tiny shape, CUDA figures 'not measured'."
         ),
     ] = False,
     section: Annotated[
