@@ -19,8 +19,12 @@ schedule, and its best validation loss comes near iteration 1750), and writes
 lowest of its printed validation losses, each 200 random batches), the iteration, the printed
 curve, and, where its best checkpoint is there, that checkpoint scored on the whole validation
 split in ablate's windows (``full_split_best_val_loss``). ``--from-log`` makes the same record from
-a log of such a run (the GPU pilot's). Runs accumulate: an existing ``--out`` keeps its runs and
-a new seed is the next one it lacks.
+a log of such a run (the GPU pilot's).
+
+A registered claim pins the values it compares with, so the artifact a registration read
+(``reports/gpu/nanogpt_own.json``) never grows under it: ``--gpu`` writes the runs so far plus
+its new one to ``reports/gpu/nanogpt_own_next.json`` (its seed: the next one neither file has),
+which a later registration may point the claim at.
 """
 
 from __future__ import annotations
@@ -165,6 +169,7 @@ def run(nanogpt: Path, out: Path, seeds: tuple[int, ...] = SEEDS, threads: int =
 # --- the gpu profile: nanoGPT's GPU config -------------------------------------------------------
 
 GPU_OUT = Path("reports/gpu/nanogpt_own.json")
+GPU_NEXT = Path("reports/gpu/nanogpt_own_next.json")
 GPU_ARGS = ("config/train_shakespeare_char.py",)
 GPU_KEYS = ("best_val_loss", "best_iter", "final_val_loss", "full_split_best_val_loss")
 
@@ -220,7 +225,8 @@ def run_gpu(
     nanogpt: Path, out: Path, keep: Path, max_iters: int | None, log: Path | None
 ) -> dict[str, Any]:
     """Train nanoGPT's GPU config once, at the first seed ``keep``'s runs lack; write ``keep``'s
-    runs plus this one to ``out``."""
+    runs plus this one to ``out`` (``keep``: the next-runs file where there is one, else the
+    registered artifact)."""
     runs = read_runs(keep)
     seed = next(s for s in range(SEEDS[0], SEEDS[0] + 10**6) if s not in {r["seed"] for r in runs})
     cfg = load_study(STUDY, "gpu", check_device=False).runs[0].config
@@ -267,11 +273,13 @@ def from_log(log: Path, out: Path, seed: int, device: str, commit: str) -> dict[
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--nanogpt", type=Path, help="a checkout of karpathy/nanoGPT")
-    p.add_argument("--out", type=Path, help=f"default reports/nanogpt_own.json, --gpu: {GPU_OUT}")
+    p.add_argument("--out", type=Path, help=f"default reports/nanogpt_own.json; --gpu: {GPU_NEXT}")
     p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--gpu", action="store_true", help="nanoGPT's GPU config, one seed")
-    p.add_argument("--keep", type=Path, default=GPU_OUT, help="--gpu: the runs to keep")
+    p.add_argument(
+        "--keep", type=Path, help=f"--gpu: the runs to keep ({GPU_NEXT}, else {GPU_OUT})"
+    )
     p.add_argument("--max-iters", type=int, help="--gpu: stop after this many iterations")
     p.add_argument("--log", type=Path, help="--gpu: where nanoGPT's output goes")
     p.add_argument("--from-log", type=Path, help="a log of nanoGPT's GPU config to record")
@@ -285,7 +293,8 @@ def main(argv: list[str] | None = None) -> None:
     if a.nanogpt is None or not (a.nanogpt / "train.py").is_file():
         p.error(f"--nanogpt: {a.nanogpt}/train.py not found (a checkout of karpathy/nanoGPT)")
     if a.gpu:
-        run_gpu(a.nanogpt, a.out or GPU_OUT, a.keep, a.max_iters, a.log)
+        keep = a.keep or (GPU_NEXT if GPU_NEXT.is_file() else GPU_OUT)
+        run_gpu(a.nanogpt, a.out or GPU_NEXT, keep, a.max_iters, a.log)
     else:
         run(a.nanogpt, a.out or Path("reports/nanogpt_own.json"), tuple(a.seeds), a.threads)
 
