@@ -51,6 +51,7 @@ import hashlib
 import math
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
@@ -89,23 +90,20 @@ OFFSET_BLOCK = 64
 """Sequences whose offsets one generator draws under ``data.order: random``."""
 
 
-def random_offsets(n: int, seed: int, first: int, count: int) -> torch.Tensor:
+def random_offsets(n: int, seed: int, first: int, count: int) -> np.ndarray:
     """The window offsets of sequences ``first .. first + count - 1`` of a seed's stream under
-    ``data.order: random``: independent uniform draws from ``[0, n)`` (``torch.randint``),
-    sequence ``j``'s made by a CPU generator seeded from (seed, ``j // OFFSET_BLOCK``) alone.
-    So any batch is drawn without the ones before it, and batch ``k`` of size ``B`` is
-    sequences ``kB .. kB + B - 1`` of one stream whatever ``B`` is (as under ``tokens``)."""
+    ``data.order: random``: independent uniform draws from ``[0, n)`` (numpy's ``integers``),
+    sequence ``j``'s made by a generator seeded from (seed, ``j // OFFSET_BLOCK``) alone. So
+    any batch is drawn without the ones before it, and batch ``k`` of size ``B`` is sequences
+    ``kB .. kB + B - 1`` of one stream whatever ``B`` is (as under ``tokens``). numpy, not
+    torch: a batch is cut without reading a tensor back to Python."""
     lo, hi = first // OFFSET_BLOCK, (first + count - 1) // OFFSET_BLOCK
     blocks = [
-        torch.randint(
-            n,
-            (OFFSET_BLOCK,),
-            generator=torch.Generator().manual_seed(_mix_seed(seed, b, "random_offsets")),
-        )
+        np.random.default_rng(_mix_seed(seed, b, "random_offsets")).integers(0, n, OFFSET_BLOCK)
         for b in range(lo, hi + 1)
     ]
     skip = first - lo * OFFSET_BLOCK
-    return torch.cat(blocks)[skip : skip + count]
+    return np.concatenate(blocks)[skip : skip + count]
 
 
 def window_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> torch.Tensor:
@@ -254,16 +252,19 @@ class RandomOffsetSampler(Sampler[int]):
 
 class RandomOffsetDataset(Dataset):
     """Item ``k`` is training batch ``k`` of a one-row ``source``: ``batch_size`` windows at
-    ``random_offsets(n - seq_len, seed, k * batch_size, batch_size)`` (``stack_windows``)."""
+    ``random_offsets(n - seq_len, seed, k * batch_size, batch_size)``, int64 copies."""
 
     def __init__(self, source: torch.Tensor, seq_len: int, batch_size: int, seed: int):
-        self.source, self.seq_len, self.batch_size, self.seed = source, seq_len, batch_size, seed
+        self.tokens = source[0].numpy()  # the split (a memmap), indexed by numpy every step
+        self.seq_len, self.batch_size, self.seed = seq_len, batch_size, seed
         self.offsets = len(window_starts(source.size(1), seq_len, 1, key="data.seq_len"))
 
     def __getitem__(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         b = self.batch_size
         starts = random_offsets(self.offsets, self.seed, k * b, b)
-        return stack_windows(self.source, starts, self.seq_len)
+        idx = starts[:, None] + np.arange(self.seq_len + 1)  # (B, seq_len + 1)
+        rows = torch.from_numpy(self.tokens[idx].astype(np.int64))
+        return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
 
 
 class ResumableLoader(DataLoader):
