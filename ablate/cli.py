@@ -345,12 +345,14 @@ def plan(
         bool,
         typer.Option(
             "--flops",
-            help="Print FLOPs and H200-minutes per variant and tier instead (no GPU needed).",
+            help="Print FLOPs and GPU minutes per variant and tier instead (no GPU needed), "
+            "at the last CUDA probe's measured rate, else the GPU pilot's.",
         ),
     ] = False,
-    mfu: Annotated[
-        float, typer.Option(min=0.001, max=1.0, help="With --flops: the assumed MFU.")
-    ] = 0.25,
+    tflops: Annotated[
+        float | None,
+        typer.Option(min=0.001, help="With --flops: minutes at this rate (TFLOP/s) instead."),
+    ] = None,
     confirm: Annotated[
         str | None,
         typer.Option(
@@ -386,7 +388,7 @@ def plan(
                 remeasure=remeasure,
             )
         elif flops:
-            plan_flops(studies, profile, set_ or [], plugin or [], mfu)
+            plan_flops(studies, profile, set_ or [], plugin or [], tflops)
         else:
             plan_studies(
                 studies,
@@ -403,21 +405,24 @@ def plan(
 
 
 def plan_flops(
-    studies: list[Path], profile: str | None, overrides: list[str], plugins: list[str], mfu: float
+    studies: list[Path],
+    profile: str | None,
+    overrides: list[str],
+    plugins: list[str],
+    tflops: float | None,
 ) -> None:
     """``ablate plan --flops``: every study validated as for a run except for the device (a
-    gpu profile is costed on a laptop), then one FLOPs table in minutes of an H200 (the lent
-    GPU; its dense bf16 peak is an H100 SXM's), with each tier's total."""
-    from ablate.bench.machine import GPU_BF16_PEAK
-    from ablate.execution.flops import print_flops
+    gpu profile is costed on a laptop), then one FLOPs table in minutes at a measured rate
+    (``tflops``: one given), with each tier's total and each study's data reuse."""
+    from ablate.execution.flops import Rate, measured_rate, print_flops
     from ablate.execution.tables import make_console
     from ablate.study import load_study
 
     planned = [
         load_study(p, profile, overrides, plugins=plugins, check_device=False) for p in studies
     ]
-    peak = GPU_BF16_PEAK["H200"][0]
-    print_flops(planned, mfu=mfu, peak=peak, peak_label="H200", console=make_console())
+    rate = Rate(tflops * 1e12, "--tflops") if tflops else measured_rate()
+    print_flops(planned, rate=rate, console=make_console())
 
 
 @app.command()
@@ -565,8 +570,9 @@ def bench(
     probe: Annotated[
         bool,
         typer.Option(
-            help="The stacked probe (reports/bench_probe.md): solo vs stacks of 1, 4, 8 at the "
-            "reference gpu shape; without CUDA at a tiny shape, CUDA figures 'not measured'."
+            help="The probe (reports/bench_probe.md): solo, 4 packed processes and a stack of "
+            "4 at the reference gpu shape, and the verdict window.sh applies; without CUDA at a "
+            "tiny shape, CUDA figures 'not measured'."
         ),
     ] = False,
     section: Annotated[

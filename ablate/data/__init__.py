@@ -9,8 +9,9 @@ Public API (see each module for the formulas):
   ``read_text``, ``download``, ``split_bounds``, ``split_sequence``, ``sha256_file``,
   ``data_dir``, ``cache_dir``
 - module: ``LMDataModule``, ``unigram_entropy``, ``window_order``, ``WindowSampler``,
-  ``TokenOrderSampler``,
-  ``WindowDataset``
+  ``TokenOrderSampler``, ``WindowDataset``, ``random_offsets``, ``RandomOffsetSampler``,
+  ``RandomOffsetDataset``
+- reuse: ``DataReuse``, ``data_reuse``, ``distinct_windows``, ``split_sizes``
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ _MODULES = {
         "read_text", "resolve_dataset", "sha256_file", "split_bounds", "split_sequence",
     ),
     "module": (
-        "LMDataModule", "TokenOrderSampler", "WindowDataset", "WindowSampler",
-        "unigram_entropy", "window_order",
+        "LMDataModule", "RandomOffsetDataset", "RandomOffsetSampler", "TokenOrderSampler",
+        "WindowDataset", "WindowSampler", "random_offsets", "unigram_entropy", "window_order",
     ),
+    "reuse": ("DataReuse", "data_reuse", "distinct_windows", "split_sizes"),
     "tokenizers": (
         "EOS", "TOKENIZERS", "BaseTokenizer", "BPETokenizer", "CharTokenizer", "Dictionary",
         "WordTokenizer", "build_tokenizer", "cached_bpe", "load_tokenizer", "train_bpe",
@@ -56,12 +58,16 @@ if TYPE_CHECKING:
     )
     from ablate.data.module import (
         LMDataModule,
+        RandomOffsetDataset,
+        RandomOffsetSampler,
         TokenOrderSampler,
         WindowDataset,
         WindowSampler,
+        random_offsets,
         unigram_entropy,
         window_order,
     )
+    from ablate.data.reuse import DataReuse, data_reuse, distinct_windows, split_sizes
     from ablate.data.tokenizers import (
         EOS,
         TOKENIZERS,
@@ -99,7 +105,10 @@ __all__ = [
     "CharTokenizer",
     "DatasetSpec",
     "Dictionary",
+    "DataReuse",
     "LMDataModule",
+    "RandomOffsetDataset",
+    "RandomOffsetSampler",
     "WindowDataset",
     "TokenOrderSampler",
     "WindowSampler",
@@ -109,15 +118,19 @@ __all__ = [
     "cache_dir",
     "cached_bpe",
     "data_dir",
+    "data_reuse",
+    "distinct_windows",
     "download",
     "get_batch",
     "load_tokenizer",
+    "random_offsets",
     "read_text",
     "fetch_registered",
     "resolve_dataset",
     "sha256_file",
     "split_bounds",
     "split_sequence",
+    "split_sizes",
     "train_bpe",
     "unigram_entropy",
     "window_order",

@@ -98,10 +98,11 @@ def emulated_bf16(precision: str) -> bool:
 
 def smoke_members(cfg: RunConfig) -> list[RunConfig]:
     """The configs one smoke run trains: ``cfg`` alone, or where the profile stacks ``cfg``'s
-    runs, ``cfg`` and ``SMOKE_MEMBERS - 1`` more seeds as one stacked group."""
-    from ablate.training.stacked.plan import not_stackable
+    runs (``auto``, or groups of N > 1), ``cfg`` and ``SMOKE_MEMBERS - 1`` more seeds as one
+    stacked group."""
+    from ablate.training.stacked.plan import stack_limit
 
-    if cfg.train.stack == "off" or not_stackable(cfg):
+    if stack_limit(cfg, auto=lambda c: SMOKE_MEMBERS) == 1:  # off, 1, or cannot stack
         return [cfg]
     out = []
     for seed in range(cfg.train.seed, cfg.train.seed + SMOKE_MEMBERS):

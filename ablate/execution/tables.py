@@ -330,6 +330,7 @@ def _print_plan(
     note: str | None = None,
 ) -> None:
     from ablate.execution.estimate import estimate_runs, total_line
+    from ablate.execution.flops import reuse_line
     from ablate.execution.groups import plan_labels
 
     header = f"[bold]{study.name}[/]"
@@ -377,6 +378,7 @@ def _print_plan(
     print_rows(console, title, cols, rows)
     for line in stack_lines:
         console.print(escape(line), soft_wrap=True)
+    console.print(escape(reuse_line(study)), soft_wrap=True)
     if est:
         console.print(escape(total_line(est, todo, fmt_duration)))
 

@@ -30,7 +30,7 @@ from ablate.report.tables import (
     where_text,
 )
 from ablate.store import UNFINISHED_STATES
-from ablate.study.results import StudyData
+from ablate.study.results import TRAIN_TAIL, StudyData
 
 
 def progress_line(study: StudyData) -> str | None:
@@ -231,7 +231,11 @@ def variant_blocks(study: StudyData) -> list[Block]:
             quality,
             f"Validation quality per variant, {seeds_text(study.runs)}: mean ± std [95% t-CI "
             "over seeds]; n = completed seeds behind the numbers; diverged runs counted (step of "
-            "divergence), not averaged.",
+            "divergence), not averaged. Final train loss: the mean logged training loss over "
+            f"the last {TRAIN_TAIL:.0%} of steps (one batch per log step, dropout on); val − "
+            "train: the final "
+            "val loss minus it, the train/val gap (past the best val loss it grows as a run "
+            "overfits).",
         ),
         Block(
             "table",
