@@ -481,7 +481,8 @@ def test_the_second_window_restores_and_finishes_without_retraining(rehearsal):
     # its verdict, read from its JSON, is what the studies of this window ran with
     verdict = json.loads((out / "probe.json").read_text())["stacked"]["verdict"]
     assert f"probe verdict: {verdict['choice']} x{verdict['x_solo']:.2f}" in log
-    runs = [line for line in log.splitlines() if "] ablate run studies/gpuwin_" in line]
+    started = re.compile(r"\] ablate run (confirm )?studies/gpuwin_")
+    runs = [line for line in log.splitlines() if started.search(line)]
     assert len(runs) == 2 and all(
         line.split(" --store runs/gpu ")[1].startswith(f"{verdict['args']} (limit") for line in runs
     ), runs
