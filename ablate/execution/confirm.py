@@ -286,4 +286,4 @@ def run_confirm(
     study, tag = confirmation_study(args, n, how.store, unregistered)
     mode = ("confirm", *(["--seeds", str(n)] if n is not None else []))
     mode += ("--unregistered",) if unregistered else ()
-    return train_planned(study, args, dataclasses.replace(how, confirm=tag, mode=mode))
+    return train_planned(study, args, dataclasses.replace(how, confirmation=tag, mode=mode))

@@ -98,7 +98,8 @@ def run_until_decided(
     first, arms = log["first_seeds"], claim_arms(plan)
     decided = {c for lk in log["looks"] for c in lk["decided"]}
     mode = _mode(max_looks, seeds_per_look, confirm, unregistered)
-    how = dataclasses.replace(how, confirm=tag if confirm is not None else None, mode=mode)
+    confirmation = tag if confirm is not None else None
+    how = dataclasses.replace(how, confirmation=confirmation, mode=mode)
     how.executor.start_early()
     while True:
         look = len(log["looks"]) + 1

@@ -115,9 +115,10 @@ class Execution:
     progress: bool = True
     rerun_stale: bool = False
     """Runs made by other model/training code are moved aside and trained again."""
-    confirm: str | None = None
-    """Every run of the study is a confirmation run under this registration (its commit, or
-    ``unregistered``): ``confirm: true`` and the registration in its meta and summary."""
+    confirmation: str | None = None
+    """None: the study's runs as they are; else every run is a confirmation run under this
+    registration (its commit, or ``unregistered``): ``confirm: true`` and the registration in
+    its meta and summary."""
     mode: tuple[str, ...] = ()
     """The ``ablate run`` mode and its options (``("confirm", "--unregistered")``), for the
     command that resumes the study after a stop."""
@@ -218,7 +219,8 @@ def execute_study(study: Study, dirs: dict[str, RunDir], how: Execution, console
     done = sum(1 for r in study.runs if dirs[r.run_id].status in FINISHED)
     todo = [r for r in study.runs if dirs[r.run_id].status not in FINISHED]
     resuming = sum(1 for r in todo if dirs[r.run_id].last_checkpoint() is not None)
-    tasks = group_tasks(_tasks(study, todo, dirs, how.confirm))  # train.stack: a group is a task
+    # train.stack: a stacked group is one task
+    tasks = group_tasks(_tasks(study, todo, dirs, how.confirmation))
     workers = how.executor.runs_at_once(tasks)  # recorded in each run's summary (environment)
     tasks = [dataclasses.replace(t, workers=workers) for t in tasks]
     stacked = sum(len(t.members) for t in tasks if t.members)
@@ -255,13 +257,13 @@ def summarize(
 
 
 def _tasks(
-    study: Study, todo: list[PlannedRun], dirs: dict[str, RunDir], confirm: str | None
+    study: Study, todo: list[PlannedRun], dirs: dict[str, RunDir], confirmation: str | None
 ) -> list[RunTask]:
     """One task per run to train, with its meta and the git state of the study's repository
     (where its registration is committed: git proves the order there)."""
     repo = study_git([Path(study.path), registration_path(study.path, study.profile)])
     return [
-        RunTask(r, r.config, str(dirs[r.run_id].path), _meta(study, r, dirs, confirm) | repo)
+        RunTask(r, r.config, str(dirs[r.run_id].path), _meta(study, r, dirs, confirmation) | repo)
         for r in todo
     ]
 
@@ -275,16 +277,16 @@ def _print_resume(console: Console, results: list[dict[str, Any]], resume: str) 
     )
 
 
-def _meta(study: Study, run: PlannedRun, dirs: dict[str, RunDir], confirm: str | None) -> dict:
-    """The run's meta; ``confirm: true`` for a confirmation run (asked for now: ``confirm``,
-    the registration it runs under; or recorded so in its ``run.yaml`` by an earlier
-    ``--confirm`` and resumed by another command) with its registration (the one recorded
-    first wins: a run keeps its attempt)."""
+def _meta(study: Study, run: PlannedRun, dirs: dict[str, RunDir], confirmation: str | None) -> dict:
+    """The run's meta; ``confirm: true`` for a confirmation run (asked for now:
+    ``confirmation``, the registration it runs under; or recorded so in its ``run.yaml`` by an
+    earlier confirmation and resumed by another command) with its registration (the one
+    recorded first wins: a run keeps its attempt)."""
     meta = study.meta(run)
     before = dirs[run.run_id].read_run()["meta"]
-    if confirm is not None or before.get("confirm") is True:
+    if confirmation is not None or before.get("confirm") is True:
         meta["confirm"] = True
-        tag = before.get("registration") or confirm
+        tag = before.get("registration") or confirmation
         if tag:
             meta["registration"] = tag
     return meta
