@@ -65,8 +65,9 @@ def test_registered_norm_is_built_and_listed(tmp_path, clean_registry):
     norm = model.blocks[0].attn_norm
     assert type(norm).__name__ == "ScaleNorm"
     x = torch.randn(2, 3, 16)
-    # the formula, written independently of the plugin
-    assert torch.allclose(norm(x), 4.0 * x / x.norm(dim=-1, keepdim=True))
+    # the formula, written independently of the plugin; in the model (of one member: the
+    # plugin is not member-aware) it is called with the member dimension, and sees none
+    assert torch.allclose(norm(x[None])[0], 4.0 * x / x.norm(dim=-1, keepdim=True))
     with pytest.raises(ConfigError) as err:
         build_config({"model.norm": "batchnorm"})
     assert "'layernorm', 'rmsnorm' or 'scalenorm'" in str(err.value)
@@ -87,11 +88,11 @@ def test_register_decorator_in_process(clean_registry):
     cfg = build_config({"model.activation": "relu2_test"}).model
     model = build_model(cfg, 7)
     ffn = model.blocks[0].ffn
-    x = torch.randn(1, 4, cfg.d_model)
+    x = torch.randn(3, 4, cfg.d_model)
     ref = F.linear(
         F.relu(F.linear(x, ffn.w1.weight, ffn.w1.bias)).pow(2), ffn.w2.weight, ffn.w2.bias
     )
-    assert torch.allclose(ffn(x), ref, atol=1e-6)
+    assert torch.allclose(ffn(x[None])[0], ref, atol=1e-6)
     assert ffn.w2 in model.residual_projections()  # gets the scaled init like built-ins
 
 
@@ -269,8 +270,8 @@ def test_an_attention_plugin_subclasses_the_base_and_trains(clean_registry):
 
     try:
         ablate.register("attention", "softcap")(SoftCapAttention)
-        model = build_model(build_config({"model.attention": "softcap"}).model, 11)
-        assert model(torch.zeros(2, 5, dtype=torch.long)).shape == (2, 5, 11)
+        model = build_model(build_config({"model.attention": "softcap"}).model, 11, members=3)
+        assert model(torch.zeros(3, 2, 5, dtype=torch.long)).shape == (3, 2, 5, 11)
         with pytest.raises(ConfigError, match="must subclass .*CausalSelfAttention"):
             check_interface("attention", "x", BlockOfX)
     finally:
