@@ -22,7 +22,7 @@ HEADINGS = {
     "data": "## 7. Memory vs corpus size",
     "nanogpt": "## 8. nanoGPT's procedure on the reference study",
     "stacked": "## 9. Stacked runs",
-    "stepcost": "## 10. Step cost: operations and host reads per step",
+    "stepcost": "## 10. Step cost: operations, Python calls, host reads and wall time per step",
     "gpu_paths": "## GPU paths",
 }
 SECTIONS = tuple(HEADINGS.values())
