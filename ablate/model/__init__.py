@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ablate import registry
 from ablate.config import ModelConfig
+from ablate.model.base import LanguageModel
 from ablate.model.lstm import LSTMLM
 from ablate.model.members import (
     load_member_state_dict,
@@ -18,7 +19,7 @@ from ablate.model.members import (
     solo_dims,
     stack_models,
 )
-from ablate.model.transformer import LanguageModel, TransformerLM
+from ablate.model.transformer import TransformerLM
 
 ARCHS: dict[str, type[LanguageModel]] = registry.define(
     "arch", {"transformer": TransformerLM, "lstm": LSTMLM}

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from ablate.config import ModelConfig
-from ablate.model.transformer import LanguageModel
+from ablate.model.base import LanguageModel
 
 
 class LSTMLM(LanguageModel):

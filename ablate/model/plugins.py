@@ -218,8 +218,9 @@ def check_interface(axis: str, name: str, cls: type) -> None:
     import torch
     import torch.nn as nn
 
+    from ablate.model.base import LanguageModel
     from ablate.model.members import member_aware
-    from ablate.model.transformer import CausalSelfAttention, LanguageModel, NoPositions
+    from ablate.model.transformer import CausalSelfAttention, NoPositions
 
     what = f"{axis} {name!r} ({getattr(cls, '__qualname__', cls)})"
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):

@@ -326,3 +326,63 @@ def test_a_plugin_studys_report_keeps_its_claims_from_another_directory(
     assert "relu2-beats-relu" in report
     kept = yaml.safe_load((store / "plugged" / "study.yaml").read_text())
     assert kept["plugins"] == ["./plugins/0_relu2.py"]
+
+
+# --- member-aware plugins: stacked, or alone -----------------------------------------------------
+
+
+class MemberScaleNorm(nn.Module):
+    """ScaleNorm for k members at once: one learned gain per member."""
+
+    member_aware = True
+
+    def __init__(self, cfg, members=1):
+        super().__init__()
+        self.g = nn.Parameter(torch.full((members, 1, 1, 1), cfg.d_model**0.5))
+        self.eps = cfg.norm_eps
+
+    def forward(self, x):  # (k, B, T, d)
+        return self.g * x / x.norm(dim=-1, keepdim=True).clamp_min(self.eps)
+
+
+class ClaimsMembersButHoldsALinear(nn.Module):
+    member_aware = True
+
+    def __init__(self, cfg, members=1):
+        super().__init__()
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+class MixesMembers(MemberScaleNorm):
+    def forward(self, x):
+        return super().forward(x) + x.mean(0, keepdim=True)  # every member reads the others
+
+
+def test_a_member_aware_plugin_stacks_and_one_that_is_not_trains_alone(tmp_path, clean_registry):
+    from ablate.training.stacked.plan import not_stackable
+
+    ablate.register("norm", "scalenorm_k")(MemberScaleNorm)
+    cfg = build_config({"model.norm": "scalenorm_k", "model.d_model": 16, "model.n_heads": 2})
+    assert not_stackable(cfg) is None
+    model = build_model(cfg.model, 11, members=3)
+    assert model.blocks[0].attn_norm.g.shape == (3, 1, 1, 1)
+    assert model(torch.zeros(3, 2, 5, dtype=torch.long)).shape == (3, 2, 5, 11)
+    load_plugin(str(write_plugin(tmp_path)))  # ScaleNorm written for one run
+    one = build_config({"model.norm": "scalenorm", "model.d_model": 16, "model.n_heads": 2})
+    why = "model.norm scalenorm: ScaleNorm computes one run (not member-aware)"
+    assert not_stackable(one) == why
+
+
+@pytest.mark.parametrize(
+    "cls, match",
+    [
+        (ClaimsMembersButHoldsALinear, r"tensor 'proj.weight' has shape \(16, 16\), not 2 members"),
+        (MixesMembers, "member 0's output changed with member 1's input"),
+    ],
+)
+def test_a_wrong_member_aware_claim_is_refused_at_registration(cls, match):
+    with pytest.raises(ConfigError, match=match):
+        check_interface("norm", "x", cls)

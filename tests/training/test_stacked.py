@@ -84,6 +84,61 @@ def test_a_diverging_member_is_frozen_and_the_others_are_unchanged(tmp_path, cfg
         assert_member_equals_solo(store, cfgs[i], solo[i], group[i])
 
 
+def test_a_group_of_one_is_its_solo_run_bit_for_bit_dropout_included(tmp_path, cfgs_of):
+    """A solo run is a model of one member: trained through the group's path it computes the
+    same operations on the same tensors and draws the same dropout masks."""
+    (cfg,) = cfgs_of({"model.dropout": 0.1, "train.seed": 3})
+    solo, group, store = solo_and_stacked(tmp_path, [cfg])
+    assert group[0]["stack"]["members"] == 1
+    assert group[0]["final_val_loss"] == solo[0]["final_val_loss"]
+    a, b = metrics(store, "solo", cfg), metrics(store, "stacked", cfg)
+    assert {k: v for k, v in a.items() if not k[1].startswith("perf/")} == {
+        k: v for k, v in b.items() if not k[1].startswith("perf/")
+    }
+
+
+def test_stacked_members_with_dropout_are_their_solo_runs_in_distribution(tmp_path, cfgs_of):
+    """With dropout, a member of a stack of 3 draws other masks than its solo run (once for all
+    members: docs/stacking.md), so its losses differ from the solo run's by more than float
+    rounding, as another draw of the same masks' distribution does; they stay within the
+    spread that the dropout draw makes."""
+    cfgs = cfgs_of(*({"model.dropout": 0.1, "train.seed": s} for s in range(3)))
+    solo, group, store = solo_and_stacked(tmp_path, cfgs)
+    pairs = zip(solo, group, strict=True)
+    gaps = [abs(m["final_val_loss"] / s["final_val_loss"] - 1) for s, m in pairs]
+    assert max(gaps) > RTOL  # other masks: not the solo run's numbers
+    assert max(gaps) < 0.05  # but its distribution: a few percent at most after 20 steps
+
+
+def test_a_solo_runs_checkpoint_continues_in_a_stack(tmp_path, monkeypatch, cfgs_of):
+    """solo -> stacked: a run interrupted solo at step 13 resumes as a member of a group
+    (beside a fresh member, which trains alone up to step 13 first) and ends as its
+    uninterrupted solo run does."""
+    import ablate.training.lit
+
+    cfgs = cfgs_of({"train.seed": 0}, {"train.seed": 1})
+    store = RunStore(tmp_path)
+    whole = [train_run(c, store.run("whole", c.run_id())) for c in cfgs]
+
+    class Stop(ablate.training.lit.LitLM):
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            super().on_train_batch_end(outputs, batch, batch_idx)
+            if self.global_step == 13:
+                raise KeyboardInterrupt
+
+    dirs = [store.run("cut", c.run_id()) for c in cfgs]
+    monkeypatch.setattr("ablate.training.train.LitLM", Stop)
+    with pytest.raises((KeyboardInterrupt, SystemExit)):
+        train_run(cfgs[0], dirs[0])
+    monkeypatch.undo()
+    resumed = train_group(cfgs, dirs)
+    assert resumed[0]["resumed_from_step"] == 13 and "resumed_from_step" not in resumed[1]
+    for cfg, w, r in zip(cfgs, whole, resumed, strict=True):
+        assert r["final_val_loss"] == pytest.approx(w["final_val_loss"], rel=RTOL)
+        a, b = metrics(store, "whole", cfg), metrics(store, "cut", cfg)
+        assert set(a) == set(b), cfg.run_id()
+
+
 def _columns(run_dir) -> dict[str, dict[int, float]]:
     """metrics.csv as columns: metric name -> {step: value}, read from the file itself."""
     lines = run_dir.metrics_file.read_text().splitlines()
