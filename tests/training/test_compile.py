@@ -14,8 +14,8 @@ from ablate.store import RunStore
 from ablate.training.stacked.group import train_group
 from ablate.training.train import train_run
 
-# evaluations at steps 3 and 6, logging every 2 steps (a diverged member is found at step 2)
-SHORT = {"train.max_steps": 6, "train.eval_interval": 3, "train.eval_batches": 1}
+# evaluations at steps 2 and 4, logging every 2 steps (a diverged member is found at step 2)
+SHORT = {"train.max_steps": 4, "train.eval_interval": 2, "train.eval_batches": 1}
 SHORT |= {"train.log_interval": 2, "train.checkpoint_interval": 100, "train.compile": True}
 
 
@@ -38,13 +38,16 @@ def _graphs(counted) -> int:
     return counted["stats"]["unique_graphs"]
 
 
-def test_a_compiled_solo_run_is_one_training_and_one_evaluation_graph(tmp_path, tiny_run, dynamo):
-    cfg = build_config({**tiny_run, **SHORT})
-    summary = train_run(cfg, RunStore(tmp_path).run("c", cfg.run_id()))
-    assert summary["status"] == "completed", summary.get("error")
-    assert _graphs(dynamo) == 2
+def test_compiled_solo_runs_are_one_training_and_one_evaluation_graph(tmp_path, tiny_run, dynamo):
+    """Two runs in one process (a worker trains run after run): the second compiles nothing."""
+    for seed in (0, 1):
+        cfg = build_config({**tiny_run, **SHORT, "train.seed": seed})
+        summary = train_run(cfg, RunStore(tmp_path).run("c", cfg.run_id()))
+        assert summary["status"] == "completed", summary.get("error")
+        assert _graphs(dynamo) == 2
 
 
+@pytest.mark.slow
 def test_a_compiled_group_is_two_graphs_for_each_number_of_members(tmp_path, tiny_run, dynamo):
     """Three members, one of which diverges and leaves: a fit of 3 members, then one of 2."""
     cfgs = [
