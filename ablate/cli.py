@@ -539,8 +539,9 @@ def bench(
         str | None,
         typer.Option(
             help="Measure one section of the CPU bench (overhead, speed, quality, efficiency, "
-            "study, data, stacked, stepcost; nanogpt: nanoGPT's procedure on the reference "
-            "study's 8 seeds, ~16 min, only when named) and put it into the existing report."
+            "study, data, stacked, stepcost, stackone; nanogpt: nanoGPT's procedure on the "
+            "reference study's 8 seeds, ~16 min, only when named) and put it into the existing "
+            "report."
         ),
     ] = None,
 ) -> None:

@@ -22,7 +22,8 @@ HEADINGS = {
     "data": "## 7. Memory vs corpus size",
     "nanogpt": "## 8. nanoGPT's procedure on the reference study",
     "stacked": "## 9. Stacked runs",
-    "stepcost": "## 10. Step cost: operations, Python calls, host reads and wall time per step",
+    "stepcost": "## 10. Step cost: operations, Python calls and host reads per step",
+    "stackone": "## 11. A stack of one against a solo run, on this CPU",
     "gpu_paths": "## GPU paths",
 }
 SECTIONS = tuple(HEADINGS.values())
@@ -253,6 +254,7 @@ def render(r: dict[str, Any]) -> str:
         "nanogpt": _nanogpt,
         "stacked": render_stacked,
         "stepcost": stepcost.render,
+        "stackone": stepcost.render_stack_one,
         "gpu_paths": lambda g: _gpu(g, gpu),
     }
     sections: list[Section] = [(k, heading, bodies[k]) for k, heading in HEADINGS.items()]

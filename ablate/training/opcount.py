@@ -3,8 +3,8 @@ a kernel, reads of a value back to the host, and Python function calls.
 
 Every aten operation dispatched on a CUDA tensor is at least one kernel launch (several
 microseconds of host time); a small model's step is bound by launches long before the GPU's
-arithmetic. A ``TorchDispatchMode`` sees each dispatched operation once (under ``torch.vmap``
-the batched operation, once), on the CPU as on CUDA, so the count can be asserted in a test.
+arithmetic. A ``TorchDispatchMode`` sees each dispatched operation once, on the CPU as on
+CUDA, so the count can be asserted in a test.
 Operations that only make a new view of existing memory (views, transposes, ``detach``) or only
 allocate (``empty``) launch nothing and are left out.
 
