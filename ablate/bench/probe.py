@@ -236,12 +236,13 @@ def _models(cfg: RunConfig, n: int, vocab: int, dev: torch.device) -> list[torch
 def attention_step(cfg: RunConfig, members: int, dev: torch.device) -> Callable[[], None]:
     """One training forward + backward of the solo model (``members=0``) or a stack, as
     ``train_run`` / ``train_group`` compute it (their autocast, pinned kernel, loss)."""
+    from ablate.model import stack_models
     from ablate.training.lit import lm_loss
-    from ablate.training.stacked.ops import Stack
+    from ablate.training.step import member_losses
 
     vocab, d = len(CHARS), cfg.data
     models = _models(cfg, max(members, 1), vocab, dev)
-    stack = Stack(models) if members else None
+    stack = stack_models(models) if members else None
     shape = (members, d.batch_size, d.seq_len) if members else (d.batch_size, d.seq_len)
     x = torch.randint(vocab, shape, device=dev)
     y = torch.randint(vocab, shape, device=dev)
@@ -249,7 +250,7 @@ def attention_step(cfg: RunConfig, members: int, dev: torch.device) -> Callable[
 
     def step() -> None:
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = stack.losses(x, y).sum() if stack else lm_loss(models[0](x), y)
+            loss = member_losses(stack, x, y).sum() if stack else lm_loss(models[0](x), y)
         loss.backward()
 
     return step
