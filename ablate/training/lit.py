@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytorch_lightning as pl
@@ -154,6 +154,9 @@ class LitRuns(pl.LightningModule):
         # bits-per-char is loss / ln 2 when a token is a character
         self.bits_per_token = bits_per_token
         self.member_loggers = member_loggers
+        # each member's run clock (its attempt's wall_time: seconds trained, earlier attempts
+        # included), logged with every evaluation as perf/wall_s: time to a loss from the store
+        self.clocks: list[Callable[[], float]] | None = None
         self.tokens_per_step = self.cfg.data.batch_size * self.cfg.data.seq_len
         k = self.k
         self.register_buffer("loss_sum", torch.zeros(k), persistent=False)
@@ -394,6 +397,8 @@ class LitRuns(pl.LightningModule):
             metrics = {"val/loss": value, "val/ppl": math.exp(min(value, 50.0))}
             if self.bits_per_token:
                 metrics["val/bpc"] = value / math.log(2)
+            if self.clocks is not None:
+                metrics["perf/wall_s"] = self.clocks[i]()
             self.log_member(i, metrics, step)
             self.val_loss[i] = value
             self._early_stop(i, value)

@@ -317,6 +317,7 @@ def prepare_run(cfg: RunConfig, attempt: RunAttempt) -> tuple[LMDataModule, LitL
     dm.setup("fit")
     torch.manual_seed(cfg.train.seed)
     lit = LitLM(cfg, dm.vocab_size, bits_per_token=dm.is_char)
+    lit.clocks = [attempt.wall_time]
     counts = lit.model.param_counts()
     attempt.write(
         params=counts["total"],

@@ -60,6 +60,7 @@ class LitStack(LitRuns):
             member_loggers=[m.loggers() for m in members],
         )
         self.members = members
+        self.clocks = [m.attempt.wall_time for m in members]
         self.start_step = members[0].step
         self.loop_states = [m.loop for m in members]
         self.early = [m.early for m in members]
