@@ -570,11 +570,20 @@ def bench(
     probe: Annotated[
         bool,
         typer.Option(
-            help="The probe (reports/bench_probe.md): solo, 4 packed processes and a stack of "
-            "4 at the reference gpu shape, and the verdict window.sh applies; without CUDA at a "
-            "tiny shape, CUDA figures 'not measured'."
+            help="The probe (reports/bench_probe.md): solo, 4 packed processes, stacks of 1, 4 "
+            "and 8, then compiled solo and stack of 8 runs, at the reference gpu shape, and the "
+            "verdicts window.sh applies; without CUDA at a tiny shape, CUDA figures 'not "
+            "measured'."
         ),
     ] = False,
+    compiled: Annotated[
+        bool | None,
+        typer.Option(
+            "--compiled/--no-compiled",
+            help="With --probe: measure its compiled rows (default: on CUDA only; on a CPU "
+            "inductor's C++ takes minutes).",
+        ),
+    ] = None,
     section: Annotated[
         str | None,
         typer.Option(
@@ -598,7 +607,7 @@ def bench(
     if probe:
         from ablate.bench.probe import run_probe
 
-        run_probe(Path("reports/bench_probe.md") if default else out)
+        run_probe(Path("reports/bench_probe.md") if default else out, compiled=compiled)
         return
     if gpu:
         from ablate.bench.gpu import run_gpu_bench

@@ -17,20 +17,24 @@
 # Steps: the carried wheels (.whl/) installed into SITE without a venv or an index; every
 # import a run needs checked (exit 3 listing what is missing); the archives committed under
 # reports/gpu/stores/ restored into STORE (files already there are kept: a warm machine's newer
-# state is never rolled back); `ablate bench --probe`, whose verdict (solo, pack or stack) sets
-# the studies' `ablate run` arguments in this same command; nanoGPT's own GPU config beside
-# the studies when a nanoGPT checkout is carried (NANOGPT); then each study in order: with
-# --confirm when its registration for PROFILE exists (the registered seeds), else exploratory.
+# state is never rolled back); `ablate bench --probe`, whose verdicts set the studies' `ablate
+# run` arguments in this same command (its verdict, solo, pack or stack, for a study whose
+# profile leaves train.stack at its default; its unstacked verdict, solo or pack, for one
+# whose profile pins train.stack, as the reference's gpu profile pins 1); nanoGPT's own GPU
+# config beside the studies when a nanoGPT checkout is carried (NANOGPT); then each study in
+# order: with --confirm when its registration for PROFILE exists (the registered seeds), else
+# exploratory.
 #
 # Environment (defaults in brackets):
 #   STUDIES          [studies/reference_nanogpt_cpu.yaml: tier 1] the study YAMLs, in order
 #   PROFILE          [gpu] the study profile; empty: the study's default
 #   PYTHON           [python3] the machine's Python, whose torch the runs use
 #   ABLATE_ARGS      extra `ablate run` arguments, split on spaces; set, they replace the
-#                    probe's verdict (e.g. "--workers 4 --runs-per-gpu 4")
+#                    probe's verdicts (e.g. "--workers 4 --runs-per-gpu 4")
 #   PROBE            [1] 0: no probe (and no verdict: ABLATE_ARGS alone)
-#   PROBE_SECONDS    [75] the probe's own limit (cut, it leaves the verdict of the rows it
-#                    finished; a failing probe is logged and the studies run solo)
+#   PROBE_SECONDS    [180] the probe's own limit (cut, it leaves the verdicts of the rows it
+#                    finished; a failing probe is logged and the studies run solo). Its eager
+#                    rows end by ~65 s, its compiled ones by ~175 s (docs/gpu.md)
 #   NANOGPT          [.nanogpt] a carried nanoGPT checkout (scripts/gpu/prepare.sh --nanogpt):
 #                    its GPU config runs beside the studies, one seed, NANOGPT_ITERS [2500]
 #                    iterations of its 5000-iteration schedule (its best comes near 1750)
@@ -46,7 +50,7 @@
 # arguments, 3 when this machine cannot run ablate.
 set -uo pipefail
 
-usage() { sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "window.sh: $*" >&2; exit 2; }
 whole() { case $2 in '' | *[!0-9]*) die "$1 must be a whole number of seconds, got '$2'" ;; esac; }
 
@@ -66,12 +70,14 @@ for s in "${STUDY_FILES[@]}"; do [ -f "$s" ] || die "$s: no such study file"; do
 PROFILE=${PROFILE-gpu}
 PYTHON=${PYTHON:-python3}
 PROBE=${PROBE:-1}
-PROBE_SECONDS=${PROBE_SECONDS:-75}
+PROBE_SECONDS=${PROBE_SECONDS:-180}
 NANOGPT=${NANOGPT:-$ROOT/.nanogpt}
 NANOGPT_ITERS=${NANOGPT_ITERS:-2500}
 USER_ARGS=${ABLATE_ARGS-}
 VERDICT=none
 VERDICT_ARGS=
+UNSTACKED=none
+UNSTACKED_ARGS=
 STORE=${STORE:-runs/gpu}
 SITE=${SITE:-$ROOT/.gpu-site}
 GRACE=${GRACE:-30}
@@ -164,37 +170,47 @@ probe() {
     read_verdict
 }
 
-# the probe's verdict from its JSON (written after every row, so a cut probe leaves one):
-# VERDICT (solo, pack, stack or none) and VERDICT_ARGS, its `ablate run` arguments
+# the probe's verdicts from its JSON (written after every row, so a cut probe leaves them):
+# VERDICT (solo, pack, stack, ... or none) and VERDICT_ARGS, its `ablate run` arguments, and
+# UNSTACKED and UNSTACKED_ARGS, the best of the rows that do not stack
 read_verdict() {
-    local line=none
-    [ -f "$OUT/probe.json" ] && line=$("$PYTHON" - "$OUT/probe.json" <<'EOF'
+    local lines=("none" "none")
+    [ -f "$OUT/probe.json" ] && mapfile -t lines < <("$PYTHON" - "$OUT/probe.json" <<'EOF'
 import json
 import sys
 
 try:
-    v = json.load(open(sys.argv[1]))["stacked"]["verdict"]
-    print(v["choice"], f"x{v['x_solo']:.2f}", v["args"])
+    r = json.load(open(sys.argv[1]))["stacked"]
 except (OSError, ValueError, KeyError, TypeError):
-    print("none")
+    r = {}
+for key in ("verdict", "unstacked"):
+    v = r.get(key) if isinstance(r, dict) else None
+    try:
+        print(v["choice"], f"x{v['x_solo']:.2f}", v["args"])
+    except (KeyError, TypeError, ValueError):
+        print("none")
 EOF
 )
-    read -r VERDICT _ VERDICT_ARGS <<< "$line"
+    read -r VERDICT _ VERDICT_ARGS <<< "${lines[0]:-none}"
+    read -r UNSTACKED _ UNSTACKED_ARGS <<< "${lines[1]:-none}"
     if [ "$VERDICT" = none ]; then
         log "probe verdict: none (no solo row came back): the studies run solo"
     else
-        log "probe verdict: $line${USER_ARGS:+ (not applied: ABLATE_ARGS is set)}"
+        local unapplied=${USER_ARGS:+ (not applied: ABLATE_ARGS is set)}
+        log "probe verdict: ${lines[0]}$unapplied"
+        log "probe verdict unstacked (for profiles that pin train.stack): ${lines[1]}$unapplied"
     fi
 }
 
 # the arguments `ablate run` gets for a study whose profile sets train.stack to $1: the user's
-# ABLATE_ARGS when set, else the verdict's (stacking only where the profile leaves train.stack
-# at its default, off: a profile that pins it keeps its tasks short on purpose)
+# ABLATE_ARGS when set, else the verdict's where the profile leaves train.stack at its default
+# (off), the unstacked verdict's where it pins it (a profile that pins it keeps its tasks short
+# on purpose: stacking its runs is not the probe's to decide, packing them is)
 study_args() {
     if [ -n "$USER_ARGS" ]; then
         echo "$USER_ARGS"
-    elif [ "$VERDICT" = stack ] && [ "$1" != off ]; then
-        echo ""
+    elif [ "$1" != off ]; then
+        echo "$UNSTACKED_ARGS"
     else
         echo "$VERDICT_ARGS"
     fi
@@ -271,8 +287,8 @@ run_study() {
         log "$name: no registration for profile '${PROFILE:-default}': exploratory runs"
     fi
     extra=$(study_args "$stack")
-    if [ "$VERDICT" = stack ] && [ "$stack" != off ] && [ -z "$USER_ARGS" ]; then
-        log "$name: its profile sets train.stack $stack, which the stack verdict keeps"
+    if [ "$VERDICT" != none ] && [ "$stack" != off ] && [ -z "$USER_ARGS" ]; then
+        log "$name: its profile sets train.stack $stack: the unstacked verdict ($UNSTACKED)"
     fi
     log "ablate run $file ${args[*]} --store $STORE $extra (limit ${limit}s)"
     # timeout signals its whole process group: workers get the SIGINT a terminal's Ctrl-C sends

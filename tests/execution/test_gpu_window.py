@@ -208,6 +208,9 @@ def write_studies(checkout: Path, base: dict) -> tuple[str, str]:
     below), one exploratory whose second run is slow. Returns (confirm, explore)."""
     studies = checkout / "studies"
     profiles = {"tiny": {"train": {"accelerator": "cpu"}}}
+    # the registered study's profile pins train.stack, as the reference's gpu profile does: the
+    # window gives it the probe's unstacked verdict
+    pinned = {"tiny": {"train": {"accelerator": "cpu", "stack": 1}}}
     confirm = {
         "name": "gpuwin_confirm",
         "description": "rehearsal: a claim confirmed on the registered seeds",
@@ -226,7 +229,7 @@ def write_studies(checkout: Path, base: dict) -> tuple[str, str]:
             {"name": "gelu", "set": {"model.activation": "gelu"}},
         ],
         "seeds": [0],
-        "profiles": profiles,
+        "profiles": pinned,
     }
     explore = {
         "name": "gpuwin_explore",
@@ -478,13 +481,23 @@ def test_the_second_window_restores_and_finishes_without_retraining(rehearsal):
     files = _assert_comes_back(out)
     assert {"probe.md", "probe.json", "nanogpt_own_next.json", "nanogpt.log"} <= set(files)
     assert "| pack of 4 |" in (out / "probe.md").read_text()  # the probe ran in the image
-    # its verdict, read from its JSON, is what the studies of this window ran with
-    verdict = json.loads((out / "probe.json").read_text())["stacked"]["verdict"]
+    # its verdicts, read from its JSON, are what the studies of this window ran with: the
+    # unstacked one for the study whose profile pins train.stack
+    probed = json.loads((out / "probe.json").read_text())["stacked"]
+    verdict, unstacked = probed["verdict"], probed["unstacked"]
     assert f"probe verdict: {verdict['choice']} x{verdict['x_solo']:.2f}" in log
-    runs = [line for line in log.splitlines() if "] ablate run studies/gpuwin_" in line]
-    assert len(runs) == 2 and all(
-        line.split(" --store runs/gpu ")[1].startswith(f"{verdict['args']} (limit") for line in runs
-    ), runs
+    assert (
+        f"probe verdict unstacked (for profiles that pin train.stack): {unstacked['choice']}" in log
+    )
+    runs = {
+        line.split("] ablate run studies/")[1].split(".yaml")[0]: line.split(" --store runs/gpu ")[
+            1
+        ]
+        for line in log.splitlines()
+        if "] ablate run studies/gpuwin_" in line
+    }
+    assert runs["gpuwin_explore"].startswith(f"{verdict['args']} (limit"), runs
+    assert runs["gpuwin_confirm"].startswith(f"{unstacked['args']} (limit"), runs
     # nanoGPT's stand-in ran beside them: the committed pilot's run and this one's next seed
     own = json.loads((out / "nanogpt_own_next.json").read_text())
     assert [r["seed"] for r in own["runs"]] == [1337, 1338]
@@ -526,6 +539,53 @@ def test_a_window_without_the_wheels_stops_at_once_naming_what_is_missing(tmp_pa
     assert "missing modules: pydantic" in res.stdout
     assert "cannot run ablate" in res.stdout
     assert set(out_files(tmp_path / "out")) == {"window.log"}  # nothing trained, nothing packed
+
+
+def _verdict_args(out: Path, pin: str, user_args: str = "") -> tuple[str, str]:
+    """window.sh's own ``read_verdict`` and ``study_args`` (cut from the script) on
+    ``out/probe.json``: its log lines and the arguments a study whose profile sets train.stack
+    to ``pin`` gets."""
+    text = (REPO / WINDOW).read_text()
+    body = [
+        re.search(rf"^{name}\(\) {{\n.*?^}}$", text, re.S | re.M).group(0)
+        for name in ("read_verdict", "study_args")
+    ]
+    script = "\n".join(
+        [f'OUT={out}; PYTHON={sys.executable}; USER_ARGS="{user_args}"', 'log() { echo "$*"; }']
+        + body
+        + ["read_verdict", f'echo "args: $(study_args {pin})"']
+    )
+    res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    log, args = res.stdout.rsplit("args: ", 1)
+    return log, args.strip()
+
+
+def test_a_profile_that_pins_the_stack_gets_the_unstacked_verdict(tmp_path):
+    """The reference's gpu profile pins train.stack: 1. The probe's verdict may be stack, which
+    must not leave it training its runs one after another: it gets the best unstacked path."""
+    (tmp_path / "probe.json").write_text(
+        json.dumps(
+            {
+                "stacked": {
+                    "verdict": {"choice": "stack", "x_solo": 3.5, "args": "--set train.stack=auto"},
+                    "unstacked": {
+                        "choice": "pack",
+                        "x_solo": 2.4,
+                        "args": "--workers 4 --runs-per-gpu 4",
+                    },
+                }
+            }
+        )
+    )
+    log, args = _verdict_args(tmp_path, "off")
+    assert args == "--set train.stack=auto"
+    assert "probe verdict: stack x3.50 --set train.stack=auto" in log
+    assert "unstacked (for profiles that pin train.stack): pack x2.40 --workers 4" in log
+    assert _verdict_args(tmp_path, "1")[1] == "--workers 4 --runs-per-gpu 4"
+    assert _verdict_args(tmp_path, "1", "--workers 2")[1] == "--workers 2"  # ABLATE_ARGS wins
+    (tmp_path / "probe.json").write_text(json.dumps({"stacked": {"verdict": None}}))
+    log, args = _verdict_args(tmp_path, "1")
+    assert args == "" and "probe verdict: none" in log
 
 
 def test_window_and_prepare_reject_bad_arguments(tmp_path):
