@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ablate.claims.checks import ClaimCheck
+from ablate.claims.checks import ClaimCheck, settled
 from ablate.claims.standing import confirm_mask
 from ablate.claims.verdicts import fmt_num, fmt_p
 from ablate.report.render import Block
@@ -71,10 +71,11 @@ def claim_row(check: ClaimCheck) -> dict:
     row = {"claim": check.claim.id, "outcome": check.outcome}
     if check.pending is not None:
         row["outcome"] = f"pending ({check.pending[0]} of {check.pending[1]} runs)"
-    if check.outcome == "inconclusive" and check.seeds_needed is not None:
+    if not settled(check.outcome) and check.seeds_needed is not None:
         if check.seeds_needed.n is not None:
             row["outcome"] += f" (≈{check.seeds_needed.n} seeds needed)"
-    empty = {"a vs b": "—", "a − b": "—", "95% CI": "—", "Holm p": "—", "n": "—"}
+    empty = {"a vs b": "—", "a − b": "—", "95% CI": "—", "Holm p": "—", "exact Holm p": "—"}
+    empty["n"] = "—"
     if c is None or check.pending is not None:
         return {**row, **empty, "seeds": _claim_seeds(check)}
     if check.parts:  # one-sample parts: each arm against a value, no difference of arms
@@ -94,10 +95,16 @@ def claim_row(check: ClaimCheck) -> dict:
             "a − b": fmt_num(c.diff),
             "95% CI": f"[{fmt_num(c.ci_lo)}, {fmt_num(c.ci_hi)}]",
         }
-    p = _p(c.p_adj)
-    if check.claim.expect == "equivalent":  # TOST decides equivalence, the t-test difference
+    p, exact = _p(c.p_adj), _p(c.p_flip_adj)
+    if check.claim.expect in ("equivalent", "equal"):  # TOST decides equivalence
         p = f"{_p(c.p_tost_adj)} (TOST), {p} (difference)"
-    return {**row, "Holm p": p, "n": n, "seeds": _claim_seeds(check)}
+        exact = f"{_p(c.p_flip_tost_adj)} (TOST), {exact} (difference)"
+    if c.exact:
+        exact = f"{c.exact}: {exact}" if "(" in exact else f"{exact} ({c.exact})"
+    else:
+        exact = "—"
+    row |= {"Holm p": p, "exact Holm p": exact}
+    return {**row, "n": n, "seeds": _claim_seeds(check)}
 
 
 def claims_summary(study: StudyData, checks: list[ClaimCheck], unit: str) -> list[Block]:
@@ -114,8 +121,11 @@ def claims_summary(study: StudyData, checks: list[ClaimCheck], unit: str) -> lis
     caption = (
         "The study's claims as the claim engine decided them (each in words, with its test, "
         f"under Against the paper). a − b: difference of the arms' means ({unit} for a loss), "
-        "with its 95% t-interval; Holm p: the test's p, Holm-corrected over the claims only (an "
-        "equivalence claim: TOST's and the difference test's); n: seeds per arm "
+        "with its 95% t-interval; Holm p: the t-test's p, Holm-corrected over the claims only (an "
+        "equivalence claim: TOST's and the difference test's); exact Holm p: the same for the "
+        "exact test (sign-flip for paired seeds, permutation for unpaired arms), which needs no "
+        "normality; an outcome is plain only when both tests give it, else it says which test "
+        "alone does; n: seeds per arm "
         "behind the numbers; seeds: which, confirmation (registered, `ablate run --confirm`) "
         "or exploratory."
     )

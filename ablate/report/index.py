@@ -90,9 +90,11 @@ def index_markdown(
         for r in c.to_dict("records"):
             kind = "confirmatory" if _flag(r["confirmatory"]) else "exploratory"
             need = f" Seeds needed: {r['seeds needed']}." if r["seeds needed"] else ""
+            paper = r.get("against the paper") or ""
+            paper = f" Against the paper: {paper}." if paper else ""
             lines.append(
-                f"- **{r['id']}** ({kind}): {r['claim']} → **{r['outcome']}**: {r['numbers']}. "
-                f"*{r['registration']}; {r['decided on']}.*{need}"
+                f"- **{r['id']}** ({kind}): {r['claim']} → **{r['outcome']}**: {r['numbers']}."
+                f"{paper} *{r['registration']}; {r['decided on']}.*{need}"
             )
     return "\n".join(lines) + "\n"
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from scipy.stats import permutation_test
 
-from ablate.claims.checks import flip_disagreement
+from ablate.claims.checks import ClaimCheck, confirmatory_family, decide_claim
 from ablate.claims.comparisons import compare
 from ablate.claims.history import (
     CLOSER,
@@ -22,7 +22,8 @@ from ablate.claims.history import (
     order_proof,
     quoted_gap,
 )
-from ablate.claims.stats import sign_flip_floor, sign_flip_p, sign_flip_tost
+from ablate.claims.spec import Claim
+from ablate.claims.stats import exact_seeds_needed, sign_flip_floor, sign_flip_p, sign_flip_tost
 from ablate.execution.confirm import design_warnings
 from ablate.study.load import load_study
 
@@ -41,15 +42,27 @@ def test_sign_flip_matches_scipy_and_its_floor():
     assert sign_flip_tost([0.001, -0.002, 0.0, 0.001, 0.002, -0.001], 0.01) == 1 / 64
 
 
-def test_paired_comparison_carries_the_sign_flip_p_and_the_disagreement_is_worded():
+def test_a_verdict_is_plain_only_where_the_exact_test_reaches_it_too():
+    # five seeds, every difference the same way: the paired t-test is far below 0.05, the
+    # exact sign-flip test cannot go below 2/2^5 = 0.0625
     a, b = [1.0, 1.2, 0.9, 1.5, 1.1], [0.2, 0.5, 0.1, 0.9, 0.3]
-    c = compare(a, b, seeds_a=range(5), seeds_b=range(5))
+    claim = Claim(id="x", text="a is worse", expect="worse")
+    check = ClaimCheck(claim, compare(a, b, seeds_a=range(5), seeds_b=range(5)))
+    confirmatory_family([check])
+    decide_claim(check, 0.05)
+    c = check.comparison
     assert c.paired and c.p_flip == 0.0625 and c.p < 0.01
-    text = flip_disagreement(replace(c, p_adj=0.045, p_flip_adj=0.19), 0.05, False)
-    assert "significant by the t-test (Holm p=0.045)" in text
-    assert "cannot go below p=0.062" in text
-    assert flip_disagreement(replace(c, p_adj=0.3, p_flip_adj=0.4), 0.05, False) == ""
-    welch = compare(a, b[:4])  # no pairs: no sign-flip test
+    assert (check.t_outcome, check.exact_outcome) == ("reproduces", "inconclusive")
+    assert check.outcome == "reproduces by t-test only"
+    assert "5 seeds cannot go below p=0.062" in check.why
+    # both tests decide at six seeds (2/2^6 = 0.031): the seeds needed say so
+    assert exact_seeds_needed(0.05) == 6 and check.seeds_needed.n == 6
+    six = ClaimCheck(claim, compare([*a, 1.3], [*b, 0.4], seeds_a=range(6), seeds_b=range(6)))
+    confirmatory_family([six])
+    decide_claim(six, 0.05)
+    assert six.comparison.p_flip == pytest.approx(2 / 64) and six.outcome == "reproduces"
+    assert six.seeds_needed is None
+    welch = compare(a, b[:4])  # no pairs: no sign-flip test (a claim gets the permutation test)
     assert np.isnan(welch.p_flip)
 
 
