@@ -20,7 +20,13 @@ from ablate.report.answer import claims_summary, seeds_text
 from ablate.report.claims_section import against_the_paper, extra_seeds_section
 from ablate.report.plots import FigureFile
 from ablate.report.render import Block
-from ablate.report.repro import environment_table, reproducibility_text
+from ablate.report.repro import (
+    chaotic_variants,
+    environment_table,
+    reproduced_line,
+    reproduced_table,
+    reproducibility_text,
+)
 from ablate.report.tables import (
     comparisons_table,
     length_table,
@@ -168,9 +174,13 @@ def header_blocks(study: StudyData) -> list[Block]:
         blocks.append(Block("note", f"**{partial}**"))
     if withdrawn := withdrawn_note(study):
         blocks.append(Block("note", withdrawn))
-    from ablate.store.provenance import stale_note  # runs made by other model/training code
+    # runs made by other model/training code
+    from ablate.store.provenance import code_fingerprint, stale_note
 
     if stale := stale_note(study.path):
+        rows = study.extra.get("reproduced")
+        if rows is not None:
+            stale += ". " + reproduced_line(rows, code_fingerprint())
         blocks.append(Block("note", f"**{stale}**"))
     if study.description:
         blocks.append(Block("p", study.description))
@@ -318,6 +328,24 @@ def figure_blocks(figures: list[FigureFile], study: StudyData) -> list[Block]:
 def reproducibility_blocks(study: StudyData) -> list[Block]:
     """How to rebuild the runs, and where they trained."""
     blocks = [Block("h2", "Reproducibility"), Block("p", reproducibility_text(study))]
+    rows = study.extra.get("reproduced")
+    if rows is not None:
+        from ablate.store.provenance import code_fingerprint
+
+        chaotic = [v for v, _, _ in chaotic_variants(study)]
+        blocks.append(
+            Block(
+                "table",
+                reproduced_table(rows, chaotic),
+                reproduced_line(rows, code_fingerprint())
+                + " Each run was retrained alone from the config it recorded (same seed, data "
+                "and torch thread count, W&B off) and compared on its final validation loss: "
+                "identical (the same float), within tolerance (at most the tolerance: below the "
+                "4 decimals the tables print) or different; 'in seed sd': the difference over "
+                "its variant's seed standard deviation. A chaotic variant's runs amplify "
+                "float-reduction order (threads, worker layout): its digits may not reproduce.",
+            )
+        )
     env = environment_table(study)
     if env is not None:
         blocks.append(

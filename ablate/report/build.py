@@ -30,12 +30,14 @@ from ablate.report.index import CLAIMS_CSV, write_index
 from ablate.report.keep import PARTIAL_DIR, keep_reason
 from ablate.report.plots import make_figures
 from ablate.report.render import Block, to_html, to_markdown
+from ablate.report.repro import REPRODUCE_CSV, reproduced
 from ablate.report.wandb_report import comparisons_frame, log_report
 from ablate.study.results import StudyData, read_study, resolve_studies, results_frame
 
-KEPT_DIRS = (HISTORY, "archive")
+KEPT_DIRS = (HISTORY, "archive", REPRODUCE_CSV[0])
 """Folders of ``reports/<study>/`` a rebuild keeps: the result tables of earlier confirmation
-attempts (:mod:`ablate.report.audit`) and the archived store they were built from."""
+attempts (:mod:`ablate.report.audit`), the archived store they were built from, and what
+``ablate reproduce`` found retraining some of its runs."""
 
 
 def build_report(study: StudyData, out: Path, *, force: bool = False) -> Path:
@@ -61,6 +63,7 @@ def _build(study: StudyData, out: Path, force: bool) -> tuple[Path, str | None]:
             table[SLOPE] = table["run_id"].map(slopes)
         table.to_csv(tmp / "results.csv", index=False)
         study.extra["history_dir"] = tmp / HISTORY  # earlier attempts, counted per claim
+        study.extra["reproduced"] = reproduced(tmp)  # archived runs retrained with newer code
         comps, checks = analyse(study)
         verdicts = verdict_list(study, comps)
         claims = claims_frame(study, checks, loss_unit(study).split("/")[0])
