@@ -335,6 +335,27 @@ def _norm_pos_store(root: Path) -> Path:
     return root
 
 
+def _mark_confirm(store, study, seeds, tag=None, started=None, commit=None):
+    """Seeds ``seeds`` as confirmation runs under ``tag``, run from the study repository's
+    ``commit`` (clean) when given, as ``ablate run --confirm`` records them."""
+    for run in RunStore(store).runs(study):
+        summary = run.read_summary()
+        if summary["seed"] in seeds:
+            extra = {} if started is None else {"attempts": [{"started": started}]}
+            run.write_summary({**summary, "confirm": True, **extra})
+            if tag is not None:
+                data = run.read_run()
+                repo = {} if commit is None else {"study_commit": commit, "study_dirty": False}
+                meta = {**data["meta"], "confirm": True, "registration": tag, **repo}
+                run.write_run(data["config"], meta)
+
+
+@pytest.fixture(scope="session")
+def mark_confirm():
+    """``mark_confirm(store, study, seeds, tag=None, started=None, commit=None)``: see above."""
+    return _mark_confirm
+
+
 @pytest.fixture(scope="session")
 def write_run():
     """``write_run(store, study, axes, seed, status, final, ...)``: one synthetic run."""

@@ -159,18 +159,19 @@ def study_inputs(
 
 def design_warnings(n: int, claims: int, need: Any = None, alpha: float = 0.05) -> list[str]:
     """What ``ablate register`` warns about a design of ``n`` seeds per arm (it refuses
-    nothing): ``n`` below the pilot's 80%-power need (``need``: its
-    :class:`~ablate.claims.power.SeedsNeeded`), and an ``n`` at which the exact sign-flip test
-    cannot reach the claim's level, so a verdict would rest on the t-test's normality."""
+    nothing): ``n`` below the pilot's need (``need``: its
+    :class:`~ablate.claims.power.SeedsNeeded`, the report's computation: 80% power and the
+    exact test's floor), and an ``n`` at which the exact sign-flip test cannot reach the
+    claim's level, so a verdict would rest on the t-test's normality."""
     out = []
     needed = getattr(need, "n", None)
     if needed is not None and n < needed:
         out.append(
-            f"{n} seeds per arm is below the pilot's 80%-power need of ≈{needed} "
-            f"{need.unit} ({need.text()})"
+            f"{n} seeds per arm is below the pilot's need of ≈{needed} {need.unit} to decide it "
+            f"by both tests ({need.text()})"
         )
     elif need is not None and needed is None and getattr(need, "why_not", ""):
-        out.append(f"the pilot's 80%-power need is not reachable ({need.text()})")
+        out.append(f"the pilot's need is not reachable ({need.text()})")
     floor, first = min(1.0, 2.0 / 2**n), alpha / max(claims, 1)
     if floor >= first:
         out.append(

@@ -174,7 +174,7 @@ def test_register_warns_below_the_pilot_need_and_below_the_exact_tests_reach():
 
     need = SeedsNeeded(31, "seeds per arm (paired by seed)", "the t-test", "d=0.1, sd 0.2")
     w = design_warnings(5, 4, need)
-    assert "below the pilot's 80%-power need of ≈31" in w[0]
+    assert "below the pilot's need of ≈31" in w[0]
     assert "cannot go below p=0.0625" in w[1] and "nor α=0.05 itself" in w[1]
     assert design_warnings(12, 4, SeedsNeeded(8, "seeds", "t", "a")) == []
 
@@ -198,3 +198,51 @@ def test_seeds_needed_power_equals_a_simulation_of_the_tests(n, delta, sd, margi
     assert tost_power(n, delta, sd, margin) == pytest.approx(tost, abs=0.01)
     two_sided = np.mean(np.abs(mean / se) > stats.t.isf(0.025, n - 1))
     assert diff_power(n, delta, sd, 0.05) == pytest.approx(two_sided, abs=0.01)
+
+
+def test_the_papers_numbers_are_data_the_line_holds_its_interval_against(tmp_path):
+    from ablate.claims.paper import parse_paper
+    from ablate.claims.spec import claim_fingerprint
+    from ablate.claims.verdicts import paper_text
+    from ablate.config import ConfigError
+
+    paper = parse_paper({"a": 18.66, "b": 19.34, "unit": "ppl"}, "claims[0].paper", tmp_path)
+    assert paper.effect == pytest.approx(np.log(18.66) - np.log(19.34))  # -0.0358 nats
+    claim = Claim("alibi-eq", "t", "equivalent", a={"pe": "alibi"}, b={"pe": "sin"}, paper=paper)
+    assert claim_fingerprint(claim) == claim_fingerprint(replace(claim, paper=None))
+    c = compare([0.0] * 2, [0.0] * 2)  # its numbers are set below
+    check = ClaimCheck(claim, replace(c, ci_lo=-0.00726, ci_hi=0.00303))
+    assert paper_text(check) == (
+        "the paper's 0.0358-nat advantage of alibi (18.66 vs 19.34 ppl) is excluded at this "
+        "scale (95% CI [-0.00726, 0.00303]: smaller here, possibly none)"
+    )
+    inside = ClaimCheck(claim, replace(c, ci_lo=-0.05, ci_hi=0.01))
+    assert paper_text(inside).endswith("lies inside this 95% CI [-0.05, 0.01]")
+    for raw, key in (
+        ({"a": 18.66}, "claims[0].paper"),
+        ({"a": 1, "b": 2, "unit": "bleu"}, "claims[0].paper.unit"),
+        ({"table": 2}, "claims[0].paper.table"),
+    ):
+        with pytest.raises(ConfigError) as err:
+            parse_paper(raw, "claims[0].paper", tmp_path)
+        assert f": {key}: " in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_rule_stated_for_another_optimizer_is_not_contradicted_here():
+    from ablate.claims.paper import Paper
+
+    # six seeds' fitted exponents, far from the linear rule's 1: both tests decide
+    alphas = [-0.30, -0.25, -0.28, -0.22, -0.31, -0.27]
+    sgd = Paper(optimizer="SGD", setting="ResNet-50 on ImageNet")
+    claim = Claim("linear", "t", "equivalent", metric="lr_exponent", value=1.0, paper=sgd)
+    comp = compare(alphas, [1.0] * 6, seeds_a=range(6), seeds_b=range(6), margin=0.15)
+    check = ClaimCheck(claim, comp)
+    confirmatory_family([check])
+    decide_claim(check, 0.05)
+    assert check.t_outcome == check.exact_outcome == "contradicted"
+    assert check.outcome == "not reproduced at this setting"
+    assert "the paper states it for SGD (ResNet-50 on ImageNet)" in check.why
+    adam = ClaimCheck(replace(claim, paper=Paper(optimizer="Adam")), comp)
+    confirmatory_family([adam])
+    decide_claim(adam, 0.05)
+    assert adam.outcome == "contradicted"

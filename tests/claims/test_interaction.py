@@ -11,7 +11,7 @@ import pytest
 import yaml
 from scipy import stats
 
-from ablate.claims.outcomes import analyse
+from ablate.claims.outcomes import analyse, pilot
 from ablate.claims.spec import claim_fingerprint
 from ablate.config import ConfigError
 from ablate.report import build_reports
@@ -133,6 +133,32 @@ def test_seeds_needed_counts_seeds_of_the_four_cells(tmp_path, write_run):
     (check,) = analyse(read_study(root, "np", _spec(tmp_path / "np.yaml", [SHRINKS])))[1]
     assert check.outcome == "inconclusive"
     assert check.seeds_needed is not None and "four cells" in check.seeds_needed.unit
+
+
+def test_register_and_report_need_the_same_seeds_from_the_same_runs(
+    tmp_path, write_run, mark_confirm
+):
+    """The pilot ``ablate register`` records and the report's line compute seeds needed with
+    one function from the same seeds: every seed of the claim's cells. Here three noisy
+    confirmation seeds (3, 4 and a wild 2) leave the interaction undecided: the report assumes
+    the difference and SD over all five seeds, exactly what a pilot of those five says."""
+    noisy = {k: list(v) for k, v in FINALS.items()}
+    noisy[("post", 0.0)][2] = 3.4  # one seed's penalty far off
+    noisy[("pre", 0.0)][3] = 2.40
+    for store in (tmp_path / "all", tmp_path / "confirmed"):
+        for (placement, warmup), finals in noisy.items():
+            for seed, final in zip(SEEDS, finals, strict=True):
+                write_run(store, "np", {NP: placement, WU: warmup}, seed, "completed", final)
+    mark_confirm(tmp_path / "confirmed", "np", {2, 3, 4}, "unregistered")
+    spec = _spec(tmp_path / "np.yaml", [SHRINKS])
+    (check,) = analyse(read_study(tmp_path / "confirmed", "np", spec))[1]
+    assert check.confirmation and check.comparison.n_a == 3 and check.outcome == "inconclusive"
+    pilot_of_all = read_study(tmp_path / "all", "np", spec)  # five exploratory seeds
+    said = pilot(pilot_of_all)[SHRINKS["id"]]
+    need = pilot_of_all.extra["pilot_needs"][SHRINKS["id"]]
+    assert need.text() in said and "over the 5 seeds of its arms" in need.assumption
+    assert check.seeds_needed.n == need.n
+    assert check.seeds_needed.assumption.replace("all", "the") == need.assumption
 
 
 def test_a_confirmation_registers_the_by_axis(tmp_path):
