@@ -16,7 +16,7 @@ from ablate.claims.standing import confirm_mask, latest_attempt
 from ablate.claims.stats import ALPHA, SEED
 from ablate.claims.verdicts import Verdict, verdict
 from ablate.names import display_names, format_value, loss_unit, value_order
-from ablate.report.answer import claims_summary, seeds_text
+from ablate.report.answer import answer_blocks, claims_summary, seeds_text
 from ablate.report.claims_section import against_the_paper, extra_seeds_section
 from ablate.report.plots import FigureFile
 from ablate.report.render import Block
@@ -143,13 +143,20 @@ def build_blocks(
     verdicts: list[tuple[Comparison, Verdict]],
     figures: list[FigureFile],
     checks: list | None = None,
+    confirmatory: dict[str, bool] | None = None,
+    claim_figure: FigureFile | None = None,
 ) -> list[Block]:
     """The whole report, section by section, in the order of this module's docstring, from the
-    exploratory comparisons' :func:`verdict_list` and the decided claims (``checks``)."""
+    exploratory comparisons' :func:`verdict_list` and the decided claims (``checks``, with
+    whether each is confirmatory, and their figure on their own seeds)."""
     unit = loss_unit(study).split("/")[0]
     head = header_blocks(study)
     at = len(head) - 1 if study.description else len(head)  # the answer before the question
-    head[at:at] = claims_summary(study, checks or [], unit)
+    top = answer_blocks(study, checks or [], unit, confirmatory or {})
+    top += claims_summary(study, checks or [], unit)
+    if claim_figure is not None:
+        top.append(Block("fig", claim_figure, f"{claim_figure.caption} Seeds: each panel's own."))
+    head[at:at] = top
     return [
         *head,
         *against_the_paper(study, checks or [], unit),
@@ -240,7 +247,7 @@ def variant_blocks(study: StudyData) -> list[Block]:
             quality,
             f"Validation quality per variant, {seeds_text(study.runs)}: mean ± std [95% t-CI "
             "over seeds]; n = completed seeds behind the numbers; diverged runs counted (step of "
-            "divergence), not averaged.",
+            f"divergence), not averaged.{pooled_note(study)}",
         ),
         Block(
             "table",
@@ -314,14 +321,35 @@ def _explore_seeds(study: StudyData) -> str:
     return seeds_text(study.runs[~confirm_mask(study.runs)])
 
 
+def pooled_note(study: StudyData) -> str:
+    """Said of a table or figure drawn from every seed of the study when its claims are decided
+    on their confirmation seeds: a pooled view is exploratory."""
+    if not study.claims or not confirm_mask(study.runs).any():
+        return ""
+    return (
+        " A pooled view of every seed in the store: exploratory (each claim is decided on its "
+        "own seeds, named in the claims table and drawn beside it)."
+    )
+
+
 def figure_blocks(figures: list[FigureFile], study: StudyData) -> list[Block]:
-    """The figures, each caption ending with the seeds it draws (every run of the study)."""
+    """The figures, each caption ending with the one seed set it draws: a claim's own, or every
+    run of the study (pooled, labelled exploratory when the claims are decided on others)."""
     if not figures:
         return []
-    seeds = seeds_text(study.runs)
+    seeds, note = seeds_text(study.runs), pooled_note(study)
     return [
         Block("h2", "Figures"),
-        *(Block("fig", f, f"{f.caption} Seeds: {seeds}.") for f in figures),
+        *(
+            Block(
+                "fig",
+                f,
+                f"{f.caption} Seeds: {f.seeds}."
+                if f.seeds
+                else f"{f.caption} Seeds: {seeds}.{note}",
+            )
+            for f in figures
+        ),
     ]
 
 

@@ -24,6 +24,7 @@ from ablate.names import display_names, loss_unit
 from ablate.report.audit import HISTORY, audit_blocks
 from ablate.report.axis_figures import axis_figures
 from ablate.report.blocks import build_blocks, progress_line, verdict_list
+from ablate.report.claim_figure import claims_figure
 from ablate.report.claims_section import claims_frame
 from ablate.report.dashboards import write_specs
 from ablate.report.index import CLAIMS_CSV, write_index
@@ -70,7 +71,9 @@ def _build(study: StudyData, out: Path, force: bool) -> tuple[Path, str | None]:
         if len(claims):
             claims.to_csv(tmp / CLAIMS_CSV, index=False)
         figures = make_figures(study, tmp) + axis_figures(study, tmp)
-        blocks = build_blocks(study, verdicts, figures, checks)
+        by_claim = claims_figure(study, checks, tmp)  # each claim on its own seeds
+        confirmatory = dict(zip(claims["id"], claims["confirmatory"], strict=True))
+        blocks = build_blocks(study, verdicts, figures, checks, confirmatory, by_claim)
         blocks[1:1] = damaged_blocks(study)
         blocks += audit_blocks(study, tmp)
         (tmp / "report.md").write_text(to_markdown(blocks))
@@ -82,7 +85,7 @@ def _build(study: StudyData, out: Path, force: bool) -> tuple[Path, str | None]:
             (tmp / ".gitignore").write_text("*\n")  # never committed by `git add reports`
             dest = dest / PARTIAL_DIR
         _swap_in(tmp, dest)
-        figures = [replace(f, path=dest / f.path.name) for f in figures]
+        figures = [replace(f, path=dest / f.path.name) for f in figures + [by_claim] if f]
         log_report(study, wandb_tables(study, verdicts, claims), figures)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -52,7 +52,7 @@ def test_the_report_opens_with_the_claims_table_of_the_claim_engine(tmp_path, no
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
     md = path.read_text()
     head = md.split("Does Pre-LN win?")[0]  # the answer comes before the question
-    assert "## Claims" in head and head.count("## ") == 1
+    assert head.index("## Answer") < head.index("## Claims") and head.count("## ") == 2
     (row,) = [line for line in head.splitlines() if line.startswith("| pre-wins |")]
     (check,) = analyse(read_study(store, "norm_pos", spec))[1]
     c = check.comparison
