@@ -11,7 +11,6 @@ decided: its line says how many finished.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import pandas as pd
@@ -26,7 +25,7 @@ from ablate.claims.checks import (
 from ablate.claims.history import Attempt
 from ablate.claims.standing import confirm_mask
 from ablate.claims.stats import ALPHA
-from ablate.claims.verdicts import fmt_p
+from ablate.claims.verdicts import holm_ps
 from ablate.store import FINISHED
 
 
@@ -76,14 +75,8 @@ def gave(check: ClaimCheck | None) -> str:
     c = check.comparison
     if c is None or check.outcome == PENDING:
         return check.outcome + (f" ({check.detail})" if check.detail else "")
-    equiv = check.claim.expect in ("equivalent", "equal")
-    p, exact = (c.p_tost_adj, c.p_flip_tost_adj) if equiv else (c.p_adj, c.p_flip_adj)
-    kind = "TOST " if equiv else ""
-    parts = [f"{kind}Holm {fmt_p(p)}"]
-    if math.isfinite(exact):
-        parts.append(f"exact {c.exact} {kind}Holm {fmt_p(exact)}")
     n = f"{c.n_a}" if c.n_a == c.n_b or not c.b else f"{c.n_a} vs {c.n_b}"
-    return f"{check.outcome} ({', '.join(parts)}, n={n})"
+    return f"{check.outcome} ({holm_ps(check)}, n={n})"
 
 
 def earlier_outcomes(

@@ -276,3 +276,18 @@ def paper_text(check: ClaimCheck, unit: str = "nats") -> str:
     else:
         how = "smaller here" if lo > 0 else "smaller here, possibly none"
     return f"{said} is excluded at this scale ({ci}: {how})"
+
+
+def holm_ps(check: ClaimCheck) -> str:
+    """The Holm p of a claim's t-test and exact test in a few words; an equivalence's
+    difference test and TOST both (either may decide it)."""
+    c = check.comparison
+    equiv = check.claim.expect in ("equivalent", "equal")
+
+    def two(p: float, tost: float) -> str:
+        return f"Holm {fmt_p(p)}" + (f" (TOST {fmt_p(tost)})" if equiv else "")
+
+    text = f"t-test {two(c.p_adj, c.p_tost_adj)}"
+    if c.exact:
+        text += f", exact {c.exact} {two(c.p_flip_adj, c.p_flip_tost_adj)}"
+    return text

@@ -13,7 +13,6 @@ from __future__ import annotations
 import pandas as pd
 
 from ablate.claims.checks import (
-    BY_T_ONLY,
     CONTRADICTED,
     NOT_HERE,
     REPRODUCES,
@@ -23,7 +22,7 @@ from ablate.claims.checks import (
 )
 from ablate.claims.standing import confirm_mask
 from ablate.claims.stats import mean_ci
-from ablate.claims.verdicts import fmt_num, fmt_p, paper_text
+from ablate.claims.verdicts import fmt_num, fmt_p, holm_ps, paper_text
 from ablate.report.render import Block
 from ablate.study.results import StudyData
 
@@ -170,31 +169,26 @@ def headline(check: ClaimCheck, unit: str) -> str:
             effect += f" against {claim.value:g}"
         else:
             effect = f"{c.label_a} − {c.label_b}: {fmt_num(c.diff)} {unit} ({ci})"
-    equiv = claim.expect in ("equivalent", "equal")
-    p, exact = (c.p_tost_adj, c.p_flip_tost_adj) if equiv else (c.p_adj, c.p_flip_adj)
-    tost = "TOST " if equiv else ""
-    tests = f"t-test {tost}Holm {fmt_p(p)}"
-    if c.exact:
-        tests += f", exact {c.exact} {tost}Holm {fmt_p(exact)}"
-    return f"{effect}; {tests}"
+    return f"{effect}; {holm_ps(check)}"
 
 
 def evidence(check: ClaimCheck, confirmatory: bool) -> str:
-    """The claim's label by evidence: confirmed, supported by the t-test only, not supported,
-    not decided, pending, or exploratory."""
+    """The claim's label by evidence: confirmed, supported by the t-test (or exact test) only,
+    not supported (at this setting), contradicted by one test only, not decided, pending, or
+    exploratory."""
     outcome = check.outcome
     if check.pending is not None:
         return "pending"
     if not confirmatory:
         return "exploratory"
-    if outcome in (REPRODUCES, WITHIN_MARGIN):
-        return "confirmed"
-    if outcome in (CONTRADICTED, NOT_HERE):
-        return "not supported" + (" at this setting" if outcome == NOT_HERE else "")
-    if outcome.startswith(REPRODUCES) or outcome.startswith(WITHIN_MARGIN):
-        return "supported by the t-test only" if BY_T_ONLY in outcome else "supported by one test"
-    if outcome.startswith(CONTRADICTED) or outcome.startswith(NOT_HERE):
-        return "contradicted by one test only"
+    tests = ("t-test", "exact test")
+    one = next((f"by the {t} only" for t in tests if f"by {t} only" in outcome), "")
+    if outcome.startswith((REPRODUCES, WITHIN_MARGIN)):
+        return f"supported {one}" if one else "confirmed"
+    if outcome.startswith(NOT_HERE):
+        return "not supported at this setting" + (f" ({one})" if one else "")
+    if outcome.startswith(CONTRADICTED):
+        return f"contradicted {one}" if one else "not supported"
     return "not decided"
 
 
