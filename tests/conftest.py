@@ -41,6 +41,25 @@ def no_wandb(monkeypatch):
 
 
 @pytest.fixture
+def clean_registry():
+    """Undo every registration a test makes (the registries and the loaded plugins are
+    process-wide: a plugin one test loads must not leak into the next)."""
+    from ablate.model.plugins import _LOADED, _PLUGINS
+    from ablate.model.transformer import FFNS, NORMS
+
+    before = {id(r): dict(r) for r in (NORMS, FFNS)}
+    loaded, plugins = dict(_LOADED), dict(_PLUGINS)
+    yield
+    for r in (NORMS, FFNS):
+        r.clear()
+        r.update(before[id(r)])
+    _LOADED.clear()
+    _LOADED.update(loaded)
+    _PLUGINS.clear()
+    _PLUGINS.update(plugins)
+
+
+@pytest.fixture
 def wandb_logger():
     """``wandb_logger(run_dir, mode, name)``: the W&B logger of a run of study "s" (variant
     "base", the default config), as a solo run makes it; the caller finishes its experiment."""

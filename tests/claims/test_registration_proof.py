@@ -69,7 +69,7 @@ def _repo(root, tiny_studies, git, act="relu2proof"):
 
 
 def test_a_study_in_its_own_repository_keeps_its_proof_everywhere(
-    tmp_path, tiny_studies, git, monkeypatch
+    tmp_path, tiny_studies, git, monkeypatch, clean_registry
 ):
     repo, study = _repo(tmp_path, tiny_studies, git)
     store = tmp_path / "runs"
@@ -119,7 +119,7 @@ def test_a_study_in_its_own_repository_keeps_its_proof_everywhere(
     assert len(out.strip().splitlines()) == 1 and _run_ids(store) == before
 
 
-def test_a_study_never_committed_is_refused(tmp_path, tiny_studies, git):
+def test_a_study_never_committed_is_refused(tmp_path, tiny_studies, git, clean_registry):
     repo, study = _repo(tmp_path, tiny_studies, git, act="relu2never")
     store = tmp_path / "runs"
     code, out = _cli("register", study, "--seeds", "2", "--store", store)
