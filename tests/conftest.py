@@ -452,3 +452,35 @@ def read_wandb_file():
     """``read_wandb_file(path)``: one ``.wandb`` file read back (run, kinds, config, history,
     summary, exit_codes)."""
     return _read_wandb_file
+
+
+# --- a W&B server that never answers ---------------------------------------------------------
+
+
+@pytest.fixture
+def silent_wandb_server(monkeypatch, tmp_path):
+    """``WANDB_BASE_URL`` at a loopback server that accepts every connection and never answers,
+    a W&B key, and a 1 s wait (``ABLATE_WANDB_TIMEOUT_S``), for the processes a test starts."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    held = []
+
+    def accept():
+        while True:
+            try:
+                held.append(listener.accept()[0])  # held open, never read or answered
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    monkeypatch.setenv("WANDB_BASE_URL", url)
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.setenv("ABLATE_WANDB_TIMEOUT_S", "1")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    yield url
+    listener.close()
+    for conn in held:
+        conn.close()

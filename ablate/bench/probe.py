@@ -1,47 +1,51 @@
-"""The stacked probe: ``ablate bench --probe`` and section 6 of ``ablate bench --gpu``.
+"""The probe: ``ablate bench --probe`` (and section 6 of ``ablate bench --gpu``).
 
-The first GPU command of a session (docs/gpu.md) decides between stacking a study's runs
-(``train.stack``) and packing them as processes (``--runs-per-gpu``). It measures, at the
-reference study's gpu shape (6L/6H/384d, ctx 256, batch 64, dropout 0.2, bf16-mixed), a solo
-run and stacked groups of 1, 4 and 8:
+The first GPU command of a window (docs/gpu.md) decides, for the studies of that same command,
+between running their runs one at a time (solo), stacking them (``train.stack``) and packing
+them as processes (``--workers 4 --runs-per-gpu 4``). It measures, at the reference study's gpu
+shape (6L/6H/384d, ctx 256, batch 64, dropout 0.2, bf16-mixed), three rows:
 
-* tokens/s and MFU: runs trained by ``train_run`` / ``train_group`` into a temporary store, as
-  ``ablate run`` trains them, so what is timed is the path the studies take (Lightning's loop
-  for solo, the group's loop for stacks, the one AdamW path for both). Two runs of ``TIMED``
-  steps; tokens/s = the extra steps' tokens (all members) / the extra wall time. Each run ends
-  synchronized (its final evaluation reads the loss), so set-up, final evaluation and
-  checkpoint cancel. (The runs' own ``tokens_per_s``, kept in the JSON, is their last log
-  interval; Lightning's solo figure reads its clock before the read that waits for the GPU, so
-  on a GPU it can leave queued work out.) MFU = the summary's ``flops_per_token`` x tokens/s
-  / the dense bf16 peak (``machine.GPU_BF16_PEAK``, else a measured matmul).
-* peak memory: ``torch.cuda.max_memory_allocated`` over the longer timed run, and per member.
-* host reads and kernel-launching operations per step: ``training.opcount.OpCounter`` around the
-  whole run at two lengths (``count_window``), the difference per step. The lengths are whole
-  log intervals of the profile, so the log step's reads are in the figure at the cadence a
-  real run has them (the profile's grad-norm steps, every 50, fall outside), and set-up, final
-  evaluation and checkpoint cancel. Counted before the timed runs, which the counter's Python
-  hook per operation would slow; so the counted runs also take the one-time set-up (CUDA's
-  lazy initialisation, the first kernels) out of the timed ones.
-* which SDPA kernel ran: one forward + backward of the solo model and of a stack of 4 under
-  ``torch.profiler``, with dropout (the profile's 0.2) and without, and with ALiBi: the aten
-  SDPA op the dispatcher picked (any device) and the CUDA kernels' names (CUDA only).
-* the LSTM's output dtype under bf16-mixed autocast (the architecture study's lstm arm), from a
-  forward hook on its ``nn.LSTM``.
+* solo: runs trained by ``train_run`` into a temporary store, as ``ablate run`` trains them;
+* pack of ``PACK``: that many processes at once, each training solo runs
+  (:mod:`ablate.bench.probe_pack`), their tokens/s summed;
+* stack of ``STACK``: a stacked group through ``train_group`` (the group's loop, the one AdamW
+  path), the narrowest entry point a study's stacked runs take.
+
+Each row's tokens/s: two runs of ``TIMED`` steps, the extra steps' tokens (all members or
+processes) over the extra wall time. Each run ends synchronized (its final evaluation reads the
+loss), so set-up, final evaluation and checkpoint cancel. MFU = the summary's
+``flops_per_token`` x tokens/s / the dense bf16 peak (``machine.GPU_BF16_PEAK``, else a measured
+matmul); peak memory from ``torch.cuda.max_memory_allocated`` over the longer run. The
+``verdict`` (:func:`verdict`) is the row with the most tokens/s, by ``MARGIN`` over solo, and the
+``ablate run`` arguments that apply it; ``scripts/gpu/window.sh`` reads it from the JSON. The
+JSON and the report are written after every row, so a probe cut by its time limit still leaves a
+verdict of the rows it finished (solo and pack first).
+
+On a CPU it also counts kernel-launching operations and host reads per step
+(``training.opcount.OpCounter`` around runs of two lengths, the difference per step; the lengths
+are whole log intervals of the profile): the count is the same on a GPU, so it is measured where
+it costs nothing, not in the GPU's time budget. The attention table says which SDPA kernel ran
+(one forward + backward of the solo model and of a stack under ``torch.profiler``, with dropout,
+without, and with ALiBi); the LSTM line gives the dtype of the architecture study's lstm arm
+under bf16-mixed autocast.
+
+Its cost on a GPU, at the GPU pilot's H200 rates (docs/gpu.md has the arithmetic): a solo step
+16.8 ms, a stacked step about 42 ms + 7 ms per member, so the 2 x ``TIMED`` runs take about 1.2 s
+solo, 5 s stacked and 2 s packed, and the whole probe, start-ups and set-ups included, about 50 s.
 
 The data is a fixed pseudo-random text of tinyshakespeare's 65 characters written to a
 temporary file: the probe measures speed, not quality, so it needs no dataset on the machine
 (a lent GPU machine has no network), and the same text gives the same token-cache entry.
 
-Without CUDA it runs the same code at a tiny shape (``CPU_SHAPE``, ``CPU_TIMED``) in well under
-a minute on two cores, and the CUDA-only figures (MFU, peak memory, CUDA kernel names) read
-"not measured (no CUDA)": a test runs it so its first run on a GPU is not its first run. A row
-that fails (a run ending ``failed``, an exception) keeps its place in the table with the error's
+Without CUDA it runs the same code at a tiny shape (``CPU_SHAPE``, ``CPU_TIMED``) in under a
+minute on two cores, and the CUDA-only figures (MFU, peak memory, CUDA kernel names) read "not
+measured (no CUDA)": a test runs it so its first run on a GPU is not its first run. A row that
+fails (a run ending ``failed``, an exception) keeps its place in the table with the error's
 first line: the probe goes on with the next row.
 """
 
 from __future__ import annotations
 
-import gc
 import random
 import re
 import tempfile
@@ -54,16 +58,28 @@ from typing import Any
 import torch
 
 from ablate.accel import kernel_problem
+from ablate.bench.probe_report import row_name
+from ablate.bench.probe_runs import failed, failure, run_length, timed_runs, train
 from ablate.config import RunConfig, build_config, flatten
-from ablate.store import RunStore
 from ablate.training.opcount import OpCounter
 
 PROFILE = "gpu"  # of the reference study (bench.loops.REFERENCE_STUDY)
 PROFILE_PRECISION = "bf16-mixed"  # what every gpu profile trains at
-MEMBERS = (0, 1, 4, 8)  # 0: a solo run (train_run); k: a stacked group of k (train_group)
-# the timed runs' lengths: tokens/s from the steps between them (80 steps of the gpu shape:
-# about a second solo on an H100-class GPU, far above the run-to-run noise of set-up)
-TIMED, CPU_TIMED = (20, 100), (10, 30)
+STACK = 4  # the stacked row: a group of 4 (train_group)
+PACK = 4  # the packed row: 4 processes on the device at once, each training solo runs
+MARGIN = 1.1
+"""The verdict leaves solo only for a path this much faster (tokens/s): below it, noise."""
+VERDICT_ARGS = {
+    "solo": "",
+    "stack": "--set train.stack=auto",
+    "pack": f"--workers {PACK} --runs-per-gpu {PACK}",
+}
+"""The ``ablate run`` arguments of each verdict (window.sh gives ``stack``'s only to studies
+whose profile leaves ``train.stack`` at its default)."""
+# the timed runs' lengths: tokens/s from the steps between them (50 steps of the gpu shape:
+# 0.8 s solo on an H200, far above the run-to-run noise of set-up)
+TIMED, CPU_TIMED = (10, 60), (10, 30)
+WARMUP_STEPS = 5  # one short run first on CUDA: its lazy initialisation is not in a row
 # a shape a 2-core CPU trains every row of in seconds; the probe's CPU figures check the probe
 CPU_SHAPE: dict[str, Any] = {
     "model.n_layers": 2,
@@ -74,17 +90,9 @@ CPU_SHAPE: dict[str, Any] = {
     "data.batch_size": 4,
 }
 LSTM_SHAPE = {"model.d_model": 816, "model.n_layers": 2}  # architecture.yaml's gpu lstm arm
-SDPA_STACK = 4  # the stack whose attention is profiled
 CHARS = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"  # tinyshakespeare's
 TEXT_CHARS = 1_000_000
 QUIET = {"tracking.wandb": False, "train.progress": False}
-
-
-def failed(err: BaseException | str) -> str:
-    """A row's error as one line: ``failed: <first line>``."""
-    text = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
-    lines = [s.strip() for s in str(text).strip().splitlines() if s.strip()]
-    return "failed: " + (lines[0] if lines else "unknown error")[:200]
 
 
 def synthetic_text(folder: Path) -> Path:
@@ -132,78 +140,6 @@ def with_kernel(flat: dict[str, Any]) -> dict[str, Any]:
     return flat | {"train.attn_backend": "auto"} if problem else flat
 
 
-def member_configs(cfg: RunConfig, members: int) -> list[RunConfig]:
-    """The group's runs: ``cfg`` at seeds 0..members-1 (a seed study's stack)."""
-    return [
-        cfg.model_copy(update={"train": cfg.train.model_copy(update={"seed": s})})
-        for s in range(members)
-    ]
-
-
-def train(cfg: RunConfig, members: int, root: Path) -> list[dict[str, Any]]:
-    """Train ``cfg`` solo (``members=0``) or as a stacked group into a store at ``root``; the
-    runs' summaries."""
-    from ablate.training.stacked.group import train_group
-    from ablate.training.train import train_run
-
-    store = RunStore(root)
-    if members == 0:
-        return [train_run(cfg, store.run("probe", cfg.run_id()))]
-    cfgs = member_configs(cfg, members)
-    return train_group(cfgs, [store.run("probe", c.run_id()) for c in cfgs])
-
-
-def failure(summaries: list[dict[str, Any]]) -> str | None:
-    """The first run that did not complete, as ``failed: ...``; None when all did."""
-    for s in summaries:
-        if s.get("status") != "completed":
-            return failed(s.get("error") or f"run ended {s.get('status')}")
-    return None
-
-
-def run_length(steps: int) -> dict[str, Any]:
-    """Config keys for a run of ``steps`` steps with no evaluation before the final one."""
-    return {"train.max_steps": steps, "train.eval_interval": 10**6}
-
-
-def timed_runs(
-    flat: dict[str, Any], members: int, window: tuple[int, int], cuda: bool
-) -> dict[str, Any]:
-    """Tokens/s of all members from the wall time of two runs of ``window`` steps (each ends
-    synchronized: its final evaluation reads the loss), so set-up, final evaluation and
-    checkpoint cancel; the peak CUDA memory of the longer; the run's FLOPs per token and
-    attention kernel, and the summaries' own figure (their last log interval)."""
-    from ablate.bench.machine import sync
-
-    walls, summaries = [], []
-    for steps in window:
-        cfg = build_config(flat | run_length(steps))
-        if cuda:
-            gc.collect()
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-        with tempfile.TemporaryDirectory(prefix="ablate-probe-") as root:
-            t = time.perf_counter()
-            summaries = train(cfg, members, Path(root))
-            sync()
-            walls.append(time.perf_counter() - t)
-        if error := failure(summaries):
-            return {"error": error}
-    d = build_config(flat).data
-    tokens = (window[1] - window[0]) * max(members, 1) * d.batch_size * d.seq_len
-    out = {
-        "tokens_per_s": tokens / (walls[1] - walls[0]) if walls[1] > walls[0] else None,
-        "wall_s": walls,
-        "summary_tokens_per_s": sum(s.get("tokens_per_s") or 0.0 for s in summaries),
-        "flops_per_token": summaries[0]["flops_per_token"],
-        "attn_kernel": summaries[0].get("attn_kernel"),
-        "attn_backend": cfg.train.attn_backend,
-    }
-    if cuda:
-        out["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    return out
-
-
 def count_window(flat: dict[str, Any]) -> tuple[int, int]:
     """The two run lengths whose difference is counted: one and three log intervals."""
     interval = flat["train.log_interval"]
@@ -233,20 +169,31 @@ def counted_runs(flat: dict[str, Any], members: int) -> dict[str, Any]:
 
 
 def measure_row(
-    flat: dict[str, Any], members: int, window: tuple[int, int], peak: float | None, cuda: bool
+    flat: dict[str, Any],
+    members: int,
+    window: tuple[int, int],
+    peak: float | None,
+    cuda: bool,
+    processes: int = 1,
 ) -> dict[str, Any]:
-    """One row: the counted runs first (they also warm the path up: one-time set-up such as
-    CUDA's lazy initialisation would otherwise fall into the timed runs), then the timed ones.
-    A failed run ends the row with its error."""
+    """One row: on a CPU the counted runs first (they also warm the path up), then the timed
+    ones; ``processes`` > 1: the packed row (:mod:`ablate.bench.probe_pack`). A failed run ends
+    the row with its error."""
+    from ablate.bench.probe_pack import packed_row  # its processes import the runs, not this
+
     row: dict[str, Any] = {"members": members}
     try:
-        row |= counted_runs(flat, members)
-        if "error" not in row:
-            row |= timed_runs(flat, members, window, cuda)
+        if processes > 1:
+            row = packed_row(flat, processes, window)
+        else:
+            if not cuda:
+                row |= counted_runs(flat, members)
+            if "error" not in row:
+                row |= timed_runs(flat, members, window, cuda)
     except Exception as err:  # noqa: BLE001 - a failed row is shown, the others still run
         row["error"] = failed(err)
     if row.get("tokens_per_s"):
-        k = max(members, 1)
+        k = max(members, processes)
         row["tokens_per_s_per_member"] = row["tokens_per_s"] / k
         if cuda and peak:
             row["mfu"] = row["flops_per_token"] * row["tokens_per_s"] / peak
@@ -289,12 +236,13 @@ def _models(cfg: RunConfig, n: int, vocab: int, dev: torch.device) -> list[torch
 def attention_step(cfg: RunConfig, members: int, dev: torch.device) -> Callable[[], None]:
     """One training forward + backward of the solo model (``members=0``) or a stack, as
     ``train_run`` / ``train_group`` compute it (their autocast, pinned kernel, loss)."""
+    from ablate.model import stack_models
     from ablate.training.lit import lm_loss
-    from ablate.training.stacked.ops import Stack
+    from ablate.training.step import member_losses
 
     vocab, d = len(CHARS), cfg.data
     models = _models(cfg, max(members, 1), vocab, dev)
-    stack = Stack(models) if members else None
+    stack = stack_models(models) if members else None
     shape = (members, d.batch_size, d.seq_len) if members else (d.batch_size, d.seq_len)
     x = torch.randint(vocab, shape, device=dev)
     y = torch.randint(vocab, shape, device=dev)
@@ -302,7 +250,7 @@ def attention_step(cfg: RunConfig, members: int, dev: torch.device) -> Callable[
 
     def step() -> None:
         with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = stack.losses(x, y).sum() if stack else lm_loss(models[0](x), y)
+            loss = member_losses(stack, x, y).sum() if stack else lm_loss(models[0](x), y)
         loss.backward()
 
     return step
@@ -339,9 +287,9 @@ ATTENTION_CASES = (
 
 
 def attention_rows(flat: dict[str, Any], cuda: bool) -> list[dict[str, Any]]:
-    """Which SDPA kernel ran, solo and in a stack of ``SDPA_STACK``, per attention case."""
+    """Which SDPA kernel ran, solo and in a stack of ``STACK``, per attention case."""
     rows = []
-    for members in (0, SDPA_STACK):
+    for members in (0, STACK):
         for case, over in ATTENTION_CASES:
             row: dict[str, Any] = {"members": members, "case": case}
             try:
@@ -400,17 +348,44 @@ def device_name(cuda: bool) -> str:
     return f"{cpu_model()} ({usable_cores()} cores, no CUDA)"
 
 
+ROWS = ((0, 1), (0, PACK), (STACK, 1))
+"""(members, processes) of each row, in the order measured: solo, pack, stack."""
+
+
+def verdict(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The path with the most tokens/s in all (solo unless another beats it by ``MARGIN``) and
+    the ``ablate run`` arguments that take it; None without a solo figure."""
+    solo = next((r for r in rows if row_name(r) == "solo" and r.get("tokens_per_s")), None)
+    if solo is None:
+        return None
+    ok = [r for r in rows if r.get("tokens_per_s")]
+    best = max(ok, key=lambda r: r["tokens_per_s"])
+    if best["tokens_per_s"] < MARGIN * solo["tokens_per_s"]:
+        best = solo
+    choice = row_name(best).split(" of ")[0]
+    return {
+        "choice": choice,
+        "row": row_name(best),
+        "tokens_per_s": best["tokens_per_s"],
+        "x_solo": best["tokens_per_s"] / solo["tokens_per_s"],
+        "flops_per_token": best["flops_per_token"],
+        "args": VERDICT_ARGS[choice],
+    }
+
+
 def measure(
     precision: str = PROFILE_PRECISION,
     *,
     quick: bool = False,
     peak_tflops: float | None = None,
     log: Callable[[str], Any] = print,
+    progress: Callable[[dict[str, Any]], Any] | None = None,
 ) -> dict[str, Any]:
-    """The probe's results (``probe_report.render`` writes them): the rows solo and stacked,
-    the attention kernels, the LSTM's dtype. ``quick``: the CPU's tiny shape on CUDA too (a
-    smoke test of the code, as ``ablate bench --gpu --quick``). ``peak_tflops``: the GPU
-    bench's section 0 figure, else looked up (CUDA only)."""
+    """The probe's results (``probe_report.render`` writes them): the rows, the verdict, the
+    attention kernels, the LSTM's dtype. ``quick``: the CPU's tiny shape on CUDA too (a smoke
+    test of the code, as ``ablate bench --gpu --quick``). ``peak_tflops``: the GPU bench's
+    section 0 figure, else looked up (CUDA only). ``progress`` gets the results so far after
+    every row."""
     cuda = torch.cuda.is_available()
     tiny = quick or not cuda
     t0 = time.perf_counter()
@@ -428,12 +403,20 @@ def measure(
             f"{m.n_layers}L/{m.n_heads}H/{m.d_model}d, ctx {d.seq_len}, batch {d.batch_size}, "
             f"dropout {m.dropout}"
         )
-        r["rows"] = []
-        for k in MEMBERS:
-            row = measure_row(flat, k, window, r.get("peak_tflops", 0) * 1e12, cuda)
+        r["rows"], r["attention"], r["lstm"] = [], [], None
+        if cuda:  # CUDA's lazy initialisation and first kernels, outside every row
+            with tempfile.TemporaryDirectory(prefix="ablate-probe-") as root:
+                train(build_config(flat | run_length(WARMUP_STEPS)), 0, Path(root))
+        for members, processes in ROWS:
+            peak = r.get("peak_tflops", 0) * 1e12
+            row = measure_row(flat, members, window, peak, cuda, processes)
             r["rows"].append(row)
-            what = row.get("error") or f"{row.get('tokens_per_s') or 0:,.0f} tokens/s"
-            log(f"  {'solo' if k == 0 else f'stack of {k}'}: {what}")
+            r["verdict"] = verdict(r["rows"])
+            r["wall_s"] = time.perf_counter() - t0
+            what = row.get("error") or f"{row['tokens_per_s']:,.0f} tokens/s"
+            log(f"  {row_name(row)}: {what}")
+            if progress is not None:
+                progress(r)
         r["attention"] = attention_rows(flat, cuda)
         r["lstm"] = lstm_dtype(flat, cuda and not tiny)
     r["wall_s"] = time.perf_counter() - t0
@@ -441,7 +424,8 @@ def measure(
 
 
 def run_probe(out: Path, precision: str = PROFILE_PRECISION) -> dict[str, Any]:
-    """``ablate bench --probe``: measure, write ``out`` and its JSON (on a CPU too)."""
+    """``ablate bench --probe``: measure, write ``out`` and its JSON after every row and at the
+    end (on a CPU too)."""
     from datetime import datetime
 
     from ablate.bench import probe_report
@@ -449,6 +433,16 @@ def run_probe(out: Path, precision: str = PROFILE_PRECISION) -> dict[str, Any]:
 
     r: dict[str, Any] = {"started": datetime.now().isoformat(timespec="seconds")}
     run = Sections(r, after=lambda: probe_report.write(r, out))
-    run.run("stacked", probe_report.HEADING, lambda: measure(precision, log=run.say))
+
+    def partial(so_far: dict[str, Any]) -> None:
+        probe_report.write(r | {"stacked": so_far, "wall_s": so_far["wall_s"]}, out)
+
+    run.run(
+        "stacked",
+        probe_report.HEADING,
+        lambda: measure(precision, log=run.say, progress=partial),
+    )
+    v = (r.get("stacked") or {}).get("verdict")
+    run.say(f"verdict: {v['choice'] if v else 'none'}")
     run.say(f"wrote {out} and {out.with_suffix('.json')} ({r['wall_s']:.0f} s)")
     return r

@@ -236,12 +236,12 @@ def compare_groups(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, **kwargs: An
 def token_streams(g: pd.DataFrame) -> set[Any]:
     """What fixes a seed's training token order in these runs: under ``data.order: rows`` (and
     in stores from before the field) the batch size cuts the stream into rows, so it is part
-    of the order; under ``tokens`` it is not."""
+    of the order; under ``tokens`` and ``random`` it is not."""
     if "cfg.batch_size" not in g:
         return set()
     order = g["cfg.order"] if "cfg.order" in g else pd.Series("rows", index=g.index)
     return {
-        ("tokens",) if o == "tokens" else ("rows", b)
+        (o,) if o in ("tokens", "random") else ("rows", b)
         for o, b in zip(order.fillna("rows"), g["cfg.batch_size"], strict=True)
     }
 

@@ -33,7 +33,6 @@ from typing import Any
 
 import yaml
 
-from ablate.claims.sequential import SPENDING
 from ablate.claims.spec import FITTED, Claim, claim_fingerprint
 from ablate.errors import ConfigError
 
@@ -110,6 +109,8 @@ def build_design(
     if looks is None:
         design: dict[str, Any] = {"kind": "fixed", "seeds": list(seeds)}
     else:
+        from ablate.claims.sequential import SPENDING  # scipy: not on `ablate run`'s way in
+
         design = {
             "kind": "sequential",
             "max_looks": looks,

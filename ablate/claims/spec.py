@@ -444,15 +444,22 @@ def profile_claims(
 ) -> list:
     """The study's raw claims with a profile's ``claims:`` applied: for each claim id there,
     its :data:`PROFILE_KEYS` replaced. Each replacement is checked at its own key path
-    (``profiles.gpu.claims.<id>.<key>``)."""
+    (``profiles.gpu.claims.<id>.<key>``). An id the study does not have, given with its
+    ``text``, is a whole claim of this profile only (a literature arm of its setting: nanoGPT's
+    published GPU number is a claim of the gpu profile alone), checked as any claim."""
     ids = [c.get("id") for c in raw if isinstance(c, dict)]
     out = list(raw)
     for cid, keys in overrides.items():
         at = f"{where}.{cid}"
+        if cid not in ids and "text" in keys:
+            out.append(
+                _profile_only_claim({"id": cid, **keys}, len(out), at, source, axes, lengths)
+            )
+            continue
         if cid not in ids:
             raise ConfigError(
-                f"no claim with this id{suggest(cid, [str(i) for i in ids])}; "
-                f"claims: {', '.join(map(str, ids)) or 'none'}",
+                f"no claim with this id{suggest(cid, [str(i) for i in ids])} (a claim of this "
+                f"profile only needs its text:); claims: {', '.join(map(str, ids)) or 'none'}",
                 key=at,
                 source=source,
             )
@@ -462,6 +469,16 @@ def profile_claims(
         i = ids.index(cid)
         out[i] = {**raw[i], **keys}
     return out
+
+
+def _profile_only_claim(raw: dict, i: int, at: str, source: Path, axes, lengths) -> dict:
+    """``raw``, checked as claim ``i`` would be, its errors named at the profile's key ``at``."""
+    try:
+        parse_claim(raw, i, source, axes, lengths)
+    except ConfigError as err:
+        key = str(err.key or "").replace(f"claims[{i}]", at, 1)
+        raise ConfigError(err.message, key=key, source=source) from None
+    return raw
 
 
 def _check_profile_value(key: str, value: Any, where: str, source: Path, axes, lengths) -> None:

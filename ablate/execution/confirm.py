@@ -265,6 +265,73 @@ def plan_confirm(
     return study, seeds, {v: list(seeds) for v in dict.fromkeys(variants)}, tag
 
 
+def confirmation_study(
+    study_path: str | Path,
+    n: int | None,
+    *,
+    store: str | Path,
+    profile: str | None = None,
+    overrides: Sequence[str] = (),
+    plugins: Sequence[str] = (),
+    unregistered: bool = False,
+) -> tuple[Study, str]:
+    """(the study with only the runs ``ablate run --confirm`` would train, the registration
+    they run under): what ``ablate plan --confirm`` lists and times. Errors as
+    :func:`plan_confirm`."""
+    from ablate.execution.runner import plan_runs
+
+    _, _, per_variant, tag = plan_confirm(
+        study_path,
+        n,
+        store=store,
+        profile=profile,
+        overrides=overrides,
+        plugins=plugins,
+        unregistered=unregistered,
+    )
+    return plan_runs(study_path, profile, overrides, plugins, None, per_variant), tag
+
+
+def plan_confirmations(
+    study_paths: Sequence[str | Path],
+    n: int | None,
+    *,
+    store: str | Path,
+    profile: str | None = None,
+    overrides: Sequence[str] = (),
+    plugins: Sequence[str] = (),
+    unregistered: bool = False,
+    estimate: bool = True,
+    workers: str | int | None = None,
+    remeasure: bool = False,
+) -> list[Study]:
+    """``ablate plan --confirm``: print, for each study, the runs ``ablate run --confirm``
+    would train, which seeds and registration, and (``estimate``) their time."""
+    from ablate.execution.tables import show_plans
+
+    plans = []
+    for path in study_paths:
+        study, tag = confirmation_study(
+            path, n, store=store, profile=profile, overrides=overrides, plugins=plugins,
+            unregistered=unregistered,
+        )  # fmt: skip
+        plans.append((study, _confirm_note(study, tag)))
+    show_plans(plans, store, estimate, workers, remeasure)
+    return [study for study, _ in plans]
+
+
+def _confirm_note(study: Study, tag: str) -> str:
+    """What ``ablate plan --confirm`` says first: which seeds, how many arms, which
+    registration."""
+    seeds = sorted({r.seed for r in study.runs})
+    arms = len({r.variant for r in study.runs})
+    under = "no registration (exploratory)" if tag == "unregistered" else f"registration {tag}"
+    return (
+        f"The confirmation `ablate run --confirm` trains: seeds {', '.join(map(str, seeds))} "
+        f"for each of the {arms} claim arm(s), under {under}."
+    )
+
+
 def run_confirm(
     study_path: str | Path,
     n: int | None = None,

@@ -15,7 +15,7 @@ from ablate.claims.comparisons import Comparison
 from ablate.claims.standing import confirm_mask, latest_attempt
 from ablate.claims.stats import ALPHA, SEED
 from ablate.claims.verdicts import Verdict, verdict
-from ablate.names import display_names, format_value, loss_unit, value_order
+from ablate.names import display_names, format_value, loss_unit, study_key, value_order
 from ablate.report.answer import answer_blocks, claims_summary, seeds_text
 from ablate.report.claims_section import against_the_paper, extra_seeds_section
 from ablate.report.plots import FigureFile
@@ -36,7 +36,7 @@ from ablate.report.tables import (
     where_text,
 )
 from ablate.store import UNFINISHED_STATES
-from ablate.study.results import StudyData
+from ablate.study.results import TRAIN_TAIL, StudyData
 
 
 def progress_line(study: StudyData) -> str | None:
@@ -111,7 +111,8 @@ def _axes_line(study: StudyData) -> str:
     parts = []
     for a in study.axes:
         vals = ", ".join(format_value(v) for v in value_order(study.runs[a]))
-        parts.append(f"`{a}` ({vals})" if a in study.varying_axes else f"`{a}` = {vals}")
+        key = study_key(a)  # as the study names it (axis.variant: its `variants:`)
+        parts.append(f"`{key}` ({vals})" if a in study.varying_axes else f"`{key}` = {vals}")
     n_var = study.runs["variant"].nunique()
     seeds = study.runs.groupby("variant")["seed"].nunique()
     seed_txt = (
@@ -247,7 +248,10 @@ def variant_blocks(study: StudyData) -> list[Block]:
             quality,
             f"Validation quality per variant, {seeds_text(study.runs)}: mean ± std [95% t-CI "
             "over seeds]; n = completed seeds behind the numbers; diverged runs counted (step of "
-            f"divergence), not averaged.{pooled_note(study)}",
+            "divergence), not averaged. Final train loss: the mean logged training loss over "
+            f"the last {TRAIN_TAIL:.0%} of steps (one batch per log step, dropout on); val − "
+            "train: the final val loss minus it, the train/val gap (past the best val loss it "
+            f"grows as a run overfits).{pooled_note(study)}",
         ),
         Block(
             "table",

@@ -10,6 +10,7 @@ outcome is worded there (:mod:`~ablate.claims.verdicts`); this module lays them 
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 
 import pandas as pd
 
@@ -17,8 +18,9 @@ from ablate.claims.checks import ClaimCheck
 from ablate.claims.fit import lr_fit
 from ablate.claims.standing import Standing, claim_standings
 from ablate.claims.verdicts import numbers, outcome_text, paper_text, seeds_used
+from ablate.data.reuse import DataReuse, describe
 from ablate.report.render import Block
-from ablate.study.results import DTYPE_PREFIX, StudyData
+from ablate.study.results import DTYPE_PREFIX, REUSE_PREFIX, StudyData
 
 
 def claim_items(
@@ -175,10 +177,23 @@ def _precision_text(runs: pd.DataFrame) -> str:
     return f", {' / '.join(names)}{measured}" if names else ""
 
 
+def _reuse_text(runs: pd.DataFrame) -> str:
+    """``; data: 0.32 windows drawn per distinct window (...), 81.6 passes over ...`` from the
+    runs' ``reuse.*`` columns (none where the dataset was not on this machine)."""
+    cols = [f"{REUSE_PREFIX}{f.name}" for f in fields(DataReuse)]
+    if not all(c in runs for c in cols):
+        return ""
+    rows = runs[cols].dropna()
+    if rows.empty:
+        return ""
+    reuses = [DataReuse(int(a), int(b), int(c), float(d)) for a, b, c, d in rows.to_numpy()]
+    return f"; data: {describe(reuses)}"
+
+
 def scale_text(study: StudyData, *, lead: bool = True) -> str:
     """The scale every verdict was measured at, computed from the runs: the device, parameters,
-    training tokens per run (steps x batch x sequence length), optimizer and LR (``lead``: as
-    the claims section's opening sentence, else the bare figures)."""
+    training tokens per run (steps x batch x sequence length), optimizer and LR, and the data
+    reuse (``lead``: as the claims section's opening sentence, else the bare figures)."""
     r = study.runs[study.runs["status"] == "completed"]
     cols = ("params", "steps", "cfg.batch_size", "cfg.seq_len")
     if r.empty or not all(c in r for c in cols):
@@ -190,7 +205,7 @@ def scale_text(study: StudyData, *, lead: bool = True) -> str:
     figures = (  # a CUDA run records its device's name, a CPU run "cpu"
         f"{where}scale: {_span(r['params'])} parameters, {_span(r['steps'])} steps of "
         f"{_span(r['cfg.batch_size'])} x {_span(r['cfg.seq_len'])} tokens ({_span(tokens)} "
-        f"training tokens per run), AdamW{lr}{_precision_text(r)}"
+        f"training tokens per run), AdamW{lr}{_precision_text(r)}{_reuse_text(r)}"
     )
     if not lead:
         return figures

@@ -31,7 +31,7 @@ CODE_FILES = (
     "model/*.py",
     "training/lit.py",
     "training/adamw.py",
-    "training/stacked/ops.py",
+    "training/step.py",
     "training/schedules.py",
     "data/batching.py",
     "data/module.py",

@@ -1,7 +1,8 @@
-"""The stacked probe (``ablate bench --probe``, section 6 of ``ablate bench --gpu``) runs on a
-CPU, so its first run on a GPU is not its first run: the command writes its section with a row
-per solo run and stack, CPU figures where a CPU has them and "not measured" where only CUDA
-does; a failed row stays visible; the decision paragraph follows docs/gpu.md's rule."""
+"""The probe (``ablate bench --probe``, section 6 of ``ablate bench --gpu``) runs on a CPU, so
+its first run on a GPU is not its first run: the command writes its section with a solo, a
+packed and a stacked row, CPU figures where a CPU has them and "not measured" where only CUDA
+does, and a verdict with the ``ablate run`` arguments window.sh applies; a failed row stays
+visible."""
 
 import json
 import re
@@ -13,7 +14,7 @@ from typer.testing import CliRunner
 from ablate.bench import probe, probe_report
 from ablate.cli import app
 
-RUNS = ("solo", "stack of 1", "stack of 4", "stack of 8")
+RUNS = ("solo", "pack of 4", "stack of 4")
 
 
 def _table(md: str, first_header: str) -> dict[str, dict[str, str]]:
@@ -48,16 +49,25 @@ def test_the_probe_command_writes_its_section_on_a_cpu(tmp_path):
         row = runs[name]
         assert row["status"] == "ok", row
         assert _number(row["tokens/s (all members)"]) > 0
-        assert _number(row["host reads / step"]) >= 0
-        assert _number(row["kernel-launching ops / step"]) > 0
         assert row["MFU"] == row["peak memory GiB (per member)"] == probe_report.NOT_MEASURED
+        if name != "pack of 4":  # the operations of one process's step, counted on a CPU
+            assert _number(row["host reads / step"]) >= 0
+            assert _number(row["kernel-launching ops / step"]) > 0
     # the attention table: one step's SDPA ops seen on the CPU, CUDA kernel names not measured
     attention = [line for line in md.splitlines() if "dropout" in line and "| solo |" in line]
     assert attention and all(probe_report.NOT_MEASURED in line for line in attention)
     assert all("attention" in line for line in attention)  # an aten SDPA op was seen
-    assert "What this decides" in md and "LSTM" in md
+    assert "**Verdict.**" in md and "LSTM" in md
     r = json.loads(out.with_suffix(".json").read_text())["stacked"]
-    assert [row["members"] for row in r["rows"]] == [0, 1, 4, 8]
+    assert [probe_report.row_name(row) for row in r["rows"]] == list(RUNS)
+    pack = r["rows"][1]
+    assert len(pack["per_process_tokens_per_s"]) == 4 and all(pack["per_process_tokens_per_s"])
+    v = r["verdict"]  # the fastest path in all (solo unless 10% faster), and how to take it
+    best = max(r["rows"], key=lambda row: row["tokens_per_s"])
+    solo = r["rows"][0]["tokens_per_s"]
+    expected = best if best["tokens_per_s"] >= probe.MARGIN * solo else r["rows"][0]
+    assert v["row"] == probe_report.row_name(expected)
+    assert v["args"] == probe.VERDICT_ARGS[v["choice"]] and v["x_solo"] > 0
     assert r["precision"] == probe.PROFILE_PRECISION and not r["cuda"]
     assert r["lstm"]["lstm"] == "float32"  # the recurrence leaves autocast (model/lstm.py)
 
@@ -65,12 +75,18 @@ def test_the_probe_command_writes_its_section_on_a_cpu(tmp_path):
 def _result(cuda: bool, stack_error: str | None = None) -> dict:
     """A probe result as ``probe.measure`` returns it, with made-up figures."""
     rows = []
-    figures = ((1e5, 0.05), (1.1e5, 0.06), (3e5, 0.2), (4e5, 0.25))  # tokens/s, MFU
-    for k, (tps, mfu) in zip((0, 1, 4, 8), figures, strict=True):
-        row = {"members": k, "tokens_per_s": tps, "host_reads_per_step": 0.1}
-        row |= {"ops_per_step": 300.0, "attn_kernel": "flash", "attn_backend": "flash"}
+    figures = ((1e5, 0.05), (2.5e5, 0.125), (3e5, 0.15))  # tokens/s, MFU: solo, pack, stack
+    for (k, procs), (tps, mfu) in zip(probe.ROWS, figures, strict=True):
+        row = {"members": k, "tokens_per_s": tps, "flops_per_token": 7e7}
+        row |= {"attn_kernel": "flash", "attn_backend": "flash"}
+        if procs > 1:
+            row["processes"] = procs
         if cuda:
-            row |= {"mfu": mfu, "peak_mem_gib": 2.0, "peak_mem_per_member_gib": 2.0 / max(k, 1)}
+            row |= {"mfu": mfu}
+            if procs == 1:
+                row |= {"peak_mem_gib": 2.0, "peak_mem_per_member_gib": 2.0 / max(k, 1)}
+        else:
+            row |= {"host_reads_per_step": 0.1, "ops_per_step": 300.0} if procs == 1 else {}
         if k and stack_error:
             row = {"members": k, "error": stack_error}
         rows.append(row)
@@ -85,31 +101,39 @@ def _result(cuda: bool, stack_error: str | None = None) -> dict:
         "precision": "bf16-mixed",
         "peak_tflops": 989.0,
         "peak_source": "a table",
-        "timed_window": [20, 100],
+        "timed_window": [10, 60],
         "count_window": [10, 30],
         "shape": "6L/6H/384d, ctx 256, batch 64, dropout 0.2",
         "rows": rows,
+        "verdict": probe.verdict(rows),
         "attention": attention,
         "lstm": {"precision": "bf16-mixed", "shape": [2, 816], "lstm": "float16"}
         | {"logits": "float32"},
     }
 
 
-def test_a_failed_row_stays_in_the_table_and_decides_for_packing():
+def test_a_failed_row_stays_in_the_table_and_the_verdict_takes_the_others():
     error = probe.failed(RuntimeError("expected scalar type Float but found BFloat16\nmore"))
     assert error == "failed: RuntimeError: expected scalar type Float but found BFloat16"
     md = probe_report.render(_result(cuda=True, stack_error=error))
     runs = _table(md, "run")
     assert runs["stack of 4"]["status"] == error
     assert runs["stack of 4"]["tokens/s (all members)"] == "-"
-    assert runs["solo"]["MFU"] == "5.0%"
-    assert "**Pack** until the stacked rows run" in md
+    assert runs["solo"]["MFU"] == "5.0%" and runs["pack of 4"]["MFU"] == "12.5%"
+    assert runs["solo"]["host reads / step"] == probe_report.COUNTED_ON_CPU
+    assert "**pack** (pack of 4: 250,000 tokens/s, x2.50 solo)" in md
+    assert "`--workers 4 --runs-per-gpu 4`" in md
 
 
-def test_the_decision_follows_the_mfu_of_the_best_stack():
-    md = probe_report.render(_result(cuda=True))
-    assert "stack of 8" in md and "25.0% MFU against solo's 5.0%" in md and "**stack**" in md
-    assert "float16" in md
+def test_the_verdict_is_the_most_tokens_per_second_by_a_margin_over_solo():
+    r = _result(cuda=True)
+    assert r["verdict"]["choice"] == "stack" and r["verdict"]["args"] == "--set train.stack=auto"
+    md = probe_report.render(r)
+    assert "**stack** (stack of 4: 300,000 tokens/s, x3.00 solo)" in md and "float16" in md
+    close = [dict(row, tokens_per_s=1.05e5) if row["members"] else row for row in r["rows"]]
+    close[1]["tokens_per_s"] = 1.09e5  # pack 9% faster: within the margin, solo stays
+    assert probe.verdict(close)["choice"] == "solo" and probe.verdict(close)["args"] == ""
+    assert probe.verdict(close[1:]) is None  # no solo figure: nothing to compare with
     cpu = probe_report.render(_result(cuda=False))
-    assert "Nothing is decided on a CPU" in cpu
+    assert "only rehearses the window's use of it" in cpu
     assert _table(cpu, "run")["stack of 4"]["MFU"] == probe_report.NOT_MEASURED

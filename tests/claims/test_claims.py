@@ -298,18 +298,21 @@ def test_shipped_studies_have_claims_whose_texts_name_no_scale():
 
 def test_the_reference_claim_has_a_literature_arm_per_profile():
     """At the cpu profile nanoGPT's own run at its CPU settings (the committed artifact); at
-    the gpu profile the one number nanoGPT's README prints for its GPU config, with its
-    source, tested one-sample against the best validation loss (what the README reports)."""
+    the gpu profile nanoGPT's own run of its GPU config (the committed GPU artifact) and, as a
+    claim of that profile alone, the one number nanoGPT's README prints for that config, with
+    its source, tested one-sample; both against the best validation loss (what it reports)."""
     path = next(p for p in SHIPPED if p.stem == "reference_nanogpt_cpu")
     (cpu,) = plan_study(path, "cpu", check_data=False).claims
-    (gpu,) = plan_study(path, "gpu", check_data=False, check_device=False).claims
+    own, readme = plan_study(path, "gpu", check_data=False, check_device=False).claims
     assert cpu.external_source == "../reports/nanogpt_own.json: full_split_val_loss"
     assert len(cpu.external) == 3 and cpu.metric == "final_val_loss"
-    assert gpu.external == (1.4697,) and gpu.metric == "best_val_loss"
-    assert gpu.external_source.startswith("typed in from nanoGPT README")
-    assert "train_shakespeare_char" in gpu.external_source
-    assert registration.test_name(gpu) == "one-sample t against the published value 1.4697"
-    assert cpu.text == gpu.text and claim_fingerprint(cpu) != claim_fingerprint(gpu)
+    assert own.id == cpu.id and own.text == cpu.text and own.metric == "best_val_loss"
+    assert own.external_source == "../reports/gpu/nanogpt_own.json: best_val_loss"
+    assert claim_fingerprint(cpu) != claim_fingerprint(own)
+    assert readme.external == (1.4697,) and readme.metric == "best_val_loss"
+    assert readme.external_source.startswith("typed in from nanoGPT README")
+    assert "train_shakespeare_char" in readme.external_source
+    assert registration.test_name(readme) == "one-sample t against the published value 1.4697"
 
 
 PROFILED = {
@@ -362,10 +365,33 @@ def test_a_profile_replaces_a_claims_literature_arm(tmp_path, norm_pos_store):
     assert need.unit == "seeds of arm a (against one published value)"
 
 
+def test_a_profile_adds_a_claim_of_its_own(tmp_path):
+    """A claim id the study lacks, given whole (with its text), is a claim of that profile
+    alone: the other profiles' claims, and so their registrations, are unchanged."""
+    own = {
+        "text": "pre equals the other paper's 1.61",
+        "expect": "equivalent",
+        "metric": "best_val_loss",
+        "a": {"model.norm_placement": "pre", "model.pos_encoding": "learned"},
+        "b": {"values": [1.61], "label": "gpu paper", "source": "its table 3"},
+    }
+    profiles = {"cpu": {}, "gpu": {"claims": {"vs-other-paper": own}}}
+    spec = study_yaml(tmp_path / "s.yaml", [CLAIMS[-1]], profiles=profiles)
+    (cpu,) = plan_study(spec, "cpu", check_data=False).claims
+    published, added = plan_study(spec, "gpu", check_data=False).claims
+    assert cpu == published  # the study's own claim, as at the cpu profile
+    assert (added.id, added.metric, added.external) == ("vs-other-paper", "best_val_loss", (1.61,))
+
+
 @pytest.mark.parametrize(
     ("replace", "key", "message"),
     [
         ({"nope": {"margin": 0.1}}, "profiles.gpu.claims.nope", "no claim with this id"),
+        (
+            {"own": {"text": "t", "expect": "better", "a": {"model.norm_placement": "pre"}}},
+            "profiles.gpu.claims.own.b",
+            "needs b:",
+        ),
         ({"vs-published": {"text": "x"}}, "profiles.gpu.claims.vs-published.text", "unknown"),
         (
             {"vs-published": {"b": {"model.norm": "pre"}}},

@@ -38,6 +38,9 @@ from ablate.claims.sequential import (
     spending_table,
 )
 from ablate.claims.spec import Claim
+from ablate.config import DataConfig
+from ablate.data.datasets import resolve_dataset
+from ablate.data.token_cache import token_splits
 from ablate.report import build_reports
 from ablate.report.audit import attempt_items
 from ablate.report.blocks import progress_line, withdrawn_note
@@ -389,7 +392,11 @@ def test_looks_in_the_report(tmp_path, write_run, mark_confirm):
 
 @pytest.mark.parametrize(
     ("order", "test", "why"),
-    [("rows", "Welch t", STREAMS_DIFFER), ("tokens", "paired t", PAIRED)],
+    [
+        ("rows", "Welch t", STREAMS_DIFFER),
+        ("tokens", "paired t", PAIRED),
+        ("random", "paired t", PAIRED),
+    ],
 )
 def test_batch_sizes_pair_by_seed_only_when_they_share_the_token_stream(
     tmp_path, write_run, order, test, why
@@ -471,6 +478,7 @@ def test_a_claim_decided_at_a_look_is_reported_on_that_looks_seeds(
 def test_the_claims_section_states_the_scale_computed_from_the_runs(
     tmp_path, write_run, device, where
 ):
+    resolve_dataset("tinyshakespeare")  # the data reuse is computed where the data is
     store = tmp_path / "runs"
     for norm, base in (("post", 1.9), ("pre", 1.6)):
         for seed in range(3):
@@ -487,10 +495,15 @@ def test_the_claims_section_states_the_scale_computed_from_the_runs(
     section = path.read_text().split("## Against the paper")[1]
     cfg = yaml.safe_load(next(RunStore(store).runs("sc")).path.joinpath("run.yaml").read_text())
     b, t = cfg["config"]["data"]["batch_size"], cfg["config"]["data"]["seq_len"]
+    # data reuse, by hand: b rows of n // b tokens, ceil((n // b - t) / t) windows of t per row
+    n = token_splits(DataConfig.model_validate(cfg["config"]["data"])).tokens["train"].numel()
+    distinct = b * math.ceil((n // b - t) / t)
     assert (
         f"holds at this {where}: 51,000 parameters, 100 steps of {b} x {t} tokens "
         f"({100 * b * t:,} training tokens per run), AdamW, peak LR 0.001, 32-true "
-        "(matmul fp32, loss fp32, measured)." in section
+        f"(matmul fp32, loss fp32, measured); data: {100 * b / distinct:.2f} windows drawn per "
+        f"distinct window ({100 * b:,} of {distinct:,}), {100 * b * t / n:.1f} passes over the "
+        f"{n:,} training tokens." in section
     )
     assert "unless a claim sets its own" not in section  # every claim states its margin
     (row,) = pd.read_csv(path.parent / "claims.csv").to_dict("records")

@@ -528,3 +528,26 @@ def test_report_is_logged_to_wandb_offline_in_the_study_group(built, tmp_path, m
     assert log_report(study, tables, figures[:1], TrackingConfig()) == "offline"
     runs = list((study.path / ".report-wandb" / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
+
+
+def test_the_quality_table_sets_the_final_train_loss_against_the_val_loss(tmp_path, write_run):
+    """Final train loss: the mean logged train/loss over the last 10% of a run's steps (steps
+    91-100 of 100: logged at 100, and at 95 in one run); the gap is the final val loss minus
+    it."""
+    store = tmp_path / "runs"
+    for seed in range(2):
+        write_run(store, "gap", {"model.norm_placement": "pre"}, seed, "completed", 1.5)
+    first = next(RunStore(store).runs("gap"))
+    first.append_metrics(95, {"train/loss": 1.25})
+    first.append_metrics(90, {"train/loss": 9.0})  # not in the last 10%
+    study = read_study(store, "gap")
+    for r in study.runs.to_dict("records"):
+        run = RunStore(store).run("gap", r["run_id"])
+        logged = {s: v for s, m, v in run.read_metrics() if m == "train/loss"}
+        tail = [logged[100]] + ([1.25] if run.run_id == first.run_id else [])
+        assert r["final_train_loss"] == pytest.approx(np.mean(tail))
+        assert r["train_val_gap"] == pytest.approx(1.5 - np.mean(tail))
+    (path,) = build_reports(["gap"], store=store, out=tmp_path / "r", quiet=True)
+    text = path.read_text()
+    assert "| final train loss | val − train |" in text
+    assert "the last 10% of steps (one batch per log step, dropout on)" in text

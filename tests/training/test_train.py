@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import ablate.training.lit
+import ablate.training.step
 from ablate.config import build_config
 from ablate.data import LMDataModule, unigram_entropy
 from ablate.store import RunStore
@@ -87,7 +88,7 @@ def test_same_seed_same_run_other_seed_differs(tmp_path, tiny_run):
 
 
 def test_non_finite_loss_marks_the_run_diverged(tmp_path, monkeypatch, tiny_run):
-    real = ablate.training.lit.lm_loss
+    real = ablate.training.step.lm_losses
     calls = {"n": 0}
 
     def poisoned(logits, targets):
@@ -95,7 +96,7 @@ def test_non_finite_loss_marks_the_run_diverged(tmp_path, monkeypatch, tiny_run)
         loss = real(logits, targets)
         return loss * float("nan") if calls["n"] > 7 else loss
 
-    monkeypatch.setattr(ablate.training.lit, "lm_loss", poisoned)
+    monkeypatch.setattr(ablate.training.step, "lm_losses", poisoned)
     cfg = build_config({**tiny_run, "train.eval_interval": 100})
     run = RunStore(tmp_path).run("t", cfg.run_id())
     summary = train_run(cfg, run)
