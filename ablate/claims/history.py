@@ -24,8 +24,10 @@ registration and runs proven by git ancestry.
   (``study_dirty`` false; for older runs, which recorded only whether ablate's whole tree was
   dirty, that they ran code whose ``--confirm`` refuses an uncommitted registration file).
   **Inputs** (:func:`inputs_proof`): the deciding runs are the runs the registration defined
-  (its pinned digest; for an older registration, the study file unchanged from the
-  registration commit to the runs' commit). Clock times are a second line.
+  (its pinned digest). An older registration, without ``inputs:``, pinned its claims and
+  design only and keeps that meaning: the line says whether the study file changed from the
+  registration commit to the runs' commit, and a change does not undo it. Clock times are a
+  second line.
 """
 
 from __future__ import annotations
@@ -400,8 +402,9 @@ def inputs_proof(
     """Whether the deciding runs are the runs the registration defined: with its pinned
     ``inputs`` (:func:`ablate.claims.registration.inputs_record`), the study file at every
     deciding commit has the pinned sha256 and the attempt's confirmation runs at the registered
-    seeds have the pinned ids; without (a registration from before pins), the study file is
-    unchanged from the registration commit to each deciding commit."""
+    seeds have the pinned ids. A registration from before pins keeps its original meaning: it
+    pinned the claims and the design, which the order proof checks, so it holds; the line says
+    whether the study file changed from the registration commit to the deciding commits."""
     import hashlib
 
     from ablate.claims.registration import NOT_PINNED, runs_digest
@@ -416,7 +419,9 @@ def inputs_proof(
                 changed.append(c[:7])
         if changed:
             return OrderProof(
-                False, f"the study file changed from {reg_commit[:7]} to {', '.join(changed)}"
+                True,
+                f"{NOT_PINNED}: it pinned its claims and design only; the study file changed "
+                f"from {reg_commit[:7]} to {', '.join(changed)}",
             )
         return OrderProof(
             True,

@@ -17,8 +17,9 @@ a digest of the ids of the planned confirmation runs (a run id hashes its whole 
 plugins' sources and its data, so any change to what the runs are changes it), with one
 ``digest`` over all of it. ``--confirm`` refuses in one line when the study file or a plugin is
 not committed, or when anything pinned differs now (:func:`inputs_problem`). A registration
-written before inputs were pinned has no ``inputs:``: it stays valid, "digest not pinned", and
-the report then compares the study file at the registration commit with the runs' commit.
+written before inputs were pinned has no ``inputs:`` and keeps its original meaning: it pinned
+its claims (fingerprints) and design, which are checked as before, "digest not pinned"; the
+report says whether the study file changed since its commit, without undoing it.
 """
 
 from __future__ import annotations

@@ -144,3 +144,35 @@ def test_reports_and_studies_never_make_a_run_dirty(tmp_path, git):
     assert code_state(tmp_path)["git_dirty"] is False
     (tmp_path / "ablate" / "f.txt").write_text("changed\n")
     assert code_state(tmp_path)["git_dirty"] is True
+
+
+def test_a_registration_from_before_pins_keeps_its_meaning(
+    tmp_path, tiny_studies, git, clean_registry
+):
+    """A registration without ``inputs:`` (as every one before pins, e.g. reference's gpu one)
+    pinned its claims and design: ``--confirm`` trains under it and the report confirms on it,
+    saying that the study file changed after it was committed, without undoing it."""
+    repo, study = _repo(tmp_path, tiny_studies, git, act="relu2old")
+    store = tmp_path / "runs"
+    git(repo, "add", "exp")
+    git(repo, "commit", "-qm", "the study, its plugin and data")
+    code, out = _cli("register", study, "--seeds", "2", "--store", store)
+    assert code == 0, out
+    reg = repo / "exp" / "registrations" / "mine.yaml"
+    record = yaml.safe_load(reg.read_text())
+    del record["inputs"]  # the format before pins
+    reg.write_text(yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
+    git(repo, "add", str(reg))
+    git(repo, "commit", "-qm", "register")
+    reg_commit = git(repo, "rev-parse", "HEAD")
+    text = study.read_text().replace("a tiny test study", "a tiny test study, described")
+    study.write_text(text)  # the claims and design as registered; the study file not
+    git(repo, "commit", "-qam", "describe the study")
+    code, out = _cli("run", study, "--store", store, "--no-progress", "--confirm")
+    assert code == 0, out
+    code, out = _cli("report", study, "--store", store, "--out", tmp_path / "out")
+    assert code == 0, out
+    (row,) = pd.read_csv(tmp_path / "out" / "mine" / "claims.csv").to_dict("records")
+    assert row["confirmatory"] is True, row["registration"]
+    assert "digest not pinned" in row["registration"]
+    assert f"the study file changed from {reg_commit[:7]}" in row["registration"]
