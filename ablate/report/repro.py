@@ -98,8 +98,8 @@ def reproduced_line(rows: pd.DataFrame, fingerprint: str) -> str:
     tally = ", ".join(f"{int(counts[v])} {v}" for v in order if v in counts)
     prints = sorted(set(rows["today_fingerprint"].astype(str)))
     when = sorted(set(rows["retrained"].astype(str)))
-    same = prints == [fingerprint]
-    code = "today's code" if same else f"the code of fingerprint {', '.join(prints)}"
+    code = "today's code" if prints == [fingerprint] else "earlier code"
+    current = "" if prints == [fingerprint] else f"; the current code is {fingerprint}"
     tol = float(pd.to_numeric(rows["tolerance"], errors="coerce").max())
     different = rows[rows["verdict"] == "different"]
     worst = ""
@@ -112,7 +112,7 @@ def reproduced_line(rows: pd.DataFrame, fingerprint: str) -> str:
         )
     return (
         f"`ablate reproduce` retrained {len(rows)} of these runs with {code} (fingerprint "
-        f"{', '.join(prints)}, {when[-1]}): {tally} (tolerance {tol:g} nats){worst}."
+        f"{', '.join(prints)}, {when[-1]}{current}): {tally} (tolerance {tol:g} nats){worst}."
     )
 
 

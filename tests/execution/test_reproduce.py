@@ -12,6 +12,7 @@ from ablate.cli import app
 from ablate.execution.reproduce import TOLERANCE, choose_runs, verdict
 from ablate.execution.runner import run_study
 from ablate.report import build_reports
+from ablate.report.repro import reproduced_line
 
 
 def test_the_verdict_is_identical_within_tolerance_or_different():
@@ -63,3 +64,21 @@ def test_reproduce_without_an_archive_is_one_line(tmp_path):
     res = CliRunner().invoke(app, ["reproduce", "nope", "--reports", str(tmp_path)])
     assert res.exit_code == 2 and "no archived store" in res.output
     assert len(res.output.strip().splitlines()) == 1
+
+
+def test_a_retrain_by_earlier_code_says_so_and_names_the_current_code():
+    rows = pd.DataFrame(
+        {
+            "verdict": ["within tolerance"],
+            "today_fingerprint": ["280aad17f0bbbc1c"],
+            "retrained": ["2026-11-28 02:28 UTC"],
+            "tolerance": [1e-4],
+        }
+    )
+    line = reproduced_line(rows, "280aad17f0bbbc1c")
+    assert "with today's code (fingerprint 280aad17f0bbbc1c, 2026-11-28 02:28 UTC):" in line
+    line = reproduced_line(rows, "5989a62d35f10ad8")
+    assert (
+        "with earlier code (fingerprint 280aad17f0bbbc1c, 2026-11-28 02:28 UTC; the current "
+        "code is 5989a62d35f10ad8): 1 within tolerance" in line
+    )
