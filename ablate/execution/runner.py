@@ -158,7 +158,9 @@ def run_study(
     todo = [r for r in study.runs if dirs[r.run_id].status not in FINISHED]
     resuming = sum(1 for r in todo if dirs[r.run_id].last_checkpoint() is not None)
     # the study's repository (where its registration is committed): git proves the order there
-    repo = study_git([Path(study.path), registration_path(study.path, study.profile)])
+    repo = study_git(
+        [Path(study.path), registration_path(study.path, study.profile), *map(Path, study.plugins)]
+    )
     tasks = [
         RunTask(
             r,

@@ -16,7 +16,6 @@ from ablate.cli import app
 from ablate.config import ConfigError, ModelConfig, build_config
 from ablate.model import build_model
 from ablate.model.plugins import _LOADED, _PLUGINS, check_interface, load_plugin
-from ablate.model.transformer import FFNS, NORMS
 from ablate.study import load_study
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -35,21 +34,6 @@ class ScaleNorm(nn.Module):
     def forward(self, x):
         return (self.g * x / x.norm(dim=-1, keepdim=True).clamp_min(self.eps)){extra}
 '''
-
-
-@pytest.fixture
-def clean_registry():
-    """Undo every registration a test makes (the registries are process-wide)."""
-    before = {id(r): dict(r) for r in (NORMS, FFNS)}
-    loaded, plugins = dict(_LOADED), dict(_PLUGINS)
-    yield
-    for r in (NORMS, FFNS):
-        r.clear()
-        r.update(before[id(r)])
-    _LOADED.clear()
-    _LOADED.update(loaded)
-    _PLUGINS.clear()
-    _PLUGINS.update(plugins)
 
 
 def write_plugin(tmp_path: Path, name: str = "scalenorm", extra: str = "", file="my_norm.py"):
