@@ -45,12 +45,19 @@ def test_ratio_is_the_median_ablate_time_over_nanogpts(tmp_path):
     assert "**0.82**" in text and "meets" in text
 
 
-def test_a_run_that_never_reaches_the_target_leaves_no_ratio(tmp_path):
+def test_a_run_that_never_reaches_the_target_counts_as_never(tmp_path):
     store = RunStore(tmp_path / "runs")
-    _run(store, "a", 14, {250: (1.60, 30.0), 500: (1.50, 60.0)})
+    _run(store, "a", 14, {250: (1.60, 30.0), 500: (1.50, 60.0)})  # never at or below 1.47
+    _run(store, "b", 15, {250: (1.60, 30.0), 500: (1.46, 60.0)})
+    _run(store, "c", 16, {250: (1.45, 40.0)})
     r = ttq.measure(tmp_path / "runs", _nanogpt(tmp_path / "n.json"))
-    assert r["runs"][0]["step"] is None and r["ratio"] is None
-    assert "not every run reached it" in ttq.render(r)
+    assert [x["step"] for x in r["runs"]] == [None, 500, 250]
+    # the median of (never, 60, 40) is 60: two of three runs reached the target
+    assert r["ablate_median_s"] == 60.0 and r["ratio"] == pytest.approx(60.0 / 80.0)
+    assert "Runs that never reached it: 1" in ttq.render(r)
+    _run(store, "d", 17, {250: (1.60, 30.0)})  # two of four never: no median
+    r = ttq.measure(tmp_path / "runs", _nanogpt(tmp_path / "n.json"))
+    assert r["ratio"] is None and "no median" in ttq.render(r)
 
 
 def test_a_nanogpt_file_without_a_clock_is_a_one_line_error(tmp_path, capsys):
