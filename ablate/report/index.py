@@ -50,6 +50,25 @@ def _frames(folder: Path) -> dict[str, pd.DataFrame]:
     }
 
 
+UNDECIDED = ("inconclusive", "pending", "not run")
+
+
+def agreement(here: str, there: str, sub: str) -> str:
+    """Whether two scales' outcomes of one claim agree: by what they say (``reproduces by
+    t-test only`` says what ``reproduces`` says, on weaker evidence); where one scale decided
+    it and the other did not, which one did; blank when either has not run or is pending."""
+    if any(o == "not run" or o.startswith("pending") for o in (here, there)):
+        return ""
+    said = [o.split(" by ")[0] for o in (here, there)]
+    if here in UNDECIDED and there in UNDECIDED:
+        return ""
+    if here in UNDECIDED:
+        return f"decided in {sub}/ only"
+    if there in UNDECIDED:
+        return "decided here only"
+    return "yes" if said[0] == said[1] else "**no**"
+
+
 def scales_table(
     frames: dict[str, pd.DataFrame], other: dict[str, pd.DataFrame], sub: str
 ) -> list[str]:
@@ -65,8 +84,7 @@ def scales_table(
         for cid in list(dict.fromkeys([*here, *there])):
             a = here.get(cid, {}).get("outcome", "not run")
             b = there.get(cid, {}).get("outcome", "not run")
-            decided = {a, b}.isdisjoint({"not run", "inconclusive", "pending"})
-            agree = ("yes" if a == b else "**no**") if decided else ""
+            agree = agreement(a, b, sub)
             link = f"[{name}]({name}/report.md)" if name in frames else name
             lines.append(f"| {link} | {cid} | {a} | {b} | {agree} |")
     return lines
