@@ -437,7 +437,7 @@ def _assert_comes_back(out: Path) -> dict[str, int]:
 @pytest.mark.slow
 def test_prepare_carries_the_wheels_and_the_data_and_says_what_to_carry(rehearsal):
     out = rehearsal["prepare"].stdout
-    assert "carry: .whl .gpu-data .nanogpt" in out.splitlines()
+    assert "carry: .whl .gpu-data .nanogpt .gpu-git" in out.splitlines()
     assert rehearsal["nanogpt_carried"] == ["COMMIT", "config", "data", "train.py"]
     assert re.search(r'scripts/gpu/window\.sh "\$OUT" \d+', out)
     # the pinned wheels, typing-extensions too (the image has it at a version nobody read)
