@@ -14,16 +14,19 @@
 #            their deadline `ablate run` gets SIGINT, as from Ctrl-C (each run in flight saves
 #            a checkpoint at its step and stops), and is killed GRACE seconds later
 #
-# Steps: the carried wheels (.whl/) installed into SITE without a venv or an index; every
-# import a run needs checked (exit 3 listing what is missing); the archives committed under
-# reports/gpu/stores/ restored into STORE (files already there are kept: a warm machine's newer
-# state is never rolled back); `ablate bench --probe`, whose verdicts set the studies' `ablate
-# run` arguments in this same command (its verdict, solo, pack or stack, for a study whose
-# profile leaves train.stack at its default; its unstacked verdict, solo or pack, for one
-# whose profile pins train.stack, as the reference's gpu profile pins 1); nanoGPT's own GPU
-# config beside the studies when a nanoGPT checkout is carried (NANOGPT); then each study in
-# order: with --confirm when its registration for PROFILE exists (the registered seeds), else
-# exploratory.
+# Steps: the checkout's git HEAD made the commit of the carried .gpu-git/head.bundle
+# (prepare.sh), the working tree's files left as they are: the machine's .git can be an older
+# snapshot than the files it gets (or missing), and ablate would then refuse confirmations
+# committed since and record the old commit; the carried wheels (.whl/) installed into SITE
+# without a venv or an index; every import a run needs checked (exit 3 listing what is missing);
+# the archives committed under reports/gpu/stores/ restored into STORE (files already there are
+# kept: a warm machine's newer state is never rolled back); `ablate bench --probe`, whose
+# verdicts set the studies' `ablate run` arguments in this same command (its verdict, solo, pack
+# or stack, for a study whose profile leaves train.stack at its default; its unstacked verdict,
+# solo or pack, for one whose profile pins train.stack, as the reference's gpu profile pins 1);
+# nanoGPT's own GPU config beside the studies when a nanoGPT checkout is carried (NANOGPT); then
+# each study in order: with --confirm when its registration for PROFILE exists (the registered
+# seeds), else exploratory.
 #
 # Environment (defaults in brackets):
 #   STUDIES          [studies/reference_nanogpt_cpu.yaml: tier 1] the study YAMLs, in order
@@ -44,13 +47,15 @@
 #   WANDB_MODE       [disabled] W&B's files would not come back (the archive leaves them out)
 #   GRACE            [30] seconds between a study's SIGINT and its kill
 #   FINISH           [30] seconds kept at the end for status.txt and the archive
+#   GIT_BUNDLE       [.gpu-git/head.bundle] the carried history whose head becomes HEAD; none
+#                    there: the machine's .git stays as it is
 #
 # Exit status: 0 when every study finished or was cut by the budget (the files are written
 # either way), 1 when a study failed or what comes back breaks the device's limits, 2 for bad
 # arguments, 3 when this machine cannot run ablate.
 set -uo pipefail
 
-usage() { sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,55p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "window.sh: $*" >&2; exit 2; }
 whole() { case $2 in '' | *[!0-9]*) die "$1 must be a whole number of seconds, got '$2'" ;; esac; }
 
@@ -82,6 +87,7 @@ STORE=${STORE:-runs/gpu}
 SITE=${SITE:-$ROOT/.gpu-site}
 GRACE=${GRACE:-30}
 FINISH=${FINISH:-30}
+GIT_BUNDLE=${GIT_BUNDLE:-$ROOT/.gpu-git/head.bundle}
 for v in PROBE_SECONDS GRACE FINISH NANOGPT_ITERS; do whole "$v" "${!v}"; done
 export ABLATE_DATA_DIR=${ABLATE_DATA_DIR:-$ROOT/.gpu-data}
 export WANDB_MODE=${WANDB_MODE:-disabled}
@@ -91,6 +97,48 @@ MiB=$((1024 * 1024))
 
 log() { echo "[window $(date -u +%H:%M:%S) +${SECONDS}s] $*"; }
 left() { echo $((BUDGET - SECONDS)); }
+
+# what the runs record when the bundle is not applied
+git_as_is() {
+    if [ -e .git ]; then
+        echo "the machine's .git as it is: runs record its HEAD, and a confirmation of a" \
+            "registration committed since refuses it (not committed)"
+    else
+        echo "no .git: runs record no commit, and confirmations run without git's proof of order"
+    fi
+}
+
+# HEAD := the bundle's head, by a mixed reset: the index follows it, the working tree's files
+# (what runs) are never touched. Without git, or when the bundle does not apply, the window goes
+# on with the machine's .git as it is (a .git made here for the bundle is removed again: an
+# empty repository would make every registration "not committed")
+sync_git() {
+    local made=
+    if [ ! -f "$GIT_BUNDLE" ]; then
+        log "git: no $GIT_BUNDLE (prepare.sh writes it; carry .gpu-git): $(git_as_is)"
+        return 0
+    fi
+    command -v git > /dev/null || { log "git: not installed: $(git_as_is)"; return 0; }
+    if [ ! -e .git ]; then
+        git init -q || { log "git: cannot git init $ROOT: $(git_as_is)"; return 0; }
+        made=1
+    fi
+    if ! git fetch -q --update-head-ok "$GIT_BUNDLE" "+HEAD:refs/heads/gpu-window" ||
+        ! git reset -q refs/heads/gpu-window; then
+        [ -n "$made" ] && rm -rf .git
+        log "git: cannot apply $GIT_BUNDLE (above): $(git_as_is)"
+        return 0
+    fi
+    log "git: HEAD $(git log --oneline -1 | cut -c1-72)"
+    local changed
+    changed=$(git status --porcelain --untracked-files=no | cut -c4-)
+    if [ -z "$changed" ]; then
+        log "git: the tracked files are HEAD's (runs record git_dirty False)"
+    else
+        log "git: $(wc -l <<< "$changed") tracked files differ from HEAD (runs record git_dirty" \
+            "when ablate's code is among them): $(head -5 <<< "$changed" | paste -sd ' ' -)"
+    fi
+}
 
 # the wheels go into a folder on PYTHONPATH, not a venv: the machine's python3 is a venv itself,
 # and a venv made from it does not see its packages (its torch among them)
@@ -346,6 +394,7 @@ check_out() {
 main() {
     local rc=0 status=0 name mode reg plan names=()
     log "window: ${STUDY_FILES[*]}, profile ${PROFILE:-default}, budget ${BUDGET}s"
+    sync_git
     install_wheels && check_imports || { log "this machine cannot run ablate (above)"; return 3; }
     [ -f "$ABLATE_DATA_DIR/tinyshakespeare/input.txt" ] ||
         log "no $ABLATE_DATA_DIR/tinyshakespeare/input.txt (run scripts/gpu/prepare.sh and carry .gpu-data)"

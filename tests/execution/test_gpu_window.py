@@ -11,7 +11,13 @@ What is simulated, and how:
   so a venv made from it would not see those packages: the window must not make one.
 * No package index: pip and every download see ``PIP_NO_INDEX``, an index URL and proxies on a
   closed loopback port. Only the checkout's git-visible files and its carried folders (``.whl``,
-  ``.gpu-data``) travel, into a folder with no ``shared/`` beside it; ``HOME`` is empty.
+  ``.gpu-data``, ``.gpu-git``) travel, into a folder with no ``shared/`` beside it; ``HOME`` is
+  empty.
+* The device's ``.git`` lags its files: the first window's copy has none, the second one's is a
+  snapshot of the checkout's ``.git`` taken before the confirmed study was registered (as a lent
+  machine's was, from the start of the session). The carried ``.gpu-git/head.bundle`` must make
+  HEAD the checkout's own: the confirmation runs, and every run records the checkout's commit,
+  not dirty.
 * The wheels: pydantic-core is compiled, so they cannot be rebuilt offline. The "index" that
   prepare.sh downloads from is a folder of wheels zipped from this environment's installed
   files, tagged as their installed ``WHEEL`` metadata says (``cp311`` here where the GPU takes
@@ -164,9 +170,10 @@ def git(cwd: Path, *args: str) -> str:
     return res.stdout
 
 
-def send(src: Path, dest: Path, carry: tuple[str, ...] = ()) -> Path:
+def send(src: Path, dest: Path, carry: tuple[str, ...] = (), git_dir: Path | None = None) -> Path:
     """What a device call sends: ``src``'s git-visible files (tracked, untracked not ignored)
-    and the ``carry`` folders, copied to ``dest``."""
+    and the ``carry`` folders, copied to ``dest``; with ``git_dir``, a copy of it as ``dest``'s
+    ``.git`` (the device's own, which can be older than the files)."""
     listed = git(src, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
     for rel in filter(None, listed.split("\0")):
         if (src / rel).is_file():
@@ -174,6 +181,8 @@ def send(src: Path, dest: Path, carry: tuple[str, ...] = ()) -> Path:
             shutil.copy2(src / rel, dest / rel)
     for folder in carry:
         shutil.copytree(src / folder, dest / folder)
+    if git_dir is not None:
+        shutil.copytree(git_dir, dest / ".git")
     return dest
 
 
@@ -314,6 +323,22 @@ def runs_of(files: dict[str, bytes]) -> dict[str, dict]:
     }
 
 
+def metas_of(files: dict[str, bytes]) -> dict[str, dict]:
+    """``<study>/<run id>`` -> the meta of its run.yaml, from an archive's files."""
+    return {
+        name.rsplit("/", 1)[0]: yaml.safe_load(data)["meta"]
+        for name, data in files.items()
+        if name.endswith("/run.yaml")
+    }
+
+
+def head_logged(log: str) -> str:
+    """The abbreviated commit window.sh logs as the device's HEAD after the bundle."""
+    found = re.search(r"\] git: HEAD ([0-9a-f]{7,}) ", log)
+    assert found, f"no HEAD from the bundle in the log:\n{log}"
+    return found.group(1)
+
+
 def run_files(files: dict[str, bytes], run: str) -> dict[str, bytes]:
     return {n: d for n, d in files.items() if n.startswith(run + "/")}
 
@@ -324,7 +349,8 @@ def run_files(files: dict[str, bytes], run: str) -> dict[str, bytes]:
 def cpu_checkout(tmp: Path, base: dict) -> tuple[Path, dict[str, str]]:
     """This machine: a git checkout of the repository's files with ../shared/data beside it,
     the rehearsal's studies and the first one's registration committed. Returns it and the
-    environment its commands run in."""
+    environment its commands run in; leaves ``tmp/stale.git``, a copy of its ``.git`` from
+    before the registration."""
     cpu = send(REPO, tmp / "cpu" / "ablate")
     shared = tmp / "cpu" / "shared" / "data"
     (shared / "tinyshakespeare").mkdir(parents=True)
@@ -333,6 +359,7 @@ def cpu_checkout(tmp: Path, base: dict) -> tuple[Path, dict[str, str]]:
     git(cpu, "init", "-q")
     git(cpu, "add", "-A")
     git(cpu, "commit", "-q", "-m", "the checkout")
+    shutil.copytree(cpu / ".git", tmp / "stale.git")
     env = offline_env(tmp / "home-cpu", PYTHONPATH=str(cpu), ABLATE_DATA_DIR=str(shared))
     cmd = [sys.executable, "-m", "ablate", "register", confirm, "--profile", "tiny"]
     res, _ = run([*cmd, "--seeds", "2"], cpu, env)
@@ -396,12 +423,14 @@ def rehearsal(tmp_path_factory, tiny_studies):
     )
     t["carried"] = sorted(p.name for p in (cpu / ".whl").iterdir())
     t["git_sees"] = git(cpu, "status", "--porcelain", "--ignored=no")
+    t["head1"] = git(cpu, "rev-parse", "HEAD").strip()
+    t["bundled"] = git(cpu, "bundle", "list-heads", ".gpu-git/head.bundle")
     studies = "studies/gpuwin_explore.yaml studies/gpuwin_confirm.yaml"
     limits = {"GRACE": str(GRACE), "FINISH": str(FINISH)}
 
     # a fresh machine: the exploratory study's slow run is cut by the budget, which leaves the
     # registered study no time
-    gpu1 = send(cpu, tmp / "gpu1" / "ablate", carry=(".whl", ".gpu-data"))
+    gpu1 = send(cpu, tmp / "gpu1" / "ablate", carry=(".whl", ".gpu-data", ".gpu-git"))
     slow = {"GPUWIN_SLEEP_S": FIRST_SLEEP_S, **limits}
     t["first"], t["first_s"] = window(
         gpu1, t["out1"], FIRST_SECONDS, image_bin, studies, PROBE_SECONDS="1", **slow
@@ -410,9 +439,17 @@ def rehearsal(tmp_path_factory, tiny_studies):
     assert (t["out1"] / "stores.tgz").is_file(), _log(t["first"])
     # another fresh machine, with the first window's stores committed: the whole probe runs
     # in the image (its imports are the window's too), its verdict applies to the studies, and
-    # the stand-in nanoGPT runs beside them; then it finishes what is left
+    # the stand-in nanoGPT runs beside them; then it finishes what is left. prepare.sh again
+    # (a new HEAD to bundle), with a note left uncommitted; the machine's .git is older than
+    # the registration
     commit_stores(cpu, t["out1"])
-    gpu2 = send(cpu, tmp / "gpu2" / "ablate", carry=(".whl", ".gpu-data", ".nanogpt"))
+    (cpu / "notes.txt").write_text("not committed\n")
+    t["prepare2"] = prepare(cpu, env, index, tmp / "nanogpt")
+    t["head2"] = git(cpu, "rev-parse", "HEAD").strip()
+    t["stale"] = git(tmp / "stale.git", "rev-parse", "HEAD").strip()
+    t["stale_registrations"] = git(tmp / "stale.git", "ls-tree", "-r", "--name-only", "HEAD")
+    carry = (".whl", ".gpu-data", ".nanogpt", ".gpu-git")
+    gpu2 = send(cpu, tmp / "gpu2" / "ablate", carry=carry, git_dir=tmp / "stale.git")
     t["second"], _ = window(
         gpu2, t["out2"], SECOND_SECONDS, image_bin, studies, PROBE_SECONDS=SECOND_PROBE_S, **limits
     )
@@ -437,7 +474,12 @@ def _assert_comes_back(out: Path) -> dict[str, int]:
 @pytest.mark.slow
 def test_prepare_carries_the_wheels_and_the_data_and_says_what_to_carry(rehearsal):
     out = rehearsal["prepare"].stdout
-    assert "carry: .whl .gpu-data .nanogpt" in out.splitlines()
+    assert "carry: .whl .gpu-data .nanogpt .gpu-git" in out.splitlines()
+    # the bundle holds the checkout's HEAD; a clean checkout gets no warning, one with a file
+    # not committed does
+    assert rehearsal["bundled"].split() == [rehearsal["head1"], "HEAD"]
+    assert "warning" not in out
+    assert "warning: 1 uncommitted changes" in rehearsal["prepare2"].stdout
     assert rehearsal["nanogpt_carried"] == ["COMMIT", "config", "data", "train.py"]
     assert re.search(r'scripts/gpu/window\.sh "\$OUT" \d+', out)
     # the pinned wheels, typing-extensions too (the image has it at a version nobody read)
@@ -457,6 +499,9 @@ def test_the_first_window_cuts_a_run_and_brings_back_the_stores(rehearsal):
     assert "probe failed" in log  # cut by PROBE_SECONDS: the studies went on
     assert "probe verdict: none (no solo row came back): the studies run solo" in log
     assert "nanoGPT" not in log  # none carried
+    # the copy came without a .git: the bundle made one, at the checkout's HEAD, clean
+    assert rehearsal["head1"].startswith(head_logged(log)), log
+    assert "git: the tracked files are HEAD's" in log
     # the budget holds: at most the kill's grace over it
     assert rehearsal["first_s"] <= FIRST_SECONDS + GRACE, log
     files = _assert_comes_back(out)
@@ -465,6 +510,10 @@ def test_the_first_window_cuts_a_run_and_brings_back_the_stores(rehearsal):
     names = archive(out / "stores.tgz")
     assert not [n for n in names if re.search(r"checkpoints|wandb|run\.lease|\.tmp$", n)]
     states = {s["variant"]: s["status"] for s in runs_of(names).values()}
+    metas = metas_of(names)
+    assert {(m.get("git_commit"), m.get("git_dirty")) for m in metas.values()} == {
+        (rehearsal["head1"], False)
+    }, metas
     assert states["quick"] == "completed" and states["slow"] != "completed", states
     # the slow run saved a checkpoint at SIGINT (which stays on the machine)
     assert re.search(r"slow,seed=0 .* interrupted .* \d+ saved", (out / "status.txt").read_text())
@@ -477,6 +526,12 @@ def test_the_second_window_restores_and_finishes_without_retraining(rehearsal):
     assert res.returncode == 0, log
     assert "restored reports/gpu/stores/stores.tgz" in log
     assert "gpuwin_confirm: registered for profile 'tiny'" in log
+    # the copy's .git was older than the registration: the bundle moved its HEAD to the
+    # checkout's, so the confirmation ran (below) and records that commit
+    assert rehearsal["stale"] != rehearsal["head2"]
+    assert "gpuwin_confirm.tiny.yaml" not in rehearsal["stale_registrations"]
+    assert rehearsal["head2"].startswith(head_logged(log)), log
+    assert "git: the tracked files are HEAD's" in log
     assert "probe failed" not in log
     files = _assert_comes_back(out)
     assert {"probe.md", "probe.json", "nanogpt_own_next.json", "nanogpt.log"} <= set(files)
@@ -523,6 +578,11 @@ def test_the_second_window_restores_and_finishes_without_retraining(rehearsal):
     confirm = [s for s in after.values() if s["study"] == "gpuwin_confirm"]
     assert sorted(s["seed"] for s in confirm) == sorted(seeds * 2)
     assert all(s.get("confirm") is True for s in confirm)
+    metas = [m for run, m in metas_of(second).items() if run.startswith("gpuwin_confirm/")]
+    assert len(metas) == len(confirm)
+    head = rehearsal["head2"]
+    assert all(m.get("git_commit") == head and m.get("git_dirty") is False for m in metas), metas
+    assert all(m.get("study_commit") == head and m.get("study_dirty") is False for m in metas)
 
 
 def test_the_carried_wheels_are_the_versions_tested_here():
