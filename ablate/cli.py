@@ -644,6 +644,41 @@ def report(
 
 
 @app.command()
+def reproduce(
+    study: Annotated[str, typer.Argument(help="Study name (or its YAML) with an archived store.")],
+    runs: Annotated[int, typer.Option("--runs", "-k", min=1, help="How many runs to retrain.")] = 2,
+    run_id: Annotated[
+        list[str] | None, typer.Option("--run", help="Retrain this run id (repeatable).")
+    ] = None,
+    reports: Annotated[Path, typer.Option(help="Reports directory.")] = Path("reports"),
+    store: Annotated[
+        Path | None,
+        typer.Option(help="Read the runs from this store instead of the report's archive."),
+    ] = None,
+) -> None:
+    """Retrain k archived runs of a study with today's code and say, per run, whether the
+    numbers are identical, within 1e-4 nats or different (reports/<study>/reproduce/runs.csv,
+    which the report reads)."""
+    from ablate.execution.reproduce import reproduce_study
+
+    name = study
+    if study.endswith((".yaml", ".yml")):
+        from ablate.study.spec import read_study_yaml
+
+        try:
+            name = str(read_study_yaml(Path(study)).get("name") or Path(study).stem)
+        except ConfigError as err:
+            fail(err)
+    try:
+        path = reproduce_study(name, k=runs, runs=run_id or [], reports=reports, store=store)
+    except ConfigError as err:
+        fail(err)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    typer.echo(f"wrote {path}: `ablate report {name}` puts it in the report")
+
+
+@app.command()
 def sync(
     study: Annotated[str, typer.Argument(help="Study name in the store, or its YAML.")],
     store: StoreOpt = Path("runs"),
@@ -743,17 +778,26 @@ def bench(
     probe: Annotated[
         bool,
         typer.Option(
-            help="The probe (reports/bench_probe.md): solo, 4 packed processes and a stack of "
-            "4 at the reference gpu shape, and the verdict window.sh applies; without CUDA at a "
-            "tiny shape, CUDA figures 'not measured'."
+            help="The probe (reports/bench_probe.md): solo, 4 packed processes, stacks of 1, 4 "
+            "and 8, then compiled solo and stack of 8 runs, at the reference gpu shape, and the "
+            "verdicts window.sh applies; without CUDA at a tiny shape, CUDA figures 'not "
+            "measured'."
         ),
     ] = False,
+    compiled: Annotated[
+        bool | None,
+        typer.Option(
+            "--compiled/--no-compiled",
+            help="With --probe: measure its compiled rows (default: on CUDA only; on a CPU "
+            "inductor's C++ takes minutes).",
+        ),
+    ] = None,
     section: Annotated[
         str | None,
         typer.Option(
             help="Measure one section of the CPU bench (overhead, speed, quality, efficiency, "
-            "study, data, stacked, stepcost, startup; nanogpt: nanoGPT's procedure on the "
-            "reference study's 8 seeds, ~16 min, only when named) and put it into the existing "
+            "study, data, stacked, stepcost, startup, stackone; nanogpt: nanoGPT's procedure on "
+            "the reference study's 8 seeds, ~16 min, only when named) and put it into the existing "
             "report."
         ),
     ] = None,
@@ -771,7 +815,7 @@ def bench(
     if probe:
         from ablate.bench.probe import run_probe
 
-        run_probe(Path("reports/bench_probe.md") if default else out)
+        run_probe(Path("reports/bench_probe.md") if default else out, compiled=compiled)
         return
     if gpu:
         from ablate.bench.gpu import run_gpu_bench

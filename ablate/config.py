@@ -252,6 +252,10 @@ class TrainConfig(_Section):
     devices: int = Field(1, ge=1)
     precision: Precision = "32-true"
     compile: bool = False
+    compile_mode: Literal["default", "reduce-overhead"] = "default"
+    """``torch.compile``'s mode under ``compile``: ``reduce-overhead`` adds CUDA graphs (a step
+    replayed with one launch). Off by default: whether graphs pay is the GPU probe's to measure.
+    How runs train, not what they are: not in the run id."""
     attn_backend: Literal["auto", "flash", "efficient", "math"] = "auto"
     threads: int | None = Field(None, ge=1)
     """torch intra-op threads; ``None`` = torch's default."""
@@ -319,6 +323,7 @@ class RunConfig(_Section):
         d.pop("tracking")
         d["train"].pop("progress")
         d["train"].pop("stack")  # how runs train (stacked or alone), not what they are
+        d["train"].pop("compile_mode")  # CUDA graphs replay the same kernels
         # defaults every run had before their field existed: earlier run ids stay valid
         if d["data"]["order"] == "rows":
             d["data"].pop("order")

@@ -41,6 +41,25 @@ def no_wandb(monkeypatch):
 
 
 @pytest.fixture
+def clean_registry():
+    """Undo every registration a test makes (the registries and the loaded plugins are
+    process-wide: a plugin one test loads must not leak into the next)."""
+    from ablate.model.plugins import _LOADED, _PLUGINS
+    from ablate.model.transformer import FFNS, NORMS
+
+    before = {id(r): dict(r) for r in (NORMS, FFNS)}
+    loaded, plugins = dict(_LOADED), dict(_PLUGINS)
+    yield
+    for r in (NORMS, FFNS):
+        r.clear()
+        r.update(before[id(r)])
+    _LOADED.clear()
+    _LOADED.update(loaded)
+    _PLUGINS.clear()
+    _PLUGINS.update(plugins)
+
+
+@pytest.fixture
 def wandb_logger():
     """``wandb_logger(run_dir, mode, name)``: the W&B logger of a run of study "s" (variant
     "base", the default config), as a solo run makes it; the caller finishes its experiment."""
@@ -333,6 +352,27 @@ def _norm_pos_store(root: Path) -> Path:
                     root, "norm_pos", axes, seed, status, final, lengths=lengths, div_step=40
                 )
     return root
+
+
+def _mark_confirm(store, study, seeds, tag=None, started=None, commit=None):
+    """Seeds ``seeds`` as confirmation runs under ``tag``, run from the study repository's
+    ``commit`` (clean) when given, as ``ablate run --confirm`` records them."""
+    for run in RunStore(store).runs(study):
+        summary = run.read_summary()
+        if summary["seed"] in seeds:
+            extra = {} if started is None else {"attempts": [{"started": started}]}
+            run.write_summary({**summary, "confirm": True, **extra})
+            if tag is not None:
+                data = run.read_run()
+                repo = {} if commit is None else {"study_commit": commit, "study_dirty": False}
+                meta = {**data["meta"], "confirm": True, "registration": tag, **repo}
+                run.write_run(data["config"], meta)
+
+
+@pytest.fixture(scope="session")
+def mark_confirm():
+    """``mark_confirm(store, study, seeds, tag=None, started=None, commit=None)``: see above."""
+    return _mark_confirm
 
 
 @pytest.fixture(scope="session")

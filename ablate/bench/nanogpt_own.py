@@ -63,6 +63,8 @@ SEED_SHIM = (
     "sys.argv[0] = 'train.py'; runpy.run_path('train.py', run_name='__main__')"
 )
 PRINTED = re.compile(r"step (\d+): train loss ([\d.]+), val loss ([\d.]+)")
+# a line of run_stamped's log: seconds since nanoGPT's process was launched, then its own line
+STAMPED = re.compile(r"^\[\s*([\d.]+) s\] step (\d+): train loss", re.M)
 
 
 def prepare(nanogpt: Path, work: Path, text: Path) -> Path:
@@ -181,14 +183,37 @@ def parse_log(text: str) -> dict[str, Any]:
     if not rows:
         raise ValueError("no 'step N: train loss X, val loss Y' line in the log")
     best = min(rows, key=lambda r: r[2])
+    printed = {"iter": [r[0] for r in rows], "train": [r[1] for r in rows]}
+    printed["val"] = [r[2] for r in rows]
+    stamps = [(float(t), int(s)) for t, s in STAMPED.findall(text)]
+    if [s for _, s in stamps] == printed["iter"]:  # a log of run_stamped: when each was printed
+        printed["seconds"] = [t for t, _ in stamps]
     return {
         "best_val_loss": best[2],
         "best_iter": best[0],
         "final_val_loss": rows[-1][2],
         "last_iter": rows[-1][0],
-        "printed": {"iter": [r[0] for r in rows], "train": [r[1] for r in rows]}
-        | {"val": [r[2] for r in rows]},
+        "printed": printed,
     }
+
+
+def run_stamped(cmd: list[str], cwd: Path) -> tuple[int, str, str]:
+    """Run ``cmd``: (its exit status, its stdout with every line prefixed by the seconds since
+    it was launched, its stderr). nanoGPT's log has no clock; the stamps give its wall time to
+    each evaluation, imports, data and ``torch.compile`` included."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # each line when printed, not in blocks
+    lines = []
+    with tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=err, text=True
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(f"[{time.perf_counter() - t0:8.2f} s] {line}")
+        code = proc.wait()
+        err.seek(0)
+        return code, "".join(lines), err.read()
 
 
 def gpu_record(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -235,13 +260,13 @@ def run_gpu(
         tree = prepare(nanogpt, Path(tmp), resolve_dataset(cfg.data.dataset))
         cmd = [sys.executable, "-c", SEED_SHIM, str(seed), *GPU_ARGS, *extra, "--out_dir=out"]
         t0 = time.perf_counter()
-        res = subprocess.run(cmd, cwd=tree, capture_output=True, text=True)
+        code, stdout, stderr = run_stamped(cmd, tree)
         seconds = time.perf_counter() - t0
         if log is not None:
-            log.write_text(res.stdout + res.stderr)
-        if res.returncode:
-            raise RuntimeError(f"nanoGPT seed {seed} failed:\n{res.stderr[-3000:]}")
-        this = parse_log(res.stdout) | {"seed": seed, "seconds": round(seconds, 1)}
+            log.write_text(stdout + stderr)
+        if code:
+            raise RuntimeError(f"nanoGPT seed {seed} failed:\n{stderr[-3000:]}")
+        this = parse_log(stdout) | {"seed": seed, "seconds": round(seconds, 1)}
         ckpt = tree / "out" / "ckpt.pt"  # saved whenever the validation loss improved
         if ckpt.is_file():
             full = full_split_loss(tree, ckpt, cfg, iteration=this["best_iter"])

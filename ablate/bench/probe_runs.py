@@ -16,6 +16,9 @@ import torch
 from ablate.config import RunConfig, build_config
 from ablate.store import RunStore
 
+PROFILE_PRECISION = "bf16-mixed"  # what every gpu profile trains at
+CHARS = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"  # tinyshakespeare's
+
 
 def failed(err: BaseException | str) -> str:
     """A row's error as one line: ``failed: <first line>``."""
@@ -64,11 +67,21 @@ def timed_runs(
     """Tokens/s of all members from the wall time of two runs of ``window`` steps (each ends
     synchronized: its final evaluation reads the loss), so set-up, final evaluation and
     checkpoint cancel; the peak CUDA memory of the longer; the run's FLOPs per token and
-    attention kernel, and the summaries' own figure (their last log interval)."""
+    attention kernel, and the summaries' own figure (their last log interval).
+
+    Under ``train.compile`` a run of the short length comes first, from a clean dynamo cache:
+    it compiles the training and evaluation graphs, which the two timed runs in this process
+    reuse (a second run compiles nothing: ``tests/training/test_compile.py``), so compiling is
+    in neither of them; ``compile_s`` is that run's wall time over the short timed one's."""
     from ablate.bench.machine import sync
 
+    compiled = flat.get("train.compile", False)
+    if compiled:
+        import torch._dynamo as dynamo
+
+        dynamo.reset()  # each compiled row compiles its own graphs, none left over
     walls, summaries = [], []
-    for steps in window:
+    for steps in ((window[0],) if compiled else ()) + tuple(window):
         cfg = build_config(flat | run_length(steps))
         if cuda:
             gc.collect()
@@ -83,7 +96,9 @@ def timed_runs(
             return {"error": error}
     d = build_config(flat).data
     tokens = (window[1] - window[0]) * max(members, 1) * d.batch_size * d.seq_len
-    out = {
+    out = {"compile_s": walls[0] - walls[1]} if compiled else {}
+    walls = walls[-2:]
+    out |= {
         "tokens_per_s": tokens / (walls[1] - walls[0]) if walls[1] > walls[0] else None,
         "wall_s": walls,
         "summary_tokens_per_s": sum(s.get("tokens_per_s") or 0.0 for s in summaries),

@@ -89,6 +89,9 @@ class Comparison:
     """Equivalence within ±margin by two one-sided sign-flip tests."""
     p_flip_adj: float = math.nan
     p_flip_tost_adj: float = math.nan
+    exact: str = ""
+    """The exact test in ``p_flip``: ``sign-flip`` (paired and one-sample designs) or
+    ``permutation`` (two-sample, filled in for claims); "" when there is none."""
 
     @property
     def n_a(self) -> int:
@@ -193,6 +196,7 @@ def compare(
         p_flip_tost=flip_tost,
         p_flip_adj=flip,
         p_flip_tost_adj=flip_tost,
+        exact="sign-flip" if pairs is not None else "",
     )
 
 

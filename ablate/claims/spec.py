@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ablate.claims.paper import Paper, parse_paper
 from ablate.errors import ConfigError, check_known, suggest
 
 KINDS = (
@@ -89,6 +90,7 @@ KEYS = (
     "value",
     "all",
     "by",
+    "paper",
 )
 PART_KEYS = ("a", "expect", "value", "margin")
 BASE_METRICS = ("final_val_loss", "best_val_loss", "ffn_grad_slope@init")
@@ -124,6 +126,9 @@ class Claim:
     by: dict[str, list[Any]] = field(default_factory=dict)
     """``expect: smaller/larger/equal``: ``{axis: [v1, v2]}``, the two values of the axis at
     which the effect of ``a`` vs ``b`` is compared (an interaction)."""
+    paper: Paper | None = None
+    """What the paper reports for the claim, and where (:class:`Paper`): the report holds the
+    runs' interval against it; not part of what the claim tests (its fingerprint)."""
 
     @property
     def length(self) -> float | None:
@@ -288,6 +293,7 @@ def parse_claim(
         margin_source=" ".join((source_text or "").split()),
         parts=parts,
         by=by,
+        paper=parse_paper(raw.get("paper"), f"{where}.paper", source),
     )
 
 

@@ -49,8 +49,14 @@ from ablate.claims.registration import sequential_seeds
 from ablate.claims.sequential import look_levels
 from ablate.claims.stats import ALPHA
 from ablate.config import ConfigError
-from ablate.execution.confirm import check_n, confirm_seeds, store_seeds
-from ablate.execution.runner import only_seeds, plan_runs, run_options, train_planned
+from ablate.execution.confirm import check_n, confirm_seeds, store_seeds, study_inputs
+from ablate.execution.runner import (
+    StudyArgs,
+    only_seeds,
+    plan_runs,
+    run_options,
+    train_planned,
+)
 from ablate.store.rundir import DECISIONS_FILE, write_decisions
 from ablate.study import Study
 from ablate.study.results import StudyData, read_study
@@ -89,7 +95,7 @@ def run_until_decided(
     args, how = run_options(study_path, **options)
     plan = plan_runs(args)  # nothing written on error
     confirm = None if confirm is None else check_n(confirm)
-    registered, tag = _registered(plan, confirm, unregistered, max_looks, seeds_per_look)
+    registered, tag = _registered(plan, args, confirm, unregistered, max_looks, seeds_per_look)
     check_design(max_looks, seeds_per_look, alpha, plan.claims, plan.path)
     first = _first_seeds(plan, how.store, confirm, registered)
     design = sequential_design(first, max_looks, seeds_per_look, alpha, confirm is not None)
@@ -128,7 +134,12 @@ def run_until_decided(
 
 
 def _registered(
-    plan: Study, confirm: int | None, unregistered: bool, max_looks: int, seeds_per_look: int | None
+    plan: Study,
+    args: StudyArgs,
+    confirm: int | None,
+    unregistered: bool,
+    max_looks: int,
+    seeds_per_look: int | None,
 ) -> tuple[list[int], str]:
     """(the registered first seeds, the registration's commit); ``([], "unregistered")`` for
     an unregistered design. A registered design trains its registered seeds: ``confirm``
@@ -150,6 +161,7 @@ def _registered(
         plan.equivalence_margin,
         max_looks,
         seeds_per_look,
+        study_inputs(args.path, args.profile, args.overrides, args.plugins),
     )
 
 

@@ -261,7 +261,9 @@ def _tasks(
 ) -> list[RunTask]:
     """One task per run to train, with its meta and the git state of the study's repository
     (where its registration is committed: git proves the order there)."""
-    repo = study_git([Path(study.path), registration_path(study.path, study.profile)])
+    repo = study_git(
+        [Path(study.path), registration_path(study.path, study.profile), *map(Path, study.plugins)]
+    )
     return [
         RunTask(r, r.config, str(dirs[r.run_id].path), _meta(study, r, dirs, confirmation) | repo)
         for r in todo

@@ -16,7 +16,7 @@ What changes for the CPU, and nothing else:
   says so. On a CPU that emulates bf16 matrix products (``ablate.accel.cpu_bf16_matmul_fast``:
   ~70x slower than fp32 there, e.g. AVX2-only CPUs) bf16 runs train ``EMULATED_STEPS`` step
   instead of ``SMOKE_STEPS``, in bf16 all the same, and the smoke says that too;
-- runs the profile stacks (``train.stack`` not ``off``, a model ``vmap`` can batch) train as
+- runs the profile stacks (``train.stack`` not ``off``, a member-aware model) train as
   a stacked group of ``SMOKE_MEMBERS`` (the run and the same run at the next seed), whatever
   the CPU would choose for ``auto``: the GPU runs will take that path;
 - ``train.attn_backend`` flash/efficient becomes ``auto`` (the CPU kernel for the encoding);

@@ -17,7 +17,7 @@ import pandas as pd
 from ablate.claims.checks import ClaimCheck
 from ablate.claims.fit import lr_fit
 from ablate.claims.standing import Standing, claim_standings
-from ablate.claims.verdicts import numbers, outcome_text, seeds_used
+from ablate.claims.verdicts import numbers, outcome_text, paper_text, seeds_used
 from ablate.data.reuse import DataReuse, describe
 from ablate.report.render import Block
 from ablate.study.results import DTYPE_PREFIX, REUSE_PREFIX, StudyData
@@ -35,9 +35,11 @@ def claim_items(
         tail = [seeds_used(check)]
         if standings is not None and claim.id in standings:
             tail.insert(0, standings[claim.id].text)
+        paper = paper_text(check, unit)
+        paper = f" Against the paper: {paper}." if paper else ""
         items.append(
             f"**{claim.id}** ({claim.metric}, expect {expect}): {claim.text} → "
-            f"{outcome_text(check)}: {numbers(check, unit)}. *{'; '.join(tail)}.*"
+            f"{outcome_text(check)}: {numbers(check, unit)}.{paper} *{'; '.join(tail)}.*"
         )
     return items
 
@@ -56,7 +58,11 @@ def claims_frame(study: StudyData, checks: list[ClaimCheck], unit: str) -> pd.Da
                 "expect": ch.claim.expect,
                 "metric": ch.claim.metric,
                 "outcome": ch.outcome,
+                "t-test outcome": ch.t_outcome,
+                "exact test outcome": ch.exact_outcome,
+                "exact test": ch.comparison.exact if ch.comparison is not None else "",
                 "numbers": numbers(ch, unit),
+                "against the paper": paper_text(ch, unit),
                 "seeds needed": ch.seeds_needed.text() if ch.seeds_needed else "",
                 "registration": standings[ch.claim.id].text,
                 "confirmatory": standings[ch.claim.id].confirmatory,
@@ -69,7 +75,12 @@ def claims_frame(study: StudyData, checks: list[ClaimCheck], unit: str) -> pd.Da
     )
 
 
-CLAIM_COLUMNS = "study id claim expect metric outcome numbers".split() + [
+CLAIM_COLUMNS = "study id claim expect metric outcome".split() + [
+    "t-test outcome",
+    "exact test outcome",
+    "exact test",
+    "numbers",
+    "against the paper",
     "seeds needed",
     "registration",
     "confirmatory",

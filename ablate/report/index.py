@@ -24,8 +24,12 @@ INTRO = (
     "with this page. A verdict is confirmatory only where it was decided on the registered "
     "confirmation seeds of its profile and its registration line shows that registration "
     "committed before the first of them; every other verdict is exploratory, and a claim "
-    "whose registered runs are unfinished is pending. Each study's scale is computed from its "
-    "runs: no verdict here speaks for another scale."
+    "whose registered runs are unfinished is pending. An outcome is plain only where both of "
+    "its tests (the t-test and an exact test that needs no normality, each Holm over the "
+    "study's claims) give it; otherwise it names the one test that does (\"reproduces by "
+    't-test only"), and the counts below count it so. A claim whose margin or metric changed '
+    "after data is counted at the one first committed. Each study's scale is computed from "
+    "its runs: no verdict here speaks for another scale."
 )
 
 
@@ -46,6 +50,25 @@ def _frames(folder: Path) -> dict[str, pd.DataFrame]:
     }
 
 
+UNDECIDED = ("inconclusive", "pending", "not run")
+
+
+def agreement(here: str, there: str, sub: str) -> str:
+    """Whether two scales' outcomes of one claim agree: by what they say (``reproduces by
+    t-test only`` says what ``reproduces`` says, on weaker evidence); where one scale decided
+    it and the other did not, which one did; blank when either has not run or is pending."""
+    if any(o == "not run" or o.startswith("pending") for o in (here, there)):
+        return ""
+    said = [o.split(" by ")[0] for o in (here, there)]
+    if here in UNDECIDED and there in UNDECIDED:
+        return ""
+    if here in UNDECIDED:
+        return f"decided in {sub}/ only"
+    if there in UNDECIDED:
+        return "decided here only"
+    return "yes" if said[0] == said[1] else "**no**"
+
+
 def scales_table(
     frames: dict[str, pd.DataFrame], other: dict[str, pd.DataFrame], sub: str
 ) -> list[str]:
@@ -61,8 +84,7 @@ def scales_table(
         for cid in list(dict.fromkeys([*here, *there])):
             a = here.get(cid, {}).get("outcome", "not run")
             b = there.get(cid, {}).get("outcome", "not run")
-            decided = {a, b}.isdisjoint({"not run", "inconclusive", "pending"})
-            agree = ("yes" if a == b else "**no**") if decided else ""
+            agree = agreement(a, b, sub)
             link = f"[{name}]({name}/report.md)" if name in frames else name
             lines.append(f"| {link} | {cid} | {a} | {b} | {agree} |")
     return lines
@@ -90,9 +112,11 @@ def index_markdown(
         for r in c.to_dict("records"):
             kind = "confirmatory" if _flag(r["confirmatory"]) else "exploratory"
             need = f" Seeds needed: {r['seeds needed']}." if r["seeds needed"] else ""
+            paper = r.get("against the paper") or ""
+            paper = f" Against the paper: {paper}." if paper else ""
             lines.append(
-                f"- **{r['id']}** ({kind}): {r['claim']} → **{r['outcome']}**: {r['numbers']}. "
-                f"*{r['registration']}; {r['decided on']}.*{need}"
+                f"- **{r['id']}** ({kind}): {r['claim']} → **{r['outcome']}**: {r['numbers']}."
+                f"{paper} *{r['registration']}; {r['decided on']}.*{need}"
             )
     return "\n".join(lines) + "\n"
 

@@ -129,9 +129,10 @@ def no_runs_error(store: Path) -> ConfigError:
     return ConfigError("no runs in the store (run `ablate run STUDY.yaml` first)", source=store)
 
 
-def shipped_yaml(name: str, folder: Path = Path("studies")) -> Path | None:
-    """``studies/<name>.yaml`` when it exists and names this study (description, run count)."""
-    path = folder / f"{name}.yaml"
+def shipped_yaml(name: str, folder: Path = Path("studies"), file: str = "") -> Path | None:
+    """``studies/<name>.yaml`` (``folder/file``) when it exists and names this study
+    (description, run count)."""
+    path = folder / (file or f"{name}.yaml")
     if not path.is_file():
         return None
     try:
@@ -141,11 +142,32 @@ def shipped_yaml(name: str, folder: Path = Path("studies")) -> Path | None:
     return path if str(data.get("name") or path.stem) == name else None
 
 
+def recorded_yaml(name: str, store: Path) -> Path | None:
+    """The study file the runs of ``name`` recorded (``study_file``: its absolute path when they
+    ran) when it still exists and names this study; the most recorded one first."""
+    seen: dict[str, int] = {}
+    for run in RunStore(store).runs(name):
+        try:
+            recorded = run.read_run()["meta"].get("study_file")
+        except Exception:  # noqa: BLE001 - a damaged run is the report's to list, not ours
+            continue
+        if isinstance(recorded, str):
+            seen[recorded] = seen.get(recorded, 0) + 1
+    for path in sorted(seen, key=seen.get, reverse=True):
+        p = Path(path)
+        if p.is_file() and shipped_yaml(name, p.parent, p.name) is not None:
+            return p
+    return None
+
+
 def study_yaml(name: str, store: Path) -> Path | None:
-    """The study file of a study given by name: ``studies/<name>.yaml`` under the working
-    directory when it names this study, else the copy ``ablate run`` kept in the store."""
+    """The study file of a study given by name: the one its runs recorded (wherever it lives:
+    its registration and git history are beside it), else ``studies/<name>.yaml`` under the
+    working directory when it names this study, else the copy ``ablate run`` kept in the
+    store (claims and description, but no registration to prove)."""
     kept = RunStore(store).spec_file(name)
-    return shipped_yaml(name) or (kept if kept.is_file() else None)
+    found = recorded_yaml(name, store) or shipped_yaml(name)
+    return found or (kept if kept.is_file() else None)
 
 
 def resolve_studies(args: list[str], store: Path) -> list[tuple[str, Path | None]]:
@@ -228,11 +250,11 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
         # the registration commit it ran under; none recorded: it predates registration files
         row["registration"] = meta.get("registration") or "before registration files"
     row["started"] = _started(summary)
-    # the commit the order's git proof checks: the study's repository (where its registration
-    # is committed) when the run recorded it, else ablate's own checkout
-    for k, study_k in (("git_commit", "study_commit"), ("git_dirty", "study_dirty")):
-        if study_k in meta or k in meta:
-            row[k] = meta.get(study_k, meta.get(k))
+    # ablate's checkout (git_*) and the study's repository (study_*: where its registration is
+    # committed, the commit the order's proof checks), each as recorded
+    for k in ("git_commit", "git_dirty", "study_commit", "study_dirty", "study_file"):
+        if k in meta:
+            row[k] = meta[k]
     for k, v in summary.items():
         if k not in row and k not in _SKIP_FIELDS and _scalar(v):
             row[k] = v

@@ -14,15 +14,21 @@
 #   .nanogpt/   with --nanogpt DIR: a checkout of karpathy/nanoGPT (its files, no .git and no
 #               out-* folders; never committed), for window.sh to run nanoGPT's own GPU config
 #               beside the reference study (python -m ablate.bench.nanogpt_own --gpu)
+#   .gpu-git/   head.bundle: the whole history of the checkout's HEAD (git bundle), from which
+#               window.sh makes the device's git HEAD this one: the device's .git can be an
+#               older snapshot than the working tree it gets (or missing), and then `ablate run
+#               confirm` refuses registrations committed since and runs record the old commit
 # checks that they and the rest of the working tree fit the device's 64 MiB, and prints the
-# `carry` line and the command to run there.
+# `carry` line and the command to run there. Uncommitted changes are warned of: the device
+# gets them, but HEAD does not hold them (runs record git_dirty for ablate's code; a study file
+# or registration not committed makes its confirmation refuse).
 #
 # Environment: PYTHON [.venv/bin/python, else python3] the pip that downloads (pip's own
 # PIP_* variables apply: PIP_NO_INDEX and PIP_FIND_LINKS make it offline); PLATFORMS [the
 # manylinux x86-64 tags below] the platform tags asked for, split on spaces.
 set -uo pipefail
 
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "prepare.sh: $*" >&2; exit 2; }
 
 PYV=3.12
@@ -107,6 +113,24 @@ copy_nanogpt() {
     log ".nanogpt: $NANOGPT (commit $commit)"
 }
 
+# .gpu-git/head.bundle: HEAD with all its history (window.sh points the device's git at it)
+bundle_head() {
+    rm -rf .gpu-git
+    if ! git rev-parse --verify -q HEAD > /dev/null 2>&1; then
+        log "no git commit here: no .gpu-git (the device's git stays as it is)"
+        return 0
+    fi
+    mkdir -p .gpu-git && git bundle create -q .gpu-git/head.bundle HEAD || return 1
+    log ".gpu-git: head.bundle, HEAD $(git log --oneline -1 | cut -c1-72)" \
+        "($(($(wc -c < .gpu-git/head.bundle) / 1024)) KiB)"
+    local changed
+    changed=$(git status --porcelain --untracked-files=normal | wc -l)
+    [ "$changed" = 0 ] ||
+        log "warning: $changed uncommitted changes (git status): the device gets them but" \
+            "HEAD does not hold them: runs record git_dirty when ablate's code is among them," \
+            "and a confirmation refuses a study file or registration not committed"
+}
+
 # bytes of what a device call sends: the files git shows (tracked, untracked not ignored) and
 # the carried folders; outside a git checkout the carried folders alone
 tree_bytes() {
@@ -115,17 +139,20 @@ tree_bytes() {
             git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s -- \
                 2> /dev/null
         fi
-        find .whl .gpu-data $CARRY_NANOGPT -type f -printf '%s\n'
+        find .whl .gpu-data $CARRY_NANOGPT $CARRY_GIT -type f -printf '%s\n'
     } | awk '{t += $1} END {print t + 0}'
 }
 
 download_wheels || { log "cannot download the wheels (above)"; exit 1; }
 copy_data || exit 1
 copy_nanogpt || { log "cannot copy $NANOGPT"; exit 1; }
-CARRY_NANOGPT=
+bundle_head || { log "cannot write .gpu-git/head.bundle"; exit 1; }
+CARRY_NANOGPT='' CARRY_GIT=''
 [ -n "$NANOGPT" ] && CARRY_NANOGPT=.nanogpt
+[ -f .gpu-git/head.bundle ] && CARRY_GIT=.gpu-git
+CARRIED=".whl .gpu-data${CARRY_NANOGPT:+ $CARRY_NANOGPT}${CARRY_GIT:+ $CARRY_GIT}"
 total=$(tree_bytes)
-log "the working tree with .whl .gpu-data $CARRY_NANOGPT: $((total / 1024)) KiB (the device takes 64 MiB)"
+log "the working tree with $CARRIED: $((total / 1024)) KiB (the device takes 64 MiB)"
 [ "$total" -lt $((64 * MiB)) ] || { log "over 64 MiB: the device would refuse it"; exit 1; }
-echo "carry: .whl .gpu-data${CARRY_NANOGPT:+ $CARRY_NANOGPT}"
+echo "carry: $CARRIED"
 echo "command (a device run with timeout_s 600): scripts/gpu/window.sh \"\$OUT\" 540"

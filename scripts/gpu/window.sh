@@ -14,23 +14,30 @@
 #            their deadline `ablate run` gets SIGINT, as from Ctrl-C (each run in flight saves
 #            a checkpoint at its step and stops), and is killed GRACE seconds later
 #
-# Steps: the carried wheels (.whl/) installed into SITE without a venv or an index; every
-# import a run needs checked (exit 3 listing what is missing); the archives committed under
-# reports/gpu/stores/ restored into STORE (files already there are kept: a warm machine's newer
-# state is never rolled back); `ablate bench --probe`, whose verdict (solo, pack or stack) sets
-# the studies' `ablate run` arguments in this same command; nanoGPT's own GPU config beside
-# the studies when a nanoGPT checkout is carried (NANOGPT); then each study in order: with
-# `run confirm` when its registration for PROFILE exists (the registered seeds), else exploratory.
+# Steps: the checkout's git HEAD made the commit of the carried .gpu-git/head.bundle
+# (prepare.sh), the working tree's files left as they are: the machine's .git can be an older
+# snapshot than the files it gets (or missing), and ablate would then refuse confirmations
+# committed since and record the old commit; the carried wheels (.whl/) installed into SITE
+# without a venv or an index; every import a run needs checked (exit 3 listing what is missing);
+# the archives committed under reports/gpu/stores/ restored into STORE (files already there are
+# kept: a warm machine's newer state is never rolled back); `ablate bench --probe`, whose
+# verdicts set the studies' `ablate run` arguments in this same command (its verdict, solo, pack
+# or stack, for a study whose profile leaves train.stack at its default; its unstacked verdict,
+# solo or pack, for one whose profile pins train.stack, as the reference's gpu profile pins 1);
+# nanoGPT's own GPU config beside the studies when a nanoGPT checkout is carried (NANOGPT); then
+# each study in order: with `run confirm` when its registration for PROFILE exists (the
+# registered seeds), else exploratory.
 #
 # Environment (defaults in brackets):
 #   STUDIES          [studies/reference_nanogpt_cpu.yaml: tier 1] the study YAMLs, in order
 #   PROFILE          [gpu] the study profile; empty: the study's default
 #   PYTHON           [python3] the machine's Python, whose torch the runs use
 #   ABLATE_ARGS      extra `ablate run` arguments, split on spaces; set, they replace the
-#                    probe's verdict (e.g. "--workers 4 --runs-per-gpu 4")
+#                    probe's verdicts (e.g. "--workers 4 --runs-per-gpu 4")
 #   PROBE            [1] 0: no probe (and no verdict: ABLATE_ARGS alone)
-#   PROBE_SECONDS    [75] the probe's own limit (cut, it leaves the verdict of the rows it
-#                    finished; a failing probe is logged and the studies run solo)
+#   PROBE_SECONDS    [180] the probe's own limit (cut, it leaves the verdicts of the rows it
+#                    finished; a failing probe is logged and the studies run solo). Its eager
+#                    rows end by ~65 s, its compiled ones by ~175 s (docs/gpu.md)
 #   NANOGPT          [.nanogpt] a carried nanoGPT checkout (scripts/gpu/prepare.sh --nanogpt):
 #                    its GPU config runs beside the studies, one seed, NANOGPT_ITERS [2500]
 #                    iterations of its 5000-iteration schedule (its best comes near 1750)
@@ -40,13 +47,15 @@
 #   WANDB_MODE       [disabled] W&B's files would not come back (the archive leaves them out)
 #   GRACE            [30] seconds between a study's SIGINT and its kill
 #   FINISH           [30] seconds kept at the end for status.txt and the archive
+#   GIT_BUNDLE       [.gpu-git/head.bundle] the carried history whose head becomes HEAD; none
+#                    there: the machine's .git stays as it is
 #
 # Exit status: 0 when every study finished or was cut by the budget (the files are written
 # either way), 1 when a study failed or what comes back breaks the device's limits, 2 for bad
 # arguments, 3 when this machine cannot run ablate.
 set -uo pipefail
 
-usage() { sed -n '2,46p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,55p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "window.sh: $*" >&2; exit 2; }
 whole() { case $2 in '' | *[!0-9]*) die "$1 must be a whole number of seconds, got '$2'" ;; esac; }
 
@@ -66,16 +75,19 @@ for s in "${STUDY_FILES[@]}"; do [ -f "$s" ] || die "$s: no such study file"; do
 PROFILE=${PROFILE-gpu}
 PYTHON=${PYTHON:-python3}
 PROBE=${PROBE:-1}
-PROBE_SECONDS=${PROBE_SECONDS:-75}
+PROBE_SECONDS=${PROBE_SECONDS:-180}
 NANOGPT=${NANOGPT:-$ROOT/.nanogpt}
 NANOGPT_ITERS=${NANOGPT_ITERS:-2500}
 USER_ARGS=${ABLATE_ARGS-}
 VERDICT=none
 VERDICT_ARGS=
+UNSTACKED=none
+UNSTACKED_ARGS=
 STORE=${STORE:-runs/gpu}
 SITE=${SITE:-$ROOT/.gpu-site}
 GRACE=${GRACE:-30}
 FINISH=${FINISH:-30}
+GIT_BUNDLE=${GIT_BUNDLE:-$ROOT/.gpu-git/head.bundle}
 for v in PROBE_SECONDS GRACE FINISH NANOGPT_ITERS; do whole "$v" "${!v}"; done
 export ABLATE_DATA_DIR=${ABLATE_DATA_DIR:-$ROOT/.gpu-data}
 export WANDB_MODE=${WANDB_MODE:-disabled}
@@ -85,6 +97,48 @@ MiB=$((1024 * 1024))
 
 log() { echo "[window $(date -u +%H:%M:%S) +${SECONDS}s] $*"; }
 left() { echo $((BUDGET - SECONDS)); }
+
+# what the runs record when the bundle is not applied
+git_as_is() {
+    if [ -e .git ]; then
+        echo "the machine's .git as it is: runs record its HEAD, and a confirmation of a" \
+            "registration committed since refuses it (not committed)"
+    else
+        echo "no .git: runs record no commit, and confirmations run without git's proof of order"
+    fi
+}
+
+# HEAD := the bundle's head, by a mixed reset: the index follows it, the working tree's files
+# (what runs) are never touched. Without git, or when the bundle does not apply, the window goes
+# on with the machine's .git as it is (a .git made here for the bundle is removed again: an
+# empty repository would make every registration "not committed")
+sync_git() {
+    local made=
+    if [ ! -f "$GIT_BUNDLE" ]; then
+        log "git: no $GIT_BUNDLE (prepare.sh writes it; carry .gpu-git): $(git_as_is)"
+        return 0
+    fi
+    command -v git > /dev/null || { log "git: not installed: $(git_as_is)"; return 0; }
+    if [ ! -e .git ]; then
+        git init -q || { log "git: cannot git init $ROOT: $(git_as_is)"; return 0; }
+        made=1
+    fi
+    if ! git fetch -q --update-head-ok "$GIT_BUNDLE" "+HEAD:refs/heads/gpu-window" ||
+        ! git reset -q refs/heads/gpu-window; then
+        [ -n "$made" ] && rm -rf .git
+        log "git: cannot apply $GIT_BUNDLE (above): $(git_as_is)"
+        return 0
+    fi
+    log "git: HEAD $(git log --oneline -1 | cut -c1-72)"
+    local changed
+    changed=$(git status --porcelain --untracked-files=no | cut -c4-)
+    if [ -z "$changed" ]; then
+        log "git: the tracked files are HEAD's (runs record git_dirty False)"
+    else
+        log "git: $(wc -l <<< "$changed") tracked files differ from HEAD (runs record git_dirty" \
+            "when ablate's code is among them): $(head -5 <<< "$changed" | paste -sd ' ' -)"
+    fi
+}
 
 # the wheels go into a folder on PYTHONPATH, not a venv: the machine's python3 is a venv itself,
 # and a venv made from it does not see its packages (its torch among them)
@@ -164,37 +218,47 @@ probe() {
     read_verdict
 }
 
-# the probe's verdict from its JSON (written after every row, so a cut probe leaves one):
-# VERDICT (solo, pack, stack or none) and VERDICT_ARGS, its `ablate run` arguments
+# the probe's verdicts from its JSON (written after every row, so a cut probe leaves them):
+# VERDICT (solo, pack, stack, ... or none) and VERDICT_ARGS, its `ablate run` arguments, and
+# UNSTACKED and UNSTACKED_ARGS, the best of the rows that do not stack
 read_verdict() {
-    local line=none
-    [ -f "$OUT/probe.json" ] && line=$("$PYTHON" - "$OUT/probe.json" <<'EOF'
+    local lines=("none" "none")
+    [ -f "$OUT/probe.json" ] && mapfile -t lines < <("$PYTHON" - "$OUT/probe.json" <<'EOF'
 import json
 import sys
 
 try:
-    v = json.load(open(sys.argv[1]))["stacked"]["verdict"]
-    print(v["choice"], f"x{v['x_solo']:.2f}", v["args"])
+    r = json.load(open(sys.argv[1]))["stacked"]
 except (OSError, ValueError, KeyError, TypeError):
-    print("none")
+    r = {}
+for key in ("verdict", "unstacked"):
+    v = r.get(key) if isinstance(r, dict) else None
+    try:
+        print(v["choice"], f"x{v['x_solo']:.2f}", v["args"])
+    except (KeyError, TypeError, ValueError):
+        print("none")
 EOF
 )
-    read -r VERDICT _ VERDICT_ARGS <<< "$line"
+    read -r VERDICT _ VERDICT_ARGS <<< "${lines[0]:-none}"
+    read -r UNSTACKED _ UNSTACKED_ARGS <<< "${lines[1]:-none}"
     if [ "$VERDICT" = none ]; then
         log "probe verdict: none (no solo row came back): the studies run solo"
     else
-        log "probe verdict: $line${USER_ARGS:+ (not applied: ABLATE_ARGS is set)}"
+        local unapplied=${USER_ARGS:+ (not applied: ABLATE_ARGS is set)}
+        log "probe verdict: ${lines[0]}$unapplied"
+        log "probe verdict unstacked (for profiles that pin train.stack): ${lines[1]}$unapplied"
     fi
 }
 
 # the arguments `ablate run` gets for a study whose profile sets train.stack to $1: the user's
-# ABLATE_ARGS when set, else the verdict's (stacking only where the profile leaves train.stack
-# at its default, off: a profile that pins it keeps its tasks short on purpose)
+# ABLATE_ARGS when set, else the verdict's where the profile leaves train.stack at its default
+# (off), the unstacked verdict's where it pins it (a profile that pins it keeps its tasks short
+# on purpose: stacking its runs is not the probe's to decide, packing them is)
 study_args() {
     if [ -n "$USER_ARGS" ]; then
         echo "$USER_ARGS"
-    elif [ "$VERDICT" = stack ] && [ "$1" != off ]; then
-        echo ""
+    elif [ "$1" != off ]; then
+        echo "$UNSTACKED_ARGS"
     else
         echo "$VERDICT_ARGS"
     fi
@@ -271,8 +335,8 @@ run_study() {
         log "$name: no registration for profile '${PROFILE:-default}': exploratory runs"
     fi
     extra=$(study_args "$stack")
-    if [ "$VERDICT" = stack ] && [ "$stack" != off ] && [ -z "$USER_ARGS" ]; then
-        log "$name: its profile sets train.stack $stack, which the stack verdict keeps"
+    if [ "$VERDICT" != none ] && [ "$stack" != off ] && [ -z "$USER_ARGS" ]; then
+        log "$name: its profile sets train.stack $stack: the unstacked verdict ($UNSTACKED)"
     fi
     log "ablate ${run[*]} $file ${args[*]} --store $STORE $extra (limit ${limit}s)"
     # timeout signals its whole process group: workers get the SIGINT a terminal's Ctrl-C sends
@@ -330,6 +394,7 @@ check_out() {
 main() {
     local rc=0 status=0 name mode reg plan names=()
     log "window: ${STUDY_FILES[*]}, profile ${PROFILE:-default}, budget ${BUDGET}s"
+    sync_git
     install_wheels && check_imports || { log "this machine cannot run ablate (above)"; return 3; }
     [ -f "$ABLATE_DATA_DIR/tinyshakespeare/input.txt" ] ||
         log "no $ABLATE_DATA_DIR/tinyshakespeare/input.txt (run scripts/gpu/prepare.sh and carry .gpu-data)"

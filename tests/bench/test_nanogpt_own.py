@@ -2,6 +2,7 @@
 ``python -m ablate.bench.nanogpt_own --from-log`` computes from the committed pilot log."""
 
 import json
+import sys
 from pathlib import Path
 
 from ablate.bench import nanogpt_own
@@ -32,3 +33,19 @@ def test_the_committed_gpu_artifact_is_the_pilot_logs(tmp_path, monkeypatch):
     assert committed["best_val_loss"] == [1.4645] and committed["best_iter"] == [1750]
     # recording the same log again replaces its run, it does not add a second one
     assert nanogpt_own.from_log(PILOT_LOG, out, 1337, "NVIDIA H200", commit) == made
+
+
+def test_run_stamped_clocks_each_printed_evaluation(tmp_path):
+    """A stand-in for nanoGPT's train.py that prints two evaluations 0.3 s apart: the stamps
+    are the seconds since launch, and parse_log turns them into the curve's clock."""
+    script = tmp_path / "fake.py"
+    script.write_text(
+        "import time\nprint('step 0: train loss 4.2, val loss 4.3')\ntime.sleep(0.3)\n"
+        "print('iter 10: loss 3.0')\nprint('step 250: train loss 1.9, val loss 2.1')\n"
+    )
+    code, out, err = nanogpt_own.run_stamped([sys.executable, str(script)], tmp_path)
+    assert code == 0 and err == ""
+    got = nanogpt_own.parse_log(out)
+    first, second = got["printed"]["seconds"]
+    assert 0 <= first < second and second - first >= 0.3
+    assert (got["best_val_loss"], got["best_iter"]) == (2.1, 250)

@@ -104,6 +104,13 @@ def test_confirm_needs_a_committed_matching_registration(study, tmp_path, git):
     git(path.parent, "commit", "-qm", "register")
     commit = git(path.parent, "rev-parse", "HEAD")
     assert [v.commit for v in git_versions(reg_file)] == [commit]
+    before = sorted(p.name for p in (store / "conf").iterdir())
+    res = _confirm_cli(path, store)  # the registration is committed, the study file is not
+    assert res.exit_code == 2 and "conf.yaml is not committed" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert sorted(p.name for p in (store / "conf").iterdir()) == before  # nothing trained
+    git(path.parent, "add", str(path))
+    git(path.parent, "commit", "-qm", "the study")
     res = _confirm_cli(path, store, "--seeds", "3")  # another design than the registered one
     assert res.exit_code == 2 and "registers 2 seeds, not 3" in res.output
 

@@ -11,7 +11,13 @@ What is simulated, and how:
   so a venv made from it would not see those packages: the window must not make one.
 * No package index: pip and every download see ``PIP_NO_INDEX``, an index URL and proxies on a
   closed loopback port. Only the checkout's git-visible files and its carried folders (``.whl``,
-  ``.gpu-data``) travel, into a folder with no ``shared/`` beside it; ``HOME`` is empty.
+  ``.gpu-data``, ``.gpu-git``) travel, into a folder with no ``shared/`` beside it; ``HOME`` is
+  empty.
+* The device's ``.git`` lags its files: the first window's copy has none, the second one's is a
+  snapshot of the checkout's ``.git`` taken before the confirmed study was registered (as a lent
+  machine's was, from the start of the session). The carried ``.gpu-git/head.bundle`` must make
+  HEAD the checkout's own: the confirmation runs, and every run records the checkout's commit,
+  not dirty.
 * The wheels: pydantic-core is compiled, so they cannot be rebuilt offline. The "index" that
   prepare.sh downloads from is a folder of wheels zipped from this environment's installed
   files, tagged as their installed ``WHEEL`` metadata says (``cp311`` here where the GPU takes
@@ -164,9 +170,10 @@ def git(cwd: Path, *args: str) -> str:
     return res.stdout
 
 
-def send(src: Path, dest: Path, carry: tuple[str, ...] = ()) -> Path:
+def send(src: Path, dest: Path, carry: tuple[str, ...] = (), git_dir: Path | None = None) -> Path:
     """What a device call sends: ``src``'s git-visible files (tracked, untracked not ignored)
-    and the ``carry`` folders, copied to ``dest``."""
+    and the ``carry`` folders, copied to ``dest``; with ``git_dir``, a copy of it as ``dest``'s
+    ``.git`` (the device's own, which can be older than the files)."""
     listed = git(src, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
     for rel in filter(None, listed.split("\0")):
         if (src / rel).is_file():
@@ -174,6 +181,8 @@ def send(src: Path, dest: Path, carry: tuple[str, ...] = ()) -> Path:
             shutil.copy2(src / rel, dest / rel)
     for folder in carry:
         shutil.copytree(src / folder, dest / folder)
+    if git_dir is not None:
+        shutil.copytree(git_dir, dest / ".git")
     return dest
 
 
@@ -208,6 +217,9 @@ def write_studies(checkout: Path, base: dict) -> tuple[str, str]:
     below), one exploratory whose second run is slow. Returns (confirm, explore)."""
     studies = checkout / "studies"
     profiles = {"tiny": {"train": {"accelerator": "cpu"}}}
+    # the registered study's profile pins train.stack, as the reference's gpu profile does: the
+    # window gives it the probe's unstacked verdict
+    pinned = {"tiny": {"train": {"accelerator": "cpu", "stack": 1}}}
     confirm = {
         "name": "gpuwin_confirm",
         "description": "rehearsal: a claim confirmed on the registered seeds",
@@ -226,7 +238,7 @@ def write_studies(checkout: Path, base: dict) -> tuple[str, str]:
             {"name": "gelu", "set": {"model.activation": "gelu"}},
         ],
         "seeds": [0],
-        "profiles": profiles,
+        "profiles": pinned,
     }
     explore = {
         "name": "gpuwin_explore",
@@ -311,6 +323,22 @@ def runs_of(files: dict[str, bytes]) -> dict[str, dict]:
     }
 
 
+def metas_of(files: dict[str, bytes]) -> dict[str, dict]:
+    """``<study>/<run id>`` -> the meta of its run.yaml, from an archive's files."""
+    return {
+        name.rsplit("/", 1)[0]: yaml.safe_load(data)["meta"]
+        for name, data in files.items()
+        if name.endswith("/run.yaml")
+    }
+
+
+def head_logged(log: str) -> str:
+    """The abbreviated commit window.sh logs as the device's HEAD after the bundle."""
+    found = re.search(r"\] git: HEAD ([0-9a-f]{7,}) ", log)
+    assert found, f"no HEAD from the bundle in the log:\n{log}"
+    return found.group(1)
+
+
 def run_files(files: dict[str, bytes], run: str) -> dict[str, bytes]:
     return {n: d for n, d in files.items() if n.startswith(run + "/")}
 
@@ -321,7 +349,8 @@ def run_files(files: dict[str, bytes], run: str) -> dict[str, bytes]:
 def cpu_checkout(tmp: Path, base: dict) -> tuple[Path, dict[str, str]]:
     """This machine: a git checkout of the repository's files with ../shared/data beside it,
     the rehearsal's studies and the first one's registration committed. Returns it and the
-    environment its commands run in."""
+    environment its commands run in; leaves ``tmp/stale.git``, a copy of its ``.git`` from
+    before the registration."""
     cpu = send(REPO, tmp / "cpu" / "ablate")
     shared = tmp / "cpu" / "shared" / "data"
     (shared / "tinyshakespeare").mkdir(parents=True)
@@ -330,6 +359,7 @@ def cpu_checkout(tmp: Path, base: dict) -> tuple[Path, dict[str, str]]:
     git(cpu, "init", "-q")
     git(cpu, "add", "-A")
     git(cpu, "commit", "-q", "-m", "the checkout")
+    shutil.copytree(cpu / ".git", tmp / "stale.git")
     env = offline_env(tmp / "home-cpu", PYTHONPATH=str(cpu), ABLATE_DATA_DIR=str(shared))
     cmd = [sys.executable, "-m", "ablate", "register", confirm, "--profile", "tiny"]
     res, _ = run([*cmd, "--seeds", "2"], cpu, env)
@@ -393,12 +423,14 @@ def rehearsal(tmp_path_factory, tiny_studies):
     )
     t["carried"] = sorted(p.name for p in (cpu / ".whl").iterdir())
     t["git_sees"] = git(cpu, "status", "--porcelain", "--ignored=no")
+    t["head1"] = git(cpu, "rev-parse", "HEAD").strip()
+    t["bundled"] = git(cpu, "bundle", "list-heads", ".gpu-git/head.bundle")
     studies = "studies/gpuwin_explore.yaml studies/gpuwin_confirm.yaml"
     limits = {"GRACE": str(GRACE), "FINISH": str(FINISH)}
 
     # a fresh machine: the exploratory study's slow run is cut by the budget, which leaves the
     # registered study no time
-    gpu1 = send(cpu, tmp / "gpu1" / "ablate", carry=(".whl", ".gpu-data"))
+    gpu1 = send(cpu, tmp / "gpu1" / "ablate", carry=(".whl", ".gpu-data", ".gpu-git"))
     slow = {"GPUWIN_SLEEP_S": FIRST_SLEEP_S, **limits}
     t["first"], t["first_s"] = window(
         gpu1, t["out1"], FIRST_SECONDS, image_bin, studies, PROBE_SECONDS="1", **slow
@@ -407,9 +439,17 @@ def rehearsal(tmp_path_factory, tiny_studies):
     assert (t["out1"] / "stores.tgz").is_file(), _log(t["first"])
     # another fresh machine, with the first window's stores committed: the whole probe runs
     # in the image (its imports are the window's too), its verdict applies to the studies, and
-    # the stand-in nanoGPT runs beside them; then it finishes what is left
+    # the stand-in nanoGPT runs beside them; then it finishes what is left. prepare.sh again
+    # (a new HEAD to bundle), with a note left uncommitted; the machine's .git is older than
+    # the registration
     commit_stores(cpu, t["out1"])
-    gpu2 = send(cpu, tmp / "gpu2" / "ablate", carry=(".whl", ".gpu-data", ".nanogpt"))
+    (cpu / "notes.txt").write_text("not committed\n")
+    t["prepare2"] = prepare(cpu, env, index, tmp / "nanogpt")
+    t["head2"] = git(cpu, "rev-parse", "HEAD").strip()
+    t["stale"] = git(tmp / "stale.git", "rev-parse", "HEAD").strip()
+    t["stale_registrations"] = git(tmp / "stale.git", "ls-tree", "-r", "--name-only", "HEAD")
+    carry = (".whl", ".gpu-data", ".nanogpt", ".gpu-git")
+    gpu2 = send(cpu, tmp / "gpu2" / "ablate", carry=carry, git_dir=tmp / "stale.git")
     t["second"], _ = window(
         gpu2, t["out2"], SECOND_SECONDS, image_bin, studies, PROBE_SECONDS=SECOND_PROBE_S, **limits
     )
@@ -434,7 +474,12 @@ def _assert_comes_back(out: Path) -> dict[str, int]:
 @pytest.mark.slow
 def test_prepare_carries_the_wheels_and_the_data_and_says_what_to_carry(rehearsal):
     out = rehearsal["prepare"].stdout
-    assert "carry: .whl .gpu-data .nanogpt" in out.splitlines()
+    assert "carry: .whl .gpu-data .nanogpt .gpu-git" in out.splitlines()
+    # the bundle holds the checkout's HEAD; a clean checkout gets no warning, one with a file
+    # not committed does
+    assert rehearsal["bundled"].split() == [rehearsal["head1"], "HEAD"]
+    assert "warning" not in out
+    assert "warning: 1 uncommitted changes" in rehearsal["prepare2"].stdout
     assert rehearsal["nanogpt_carried"] == ["COMMIT", "config", "data", "train.py"]
     assert re.search(r'scripts/gpu/window\.sh "\$OUT" \d+', out)
     # the pinned wheels, typing-extensions too (the image has it at a version nobody read)
@@ -454,6 +499,9 @@ def test_the_first_window_cuts_a_run_and_brings_back_the_stores(rehearsal):
     assert "probe failed" in log  # cut by PROBE_SECONDS: the studies went on
     assert "probe verdict: none (no solo row came back): the studies run solo" in log
     assert "nanoGPT" not in log  # none carried
+    # the copy came without a .git: the bundle made one, at the checkout's HEAD, clean
+    assert rehearsal["head1"].startswith(head_logged(log)), log
+    assert "git: the tracked files are HEAD's" in log
     # the budget holds: at most the kill's grace over it
     assert rehearsal["first_s"] <= FIRST_SECONDS + GRACE, log
     files = _assert_comes_back(out)
@@ -462,6 +510,10 @@ def test_the_first_window_cuts_a_run_and_brings_back_the_stores(rehearsal):
     names = archive(out / "stores.tgz")
     assert not [n for n in names if re.search(r"checkpoints|wandb|run\.lease|\.tmp$", n)]
     states = {s["variant"]: s["status"] for s in runs_of(names).values()}
+    metas = metas_of(names)
+    assert {(m.get("git_commit"), m.get("git_dirty")) for m in metas.values()} == {
+        (rehearsal["head1"], False)
+    }, metas
     assert states["quick"] == "completed" and states["slow"] != "completed", states
     # the slow run saved a checkpoint at SIGINT (which stays on the machine)
     assert re.search(r"slow,seed=0 .* interrupted .* \d+ saved", (out / "status.txt").read_text())
@@ -474,18 +526,30 @@ def test_the_second_window_restores_and_finishes_without_retraining(rehearsal):
     assert res.returncode == 0, log
     assert "restored reports/gpu/stores/stores.tgz" in log
     assert "gpuwin_confirm: registered for profile 'tiny'" in log
+    # the copy's .git was older than the registration: the bundle moved its HEAD to the
+    # checkout's, so the confirmation ran (below) and records that commit
+    assert rehearsal["stale"] != rehearsal["head2"]
+    assert "gpuwin_confirm.tiny.yaml" not in rehearsal["stale_registrations"]
+    assert rehearsal["head2"].startswith(head_logged(log)), log
+    assert "git: the tracked files are HEAD's" in log
     assert "probe failed" not in log
     files = _assert_comes_back(out)
     assert {"probe.md", "probe.json", "nanogpt_own_next.json", "nanogpt.log"} <= set(files)
     assert "| pack of 4 |" in (out / "probe.md").read_text()  # the probe ran in the image
-    # its verdict, read from its JSON, is what the studies of this window ran with
-    verdict = json.loads((out / "probe.json").read_text())["stacked"]["verdict"]
+    # its verdicts, read from its JSON, are what the studies of this window ran with: the
+    # unstacked one for the study whose profile pins train.stack
+    probed = json.loads((out / "probe.json").read_text())["stacked"]
+    verdict, unstacked = probed["verdict"], probed["unstacked"]
     assert f"probe verdict: {verdict['choice']} x{verdict['x_solo']:.2f}" in log
-    started = re.compile(r"\] ablate run (confirm )?studies/gpuwin_")
-    runs = [line for line in log.splitlines() if started.search(line)]
-    assert len(runs) == 2 and all(
-        line.split(" --store runs/gpu ")[1].startswith(f"{verdict['args']} (limit") for line in runs
-    ), runs
+    assert (
+        f"probe verdict unstacked (for profiles that pin train.stack): {unstacked['choice']}" in log
+    )
+    started = re.compile(
+        r"\] ablate run (?:confirm )?studies/(gpuwin_\w+)\.yaml.*? --store runs/gpu (.*)"
+    )
+    runs = dict(m.groups() for m in map(started.search, log.splitlines()) if m)
+    assert runs["gpuwin_explore"].startswith(f"{verdict['args']} (limit"), runs
+    assert runs["gpuwin_confirm"].startswith(f"{unstacked['args']} (limit"), runs
     # nanoGPT's stand-in ran beside them: the committed pilot's run and this one's next seed
     own = json.loads((out / "nanogpt_own_next.json").read_text())
     assert [r["seed"] for r in own["runs"]] == [1337, 1338]
@@ -511,6 +575,11 @@ def test_the_second_window_restores_and_finishes_without_retraining(rehearsal):
     confirm = [s for s in after.values() if s["study"] == "gpuwin_confirm"]
     assert sorted(s["seed"] for s in confirm) == sorted(seeds * 2)
     assert all(s.get("confirm") is True for s in confirm)
+    metas = [m for run, m in metas_of(second).items() if run.startswith("gpuwin_confirm/")]
+    assert len(metas) == len(confirm)
+    head = rehearsal["head2"]
+    assert all(m.get("git_commit") == head and m.get("git_dirty") is False for m in metas), metas
+    assert all(m.get("study_commit") == head and m.get("study_dirty") is False for m in metas)
 
 
 def test_the_carried_wheels_are_the_versions_tested_here():
@@ -527,6 +596,53 @@ def test_a_window_without_the_wheels_stops_at_once_naming_what_is_missing(tmp_pa
     assert "missing modules: pydantic" in res.stdout
     assert "cannot run ablate" in res.stdout
     assert set(out_files(tmp_path / "out")) == {"window.log"}  # nothing trained, nothing packed
+
+
+def _verdict_args(out: Path, pin: str, user_args: str = "") -> tuple[str, str]:
+    """window.sh's own ``read_verdict`` and ``study_args`` (cut from the script) on
+    ``out/probe.json``: its log lines and the arguments a study whose profile sets train.stack
+    to ``pin`` gets."""
+    text = (REPO / WINDOW).read_text()
+    body = [
+        re.search(rf"^{name}\(\) {{\n.*?^}}$", text, re.S | re.M).group(0)
+        for name in ("read_verdict", "study_args")
+    ]
+    script = "\n".join(
+        [f'OUT={out}; PYTHON={sys.executable}; USER_ARGS="{user_args}"', 'log() { echo "$*"; }']
+        + body
+        + ["read_verdict", f'echo "args: $(study_args {pin})"']
+    )
+    res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    log, args = res.stdout.rsplit("args: ", 1)
+    return log, args.strip()
+
+
+def test_a_profile_that_pins_the_stack_gets_the_unstacked_verdict(tmp_path):
+    """The reference's gpu profile pins train.stack: 1. The probe's verdict may be stack, which
+    must not leave it training its runs one after another: it gets the best unstacked path."""
+    (tmp_path / "probe.json").write_text(
+        json.dumps(
+            {
+                "stacked": {
+                    "verdict": {"choice": "stack", "x_solo": 3.5, "args": "--set train.stack=auto"},
+                    "unstacked": {
+                        "choice": "pack",
+                        "x_solo": 2.4,
+                        "args": "--workers 4 --runs-per-gpu 4",
+                    },
+                }
+            }
+        )
+    )
+    log, args = _verdict_args(tmp_path, "off")
+    assert args == "--set train.stack=auto"
+    assert "probe verdict: stack x3.50 --set train.stack=auto" in log
+    assert "unstacked (for profiles that pin train.stack): pack x2.40 --workers 4" in log
+    assert _verdict_args(tmp_path, "1")[1] == "--workers 4 --runs-per-gpu 4"
+    assert _verdict_args(tmp_path, "1", "--workers 2")[1] == "--workers 2"  # ABLATE_ARGS wins
+    (tmp_path / "probe.json").write_text(json.dumps({"stacked": {"verdict": None}}))
+    log, args = _verdict_args(tmp_path, "1")
+    assert args == "" and "probe verdict: none" in log
 
 
 def test_window_and_prepare_reject_bad_arguments(tmp_path):

@@ -43,5 +43,17 @@ def test_the_index_lists_every_report_and_compares_scales(tmp_path):
     page = (reports / "claims.md").read_text()
     assert "## Against the reports in [gpu/](gpu/claims.md)" in page
     assert "| [norm](norm/report.md) | a | reproduces | reproduces | yes |" in page
-    assert "| [norm](norm/report.md) | b | inconclusive | contradicted |  |" in page
+    row = "| [norm](norm/report.md) | b | inconclusive | contradicted | decided in gpu/ only |"
+    assert row in page
     assert "| [pos](pos/report.md) | c | contradicted | reproduces | **no** |" in page
+
+
+def test_scales_agree_by_what_they_say_not_by_their_evidence():
+    from ablate.report.index import agreement
+
+    assert agreement("reproduces by t-test only", "reproduces", "gpu") == "yes"
+    assert agreement("reproduces", "contradicted by t-test only", "gpu") == "**no**"
+    assert agreement("reproduces by t-test only", "inconclusive", "gpu") == "decided here only"
+    assert agreement("inconclusive", "inconclusive", "gpu") == ""
+    assert agreement("reproduces", "not run", "gpu") == ""
+    assert agreement("pending, 2 of 6 runs", "reproduces", "gpu") == ""

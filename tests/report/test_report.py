@@ -9,14 +9,14 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from ablate.claims.comparisons import adjust, compare
+from ablate.claims.comparisons import Comparison, adjust, compare
+from ablate.claims.power import comparison_seeds_needed
 from ablate.claims.stats import (
     bootstrap_diff_ci,
     holm,
     mean_ci,
     one_sample,
     paired_t,
-    seeds_needed,
     summarize,
     tost,
     welch,
@@ -137,10 +137,15 @@ def test_tost_matches_the_hand_computed_one_sided_tests():
     assert math.isnan(tost([1.0], b, 0.01, paired=False))
 
 
+def _paired(diff: float, sd: float) -> Comparison:
+    """A paired comparison of two seeds with the given difference and SD (what power uses)."""
+    return Comparison("a", "b", (0.0, 0.0), (0.0, 0.0), diff=diff, sd=sd, test="paired t")
+
+
 def test_seeds_needed_matches_the_power_of_the_t_test():
     # effect size 1 (diff = sd): a paired t-test at alpha 0.05 needs n = 10 for 80% power
     # (Cohen's tables; G*Power: n = 10, power 0.803). Check with the noncentral t by hand.
-    assert seeds_needed(0.5, 0.5, 0.01, paired=True) == 10
+    assert comparison_seeds_needed(_paired(0.5, 0.5)) == 10
 
     def power(n, d=1.0):
         crit = stats.t.ppf(0.975, n - 1)
@@ -149,9 +154,9 @@ def test_seeds_needed_matches_the_power_of_the_t_test():
 
     assert power(9) < 0.8 <= power(10)
     # near-zero difference: deciding it means showing equivalence, not a difference
-    n_eq = seeds_needed(0.0, 0.005, 0.01, paired=True)  # effect (0.01 - 0)/0.005 = 2, one-sided
+    n_eq = comparison_seeds_needed(_paired(0.0, 0.005))  # effect (0.01 - 0)/0.005 = 2, one-sided
     assert n_eq is not None and 3 <= n_eq <= 5
-    assert seeds_needed(0.1, 0.0, 0.01, paired=True) is None
+    assert comparison_seeds_needed(_paired(0.1, 0.0)) is None
 
 
 def test_verdict_equivalent_within_the_margin():
@@ -170,7 +175,7 @@ def test_verdict_equivalent_within_the_margin():
 
 
 def test_verdict_inconclusive_says_how_many_seeds_would_decide_it():
-    c = compare([1.50, 1.56, 1.47], [1.52, 1.49, 1.55], label_a="pre", label_b="post")
+    c = compare([1.50, 1.56, 1.47], [1.55, 1.58, 1.54], label_a="pre", label_b="post")
     v = verdict(c)
     assert v.kind == "inconclusive" and v.winner is None and v.seeds_needed
     assert f"≈{v.seeds_needed} seeds per variant would decide it" in v.text
