@@ -71,11 +71,20 @@ KINDS = (
     "smaller",
     "larger",
     "equal",
+    "grows",
+    "shrinks",
+    "flat",
 )
 INTERACTION = ("smaller", "larger", "equal")
 """Interaction kinds: the effect of ``a`` vs ``b`` is smaller/larger/equal at ``by``'s first
 value than at its second (:mod:`ablate.claims.interaction`)."""
 ONE_SAMPLE = ("above", "below")
+TREND = ("grows", "shrinks", "flat")
+"""Trend kinds: the gap ``metric(a) - metric(b)`` (or an interaction's difference of
+differences) rises / falls / stays within ``±margin`` per decade of training compute across a
+ladder's rungs (:mod:`ablate.claims.trend`)."""
+RUNG = "rung"
+"""The axis of a scale ladder's rungs (:mod:`ablate.study.ladder`)."""
 KEYS = (
     "id",
     "text",
@@ -272,6 +281,8 @@ def parse_claim(
         raise ConfigError("must be text", key=f"{where}.margin_source", source=source)
     parts = _parts(raw.get("all"), expect, metric, where, source, axes)
     by = _by(raw, expect, metric, where, source, axes)
+    if expect in TREND:
+        _check_trend(raw, expect, metric, external, where, source, axes)
     return Claim(
         id=cid,
         text=" ".join(text.split()),
@@ -297,10 +308,10 @@ def _by(
     """An interaction's ``by: {axis: [v1, v2]}``, checked with its arms: ``a`` and ``b`` one
     value each on the same axes, ``by`` another axis with two of its values, none in ``where``."""
     at = f"{where}.by"
-    if ("by" in raw) != (expect in INTERACTION):
+    if ("by" in raw) != (expect in INTERACTION) and expect not in TREND:
         kinds = "/".join(INTERACTION)
         raise ConfigError(f"expect: {kinds} and by: go together", key=at, source=source)
-    if expect not in INTERACTION:
+    if "by" not in raw:
         return {}
     if metric in FITTED or raw.get("value") is not None:
         raise ConfigError(
@@ -345,6 +356,59 @@ def _by(
             f"{axis} is the by axis; it cannot also be in a, b or where", key=at, source=source
         )
     return {str(axis): list(sel[str(axis)])}
+
+
+def _check_trend(
+    raw: dict, expect: str, metric: str, external, where: str, source: Path, axes
+) -> None:
+    """A trend claim spans a ladder's rungs (at least 3), compares two arms of the study (or an
+    interaction) and, for ``flat``, states its margin in nats per decade of training FLOPs."""
+    rungs = axes.get(RUNG) or []
+    if len(rungs) < 3:
+        raise ConfigError(
+            f"expect: {expect} is a trend over a ladder's rungs: the study needs ladder: with "
+            "at least 3 rungs",
+            key=f"{where}.expect",
+            source=source,
+        )
+    if metric in FITTED or external:
+        raise ConfigError(
+            "a trend compares per-run metrics of two arms of the study at every rung",
+            key=f"{where}.{'metric' if metric in FITTED else 'b'}",
+            source=source,
+        )
+    for key in ("a", "b", "where", "by"):
+        if RUNG in (raw.get(key) or {}):
+            raise ConfigError(
+                f"a trend spans every rung: {RUNG} cannot be in {key}",
+                key=f"{where}.{key}.{RUNG}",
+                source=source,
+            )
+    if expect == "flat" and raw.get("margin") is None:
+        raise ConfigError(
+            "a flat trend states its margin: the slope (nats per decade of training FLOPs) "
+            "that counts as flat",
+            key=f"{where}.margin",
+            source=source,
+        )
+
+
+def check_rung_selected(claim: Claim, i: int, source: Path, axes: dict[str, list[Any]]) -> None:
+    """In a ladder study, a claim other than a trend compares its arms at one rung (``where:
+    {rung: ...}``, or a rung in each arm, or ``by:`` over two rungs): pooling the rungs would
+    average models of different sizes."""
+    if RUNG not in axes or claim.expect in TREND or RUNG in claim.by:
+        return
+    arms = [claim.a, *([claim.b] if claim.b else []), *(p.a for p in claim.parts)]
+    if all(RUNG in {**claim.where, **arm} for arm in arms):
+        return
+    raise ConfigError(
+        f"a ladder study compares arms at one rung: add {RUNG} to where (e.g. where: "
+        f"{{{RUNG}: {axes[RUNG][-1]}}}); only a trend claim (expect: grows/shrinks/flat) spans "
+        "the rungs",
+        key=f"claims[{i}].where",
+        source=source,
+    )
 
 
 def _parts(
@@ -492,6 +556,8 @@ def parse_claims(
         where = f"profiles.{profile[0]}.claims"
         raw = profile_claims(raw, profile[1], where, source, axes, lengths)
     claims = [parse_claim(c, i, source, axes, lengths) for i, c in enumerate(raw)]
+    for i, claim in enumerate(claims):
+        check_rung_selected(claim, i, source, axes)
     seen: set[str] = set()
     for i, c in enumerate(claims):
         if c.id in seen:
