@@ -30,7 +30,7 @@ def fmt_value(value: Any) -> str:
 def short_names(keys: Iterable[str]) -> dict[str, str]:
     """``model.norm_placement`` -> ``norm_placement`` unless two axes share the last part."""
     keys = list(keys)
-    last = [k.rsplit(".", 1)[1] for k in keys]
+    last = [k.rsplit(".", 1)[-1] for k in keys]
     return {k: (s if last.count(s) == 1 else k) for k, s in zip(keys, last, strict=True)}
 
 

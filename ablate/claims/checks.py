@@ -30,9 +30,10 @@ from ablate.claims.fit import init_ffn_grad_slope, lr_fit
 from ablate.claims.interaction import AS_PAIRED, cells, interaction_comparison
 from ablate.claims.one_sample import Part, contradicted, intersection, part_of
 from ablate.claims.power import SeedsNeeded, claim_seeds_needed, parts_seeds_needed
-from ablate.claims.spec import FITTED, ONE_SAMPLE, Claim
+from ablate.claims.spec import FITTED, ONE_SAMPLE, TREND, TREND_AS_PAIRED, Claim
 from ablate.claims.standing import confirm_mask, latest_attempt
 from ablate.claims.stats import holm
+from ablate.claims.trend import trend_comparison
 from ablate.names import axis_column, format_value
 
 SLOPE = "ffn_grad_slope@init"
@@ -253,6 +254,11 @@ def build_comparisons(study, claims: list[Claim], margin: float) -> list[ClaimCh
             _exponent_check(check, base, study.varying_axes, m)
         elif claim.expect in (*ONE_SAMPLE, "all"):
             _one_sample_check(check, base, runs[~confirm_mask(runs)])
+        elif claim.expect in TREND:
+            check.comparison = trend_comparison(base, claim, metric_column(claim), m)
+            if fresh:  # the same test on every seed of the cells, for its SD
+                every = trend_comparison(_match(runs, claim.where), claim, metric_column(claim), m)
+                check.sd_all, check.diff_all, check.sd_all_n = every.sd, every.diff, every.n_a
         elif claim.by:
             check.comparison = interaction_comparison(base, claim, metric_column(claim), m)
             if fresh:  # the same test on every seed of the cells, for its SD
@@ -313,7 +319,9 @@ def decide_claim(check: ClaimCheck, alpha: float) -> None:
     c, claim = check.comparison, check.claim
     if c is None or check.detail.startswith(NOT_BRACKETED):
         return
-    if claim.by:  # an interaction decides as a paired claim on its difference of differences
+    if claim.expect in TREND:  # a trend decides as a paired claim on its per-seed slopes
+        claim = replace(claim, expect=TREND_AS_PAIRED[claim.expect])
+    elif claim.by:  # an interaction decides as a paired claim on its difference of differences
         claim = replace(claim, expect=AS_PAIRED[claim.expect])
     if claim.expect == "diverges":
         _diverges(check, c)

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
 
 from ablate.claims.comparisons import Comparison
 from ablate.claims.one_sample import Part
-from ablate.claims.spec import Claim
+from ablate.claims.spec import TREND_AS_PAIRED, Claim
 from ablate.claims.stats import ALPHA, finite
 
 POWER = 0.8
@@ -170,6 +170,9 @@ def _claim_design(c: Comparison, claim: Claim) -> tuple[str, str, int, int]:
     """(power design, what the seeds count, current seeds, published values) of a claim."""
     if claim.metric == "lr_exponent":
         return "one-sample", "seeds (one fitted exponent per seed)", c.n_a, 0
+    if c.key[:1] == ("trend",):  # one slope per seed, over every rung
+        cells = "the four cells" if claim.by else "both arms"
+        return "one-sample", f"seeds (each training {cells} at every rung, paired)", c.n_a, 0
     if claim.by:  # one difference of differences per seed
         return "one-sample", "seeds (each training the four cells, paired by seed)", c.n_a, 0
     if len(claim.external) == 1:
@@ -193,6 +196,7 @@ def claim_seeds_needed(
     if not (math.isfinite(c.diff) and math.isfinite(c.sd)) or c.sd <= 0:
         return None
     design, unit, current, n_b = _claim_design(c, claim)
+    claim = replace(claim, expect=TREND_AS_PAIRED.get(claim.expect, claim.expect))
     level, d, sd, m = alpha / max(c.family, 1), c.diff, c.sd, c.margin
     assumption = f"the true difference is the observed {d:+.3g} with sd {sd:.3g}{sd_from}"
     lvl = f"α={level:.2g}"

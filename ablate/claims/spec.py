@@ -83,6 +83,9 @@ TREND = ("grows", "shrinks", "flat")
 """Trend kinds: the gap ``metric(a) - metric(b)`` (or an interaction's difference of
 differences) rises / falls / stays within ``±margin`` per decade of training compute across a
 ladder's rungs (:mod:`ablate.claims.trend`)."""
+TREND_AS_PAIRED = {"grows": "worse", "shrinks": "better", "flat": "equivalent"}
+"""A trend decides like a paired claim on its per-seed slopes: "grows" wants a positive slope
+as "worse" wants a positive ``a - b``; "flat" is an equivalence."""
 RUNG = "rung"
 """The axis of a scale ladder's rungs (:mod:`ablate.study.ladder`)."""
 KEYS = (

@@ -15,7 +15,9 @@ from ablate.claims.checks import INCONCLUSIVE, PENDING, ClaimCheck
 from ablate.claims.comparisons import STREAMS_DIFFER, Comparison
 from ablate.claims.interaction import numbers_text
 from ablate.claims.power import floor_above
+from ablate.claims.spec import TREND
 from ablate.claims.stats import ALPHA, seeds_needed
+from ablate.claims.trend import numbers_text as trend_text
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,9 @@ def numbers(check: ClaimCheck, unit: str) -> str:
         if len(check.parts) > 1:
             text += f"; {c.test} p={fmt_num(c.p)}"
         return f"{text}; {c.correction} {fmt_p(c.p_adj)} {_where(check)}".rstrip()
+    if claim.expect in TREND:
+        text = trend_text(c, unit, fmt_num, fmt_p) + flip_text(c, claim.expect == "flat")
+        return f"{text} {_where(check)}".rstrip()
     if claim.by:
         text = numbers_text(c, unit, fmt_num, fmt_p)
         return f"{text} {_where(check)}".rstrip()

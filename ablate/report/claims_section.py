@@ -17,6 +17,7 @@ from ablate.claims.checks import ClaimCheck
 from ablate.claims.fit import lr_fit
 from ablate.claims.standing import Standing, claim_standings
 from ablate.claims.verdicts import numbers, outcome_text, seeds_used
+from ablate.report.ladder import rungs_text
 from ablate.report.render import Block
 from ablate.study.results import DTYPE_PREFIX, StudyData
 
@@ -181,6 +182,8 @@ def scale_text(study: StudyData, *, lead: bool = True) -> str:
         f"{_span(r['cfg.batch_size'])} x {_span(r['cfg.seq_len'])} tokens ({_span(tokens)} "
         f"training tokens per run), AdamW{lr}{_precision_text(r)}"
     )
+    rungs = rungs_text(r)  # a scale ladder: every rung
+    figures += f"; {rungs}" if rungs else ""
     if not lead:
         return figures
     return (

@@ -1,0 +1,212 @@
+"""Trend claims over a scale ladder (the gap between two arms grows, shrinks or stays flat per
+decade of training compute): recomputed from synthetic stores with a known slope by scipy and
+numpy directly, decided in the study's Holm family, with one-line errors for bad claims."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import yaml
+from scipy import stats
+
+from ablate.claims.outcomes import analyse
+from ablate.config import ConfigError
+from ablate.study import load_study
+from ablate.study.results import read_study
+
+NP = "model.norm_placement"
+RUNGS = {"small": 1, "medium": 2, "large": 4}  # rung -> n_layers (a config key, not an axis)
+LOG_FLOPS = {"small": 12.0, "medium": 12.5, "large": 13.5}  # log10 training FLOPs per rung
+SEEDS = [0, 1, 2, 3, 4, 5]
+TOKENS = 100 * 12 * 32  # steps x batch x seq_len of a synthetic run (conftest)
+
+
+def _spec(path, claims, margin=None):
+    spec = {
+        "name": "lad",
+        "base": {
+            "model.d_model": 32,
+            "model.n_heads": 2,
+            "model.max_seq_len": 32,
+            "data.seq_len": 32,
+        },
+        "ladder": {
+            "rungs": [{"name": r, "set": {"model.n_layers": n}} for r, n in RUNGS.items()],
+            "steps": 100,
+        },
+        "grid": {NP: ["post", "pre"]},
+        "seeds": SEEDS,
+        "claims": claims,
+    }
+    if margin is not None:
+        spec["equivalence_margin"] = margin
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def _claim(expect, **kw):
+    return {
+        "id": f"gap-{expect}",
+        "text": "the Post-LN gap moves with compute",
+        "expect": expect,
+        "a": {NP: "post"},
+        "b": {NP: "pre"},
+        **kw,
+    }
+
+
+def _gaps(slope: float, noise: float, seed: int = 7) -> dict[tuple[int, str], float]:
+    """(seed, rung) -> gap post - pre: ``slope`` per decade from the first rung, plus noise."""
+    rng = np.random.default_rng(seed)
+    return {
+        (s, r): 0.1 + slope * (LOG_FLOPS[r] - 12.0) + noise * rng.standard_normal()
+        for s in SEEDS
+        for r in RUNGS
+    }
+
+
+def _store(root, write_run, gaps, lost=None):
+    """Both arms at every rung and seed; Pre-LN's loss 2.0 + noise, Post-LN's that plus the
+    gap; ``lost``: (seed, rung) whose Post-LN run diverged."""
+    rng = np.random.default_rng(0)
+    for (seed, rung), gap in gaps.items():
+        pre = 2.0 + 0.05 * rng.standard_normal()
+        flops = 10 ** LOG_FLOPS[rung] / TOKENS  # flops_per_token giving the rung's FLOPs
+        for placement, final in (("pre", pre), ("post", pre + gap)):
+            status = "diverged" if placement == "post" and (seed, rung) == lost else "completed"
+            write_run(
+                root,
+                "lad",
+                {"rung": rung, NP: placement},
+                seed,
+                status,
+                final,
+                div_step=40,
+                config={"model.n_layers": RUNGS[rung]},
+                fields={"flops_per_token": flops},
+            )
+    return root
+
+
+def _reference(gaps, margin, skip=()):
+    """scipy/numpy: per seed the least-squares slope of its gaps on log10 FLOPs
+    (``scipy.stats.linregress``), then the one-sample t of the slopes, its 95% t-interval
+    and TOST at ±margin (two one-sided one-sample t-tests)."""
+    x = np.array([LOG_FLOPS[r] for r in RUNGS])
+    slopes = np.array(
+        [stats.linregress(x, [gaps[(s, r)] for r in RUNGS]).slope for s in SEEDS if s not in skip]
+    )
+    t = stats.ttest_1samp(slopes, 0.0)
+    ci = t.confidence_interval(0.95)
+    tost = max(
+        stats.ttest_1samp(slopes, -margin, alternative="greater").pvalue,
+        stats.ttest_1samp(slopes, margin, alternative="less").pvalue,
+    )
+    return slopes, float(t.pvalue), (float(ci.low), float(ci.high)), float(tost)
+
+
+def _check(tmp_path, store, claims, margin=None):
+    spec = _spec(tmp_path / "lad.yaml", claims, margin)
+    return analyse(read_study(store, "lad", spec))[1]
+
+
+def test_a_growing_gap_is_detected_with_the_slope_scipy_computes(tmp_path, write_run):
+    gaps = _gaps(slope=0.3, noise=0.03)
+    store = _store(tmp_path / "runs", write_run, gaps)
+    slopes, p, (lo, hi), _ = _reference(gaps, 0.01)
+    assert slopes.mean() == pytest.approx(0.3, abs=0.05)  # the known slope, seen through noise
+    (check,) = _check(tmp_path, store, [_claim("grows")])
+    c = check.comparison
+    assert c.a == pytest.approx(tuple(slopes)) and c.n_a == len(SEEDS)
+    assert c.diff == pytest.approx(slopes.mean()) and c.sd == pytest.approx(slopes.std(ddof=1))
+    assert c.p == pytest.approx(p) and (c.ci_lo, c.ci_hi) == pytest.approx((lo, hi))
+    assert c.context["x"] == pytest.approx([12.0, 12.5, 13.5])
+    assert c.context["rungs"] == ["small", "medium", "large"]
+    assert check.outcome == "reproduces"
+    # the reverse expectation is contradicted by the same numbers
+    (back,) = _check(tmp_path, store, [_claim("shrinks")])
+    assert back.outcome == "contradicted" and back.comparison.p == pytest.approx(p)
+
+
+def test_a_flat_gap_passes_tost_on_the_slope(tmp_path, write_run):
+    gaps = _gaps(slope=0.0, noise=0.01)
+    store = _store(tmp_path / "runs", write_run, gaps)
+    slopes, _, _, tost = _reference(gaps, 0.05)
+    assert tost < 0.05  # scipy: the slopes lie within ±0.05 per decade
+    (check,) = _check(tmp_path, store, [_claim("flat", margin=0.05)])
+    assert check.comparison.p_tost == pytest.approx(tost, rel=1e-6)
+    assert check.outcome == "reproduces" and "TOST within ±0.05" in check.why
+    # a flat gap contradicts "grows": its slope is equivalent to zero within the margin
+    (grows,) = _check(tmp_path, store, [_claim("grows", margin=0.05)])
+    assert grows.outcome == "contradicted"
+    # and a growing gap is not flat: significant, its CI wholly outside ±0.05
+    store2 = _store(tmp_path / "runs2", write_run, _gaps(slope=0.3, noise=0.03))
+    (steep,) = _check(tmp_path, store2, [_claim("flat", margin=0.05)])
+    assert steep.outcome == "contradicted" and "wholly outside" in steep.why
+
+
+def test_trend_claims_join_the_holm_family_and_count_a_lost_seed(tmp_path, write_run):
+    gaps = _gaps(slope=0.3, noise=0.03)
+    store = _store(tmp_path / "runs", write_run, gaps, lost=(2, "medium"))
+    slopes, p, _, _ = _reference(gaps, 0.01, skip={2})
+    top = {
+        "id": "pre-wins-at-large",
+        "text": "Pre-LN wins at the largest rung",
+        "expect": "better",
+        "a": {NP: "pre"},
+        "b": {NP: "post"},
+        "where": {"rung": "large"},
+    }
+    trend, other = _check(tmp_path, store, [_claim("grows"), top])
+    c = trend.comparison
+    assert c.n_a == len(SEEDS) - 1 and c.context["lost"] == 1  # seed 2 left out, counted
+    assert c.p == pytest.approx(p) and c.family == 2
+    ps = sorted([p, other.comparison.p])
+    expected = min(1.0, 2 * ps[0]) if p == ps[0] else max(min(1.0, 2 * ps[0]), ps[1])
+    assert c.p_adj == pytest.approx(expected)
+
+
+def test_an_undecided_trend_gets_seeds_from_the_power_machinery(tmp_path, write_run):
+    gaps = _gaps(slope=0.06, noise=0.1, seed=8)
+    store = _store(tmp_path / "runs", write_run, gaps)
+    (check,) = _check(tmp_path, store, [_claim("grows")])
+    assert check.outcome == "inconclusive"
+    need = check.seeds_needed
+    assert need.unit == "seeds (each training both arms at every rung, paired)"
+    slopes, *_ = _reference(gaps, 0.01)
+    # the one-sample t-test's power at the observed mean and SD of the slopes, by statsmodels
+    from statsmodels.stats.power import TTestPower
+
+    d = abs(slopes.mean()) / slopes.std(ddof=1)
+    n = TTestPower().solve_power(effect_size=d, alpha=0.05, power=0.8)
+    assert need.n == math.ceil(n) == 18
+
+
+@pytest.mark.parametrize(
+    ("claim", "key", "message"),
+    [
+        (_claim("flat"), "claims[0].margin", "a flat trend states its margin"),
+        (_claim("grows", where={"rung": "large"}), "claims[0].where.rung", "spans every rung"),
+        (
+            {**_claim("better"), "expect": "better"},
+            "claims[0].where",
+            "compares arms at one rung",
+        ),
+        (_claim("grows", b={"values": [2.0]}), "claims[0].b", "two arms of the study"),
+    ],
+)
+def test_bad_trend_claims_are_one_line_errors(tmp_path, claim, key, message):
+    with pytest.raises(ConfigError) as err:
+        load_study(_spec(tmp_path / "lad.yaml", [claim]), check_data=False)
+    assert err.value.key == key and message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_trend_needs_a_ladder(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text(yaml.safe_dump({"grid": {NP: ["post", "pre"]}, "claims": [_claim("grows")]}))
+    with pytest.raises(ConfigError) as err:
+        load_study(path, check_data=False)
+    assert err.value.key == "claims[0].expect" and "needs ladder:" in str(err.value)
