@@ -47,6 +47,11 @@ of the arm's per-run metric against ``value`` (``below`` with a ``margin``: belo
 the effect of ``a`` vs ``b`` (one value per axis, the same axes) is smaller/larger/equal at
 ``v1`` than at ``v2``, tested on the per-seed difference of differences
 (:mod:`ablate.claims.interaction`).
+``expect: grows`` / ``shrinks`` / ``flat`` in a study with a scale ladder is a trend: the gap
+``a - b`` (or an interaction's, with ``by:``) regressed per seed on log10 training FLOPs across
+the rungs, its slope per decade tested (:mod:`ablate.claims.trend`); ``flat`` states its
+``margin`` (nats per decade). In a ladder study every other claim compares its arms at one rung
+(``where: {rung: ...}``).
 """
 
 from __future__ import annotations

@@ -29,6 +29,9 @@ A study file::
     seen_seeds: [3, 4]              # trained and looked at elsewhere: --confirm skips them
     derived:                        # values computed from the resolved config of each run
       train.max_steps: "2_000_000 // (data.batch_size * data.seq_len)"
+    ladder:                         # optional: every arm at >= 3 sizes (ablate/study/ladder.py)
+      rungs: [{name: small, set: {model.n_layers: 2}}, ...]
+      tokens_per_param: 4           # or steps: S; the rule sets train.max_steps
     profiles:                       # named partial configs chosen with --profile
       cpu: {train.max_steps: 800, seeds: [0]}
       gpu:
@@ -37,6 +40,7 @@ A study file::
         variants: {lstm: {model.d_model: 1024}}   # per-variant values for this profile
         tier: 1                     # the GPU window it trains in (``ablate plan --flops``)
         reference: {value: 1.4697, label: ...}    # this scale's published value (or null)
+        ladder: {rungs: [...], steps: 2000}       # this scale's rungs (replaces the study's)
         claims: {equals-x: {b: {values: [1.4697], label: ..., source: ...}}}  # per claim:
                                     # this scale's literature arm (ablate/claims/spec.py)
     default_profile: auto           # used when --profile is not given: a profile's name, or

@@ -210,3 +210,28 @@ def test_a_trend_needs_a_ladder(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_study(path, check_data=False)
     assert err.value.key == "claims[0].expect" and "needs ladder:" in str(err.value)
+
+
+def test_the_report_shows_the_slope_the_figure_the_extrapolation_and_every_rung(
+    tmp_path, write_run
+):
+    from ablate.report import build_reports
+
+    gaps = _gaps(slope=0.3, noise=0.03)
+    store = _store(tmp_path / "runs", write_run, gaps)
+    slopes, *_ = _reference(gaps, 0.01)
+    spec = _spec(tmp_path / "lad.yaml", [_claim("grows")])
+    (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
+    text = path.read_text()
+    assert f"slope {slopes.mean():.3g} nats per decade of training FLOPs" in text
+    # the extrapolation by hand: each seed's line one rung spacing (0.75 decades) past 13.5
+    x = np.array([LOG_FLOPS[r] for r in RUNGS])
+    at = 13.5 + (13.5 - 12.0) / 2
+    preds = [np.polyval(np.polyfit(x, [gaps[(s, r)] for r in RUNGS], 1), at) for s in SEEDS]
+    assert f"not measured): {np.mean(preds):.3g} [" in text and f"at {10**at:.3g} FLOPs" in text
+    assert "3 rungs: small (51,000 parameters, 38,400 tokens, 1e+12 training FLOPs)" in text
+    assert "large (51,000 parameters, 38,400 tokens, 3.16e+13 training FLOPs)" in text
+    assert (path.parent / "trend_gap-grows.png").is_file()
+    assert "![Trend gap-grows: gap norm_placement=post − pre against training compute]" in text
+    claims = (path.parent / "claims.csv").read_text()
+    assert "gap-grows" in claims and "EXTRAPOLATION" in claims

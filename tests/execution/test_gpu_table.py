@@ -85,7 +85,8 @@ def _gpu_studies():
 
 def test_the_shipped_gpu_profiles_fit_their_tiers_and_outgrow_their_cpu_profiles():
     by_tier = tiers(_gpu_studies())
-    assert None not in by_tier and sorted(by_tier) == [1, 2, 3]  # every gpu profile has one
+    assert None not in by_tier  # every gpu profile has one, numbered from 1
+    assert sorted(by_tier) == list(range(1, len(by_tier) + 1))
     assert {s.name for s in by_tier[1]} == TIER_1
     for tier, studies in by_tier.items():
         total = sum(c.total_flops for s in studies for c in study_flops(s).values())
@@ -132,5 +133,6 @@ def test_plan_flops_costs_a_gpu_profile_without_a_gpu():
     res = CliRunner().invoke(app, ["plan", *map(str, STUDIES), "-p", "gpu", "--flops"])
     assert res.exit_code == 0, res.output
     rows = [line for line in res.output.splitlines() if line.startswith("│ tier ")]
-    assert [r.split()[2] for r in rows] == ["1", "2", "3"]  # each tier's total, then the sum
+    tiers_seen = [r.split()[2] for r in rows]  # each tier's total, then the sum
+    assert tiers_seen == [str(t) for t in range(1, len(tiers_seen) + 1)] and len(tiers_seen) >= 3
     assert "│ total" in res.output and "tier 1: longest task" in res.output
