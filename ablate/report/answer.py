@@ -95,7 +95,7 @@ def claim_row(check: ClaimCheck) -> dict:
             "95% CI": f"[{fmt_num(c.ci_lo)}, {fmt_num(c.ci_hi)}]",
         }
     p = _p(c.p_adj)
-    if check.claim.expect == "equivalent":  # TOST decides equivalence, the t-test difference
+    if check.claim.expect in ("equivalent", "flat"):  # TOST decides equivalence (a flat trend)
         p = f"{_p(c.p_tost_adj)} (TOST), {p} (difference)"
     return {**row, "Holm p": p, "n": n, "seeds": _claim_seeds(check)}
 

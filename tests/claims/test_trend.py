@@ -138,6 +138,9 @@ def test_a_flat_gap_passes_tost_on_the_slope(tmp_path, write_run):
     (check,) = _check(tmp_path, store, [_claim("flat", margin=0.05)])
     assert check.comparison.p_tost == pytest.approx(tost, rel=1e-6)
     assert check.outcome == "reproduces" and "TOST within ±0.05" in check.why
+    from ablate.report.answer import claim_row
+
+    assert "(TOST), " in claim_row(check)["Holm p"]  # the report table shows TOST first
     # a flat gap contradicts "grows": its slope is equivalent to zero within the margin
     (grows,) = _check(tmp_path, store, [_claim("grows", margin=0.05)])
     assert grows.outcome == "contradicted"
