@@ -289,8 +289,6 @@ def parse_claim(
         raise ConfigError("must be text", key=f"{where}.margin_source", source=source)
     parts = _parts(raw.get("all"), expect, metric, where, source, axes)
     by = _by(raw, expect, metric, where, source, axes)
-    if expect in TREND:
-        _check_trend(raw, expect, metric, external, where, source, axes)
     return Claim(
         id=cid,
         text=" ".join(text.split()),
@@ -364,59 +362,6 @@ def _by(
             f"{axis} is the by axis; it cannot also be in a, b or where", key=at, source=source
         )
     return {str(axis): list(sel[str(axis)])}
-
-
-def _check_trend(
-    raw: dict, expect: str, metric: str, external, where: str, source: Path, axes
-) -> None:
-    """A trend claim spans a ladder's rungs (at least 3), compares two arms of the study (or an
-    interaction) and, for ``flat``, states its margin in nats per decade of training FLOPs."""
-    rungs = axes.get(RUNG) or []
-    if len(rungs) < 3:
-        raise ConfigError(
-            f"expect: {expect} is a trend over a ladder's rungs: the study needs ladder: with "
-            "at least 3 rungs",
-            key=f"{where}.expect",
-            source=source,
-        )
-    if metric in FITTED or external:
-        raise ConfigError(
-            "a trend compares per-run metrics of two arms of the study at every rung",
-            key=f"{where}.{'metric' if metric in FITTED else 'b'}",
-            source=source,
-        )
-    for key in ("a", "b", "where", "by"):
-        if RUNG in (raw.get(key) or {}):
-            raise ConfigError(
-                f"a trend spans every rung: {RUNG} cannot be in {key}",
-                key=f"{where}.{key}.{RUNG}",
-                source=source,
-            )
-    if expect == "flat" and raw.get("margin") is None:
-        raise ConfigError(
-            "a flat trend states its margin: the slope (nats per decade of training FLOPs) "
-            "that counts as flat",
-            key=f"{where}.margin",
-            source=source,
-        )
-
-
-def check_rung_selected(claim: Claim, i: int, source: Path, axes: dict[str, list[Any]]) -> None:
-    """In a ladder study, a claim other than a trend compares its arms at one rung (``where:
-    {rung: ...}``, or a rung in each arm, or ``by:`` over two rungs): pooling the rungs would
-    average models of different sizes."""
-    if RUNG not in axes or claim.expect in TREND or RUNG in claim.by:
-        return
-    arms = [claim.a, *([claim.b] if claim.b else []), *(p.a for p in claim.parts)]
-    if all(RUNG in {**claim.where, **arm} for arm in arms):
-        return
-    raise ConfigError(
-        f"a ladder study compares arms at one rung: add {RUNG} to where (e.g. where: "
-        f"{{{RUNG}: {axes[RUNG][-1]}}}); only a trend claim (expect: grows/shrinks/flat) spans "
-        "the rungs",
-        key=f"claims[{i}].where",
-        source=source,
-    )
 
 
 def _parts(
@@ -564,8 +509,6 @@ def parse_claims(
         where = f"profiles.{profile[0]}.claims"
         raw = profile_claims(raw, profile[1], where, source, axes, lengths)
     claims = [parse_claim(c, i, source, axes, lengths) for i, c in enumerate(raw)]
-    for i, claim in enumerate(claims):
-        check_rung_selected(claim, i, source, axes)
     seen: set[str] = set()
     for i, c in enumerate(claims):
         if c.id in seen:

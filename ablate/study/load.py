@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.claims.spec import RUNG, Claim, parse_claims, parse_margin
+from ablate.claims.trend import check_ladder_claims
 from ablate.study.plan import PlannedRun, Study, apply_profile, expand
 from ablate.study.preflight import check_runs, gpu_available
 from ablate.study.spec import choose_profile, parse_spec, read_spec
@@ -96,4 +97,6 @@ def _claims(
     ``claims:``) applied (ablate.claims.spec)."""
     lengths = {float(x) for x in runs[0].config.train.eval_lengths} if runs else None
     margin = parse_margin(raw.get("equivalence_margin"), source)
-    return parse_claims(raw.get("claims"), source, axes, lengths, profile), margin
+    claims = parse_claims(raw.get("claims"), source, axes, lengths, profile)
+    check_ladder_claims(claims, source, axes)
+    return claims, margin

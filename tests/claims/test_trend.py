@@ -234,6 +234,7 @@ def test_the_report_shows_the_slope_the_figure_the_extrapolation_and_every_rung(
     assert f"not measured): {np.mean(preds):.3g} [" in text and f"at {10**at:.3g} FLOPs" in text
     assert "3 rungs: small (51,000 parameters, 38,400 tokens, 1e+12 training FLOPs)" in text
     assert "large (51,000 parameters, 38,400 tokens, 3.16e+13 training FLOPs)" in text
+    assert "`rung` (small, medium, large)" in text  # in order of compute, not of name
     assert (path.parent / "trend_gap-grows.png").is_file()
     assert "![Trend gap-grows: gap norm_placement=post − pre against training compute]" in text
     claims = (path.parent / "claims.csv").read_text()
