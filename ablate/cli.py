@@ -345,20 +345,50 @@ def plan(
         bool,
         typer.Option(
             "--flops",
-            help="Print FLOPs and H200-minutes per variant and tier instead (no GPU needed).",
+            help="Print FLOPs and GPU minutes per variant and tier instead (no GPU needed), "
+            "at the last CUDA probe's measured rate, else the GPU pilot's.",
         ),
     ] = False,
-    mfu: Annotated[
-        float, typer.Option(min=0.001, max=1.0, help="With --flops: the assumed MFU.")
-    ] = 0.25,
+    tflops: Annotated[
+        float | None,
+        typer.Option(min=0.001, help="With --flops: minutes at this rate (TFLOP/s) instead."),
+    ] = None,
+    confirm: Annotated[
+        str | None,
+        typer.Option(
+            "--confirm",
+            help="Only the runs `ablate run --confirm [N]` would train, and their time "
+            "(--confirm alone: the registered seeds).",
+        ),
+    ] = None,
+    unregistered: Annotated[
+        bool, typer.Option(help="With --confirm: N fresh seeds without a registration.")
+    ] = False,
 ) -> None:
     """Print the expanded runs of studies (name, id, status, key params, time) without
     training; check their datasets as run does."""
     from ablate.execution.tables import plan_studies
 
     try:
-        if flops:
-            plan_flops(studies, profile, set_ or [], plugin or [], mfu)
+        if confirm is not None:
+            if flops:
+                raise ConfigError("prices a whole study; --confirm times one here", key="--flops")
+            from ablate.execution.confirm import check_n, plan_confirmations
+
+            plan_confirmations(
+                studies,
+                None if confirm == DEFAULT_CONFIRM else check_n(confirm),
+                store=store,
+                profile=profile,
+                overrides=set_ or [],
+                plugins=plugin or [],
+                unregistered=unregistered,
+                estimate=not no_estimate,
+                workers=workers,
+                remeasure=remeasure,
+            )
+        elif flops:
+            plan_flops(studies, profile, set_ or [], plugin or [], tflops)
         else:
             plan_studies(
                 studies,
@@ -375,21 +405,24 @@ def plan(
 
 
 def plan_flops(
-    studies: list[Path], profile: str | None, overrides: list[str], plugins: list[str], mfu: float
+    studies: list[Path],
+    profile: str | None,
+    overrides: list[str],
+    plugins: list[str],
+    tflops: float | None,
 ) -> None:
     """``ablate plan --flops``: every study validated as for a run except for the device (a
-    gpu profile is costed on a laptop), then one FLOPs table in minutes of an H200 (the lent
-    GPU; its dense bf16 peak is an H100 SXM's), with each tier's total."""
-    from ablate.bench.machine import GPU_BF16_PEAK
-    from ablate.execution.flops import print_flops
+    gpu profile is costed on a laptop), then one FLOPs table in minutes at a measured rate
+    (``tflops``: one given), with each tier's total and each study's data reuse."""
+    from ablate.execution.flops import Rate, measured_rate, print_flops
     from ablate.execution.tables import make_console
     from ablate.study import load_study
 
     planned = [
         load_study(p, profile, overrides, plugins=plugins, check_device=False) for p in studies
     ]
-    peak = GPU_BF16_PEAK["H200"][0]
-    print_flops(planned, mfu=mfu, peak=peak, peak_label="H200", console=make_console())
+    rate = Rate(tflops * 1e12, "--tflops") if tflops else measured_rate()
+    print_flops(planned, rate=rate, console=make_console())
 
 
 @app.command()
@@ -438,6 +471,41 @@ def report(
 
 
 @app.command()
+def reproduce(
+    study: Annotated[str, typer.Argument(help="Study name (or its YAML) with an archived store.")],
+    runs: Annotated[int, typer.Option("--runs", "-k", min=1, help="How many runs to retrain.")] = 2,
+    run_id: Annotated[
+        list[str] | None, typer.Option("--run", help="Retrain this run id (repeatable).")
+    ] = None,
+    reports: Annotated[Path, typer.Option(help="Reports directory.")] = Path("reports"),
+    store: Annotated[
+        Path | None,
+        typer.Option(help="Read the runs from this store instead of the report's archive."),
+    ] = None,
+) -> None:
+    """Retrain k archived runs of a study with today's code and say, per run, whether the
+    numbers are identical, within 1e-4 nats or different (reports/<study>/reproduce/runs.csv,
+    which the report reads)."""
+    from ablate.execution.reproduce import reproduce_study
+
+    name = study
+    if study.endswith((".yaml", ".yml")):
+        from ablate.study.spec import read_study_yaml
+
+        try:
+            name = str(read_study_yaml(Path(study)).get("name") or Path(study).stem)
+        except ConfigError as err:
+            fail(err)
+    try:
+        path = reproduce_study(name, k=runs, runs=run_id or [], reports=reports, store=store)
+    except ConfigError as err:
+        fail(err)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    typer.echo(f"wrote {path}: `ablate report {name}` puts it in the report")
+
+
+@app.command()
 def sync(
     study: Annotated[str, typer.Argument(help="Study name in the store, or its YAML.")],
     store: StoreOpt = Path("runs"),
@@ -447,6 +515,7 @@ def sync(
 ) -> None:
     """Upload a study's offline W&B runs, its report run included (needs `wandb login`)."""
     from ablate.study.results import resolve_studies
+    from ablate.tracking.mode import WandbUnreachable
     from ablate.tracking.sync import sync_study
 
     try:
@@ -454,6 +523,8 @@ def sync(
         code = sync_study(store, name, dry_run=dry_run)
     except ConfigError as err:
         fail(err)
+    except WandbUnreachable as err:  # what did not happen and how to retry, in one line
+        fail(err, 1)
     if code:
         raise typer.Exit(code)
 
@@ -466,6 +537,7 @@ def dashboard(
 ) -> None:
     """Save the study's W&B workspace and Report (from `ablate report`); update them next time."""
     from ablate.study.results import resolve_studies
+    from ablate.tracking.mode import WandbUnreachable
     from ablate.tracking.views import save_dashboards
 
     try:
@@ -473,6 +545,8 @@ def dashboard(
         record = save_dashboards(store, name, out)
     except ConfigError as err:
         fail(err)
+    except WandbUnreachable as err:
+        fail(err, 1)
     for kind in ("workspace", "report"):
         typer.echo(f"{record['study']} {kind}: {record[kind]['url']}")
 
@@ -531,16 +605,27 @@ def bench(
     probe: Annotated[
         bool,
         typer.Option(
-            help="The stacked probe (reports/bench_probe.md): solo vs stacks of 1, 4, 8 at the "
-            "reference gpu shape; without CUDA at a tiny shape, CUDA figures 'not measured'."
+            help="The probe (reports/bench_probe.md): solo, 4 packed processes, stacks of 1, 4 "
+            "and 8, then compiled solo and stack of 8 runs, at the reference gpu shape, and the "
+            "verdicts window.sh applies; without CUDA at a tiny shape, CUDA figures 'not "
+            "measured'."
         ),
     ] = False,
+    compiled: Annotated[
+        bool | None,
+        typer.Option(
+            "--compiled/--no-compiled",
+            help="With --probe: measure its compiled rows (default: on CUDA only; on a CPU "
+            "inductor's C++ takes minutes).",
+        ),
+    ] = None,
     section: Annotated[
         str | None,
         typer.Option(
             help="Measure one section of the CPU bench (overhead, speed, quality, efficiency, "
-            "study, data, stacked, stepcost; nanogpt: nanoGPT's procedure on the reference "
-            "study's 8 seeds, ~16 min, only when named) and put it into the existing report."
+            "study, data, stacked, stepcost, startup, stackone; nanogpt: nanoGPT's procedure on "
+            "the reference study's 8 seeds, ~16 min, only when named) and put it into the existing "
+            "report."
         ),
     ] = None,
 ) -> None:
@@ -557,7 +642,7 @@ def bench(
     if probe:
         from ablate.bench.probe import run_probe
 
-        run_probe(Path("reports/bench_probe.md") if default else out)
+        run_probe(Path("reports/bench_probe.md") if default else out, compiled=compiled)
         return
     if gpu:
         from ablate.bench.gpu import run_gpu_bench

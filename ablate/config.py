@@ -48,7 +48,7 @@ Activation = Annotated[str, _registered("activation")]
 Attention = Annotated[str, _registered("attention")]
 Init = Literal["gpt2", "vaswani"]
 Tokenizer = Literal["char", "word", "bpe"]
-DataOrder = Literal["rows", "tokens"]
+DataOrder = Literal["rows", "tokens", "random"]
 Decay = Literal["cosine", "linear", "constant", "cosine_min"]
 LRScaling = Literal["none", "linear", "sqrt"]
 Precision = Literal["32-true", "bf16-mixed", "16-mixed", "bf16-true"]
@@ -149,7 +149,11 @@ class DataConfig(_Section):
     rows, a batch is one column window of every row, so the token order depends on the batch
     size. ``tokens``: one seeded order of ``seq_len`` windows of the whole stream, consumed
     ``batch_size`` at a time, so at one seed every batch size sees the same tokens in the same
-    order (compare batch sizes paired by seed)."""
+    order (compare batch sizes paired by seed). ``random``: every sequence starts at a uniform
+    random offset of the whole stream, as nanoGPT's ``get_batch`` draws them, from generators
+    keyed by the seed and the sequence's place in the stream: at many passes over the data no
+    window repeats, and as under ``tokens`` the stream does not depend on the batch size
+    (``stride`` and ``shuffle`` do not apply)."""
     val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
     test_fraction: float = Field(0.0, ge=0.0, lt=1.0)
     eval_batch_size: int | None = Field(None, ge=1)
@@ -161,6 +165,12 @@ class DataConfig(_Section):
     def _check_split(self) -> DataConfig:
         if self.val_fraction + self.test_fraction >= 1.0:
             raise ValueError("val_fraction + test_fraction must leave data for training")
+        if self.order == "random" and (self.stride is not None or not self.shuffle):
+            key = "data.stride" if self.stride is not None else "data.shuffle"
+            raise ValueError(
+                f"{key} has no meaning under data.order: random (every offset is a window, "
+                "drawn at random): remove it, or choose data.order rows or tokens"
+            )
         return self
 
     @property
@@ -242,6 +252,10 @@ class TrainConfig(_Section):
     devices: int = Field(1, ge=1)
     precision: Precision = "32-true"
     compile: bool = False
+    compile_mode: Literal["default", "reduce-overhead"] = "default"
+    """``torch.compile``'s mode under ``compile``: ``reduce-overhead`` adds CUDA graphs (a step
+    replayed with one launch). Off by default: whether graphs pay is the GPU probe's to measure.
+    How runs train, not what they are: not in the run id."""
     attn_backend: Literal["auto", "flash", "efficient", "math"] = "auto"
     threads: int | None = Field(None, ge=1)
     """torch intra-op threads; ``None`` = torch's default."""
@@ -309,6 +323,7 @@ class RunConfig(_Section):
         d.pop("tracking")
         d["train"].pop("progress")
         d["train"].pop("stack")  # how runs train (stacked or alone), not what they are
+        d["train"].pop("compile_mode")  # CUDA graphs replay the same kernels
         # defaults every run had before their field existed: earlier run ids stay valid
         if d["data"]["order"] == "rows":
             d["data"].pop("order")

@@ -66,11 +66,22 @@ def axis_column(key: str) -> str:
     return f"axis.{key}" if key in RESERVED else key
 
 
+def study_key(column: str) -> str:
+    """The name a study YAML gives the axis of a runs-table column: its dotted key, or
+    ``variants`` for the axis of the study's ``variants:`` list (the column ``axis.variant``;
+    ``variant`` is the runs' label column, a variant's name with the other axes' values)."""
+    return "variants" if column == axis_column("variant") else column
+
+
 def display_names(axes: list[str]) -> dict[str, str]:
     """Axis names in tables and figures: :func:`short_names` (the last part of the dotted key
     unless two axes share it), except that a name the report already uses for a column
-    (:data:`RESERVED`, e.g. ``seed``) keeps the full key."""
-    return {a: (a if s in RESERVED else s) for a, s in short_names(axes).items()}
+    (:data:`RESERVED`, e.g. ``seed``) keeps the full key, and the axis of a study's
+    ``variants:`` list is ``variants``, as the study names it (:func:`study_key`)."""
+    return {
+        a: (study_key(a) if study_key(a) != a else a if s in RESERVED else s)
+        for a, s in short_names(axes).items()
+    }
 
 
 def length_multiple(column: str) -> float:

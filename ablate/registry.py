@@ -87,6 +87,23 @@ def choices_text(names: Sequence[str]) -> str:
     return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
+def _plugins_text(axis: str) -> str:
+    """What the loaded plugins registered, for an unknown name on ``axis``."""
+    here = [n for n in names(axis) if n not in BUILTINS[axis]]
+    if here:
+        return f"plugins loaded: {', '.join(here)} on this axis"
+    elsewhere = [f"{a} '{n}'" for a in AXES for n in names(a) if n not in BUILTINS[a]]
+    if elsewhere:
+        return (
+            f"the plugins loaded register no {axis}, only {', '.join(elsewhere)}: register "
+            f"the class on the axis {axis!r} it replaces"
+        )
+    return (
+        "no plugin loaded on this axis; a name from a plugin needs the study's plugins: entry "
+        "or --plugin"
+    )
+
+
 def check_name(axis: str) -> Callable[[str], str]:
     """A pydantic after-validator: the value must be a name in ``axis``'s registry (a built-in
     or a registered plugin's; no import)."""
@@ -94,12 +111,7 @@ def check_name(axis: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         valid = names(axis)
         if value not in valid:
-            plugins = [n for n in valid if n not in BUILTINS[axis]]
-            loaded = f"plugins loaded: {', '.join(plugins)}" if plugins else "no plugin loaded"
-            raise ValueError(
-                f"Input should be {choices_text(valid)} ({loaded} on this axis; a name from a "
-                "plugin needs the study's plugins: entry or --plugin)"
-            )
+            raise ValueError(f"Input should be {choices_text(valid)} ({_plugins_text(axis)})")
         return value
 
     return check

@@ -41,6 +41,25 @@ def no_wandb(monkeypatch):
 
 
 @pytest.fixture
+def clean_registry():
+    """Undo every registration a test makes (the registries and the loaded plugins are
+    process-wide: a plugin one test loads must not leak into the next)."""
+    from ablate.model.plugins import _LOADED, _PLUGINS
+    from ablate.model.transformer import FFNS, NORMS
+
+    before = {id(r): dict(r) for r in (NORMS, FFNS)}
+    loaded, plugins = dict(_LOADED), dict(_PLUGINS)
+    yield
+    for r in (NORMS, FFNS):
+        r.clear()
+        r.update(before[id(r)])
+    _LOADED.clear()
+    _LOADED.update(loaded)
+    _PLUGINS.clear()
+    _PLUGINS.update(plugins)
+
+
+@pytest.fixture
 def wandb_logger():
     """``wandb_logger(run_dir, mode, name)``: the W&B logger of a run of study "s" (variant
     "base", the default config), as a solo run makes it; the caller finishes its experiment."""
@@ -353,6 +372,27 @@ def _norm_pos_store(root: Path) -> Path:
     return root
 
 
+def _mark_confirm(store, study, seeds, tag=None, started=None, commit=None):
+    """Seeds ``seeds`` as confirmation runs under ``tag``, run from the study repository's
+    ``commit`` (clean) when given, as ``ablate run --confirm`` records them."""
+    for run in RunStore(store).runs(study):
+        summary = run.read_summary()
+        if summary["seed"] in seeds:
+            extra = {} if started is None else {"attempts": [{"started": started}]}
+            run.write_summary({**summary, "confirm": True, **extra})
+            if tag is not None:
+                data = run.read_run()
+                repo = {} if commit is None else {"study_commit": commit, "study_dirty": False}
+                meta = {**data["meta"], "confirm": True, "registration": tag, **repo}
+                run.write_run(data["config"], meta)
+
+
+@pytest.fixture(scope="session")
+def mark_confirm():
+    """``mark_confirm(store, study, seeds, tag=None, started=None, commit=None)``: see above."""
+    return _mark_confirm
+
+
 @pytest.fixture(scope="session")
 def write_run():
     """``write_run(store, study, axes, seed, status, final, ...)``: one synthetic run."""
@@ -430,3 +470,35 @@ def read_wandb_file():
     """``read_wandb_file(path)``: one ``.wandb`` file read back (run, kinds, config, history,
     summary, exit_codes)."""
     return _read_wandb_file
+
+
+# --- a W&B server that never answers ---------------------------------------------------------
+
+
+@pytest.fixture
+def silent_wandb_server(monkeypatch, tmp_path):
+    """``WANDB_BASE_URL`` at a loopback server that accepts every connection and never answers,
+    a W&B key, and a 1 s wait (``ABLATE_WANDB_TIMEOUT_S``), for the processes a test starts."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    held = []
+
+    def accept():
+        while True:
+            try:
+                held.append(listener.accept()[0])  # held open, never read or answered
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    monkeypatch.setenv("WANDB_BASE_URL", url)
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.setenv("ABLATE_WANDB_TIMEOUT_S", "1")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    yield url
+    listener.close()
+    for conn in held:
+        conn.close()

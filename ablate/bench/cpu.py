@@ -6,7 +6,10 @@ against x-transformers and ``nn.TransformerEncoder`` (``speed``); 3. time to nan
 against nanoGPT's procedure (``versus``); 4. achieved FLOP/s as a fraction of the measured matmul
 peak; 5. study throughput, 1 worker against 2, and 9. stacked runs against one run per process
 (``studies``); 7. peak memory of ``ablate train`` against corpus size; 8. (only when named)
-nanoGPT's procedure on the reference study's seeds. Section 6 is ``ablate bench --chaos``.
+nanoGPT's procedure on the reference study's seeds; 10. operations, Python calls and host reads
+per step, solo and stacked (``stepcost``); 11. start-up, ``ablate run`` to the first training
+step of a small study (``startup``); 12. a stack of one against a solo run, wall time per step
+(``stackone``). Section 6 is ``ablate bench --chaos``.
 
 ``quick`` runs every section at toy sizes (a smoke test; its numbers measure nothing).
 ``only=NAME`` measures one section into the existing report. A failing section is reported
@@ -88,6 +91,7 @@ class Plan:
     nanogpt_set: dict[str, Any] = field(default_factory=dict)
     stack_members: int = 3  # section 9: seeds stacked vs one per process
     stack_set: dict[str, Any] = field(default_factory=lambda: _train(200, 100, 5, 10))
+    startup_reps: int = 3  # section 11: launches of `ablate run` per setting
 
     @classmethod
     def make(cls, quick: bool, gpu: bool, threads: int) -> Plan:
@@ -119,6 +123,7 @@ class Plan:
             nanogpt_set={"train.max_steps": 5, "train.final_eval_batches": 2},
             stack_members=2,
             stack_set={**TINY, **_train(6, 6, 1, 1)},
+            startup_reps=1,
         )
 
 
@@ -244,6 +249,18 @@ def _stepcost(plan: Plan, say, results: dict[str, Any]) -> dict[str, Any]:
     return measure(plan.base["train.threads"], plan.quick, log=say)
 
 
+def _startup(plan: Plan, say, results: dict[str, Any]) -> dict[str, Any]:
+    from ablate.bench.startup import measure
+
+    return measure(plan.startup_reps, plan.quick, log=say)
+
+
+def _stackone(plan: Plan, say, results: dict[str, Any]) -> dict[str, Any]:
+    from ablate.bench.stepcost import stack_one
+
+    return stack_one(plan.quick, log=say)
+
+
 # --- 7. memory against corpus size ------------------------------------------------------------
 
 DATA_GOAL = 1.2  # goal: the large corpus's peak at most this x the small one's
@@ -343,4 +360,6 @@ SECTIONS = {
     "nanogpt": ("8. nanoGPT's procedure on the reference study", _nanogpt),
     "stacked": ("9. stacked runs", _stacked),
     "stepcost": ("10. step cost", _stepcost),
+    "startup": ("11. start-up", _startup),
+    "stackone": ("12. a stack of one against a solo run", _stackone),
 }

@@ -8,8 +8,8 @@
 4. packing k ``ablate train`` processes of a small model on the one GPU: runs/hour;
 5. time to quality: the reference study's gpu profile (nanoGPT's GPU config) trained by
    ``train_run`` to nanoGPT's published 1.4697 on the whole val split (``versus.time_to_target``);
-6. the stacked probe (``ablate.bench.probe``, also ``ablate bench --probe`` alone): a solo run
-   and stacked groups of 1, 4 and 8 at the reference gpu shape.
+6. the probe (``ablate.bench.probe``, also ``ablate bench --probe`` alone): a solo run, 4
+   packed processes and a stacked group of 4 at the reference gpu shape, and its verdict.
 
 MFU = ``flops_per_token`` (6 N + attention) x tokens/s / the dense bf16 peak. Sections run
 within time budgets; without CUDA the command prints one line and exits 0.
@@ -244,6 +244,6 @@ def run_gpu_bench(quick: bool = False, out: Path = Path("reports/bench_gpu.md"))
     )
     from ablate.bench.probe import measure as probe
 
-    run.run("stacked", "6. stacked probe", lambda: probe(quick=quick, peak_tflops=peak, log=say))
+    run.run("stacked", "6. probe", lambda: probe(quick=quick, peak_tflops=peak, log=say))
     say(f"wrote {out} and {out.with_suffix('.json')} ({r['wall_s'] / 60:.1f} min)")
     return r

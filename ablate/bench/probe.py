@@ -1,69 +1,108 @@
-"""The stacked probe: ``ablate bench --probe`` and section 6 of ``ablate bench --gpu``.
+"""The probe: ``ablate bench --probe`` (and section 6 of ``ablate bench --gpu``).
 
-The first GPU command of a session (docs/gpu.md) decides between stacking a study's runs
-(``train.stack``) and packing them as processes (``--runs-per-gpu``). It measures, at the
-reference study's gpu shape (6L/6H/384d, ctx 256, batch 64, dropout 0.2, bf16-mixed), a solo
-run and stacked groups of 1, 4 and 8:
+The first GPU command of a window (docs/gpu.md) decides, for the studies of that same command,
+how their runs train: one at a time (solo), stacked (``train.stack``) or packed as processes
+(``--workers 4 --runs-per-gpu 4``). It measures, at the reference study's gpu shape
+(6L/6H/384d, ctx 256, batch 64, dropout 0.2, bf16-mixed), the rows of ``ROWS`` in this order,
+so that a probe cut by its time limit keeps the most useful ones:
 
-* tokens/s and MFU: runs trained by ``train_run`` / ``train_group`` into a temporary store, as
-  ``ablate run`` trains them, so what is timed is the path the studies take (Lightning's loop
-  for solo, the group's loop for stacks, the one AdamW path for both). Two runs of ``TIMED``
-  steps; tokens/s = the extra steps' tokens (all members) / the extra wall time. Each run ends
-  synchronized (its final evaluation reads the loss), so set-up, final evaluation and
-  checkpoint cancel. (The runs' own ``tokens_per_s``, kept in the JSON, is their last log
-  interval; Lightning's solo figure reads its clock before the read that waits for the GPU, so
-  on a GPU it can leave queued work out.) MFU = the summary's ``flops_per_token`` x tokens/s
-  / the dense bf16 peak (``machine.GPU_BF16_PEAK``, else a measured matmul).
-* peak memory: ``torch.cuda.max_memory_allocated`` over the longer timed run, and per member.
-* host reads and kernel-launching operations per step: ``training.opcount.OpCounter`` around the
-  whole run at two lengths (``count_window``), the difference per step. The lengths are whole
-  log intervals of the profile, so the log step's reads are in the figure at the cadence a
-  real run has them (the profile's grad-norm steps, every 50, fall outside), and set-up, final
-  evaluation and checkpoint cancel. Counted before the timed runs, which the counter's Python
-  hook per operation would slow; so the counted runs also take the one-time set-up (CUDA's
-  lazy initialisation, the first kernels) out of the timed ones.
-* which SDPA kernel ran: one forward + backward of the solo model and of a stack of 4 under
-  ``torch.profiler``, with dropout (the profile's 0.2) and without, and with ALiBi: the aten
-  SDPA op the dispatcher picked (any device) and the CUDA kernels' names (CUDA only).
-* the LSTM's output dtype under bf16-mixed autocast (the architecture study's lstm arm), from a
-  forward hook on its ``nn.LSTM``.
+* solo: runs trained by ``train_run`` into a temporary store, as ``ablate run`` trains them;
+* pack of ``PACK``: that many processes at once, each training solo runs
+  (:mod:`ablate.bench.probe_pack`), their tokens/s summed;
+* stacks of 1, 4 and 8: stacked groups through ``train_group`` (the group's loop, the one
+  AdamW path), the narrowest entry point a study's stacked runs take;
+* then, after the attention kernels and the LSTM's dtype (below), the compiled rows: solo and
+  a stack of 8 under ``train.compile``, and on CUDA a stack of 8 under
+  ``train.compile_mode: reduce-overhead`` (CUDA graphs). Each compiles in a warm-up run of its
+  own before its two timed runs (``probe_runs.timed_runs``): tokens/s exclude compiling, which
+  is a column of its own.
+
+Each row's tokens/s: two runs of ``TIMED`` steps, the extra steps' tokens (all members or
+processes) over the extra wall time. Each run ends synchronized (its final evaluation reads the
+loss), so set-up, final evaluation and checkpoint cancel. MFU = the summary's
+``flops_per_token`` x tokens/s / the dense bf16 peak (``machine.GPU_BF16_PEAK``, else a measured
+matmul); peak memory from ``torch.cuda.max_memory_allocated`` over the longer run.
+
+Two verdicts (:func:`verdict`), each the row with the most tokens/s by ``MARGIN`` over solo and
+the ``ablate run`` arguments that take it (:func:`row_args`): ``verdict`` over every row, and
+``unstacked`` over the rows that do not stack (solo, pack, compiled solo), for studies whose
+profile pins ``train.stack`` (the reference's gpu profile pins 1). ``scripts/gpu/window.sh``
+reads both from the JSON. A row whose arguments would change the run ids (``train.compile`` is
+part of the run id; ``train.stack`` and ``train.compile_mode`` are not) is measured and shown
+but never a verdict: a window's runs must keep the run ids their registrations name. The JSON
+and the report are written after every row, so a cut probe leaves the verdicts of the rows it
+finished.
+
+On a CPU it also counts kernel-launching operations and host reads per step of the eager rows
+(``training.opcount.OpCounter`` around runs of two lengths, the difference per step; the lengths
+are whole log intervals of the profile): the count is the same on a GPU, so it is measured where
+it costs nothing, not in the GPU's time budget. The attention table says which SDPA kernel ran
+(:mod:`ablate.bench.probe_kernels`); the LSTM line gives the dtype of the architecture study's
+lstm arm under bf16-mixed autocast.
+
+Its cost on a GPU, at the GPU pilot's H200 rates (docs/gpu.md has the table): a solo step
+16.8 ms; a stacked step of the old stacked path 42 ms + 7 ms per member (an upper bound for the
+model of k members, whose host work is a solo step's); 2 s of set-up a run, 3 s a group of 4,
+4 s of 8; each row's runs of 5 and 55 steps (60 steps). Start-up and CUDA's warm-up ~13 s,
+solo 60 x 16.8 ms + 2 x 2 s ~5 s, pack ~16 s (its processes' own start-up), stacks of 1, 4 and
+8 60 x 49, 70 and 98 ms + 2 x 2, 3 and 4 s ~7, ~10 and ~14 s: the eager rows end by ~65 s (by
+~57 s at the rates the stacked model's goals allow: a stack of 8 at 3x solo is 45 ms a step),
+the attention table and the LSTM by ~69 s. Compiling costs what nanoGPT's compile of this model
+cost in the pilot (16 s its training graph, 17 s its evaluation graph, cold caches): the
+compiled solo row ~40 s (33 s compiling, 3 runs), the compiled stack of 8 ~38 s (20 s: new
+shapes, dynamo and inductor warm), reduce-overhead ~28 s (10 s: Triton's kernels cached): the
+whole probe ~175 s, inside the window's ``PROBE_SECONDS`` (180). A limit of 60 s keeps solo,
+pack and the stacks of 1 and 4; one of 70 s every eager row and the attention table.
 
 The data is a fixed pseudo-random text of tinyshakespeare's 65 characters written to a
 temporary file: the probe measures speed, not quality, so it needs no dataset on the machine
 (a lent GPU machine has no network), and the same text gives the same token-cache entry.
 
-Without CUDA it runs the same code at a tiny shape (``CPU_SHAPE``, ``CPU_TIMED``) in well under
-a minute on two cores, and the CUDA-only figures (MFU, peak memory, CUDA kernel names) read
-"not measured (no CUDA)": a test runs it so its first run on a GPU is not its first run. A row
-that fails (a run ending ``failed``, an exception) keeps its place in the table with the error's
-first line: the probe goes on with the next row.
+Without CUDA it runs the same code at a tiny shape (``CPU_SHAPE``, ``CPU_TIMED``) in under a
+minute on two cores, and the CUDA-only figures (MFU, peak memory, CUDA kernel names) read "not
+measured (no CUDA)": a test runs it so its first run on a GPU is not its first run. Its compiled
+rows there (inductor's C++ on a CPU takes minutes) run only with ``compiled=True``
+(``ablate bench --probe --compiled``); CUDA graphs need CUDA. A row that fails (a run ending
+``failed``, an exception) keeps its place in the table with the error's first line: the probe
+goes on with the next row.
 """
 
 from __future__ import annotations
 
-import gc
 import random
-import re
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ablate.accel import kernel_problem
-from ablate.config import RunConfig, build_config, flatten
-from ablate.store import RunStore
+from ablate.bench.probe_kernels import attention_rows, lstm_dtype, with_kernel
+from ablate.bench.probe_report import row_name
+from ablate.bench.probe_runs import (
+    CHARS,
+    PROFILE_PRECISION,
+    failed,
+    failure,
+    run_length,
+    timed_runs,
+    train,
+)
+from ablate.config import build_config, flatten
 from ablate.training.opcount import OpCounter
 
 PROFILE = "gpu"  # of the reference study (bench.loops.REFERENCE_STUDY)
-PROFILE_PRECISION = "bf16-mixed"  # what every gpu profile trains at
-MEMBERS = (0, 1, 4, 8)  # 0: a solo run (train_run); k: a stacked group of k (train_group)
-# the timed runs' lengths: tokens/s from the steps between them (80 steps of the gpu shape:
-# about a second solo on an H100-class GPU, far above the run-to-run noise of set-up)
-TIMED, CPU_TIMED = (20, 100), (10, 30)
+PACK = 4  # the packed row: 4 processes on the device at once, each training solo runs
+MARGIN = 1.1
+"""A verdict leaves solo only for a path this much faster (tokens/s): below it, noise."""
+# the timed runs' lengths: tokens/s from the steps between them (50 steps of the gpu shape:
+# 0.8 s solo on an H200, far above the run-to-run noise of set-up); 5 steps first: CUDA's lazy
+# initialisation is in the warm-up run, a compiled row's compiling in its own warm-up run
+TIMED, CPU_TIMED = (5, 55), (10, 30)
+WARMUP_STEPS = 5  # one short run first on CUDA: its lazy initialisation is not in a row
 # a shape a 2-core CPU trains every row of in seconds; the probe's CPU figures check the probe
 CPU_SHAPE: dict[str, Any] = {
     "model.n_layers": 2,
@@ -73,18 +112,47 @@ CPU_SHAPE: dict[str, Any] = {
     "data.seq_len": 32,
     "data.batch_size": 4,
 }
-LSTM_SHAPE = {"model.d_model": 816, "model.n_layers": 2}  # architecture.yaml's gpu lstm arm
-SDPA_STACK = 4  # the stack whose attention is profiled
-CHARS = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"  # tinyshakespeare's
 TEXT_CHARS = 1_000_000
 QUIET = {"tracking.wandb": False, "train.progress": False}
 
 
-def failed(err: BaseException | str) -> str:
-    """A row's error as one line: ``failed: <first line>``."""
-    text = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
-    lines = [s.strip() for s in str(text).strip().splitlines() if s.strip()]
-    return "failed: " + (lines[0] if lines else "unknown error")[:200]
+@dataclass(frozen=True)
+class Row:
+    """One row of the probe: ``members`` 0 is a solo run (``train_run``), k a stacked group of
+    k (``train_group``); ``processes`` > 1 packs that many solo processes; ``compile_mode``
+    None runs eager, else ``train.compile`` in that mode; ``cuda_only``: skipped on a CPU."""
+
+    members: int
+    processes: int = 1
+    compile_mode: str | None = None
+    cuda_only: bool = False
+
+    def config(self) -> dict[str, Any]:
+        """The config keys this row sets on the profile's."""
+        if self.compile_mode is None:
+            return {}
+        return {"train.compile": True, "train.compile_mode": self.compile_mode}
+
+    def label(self) -> dict[str, Any]:
+        """The keys a result row carries to name it (``probe_report.row_name``)."""
+        out: dict[str, Any] = {"members": self.members}
+        if self.processes > 1:
+            out["processes"] = self.processes
+        return out | ({"compile_mode": self.compile_mode} if self.compile_mode else {})
+
+
+ROWS = (
+    Row(0),
+    Row(0, PACK),
+    Row(1),
+    Row(4),
+    Row(8),
+    Row(0, compile_mode="default"),
+    Row(8, compile_mode="default"),
+    Row(8, compile_mode="reduce-overhead", cuda_only=True),
+)
+"""The rows in the order measured: eager first (solo, pack, stacks of 1, 4, 8), then compiled."""
+EAGER = sum(row.compile_mode is None for row in ROWS)
 
 
 def synthetic_text(folder: Path) -> Path:
@@ -112,96 +180,6 @@ def probe_flat(data: Path, precision: str, cuda: bool, tiny: bool) -> dict[str, 
         # of milliseconds take a second
         flat |= {"train.accelerator": "cpu", "train.compile": False, "train.threads": 1}
     return with_kernel(flat)
-
-
-def with_kernel(flat: dict[str, Any]) -> dict[str, Any]:
-    """``flat`` with ``train.attn_backend: auto`` where its pinned kernel cannot run it (e.g.
-    flash at 32-true on CUDA, or with ALiBi): the probe measures, it does not refuse."""
-    device = "cuda" if flat["train.accelerator"] == "gpu" else "cpu"
-    backend = flat["train.attn_backend"]
-    problem = kernel_problem(
-        backend,
-        device,
-        precision=flat["train.precision"],
-        attn_bias=flat["model.pos_encoding"] == "alibi",
-        head_dim=flat["model.d_model"] // flat["model.n_heads"],
-    )
-    # the CPU flash kernel takes no dropout ("No available kernel" in torch 2.13), which the
-    # plan-time rule does not know: the gpu profile's flash + dropout 0.2 cannot run on a CPU
-    problem = problem or (device == "cpu" and backend == "flash" and flat["model.dropout"] > 0)
-    return flat | {"train.attn_backend": "auto"} if problem else flat
-
-
-def member_configs(cfg: RunConfig, members: int) -> list[RunConfig]:
-    """The group's runs: ``cfg`` at seeds 0..members-1 (a seed study's stack)."""
-    return [
-        cfg.model_copy(update={"train": cfg.train.model_copy(update={"seed": s})})
-        for s in range(members)
-    ]
-
-
-def train(cfg: RunConfig, members: int, root: Path) -> list[dict[str, Any]]:
-    """Train ``cfg`` solo (``members=0``) or as a stacked group into a store at ``root``; the
-    runs' summaries."""
-    from ablate.training.stacked.group import train_group
-    from ablate.training.train import train_run
-
-    store = RunStore(root)
-    if members == 0:
-        return [train_run(cfg, store.run("probe", cfg.run_id()))]
-    cfgs = member_configs(cfg, members)
-    return train_group(cfgs, [store.run("probe", c.run_id()) for c in cfgs])
-
-
-def failure(summaries: list[dict[str, Any]]) -> str | None:
-    """The first run that did not complete, as ``failed: ...``; None when all did."""
-    for s in summaries:
-        if s.get("status") != "completed":
-            return failed(s.get("error") or f"run ended {s.get('status')}")
-    return None
-
-
-def run_length(steps: int) -> dict[str, Any]:
-    """Config keys for a run of ``steps`` steps with no evaluation before the final one."""
-    return {"train.max_steps": steps, "train.eval_interval": 10**6}
-
-
-def timed_runs(
-    flat: dict[str, Any], members: int, window: tuple[int, int], cuda: bool
-) -> dict[str, Any]:
-    """Tokens/s of all members from the wall time of two runs of ``window`` steps (each ends
-    synchronized: its final evaluation reads the loss), so set-up, final evaluation and
-    checkpoint cancel; the peak CUDA memory of the longer; the run's FLOPs per token and
-    attention kernel, and the summaries' own figure (their last log interval)."""
-    from ablate.bench.machine import sync
-
-    walls, summaries = [], []
-    for steps in window:
-        cfg = build_config(flat | run_length(steps))
-        if cuda:
-            gc.collect()
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-        with tempfile.TemporaryDirectory(prefix="ablate-probe-") as root:
-            t = time.perf_counter()
-            summaries = train(cfg, members, Path(root))
-            sync()
-            walls.append(time.perf_counter() - t)
-        if error := failure(summaries):
-            return {"error": error}
-    d = build_config(flat).data
-    tokens = (window[1] - window[0]) * max(members, 1) * d.batch_size * d.seq_len
-    out = {
-        "tokens_per_s": tokens / (walls[1] - walls[0]) if walls[1] > walls[0] else None,
-        "wall_s": walls,
-        "summary_tokens_per_s": sum(s.get("tokens_per_s") or 0.0 for s in summaries),
-        "flops_per_token": summaries[0]["flops_per_token"],
-        "attn_kernel": summaries[0].get("attn_kernel"),
-        "attn_backend": cfg.train.attn_backend,
-    }
-    if cuda:
-        out["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    return out
 
 
 def count_window(flat: dict[str, Any]) -> tuple[int, int]:
@@ -233,20 +211,29 @@ def counted_runs(flat: dict[str, Any], members: int) -> dict[str, Any]:
 
 
 def measure_row(
-    flat: dict[str, Any], members: int, window: tuple[int, int], peak: float | None, cuda: bool
+    flat: dict[str, Any], spec: Row, window: tuple[int, int], peak: float | None, cuda: bool
 ) -> dict[str, Any]:
-    """One row: the counted runs first (they also warm the path up: one-time set-up such as
-    CUDA's lazy initialisation would otherwise fall into the timed runs), then the timed ones.
-    A failed run ends the row with its error."""
-    row: dict[str, Any] = {"members": members}
+    """One row: on a CPU the counted runs of an eager row first (they also warm the path up),
+    then the timed ones; a packed row through :mod:`ablate.bench.probe_pack`. A failed run ends
+    the row with its error."""
+    from ablate.bench.probe_pack import packed_row  # its processes import the runs, not this
+
+    row = spec.label()
+    if spec.cuda_only and not cuda:
+        return row | {"skipped": "CUDA graphs need CUDA"}
+    flat = flat | spec.config()
     try:
-        row |= counted_runs(flat, members)
-        if "error" not in row:
-            row |= timed_runs(flat, members, window, cuda)
+        if spec.processes > 1:
+            row = packed_row(flat, spec.processes, window)
+        else:
+            if not cuda and spec.compile_mode is None:
+                row |= counted_runs(flat, spec.members)
+            if "error" not in row:
+                row |= timed_runs(flat, spec.members, window, cuda)
     except Exception as err:  # noqa: BLE001 - a failed row is shown, the others still run
         row["error"] = failed(err)
     if row.get("tokens_per_s"):
-        k = max(members, 1)
+        k = max(spec.members, spec.processes)
         row["tokens_per_s_per_member"] = row["tokens_per_s"] / k
         if cuda and peak:
             row["mfu"] = row["flops_per_token"] * row["tokens_per_s"] / peak
@@ -255,128 +242,73 @@ def measure_row(
     return row
 
 
-# --- which SDPA kernel ran, and the LSTM's dtype ------------------------------------------------
+# --- the verdicts ---------------------------------------------------------------------------------
 
 
-def sdpa_names(prof: Any) -> tuple[dict[str, int], list[str]]:
-    """From a finished ``torch.profiler.profile``: the aten SDPA backend ops and how often
-    each ran, and the CUDA kernels whose names say attention (flash, fmha, cudnn, ...)."""
-    from torch.autograd import DeviceType
-
-    ops: Counter = Counter()
-    kernels: set[str] = set()
-    words = ("flash", "fmha", "attention", "attn", "cudnn", "sdpa", "mem_eff")
-    for evt in prof.events():
-        name = evt.name
-        if evt.device_type == DeviceType.CUDA:
-            if any(w in name.lower() for w in words):  # without "void " and template arguments
-                kernels.add(re.split(r"[<(]", name.removeprefix("void "))[0][:80])
-        elif name.startswith("aten::_scaled_dot_product"):  # the backend's own op
-            ops[name.removeprefix("aten::")] += 1
-    return dict(sorted(ops.items())), sorted(kernels)
-
-
-def _models(cfg: RunConfig, n: int, vocab: int, dev: torch.device) -> list[torch.nn.Module]:
-    from ablate.model import build_model
-
-    models = []
-    for seed in range(n):
-        torch.manual_seed(seed)
-        models.append(build_model(cfg.model, vocab).to(dev).train())
-    return models
-
-
-def attention_step(cfg: RunConfig, members: int, dev: torch.device) -> Callable[[], None]:
-    """One training forward + backward of the solo model (``members=0``) or a stack, as
-    ``train_run`` / ``train_group`` compute it (their autocast, pinned kernel, loss)."""
-    from ablate.training.lit import lm_loss
-    from ablate.training.stacked.ops import Stack
-
-    vocab, d = len(CHARS), cfg.data
-    models = _models(cfg, max(members, 1), vocab, dev)
-    stack = Stack(models) if members else None
-    shape = (members, d.batch_size, d.seq_len) if members else (d.batch_size, d.seq_len)
-    x = torch.randint(vocab, shape, device=dev)
-    y = torch.randint(vocab, shape, device=dev)
-    bf16 = cfg.train.precision == "bf16-mixed"
-
-    def step() -> None:
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = stack.losses(x, y).sum() if stack else lm_loss(models[0](x), y)
-        loss.backward()
-
-    return step
-
-
-def profile_attention(flat: dict[str, Any], members: int, cuda: bool) -> dict[str, Any]:
-    """The SDPA ops and kernels of one profiled step (after one unprofiled warm-up step)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from ablate.training.train import attn_context, attn_kernel
-
-    cfg = build_config(flat)
-    dev = torch.device("cuda" if cuda else "cpu")
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with attn_context(cfg, dev):
-        step = attention_step(cfg, members, dev)
-        step()
-        with profile(activities=acts) as prof:
-            step()
-            if cuda:
-                torch.cuda.synchronize()
-    ops, kernels = sdpa_names(prof)
-    pinned = attn_kernel(cfg, dev)
-    if cfg.train.attn_backend == "auto":  # pinned with the math kernel as its fallback
-        pinned = f"auto: {pinned}"
-    return {"pinned": pinned, "ops": ops, "kernels": kernels if cuda else None}
-
-
-ATTENTION_CASES = (
-    ("learned, dropout 0.2 (the profile)", {}),
-    ("learned, no dropout", {"model.dropout": 0.0}),
-    ("ALiBi, dropout 0.2", {"model.pos_encoding": "alibi"}),
-)
-
-
-def attention_rows(flat: dict[str, Any], cuda: bool) -> list[dict[str, Any]]:
-    """Which SDPA kernel ran, solo and in a stack of ``SDPA_STACK``, per attention case."""
-    rows = []
-    for members in (0, SDPA_STACK):
-        for case, over in ATTENTION_CASES:
-            row: dict[str, Any] = {"members": members, "case": case}
-            try:
-                row |= profile_attention(with_kernel(flat | over), members, cuda)
-            except Exception as err:  # noqa: BLE001 - a failed case is shown, not fatal
-                row["error"] = failed(err)
-            rows.append(row)
-    return rows
-
-
-def lstm_dtype(flat: dict[str, Any], full: bool) -> dict[str, Any]:
-    """The dtype the LSTM's ``nn.LSTM`` returns (and the logits') in one forward under
-    bf16-mixed autocast: the architecture study's lstm arm at its gpu width (``full``), else
-    at ``flat``'s."""
-    from ablate.model import build_model
-
-    shape = LSTM_SHAPE if full else {"model.d_model": flat["model.d_model"]}
-    cfg = build_config(flat | shape | {"model.arch": "lstm", "train.precision": PROFILE_PRECISION})
-    dev = torch.device("cuda" if flat["train.accelerator"] == "gpu" else "cpu")
-    m = cfg.model
-    out: dict[str, Any] = {"precision": PROFILE_PRECISION, "shape": [m.n_layers, m.d_model]}
-    seen: list[torch.dtype] = []
-    try:
-        model = build_model(cfg.model, len(CHARS)).to(dev).train()
-        lstms = [m for m in model.modules() if isinstance(m, torch.nn.LSTM)]
-        for m in lstms:
-            m.register_forward_hook(lambda _m, _i, o: seen.append(o[0].dtype))
-        x = torch.randint(len(CHARS), (cfg.data.batch_size, cfg.data.seq_len), device=dev)
-        with torch.autocast(dev.type, dtype=torch.bfloat16):
-            logits = model(x)
-        out |= {"lstm": str(seen[0]).removeprefix("torch.") if seen else "no nn.LSTM found"}
-        out["logits"] = str(logits.dtype).removeprefix("torch.")
-    except Exception as err:  # noqa: BLE001 - e.g. a CPU without a bf16 LSTM kernel
-        out["error"] = failed(err)
+def row_settings(row: dict[str, Any]) -> dict[str, str]:
+    """The ``--set`` keys that take ``ablate run`` to ``row``'s path (stacks as many members as
+    fit: ``train.stack=auto``)."""
+    out = {"train.stack": "auto"} if row["members"] else {}
+    if row.get("compile_mode"):
+        out["train.compile"] = "true"
+        if row["compile_mode"] != "default":
+            out["train.compile_mode"] = row["compile_mode"]
     return out
+
+
+def row_args(row: dict[str, Any]) -> str:
+    """The ``ablate run`` arguments of ``row``'s path, e.g. ``--workers 4 --runs-per-gpu 4``."""
+    args = [f"--set {k}={v}" for k, v in row_settings(row).items()]
+    if row.get("processes", 1) > 1:
+        args.insert(0, f"--workers {row['processes']} --runs-per-gpu {row['processes']}")
+    return " ".join(args)
+
+
+def row_choice(row: dict[str, Any]) -> str:
+    """One word for the verdict: solo, pack, stack, with -compiled or -graphed."""
+    kind = "pack" if row.get("processes", 1) > 1 else "stack" if row["members"] else "solo"
+    mode = row.get("compile_mode")
+    return kind + ("" if not mode else "-compiled" if mode == "default" else "-graphed")
+
+
+def id_changing(flat: dict[str, Any], row: dict[str, Any]) -> list[str]:
+    """The keys of ``row_settings`` that change a run's id (checked on the probe's config, not
+    assumed): a verdict that set them would train other runs than a registration names."""
+    base = build_config(flat).run_id()
+    return [
+        key
+        for key, value in row_settings(row).items()
+        if build_config(flat | {key: value}).run_id() != base
+    ]
+
+
+def verdict(rows: list[dict[str, Any]], stacked: bool = True) -> dict[str, Any] | None:
+    """The path with the most tokens/s in all (solo unless another beats it by ``MARGIN``)
+    among the rows whose arguments keep run ids (``stacked=False``: among those that do not
+    stack), and the ``ablate run`` arguments that take it; None without a solo figure.
+    ``measured_only``: faster rows left out because their arguments would change run ids."""
+    solo = next((r for r in rows if row_name(r) == "solo" and r.get("tokens_per_s")), None)
+    if solo is None:
+        return None
+    ok = [r for r in rows if r.get("tokens_per_s") and (stacked or not r["members"])]
+    allowed = [r for r in ok if not r.get("changes_run_id")]
+    best = max(allowed, key=lambda r: r["tokens_per_s"])
+    if best["tokens_per_s"] < MARGIN * solo["tokens_per_s"]:
+        best = solo
+    faster = [r for r in ok if r.get("changes_run_id") and r["tokens_per_s"] > best["tokens_per_s"]]
+    return {
+        "choice": row_choice(best),
+        "row": row_name(best),
+        "tokens_per_s": best["tokens_per_s"],
+        "x_solo": best["tokens_per_s"] / solo["tokens_per_s"],
+        "flops_per_token": best["flops_per_token"],
+        "args": row_args(best),
+        "measured_only": [
+            {"row": row_name(r), "x_solo": r["tokens_per_s"] / solo["tokens_per_s"]}
+            | {"changes_run_id": r["changes_run_id"]}
+            for r in faster
+        ],
+    }
 
 
 # --- the whole probe ------------------------------------------------------------------------------
@@ -400,25 +332,44 @@ def device_name(cuda: bool) -> str:
     return f"{cpu_model()} ({usable_cores()} cores, no CUDA)"
 
 
-def measure(
-    precision: str = PROFILE_PRECISION,
-    *,
-    quick: bool = False,
-    peak_tflops: float | None = None,
-    log: Callable[[str], Any] = print,
-) -> dict[str, Any]:
-    """The probe's results (``probe_report.render`` writes them): the rows solo and stacked,
-    the attention kernels, the LSTM's dtype. ``quick``: the CPU's tiny shape on CUDA too (a
-    smoke test of the code, as ``ablate bench --gpu --quick``). ``peak_tflops``: the GPU
-    bench's section 0 figure, else looked up (CUDA only)."""
+def progress_line(row: dict[str, Any]) -> str:
+    """A row as the probe's log says it: its tokens/s, its error or why it did not run."""
+    if "error" in row or "skipped" in row:
+        return row.get("error") or f"not run: {row['skipped']}"
+    if not row.get("tokens_per_s"):
+        return "no figure: the longer run took no longer than the shorter (a loaded machine?)"
+    return f"{row['tokens_per_s']:,.0f} tokens/s"
+
+
+def start(precision: str, quick: bool, peak_tflops: float | None) -> dict[str, Any]:
+    """The probe's results before any row: the device, its peak, the precision."""
     cuda = torch.cuda.is_available()
-    tiny = quick or not cuda
-    t0 = time.perf_counter()
-    r: dict[str, Any] = {"cuda": cuda, "tiny": tiny, "device": device_name(cuda)}
+    r: dict[str, Any] = {"cuda": cuda, "tiny": quick or not cuda, "device": device_name(cuda)}
     r["precision"] = precision
     if cuda:
         peak, source = (peak_tflops * 1e12, "the bench's section 0") if peak_tflops else gpu_peak()
         r |= {"peak_tflops": peak / 1e12, "peak_source": source}
+    return r
+
+
+def measure(
+    precision: str = PROFILE_PRECISION,
+    *,
+    quick: bool = False,
+    compiled: bool | None = None,
+    peak_tflops: float | None = None,
+    log: Callable[[str], Any] = print,
+    progress: Callable[[dict[str, Any]], Any] | None = None,
+) -> dict[str, Any]:
+    """The probe's results (``probe_report.render`` writes them): the rows, the verdicts, the
+    attention kernels, the LSTM's dtype. ``quick``: the CPU's tiny shape on CUDA too (a smoke
+    test of the code, as ``ablate bench --gpu --quick``). ``compiled``: the compiled rows
+    (default: on CUDA only). ``peak_tflops``: the GPU bench's section 0 figure, else looked up
+    (CUDA only). ``progress`` gets the results so far after every row."""
+    t0 = time.perf_counter()
+    r = start(precision, quick, peak_tflops)
+    cuda, tiny = r["cuda"], r["tiny"]
+    compiled = cuda if compiled is None else compiled
     with tempfile.TemporaryDirectory(prefix="ablate-probe-data-") as tmp:
         flat = probe_flat(synthetic_text(Path(tmp)), precision, cuda, tiny)
         window = CPU_TIMED if tiny else TIMED
@@ -428,20 +379,34 @@ def measure(
             f"{m.n_layers}L/{m.n_heads}H/{m.d_model}d, ctx {d.seq_len}, batch {d.batch_size}, "
             f"dropout {m.dropout}"
         )
-        r["rows"] = []
-        for k in MEMBERS:
-            row = measure_row(flat, k, window, r.get("peak_tflops", 0) * 1e12, cuda)
+        r["rows"], r["attention"], r["lstm"] = [], [], None
+        if cuda:  # CUDA's lazy initialisation and first kernels, outside every row
+            with tempfile.TemporaryDirectory(prefix="ablate-probe-") as root:
+                train(build_config(flat | run_length(WARMUP_STEPS)), 0, Path(root))
+        for i, spec in enumerate(ROWS):
+            if i == EAGER:  # cheap, and worth more than the compiled rows to a cut probe
+                r["attention"] = attention_rows(flat, cuda)
+                r["lstm"] = lstm_dtype(flat, cuda and not tiny)
+            if spec.compile_mode and not compiled:
+                row = spec.label() | {"skipped": "compiled rows on a CPU: --compiled"}
+            else:
+                row = measure_row(flat, spec, window, r.get("peak_tflops", 0) * 1e12, cuda)
+            row["changes_run_id"] = id_changing(flat, row)
             r["rows"].append(row)
-            what = row.get("error") or f"{row.get('tokens_per_s') or 0:,.0f} tokens/s"
-            log(f"  {'solo' if k == 0 else f'stack of {k}'}: {what}")
-        r["attention"] = attention_rows(flat, cuda)
-        r["lstm"] = lstm_dtype(flat, cuda and not tiny)
+            r["verdict"], r["unstacked"] = verdict(r["rows"]), verdict(r["rows"], stacked=False)
+            r["wall_s"] = time.perf_counter() - t0
+            log(f"  {row_name(row)}: {progress_line(row)}")
+            if progress is not None:
+                progress(r)
     r["wall_s"] = time.perf_counter() - t0
     return r
 
 
-def run_probe(out: Path, precision: str = PROFILE_PRECISION) -> dict[str, Any]:
-    """``ablate bench --probe``: measure, write ``out`` and its JSON (on a CPU too)."""
+def run_probe(
+    out: Path, precision: str = PROFILE_PRECISION, compiled: bool | None = None
+) -> dict[str, Any]:
+    """``ablate bench --probe``: measure, write ``out`` and its JSON after every row and at the
+    end (on a CPU too)."""
     from datetime import datetime
 
     from ablate.bench import probe_report
@@ -449,6 +414,17 @@ def run_probe(out: Path, precision: str = PROFILE_PRECISION) -> dict[str, Any]:
 
     r: dict[str, Any] = {"started": datetime.now().isoformat(timespec="seconds")}
     run = Sections(r, after=lambda: probe_report.write(r, out))
-    run.run("stacked", probe_report.HEADING, lambda: measure(precision, log=run.say))
+
+    def partial(so_far: dict[str, Any]) -> None:
+        probe_report.write(r | {"stacked": so_far, "wall_s": so_far["wall_s"]}, out)
+
+    run.run(
+        "stacked",
+        probe_report.HEADING,
+        lambda: measure(precision, compiled=compiled, log=run.say, progress=partial),
+    )
+    for key in ("verdict", "unstacked"):
+        v = (r.get("stacked") or {}).get(key)
+        run.say(f"{key}: {v['choice'] if v else 'none'}")
     run.say(f"wrote {out} and {out.with_suffix('.json')} ({r['wall_s']:.0f} s)")
     return r

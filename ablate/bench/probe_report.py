@@ -1,5 +1,6 @@
-"""The stacked probe's section (``ablate.bench.probe``): one table of solo and stacked runs, one
-of the SDPA kernels that ran, the LSTM's dtype, and what the figures decide. The same body is
+"""The probe's section (``ablate.bench.probe``): one table of the solo, packed and stacked rows,
+eager and compiled, the stacked model's goals against solo, one table of the SDPA kernels that
+ran, the LSTM's dtype, and the verdicts. The same body is
 ``reports/bench_probe.md``'s (``ablate bench --probe``) and section 6 of ``bench_gpu.md``."""
 
 from __future__ import annotations
@@ -10,20 +11,31 @@ from typing import Any
 from ablate.bench import markdown
 from ablate.bench.markdown import Section, columns, document, num
 
-HEADING = "Stacked probe: solo vs stacked groups of 1, 4 and 8"
+HEADING = "Probe: solo, packed and stacked runs, eager and compiled"
 MFU_FLOOR = 0.15  # docs/gpu.md: below it, shrink the plan before spending more GPU time
 NOT_MEASURED = "not measured (no CUDA)"
+COUNTED_ON_CPU = "counted on the CPU"
 
 
-def _name(row: dict[str, Any]) -> str:
-    return "solo" if row["members"] == 0 else f"stack of {row['members']}"
+def row_name(row: dict[str, Any]) -> str:
+    """``solo``, ``pack of k`` (k processes) or ``stack of k`` (a group of k), with
+    ``, compiled`` (``train.compile``) or ``, reduce-overhead`` (with CUDA graphs)."""
+    if row.get("processes", 1) > 1:
+        name = f"pack of {row['processes']}"
+    else:
+        name = "solo" if row["members"] == 0 else f"stack of {row['members']}"
+    mode = row.get("compile_mode")
+    return name + ("" if not mode else ", compiled" if mode == "default" else f", {mode}")
+
+
+_name = row_name
 
 
 def _cell(fn, cuda_only: bool = False):
     """A measured cell: "-" on a failed row, ``NOT_MEASURED`` for a CUDA figure on a CPU."""
 
     def cell(row: dict[str, Any]) -> str:
-        if "error" in row:
+        if "error" in row or "skipped" in row:
             return "-"
         if cuda_only and not row["_cuda"]:
             return NOT_MEASURED
@@ -53,18 +65,59 @@ def _pinned(row: dict[str, Any]) -> str:
     return auto + (row.get("attn_kernel") or "n/a")
 
 
+def _counted(key: str, fmt: str):
+    """A per-step count, measured on a CPU only (the same count on a GPU: docs/gpu.md)."""
+
+    def cell(row: dict[str, Any]) -> str:
+        if key in row:
+            return num(row[key], fmt)
+        counted = "processes" not in row and not row.get("compile_mode")
+        return COUNTED_ON_CPU if row["_cuda"] and counted else "-"
+
+    return cell
+
+
+def _memory_cell(row: dict[str, Any]) -> str:
+    return _memory(row) if "peak_mem_gib" in row else "-"
+
+
+def _compile_s(row: dict[str, Any]) -> str:
+    return num(row.get("compile_s"), "{:.1f}") if row.get("compile_mode") else "-"
+
+
+def _status(row: dict[str, Any]) -> str:
+    if "skipped" in row:
+        return f"not run: {row['skipped']}"
+    return row.get("error", "ok")
+
+
 _RUNS = [
     ("run", _name),
     ("tokens/s (all members)", _cell(lambda r: num(r.get("tokens_per_s")))),
     ("x solo", _cell(_vs_solo("tokens_per_s"))),
+    ("tokens/s per member", _cell(lambda r: num(r.get("tokens_per_s_per_member")))),
     ("MFU", _cell(lambda r: num(r.get("mfu"), "{:.1%}"), cuda_only=True)),
-    ("peak memory GiB (per member)", _cell(_memory, cuda_only=True)),
-    ("host reads / step", _cell(lambda r: num(r["host_reads_per_step"], "{:.2f}"))),
-    ("kernel-launching ops / step", _cell(lambda r: num(r["ops_per_step"], "{:.0f}"))),
-    ("ops x solo", _cell(_vs_solo("ops_per_step"))),
+    ("peak memory GiB (per member)", _cell(_memory_cell, cuda_only=True)),
+    ("compile s", _cell(_compile_s)),
+    ("host reads / step", _cell(_counted("host_reads_per_step", "{:.2f}"))),
+    ("kernel-launching ops / step", _cell(_counted("ops_per_step", "{:.0f}"))),
+    ("ops x solo", _cell(lambda r: _vs_solo("ops_per_step")(r) if "ops_per_step" in r else "-")),
     ("SDPA kernel pinned", _cell(_pinned)),
-    ("status", lambda r: r.get("error", "ok")),
+    ("status", _status),
 ]
+GOALS = (("stack of 1", 0.9), ("stack of 8", 3.0))
+"""The stacked model's targets at the reference gpu shape: tokens/s over solo's, eager."""
+
+
+def goals(rows: list[dict[str, Any]]) -> str:
+    """One line per goal: ``stack of 1 vs solo: x0.95 (goal >= 0.9)``."""
+    by_name = {_name(row): row.get("tokens_per_s") for row in rows}
+    lines = []
+    for name, goal in GOALS:
+        solo, rate = by_name.get("solo"), by_name.get(name)
+        got = f"x{rate / solo:.2f}" if solo and rate else "not measured"
+        lines.append(f"- {name} vs solo: {got} (goal ≥ {goal:g})")
+    return "\n".join(lines)
 
 
 def _ops(ops: dict[str, int]) -> str:
@@ -104,16 +157,34 @@ def _lstm(lstm: dict[str, Any]) -> str:
     )
 
 
+def _one(v: dict[str, Any] | None) -> str:
+    """A verdict as ``**pack** (pack of 4: 250,000 tokens/s, x2.50 solo): `args`.``"""
+    if not v:
+        return "none: the solo row did not run."
+    args = f": `{v['args']}`" if v["args"] else " (no arguments)"
+    text = f"**{v['choice']}** ({v['row']}: {v['tokens_per_s']:,.0f} tokens/s, "
+    text += f"x{v['x_solo']:.2f} solo){args}."
+    for m in v.get("measured_only", []):
+        keys = ", ".join(f"`{k}`" for k in m["changes_run_id"])
+        text += (
+            f" Faster but measured only: {m['row']} (x{m['x_solo']:.2f} solo), since {keys} "
+            "is part of the run id: applied, it would train other runs than the registered ones."
+        )
+    return text
+
+
 def decision(r: dict[str, Any]) -> str:
-    """What the figures decide (docs/gpu.md's rule), as one paragraph."""
-    rows = r["rows"]
-    solo = next((row for row in rows if row["members"] == 0), {})
-    stacks = [row for row in rows if row["members"] > 1]
-    broken = [_name(row) for row in rows if "error" in row]
-    lead = "**What this decides.** Stacking or packing the studies' runs on the GPU (docs/gpu.md): "
-    rule = (
-        "stack (`--set train.stack=auto`) when the stacks' MFU beats the solo run's, else pack "
-        "(`--workers 4 --runs-per-gpu 4`). "
+    """The verdicts (``probe.verdict``: the most tokens/s in all, solo unless another path beats
+    it by the margin, among the rows whose arguments keep run ids) and the ``ablate run``
+    arguments window.sh applies, as one paragraph."""
+    broken = [_name(row) for row in r["rows"] if "error" in row]
+    lead = (
+        "**Verdict.** The path with the most tokens/s in all, solo unless another beats it by "
+        "10%, among the rows whose arguments leave run ids as they are; "
+        "`scripts/gpu/window.sh` applies it to the studies of the same command (stack: "
+        "`--set train.stack=auto`; pack: `--workers 4 --runs-per-gpu 4`), and the **unstacked** "
+        "verdict, the best of the rows that do not stack, to the studies whose profile pins "
+        "`train.stack`. "
     )
     failed = (
         f"Failed at {r['precision']}: {', '.join(broken)} (the same code as on a GPU: expect "
@@ -121,33 +192,22 @@ def decision(r: dict[str, Any]) -> str:
         if broken
         else ""
     )
+    text = f"All rows: {_one(r.get('verdict'))} Unstacked: {_one(r.get('unstacked'))}"
     if not r["cuda"]:
-        cpu = (
-            "Nothing is decided on a CPU, which has no MFU to compare: these rows show that the "
-            "probe runs end to end, and the host reads and kernel-launching operations per step "
-            "are the counts a GPU step of the same code makes."
+        text += (
+            " On a CPU, at a tiny shape, these verdicts only rehearse the window's use of them; "
+            "the host reads and kernel-launching operations per step are the counts a GPU "
+            "step of the same code makes."
         )
-        return lead + rule + failed + cpu
-    ok = [row for row in stacks if row.get("mfu")]
-    if not ok:
-        return lead + rule + failed + "**Pack** until the stacked rows run."
-    if not solo.get("mfu"):
-        return lead + rule + failed + "Without a solo figure there is nothing to compare."
-    best = max(ok, key=lambda row: row["mfu"])
-    verdict = "stack" if best["mfu"] > solo["mfu"] else "pack"
-    text = (
-        f"The best stack ({_name(best)}) reaches {best['mfu']:.1%} MFU against solo's "
-        f"{solo['mfu']:.1%} (x{best['tokens_per_s'] / solo['tokens_per_s']:.2f} the tokens/s): "
-        f"**{verdict}**."
-    )
-    if best["mfu"] < MFU_FLOOR and solo["mfu"] < MFU_FLOOR:
-        text += f" Below {MFU_FLOOR:.0%} MFU either way: shrink the plan before spending more."
-    return lead + rule + failed + text
+    mfu = [row["mfu"] for row in r["rows"] if row.get("mfu")]
+    if mfu and max(mfu) < MFU_FLOOR:
+        text += f" Below {MFU_FLOOR:.0%} MFU on every path: shrink the plan before spending more."
+    return lead + failed + text
 
 
 def render(r: dict[str, Any]) -> str:
     """The section's body."""
-    solo = next((row for row in r["rows"] if row["members"] == 0), {})
+    solo = next((row for row in r["rows"] if _name(row) == "solo"), {})
     rows = [row | {"_cuda": r["cuda"], "_solo": solo} for row in r["rows"]]
     (a, b), (c, d) = r["timed_window"], r["count_window"]
     peak = (
@@ -158,21 +218,24 @@ def render(r: dict[str, Any]) -> str:
     tiny = " at a tiny shape" if r["tiny"] else ""
     intro = (
         f"{r['device']}. The reference study's gpu profile{tiny}: "
-        f"{r['shape']}, **{r['precision']}**. Solo: `train_run` (Lightning); stacks: "
-        "`train_group`; each into a temporary store, seeds 0..k-1, pseudo-random text. "
+        f"{r['shape']}, **{r['precision']}**. Solo: `train_run` (Lightning); pack: that many "
+        "processes at once, each training solo runs, started together (tokens/s summed); "
+        "stack: `train_group`; each into a temporary store, seeds 0..k-1, pseudo-random text. "
         f"Tokens/s: the {b - a} steps between runs of {a} and {b} steps (wall clock, set-up "
-        f"and final evaluation cancel){peak}. Host reads and ops per step (`OpCounter`): the "
+        "and final evaluation cancel); a compiled row (`train.compile`; reduce-overhead: with "
+        f"CUDA graphs) compiles in a run of {a} steps before them, whose extra wall time over "
+        f"the run of {a} is its compile s{peak}. Host reads and ops per step (`OpCounter`, on "
+        "a CPU only, eager rows: a GPU step of the same code makes the same counts): the "
         f"{d - c} steps between runs of {c} and {d}, logging at the profile's interval included."
     )
-    return "\n\n".join(
-        [
-            intro,
-            columns(_RUNS, rows),
-            columns(_ATTENTION, r["attention"]),
-            _lstm(r["lstm"]),
-            decision(r),
-        ]
-    )
+    parts = [intro, columns(_RUNS, rows), goals(r["rows"])]
+    if r.get("attention"):
+        parts.append(columns(_ATTENTION, r["attention"]))
+    if r.get("lstm"):
+        parts.append(_lstm(r["lstm"]))
+    if not r.get("lstm"):
+        parts.append("_The attention kernels and the LSTM's dtype were not reached._")
+    return "\n\n".join([*parts, decision(r)])
 
 
 SECTION: Section = ("stacked", f"## {HEADING}", render)
@@ -181,7 +244,7 @@ SECTION: Section = ("stacked", f"## {HEADING}", render)
 def write(r: dict[str, Any], out: Path) -> None:
     """``out`` and its JSON: the probe alone (``ablate bench --probe``)."""
     head = [
-        "# ablate stacked probe",
+        "# ablate probe",
         f"Started {r['started']}, {r.get('wall_s', 0) / 60:.1f} min (`ablate bench --probe`).",
     ]
     markdown.write(out, document(head, [SECTION], r), r)

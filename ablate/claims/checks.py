@@ -7,11 +7,20 @@ claim written as the reverse of another is the same test; :func:`confirmatory_fa
 claim's p never depends on how large the grid is.
 
 Outcomes (:func:`decide_claim`): *reproduces*, *contradicted*, or *inconclusive* with the seeds
-the deciding test would need (:mod:`ablate.claims.power`); an ``equivalent`` claim reads
-*equivalent* (TOST passes, reproduces), *different* (significant, 95% CI wholly outside
-±margin: contradicted), *different but within margin* (significant, CI inside ±margin: the "no
+that would decide it (:mod:`ablate.claims.power`); an ``equivalent`` claim reads *equivalent*
+(TOST passes, reproduces), *different* (significant, 95% CI wholly outside ±margin:
+contradicted), *different but within margin* (significant, CI inside ±margin: the "no
 difference" holds in practice) or inconclusive. ``diverges`` claims count diverged runs
 instead. A study's claims decided together: :mod:`ablate.claims.outcomes`.
+
+**Two tests decide.** Each claim is decided by its t-test (paired, Welch, one-sample, TOST) and
+again by an exact test that needs no normality (the sign-flip test of the per-seed differences
+for paired and one-sample designs, the two-sample permutation test for unpaired arms), each
+Holm-corrected over the claims. The outcome is plain only when both give it; otherwise it says
+which test alone supports it ("reproduces by t-test only"), and the seeds needed include the
+seeds the exact test needs to reach the level at all. Every claim is in every family (one per
+test kind: t, TOST, exact, exact TOST); a claim without a test of that kind counts with p = 1,
+so each family has the study's k claims.
 
 When the store has confirmation runs (``ablate run --confirm``: fresh seeds, ``confirm`` true),
 a claim whose arms all have some is decided on those runs only; otherwise on the original ones.
@@ -22,17 +31,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 import pandas as pd
 
 from ablate.claims.comparisons import FINISHED, Comparison, compare, compare_groups
 from ablate.claims.fit import init_ffn_grad_slope, lr_fit
 from ablate.claims.interaction import AS_PAIRED, cells, interaction_comparison
 from ablate.claims.one_sample import Part, contradicted, intersection, part_of
-from ablate.claims.power import SeedsNeeded, claim_seeds_needed, parts_seeds_needed
+from ablate.claims.power import SeedsNeeded, seeds_to_decide
 from ablate.claims.spec import FITTED, ONE_SAMPLE, TREND, TREND_AS_PAIRED, Claim
 from ablate.claims.standing import confirm_mask, latest_attempt
-from ablate.claims.stats import holm
+from ablate.claims.stats import exact_floor, holm, permutation_p, permutation_tost
 from ablate.claims.trend import trend_comparison
 from ablate.names import axis_column, format_value
 
@@ -45,6 +53,11 @@ REPRODUCES, CONTRADICTED, INCONCLUSIVE, UNTESTED, PENDING = (
     "not testable",
     "pending",
 )
+NOT_HERE = "not reproduced at this setting"
+"""A claim the paper states for another setting (its ``paper.optimizer``) that these runs
+contradict: a result about this setting, not evidence against the paper."""
+BY_T_ONLY, BY_EXACT_ONLY = "by t-test only", "by exact test only"
+"""A qualified outcome: the outcome one test supports and the other does not reach."""
 WITHIN_MARGIN = "different but within margin"
 """An equivalence claim's outcome when the difference is significant but its whole 95% CI lies
 inside ±margin: a real difference too small to matter, so the "no difference" holds in
@@ -67,13 +80,11 @@ class ClaimCheck:
     """Decided on the confirmation runs only (``ablate run --confirm``)."""
     has_confirmation: bool = False
     """The study has confirmation runs at all (then an original-seed verdict says why)."""
-    sd_all: float = math.nan
-    """The SD of the claim's test over all the arms' seeds (exploratory and confirmation): what
-    seeds-needed assumes (a few confirmation seeds give a poor SD)."""
-    sd_all_n: int = 0
-    diff_all: float = math.nan
-    """The difference over the same seeds as ``sd_all``: seeds-needed assumes both from one
-    set of seeds, never a few seeds' difference with many seeds' SD."""
+    pooled: ClaimCheck | None = None
+    """The same claim tested on every finished seed of its arms (exploratory and confirmation)
+    when it is decided on its confirmation seeds: exploratory, Holm over the claims' pooled
+    tests. Seeds-needed assumes its difference and SD (a few confirmation seeds give a poor
+    SD), and the report's answer says what it shows where the confirmation is inconclusive."""
     parts: list[Part] = field(default_factory=list)
     """``expect: above/below/all``: each one-sample part's test."""
     pool: pd.DataFrame | None = None
@@ -84,15 +95,17 @@ class ClaimCheck:
     pending: tuple[int, int] | None = None
     """(finished, planned) runs of its registered confirmation design while some are left:
     the claim is not decided yet (no interim look was registered)."""
-    disagreement: str = ""
-    """Where the exact sign-flip test decides otherwise than the t-test (small n, a skewed or
-    bimodal arm): in words; "" when they agree or there is no sign-flip test."""
+    t_outcome: str = ""
+    """The outcome by the t-test alone (TOST for equivalence)."""
+    exact_outcome: str = ""
+    """The outcome by the exact test alone ("" when the claim has none)."""
     history: object | None = None
     """The claim's attempts, margin history and git order proof
     (:class:`ablate.claims.history.ClaimHistory`), when the report computed them."""
-    first_margin: ClaimCheck | None = None
-    """The claim decided again at the margin it was first committed with, when its margin
-    changed after an earlier attempt."""
+    changed: ClaimCheck | None = None
+    """Where the claim's margin or metric changed after an earlier attempt: the claim decided
+    at the changed ones (exploratory); this check is then its line at the margin and metric
+    first committed, the confirmatory one."""
 
 
 def claim_runs(runs: pd.DataFrame, claim: Claim) -> tuple[pd.DataFrame, bool]:
@@ -235,47 +248,58 @@ def published_label(claim: Claim) -> str:
     return f"{claim.external_label} ({where})"
 
 
+def _test_claim(check: ClaimCheck, runs: pd.DataFrame, explore: pd.DataFrame, study, m) -> None:
+    """Fill ``check.comparison`` (and its parts) with the claim's tests on ``runs`` (already
+    the claim's pool: its confirmation runs or the original ones)."""
+    claim = check.claim
+    check.pool = base = _match(runs, claim.where)
+    if claim.metric == "lr_exponent":
+        _exponent_check(check, base, study.varying_axes, m)
+    elif claim.expect in (*ONE_SAMPLE, "all"):
+        _one_sample_check(check, base, explore)
+    elif claim.expect in TREND:
+        check.comparison = trend_comparison(base, claim, metric_column(claim), m)
+    elif claim.by:
+        check.comparison = interaction_comparison(base, claim, metric_column(claim), m)
+    else:
+        _arm_check(check, base, m, _match(explore, claim.where))
+    if check.comparison is not None and not math.isfinite(check.comparison.p_flip):
+        check.comparison = with_permutation(check.comparison)
+
+
+def with_permutation(c: Comparison) -> Comparison:
+    """An unpaired comparison (Welch: other seeds, or published values) with its exact test:
+    the two-sample permutation test, and for equivalence its two one-sided versions."""
+    if c.paired or c.test != "Welch t" or c.n_a < 2 or c.n_b < 2:
+        return c
+    p, p_tost = permutation_p(c.a, c.b), permutation_tost(c.a, c.b, c.margin)
+    return replace(
+        c, p_flip=p, p_flip_tost=p_tost, p_flip_adj=p, p_flip_tost_adj=p_tost, exact="permutation"
+    )
+
+
 def build_comparisons(study, claims: list[Claim], margin: float) -> list[ClaimCheck]:
     """One :class:`ClaimCheck` per claim with its (unadjusted) comparison, on the claim's
-    confirmation runs when it has them (:func:`claim_runs`). ``study``: its runs read back
-    from the store (:class:`ablate.study.results.StudyData`: ``runs``, ``metrics``,
-    ``varying_axes``)."""
+    confirmation runs when it has them (:func:`claim_runs`), and then the same claim on every
+    finished seed (``pooled``). ``study``: its runs read back from the store
+    (:class:`ablate.study.results.StudyData`: ``runs``, ``metrics``, ``varying_axes``)."""
     runs = study.runs[study.runs["status"].isin(FINISHED)]
-    if any(c.metric == SLOPE for c in claims):
-        runs = runs.assign(**{SLOPE: runs["run_id"].map(init_ffn_grad_slope(study.metrics))})
+    if any(c.metric == SLOPE for c in claims):  # from the logged norms, else as recorded
+        slopes = runs["run_id"].map(init_ffn_grad_slope(study.metrics))
+        if SLOPE in runs:
+            slopes = slopes.fillna(pd.to_numeric(runs[SLOPE], errors="coerce"))
+        runs = runs.assign(**{SLOPE: slopes})
     has_confirmation = bool(confirm_mask(runs).any())
+    explore = runs[~confirm_mask(runs)]
     out = []
     for claim in claims:
         m = claim.margin if claim.margin is not None else margin
         pool, fresh = claim_runs(runs, claim)
         check = ClaimCheck(claim, confirmation=fresh, has_confirmation=has_confirmation)
-        check.pool = base = _match(pool, claim.where)
-        if claim.metric == "lr_exponent":
-            _exponent_check(check, base, study.varying_axes, m)
-        elif claim.expect in (*ONE_SAMPLE, "all"):
-            _one_sample_check(check, base, runs[~confirm_mask(runs)])
-        elif claim.expect in TREND:
-            check.comparison = trend_comparison(base, claim, metric_column(claim), m)
-            if fresh:  # the same test on every seed of the cells, for its SD
-                every = trend_comparison(_match(runs, claim.where), claim, metric_column(claim), m)
-                check.sd_all, check.diff_all, check.sd_all_n = every.sd, every.diff, every.n_a
-        elif claim.by:
-            check.comparison = interaction_comparison(base, claim, metric_column(claim), m)
-            if fresh:  # the same test on every seed of the cells, for its SD
-                every = interaction_comparison(
-                    _match(runs, claim.where), claim, metric_column(claim), m
-                )
-                check.sd_all, check.sd_all_n = every.sd, every.n_a
-        else:
-            explore = _match(runs[~confirm_mask(runs)], claim.where)
-            _arm_check(check, base, m, explore)
-            if fresh:  # the same test on every seed of the arms, for its SD
-                every = ClaimCheck(claim)
-                _arm_check(every, _match(runs, claim.where), m, explore)
-                if every.comparison is not None:
-                    check.sd_all = every.comparison.sd
-                    check.diff_all = every.comparison.diff
-                    check.sd_all_n = max(every.comparison.n_a, every.comparison.n_b)
+        _test_claim(check, pool, explore, study, m)
+        if fresh:  # every seed of its arms: exploratory, and what seeds-needed assumes
+            check.pooled = ClaimCheck(claim, has_confirmation=has_confirmation)
+            _test_claim(check.pooled, runs, explore, study, m)
         out.append(check)
     return out
 
@@ -294,114 +318,190 @@ def _diverges(check: ClaimCheck, c: Comparison) -> None:
     )
 
 
-def _equivalence(check: ClaimCheck, c: Comparison, sig: bool, equiv: bool) -> None:
-    """equivalent / different / different but within margin / inconclusive."""
+def _equivalence(c: Comparison, sig: bool, equiv: bool) -> tuple[str, str]:
+    """equivalent / different / different but within margin / inconclusive, and why."""
     m = f"±{c.margin:g}"
     inside = math.isfinite(c.ci_lo) and -c.margin < c.ci_lo and c.ci_hi < c.margin
     outside = math.isfinite(c.ci_lo) and (c.ci_lo > c.margin or c.ci_hi < -c.margin)
     if sig and inside:
-        check.outcome = WITHIN_MARGIN
-        check.why = f"a significant difference whose whole 95% CI lies inside {m}"
-    elif equiv:
-        check.outcome, check.why = REPRODUCES, f"equivalent: TOST within {m} passes"
-    elif sig and outside:
-        check.outcome = CONTRADICTED
-        check.why = f"different: significant, 95% CI wholly outside {m}"
-    elif sig:
-        check.outcome = INCONCLUSIVE
-        check.why = f"a significant difference, but its 95% CI straddles the margin {m}"
-    else:
-        check.outcome = INCONCLUSIVE
+        return WITHIN_MARGIN, f"a significant difference whose whole 95% CI lies inside {m}"
+    if equiv:
+        return REPRODUCES, f"equivalent: TOST within {m} passes"
+    if sig and outside:
+        return CONTRADICTED, f"different: significant, 95% CI wholly outside {m}"
+    if sig:
+        return INCONCLUSIVE, f"a significant difference, but its 95% CI straddles the margin {m}"
+    return INCONCLUSIVE, ""
+
+
+def _by_one_test(claim: Claim, c: Comparison, p: float, p_tost: float, alpha: float):
+    """(outcome, why) of a two-arm, fitted or interaction claim by one kind of test: its
+    (Holm) difference p and TOST p."""
+    sig = math.isfinite(p) and p < alpha
+    equiv = math.isfinite(p_tost) and p_tost < alpha
+    if claim.expect == "equivalent":
+        return _equivalence(c, sig, equiv)
+    # lower loss is better; for lr_exponent "better" means above value
+    a_lower = c.diff < 0 if claim.metric != "lr_exponent" else c.diff > 0
+    want = a_lower if claim.expect == "better" else not a_lower
+    if sig and abs(c.diff) >= c.margin or sig and not equiv:
+        return (REPRODUCES if want else CONTRADICTED), ""
+    if equiv:
+        return CONTRADICTED, f"equivalent within ±{c.margin:g} (TOST): no difference"
+    return INCONCLUSIVE, ""
+
+
+def as_paired(claim: Claim) -> Claim:
+    """The paired claim ``claim`` decides as: a trend on its per-seed slopes (grows as worse,
+    shrinks as better, flat as equivalent), an interaction on its per-seed difference of
+    differences; any other claim as itself."""
+    if claim.expect in TREND:
+        return replace(claim, expect=TREND_AS_PAIRED[claim.expect])
+    if claim.by:
+        return replace(claim, expect=AS_PAIRED[claim.expect])
+    return claim
 
 
 def decide_claim(check: ClaimCheck, alpha: float) -> None:
-    """The claim's outcome at level ``alpha`` from its (family-corrected) comparison."""
+    """The claim's outcome at level ``alpha`` from its (family-corrected) comparison, by the
+    t-test and by the exact test (module doc), and the seeds that would decide it."""
     c, claim = check.comparison, check.claim
     if c is None or check.detail.startswith(NOT_BRACKETED):
         return
-    if claim.expect in TREND:  # a trend decides as a paired claim on its per-seed slopes
-        claim = replace(claim, expect=TREND_AS_PAIRED[claim.expect])
-    elif claim.by:  # an interaction decides as a paired claim on its difference of differences
-        claim = replace(claim, expect=AS_PAIRED[claim.expect])
+    claim = as_paired(claim)
     if claim.expect == "diverges":
         _diverges(check, c)
         return
     if check.parts:
         _decide_parts(check, c, alpha)
-        return
-    all_a = c.total_a > 0 and c.diverged_a == c.total_a
-    all_b = c.total_b > 0 and c.diverged_b == c.total_b
-    if all_a != all_b and claim.expect in ("better", "worse"):  # one arm diverged everywhere
-        a_better = all_b
-        check.outcome = REPRODUCES if a_better == (claim.expect == "better") else CONTRADICTED
-        return
-    if c.n_a < 2 or c.n_b < 2:
-        check.detail = check.detail or "fewer than 2 finite seeds in an arm"
-        return
-    sig = math.isfinite(c.p_adj) and c.p_adj < alpha
-    equiv = math.isfinite(c.p_tost_adj) and c.p_tost_adj < alpha
-    # lower loss is better; for lr_exponent "better" means above value
-    a_lower = c.diff < 0 if claim.metric != "lr_exponent" else c.diff > 0
-    if claim.expect == "equivalent":
-        _equivalence(check, c, sig, equiv)
     else:
-        want = a_lower if claim.expect == "better" else not a_lower
-        if sig and abs(c.diff) >= c.margin or sig and not equiv:
-            check.outcome = REPRODUCES if want else CONTRADICTED
-        elif equiv:
-            check.outcome = CONTRADICTED
-            check.why = f"equivalent within ±{c.margin:g} (TOST): no difference"
-        else:
-            check.outcome = INCONCLUSIVE
-    check.disagreement = flip_disagreement(c, alpha, claim.expect == "equivalent")
-    if check.outcome == INCONCLUSIVE:
-        n_all = f" (difference and sd both over all {check.sd_all_n} seeds)"
-        same = math.isfinite(check.sd_all) and math.isfinite(check.diff_all)
-        sd, diff = (check.sd_all, check.diff_all) if same else (c.sd, c.diff)
-        n_all = n_all if same else f" (both over the {max(c.n_a, c.n_b)} deciding seeds)"
-        check.seeds_needed = claim_seeds_needed(replace(c, sd=sd, diff=diff), claim, alpha, n_all)
+        all_a = c.total_a > 0 and c.diverged_a == c.total_a
+        all_b = c.total_b > 0 and c.diverged_b == c.total_b
+        if all_a != all_b and claim.expect in ("better", "worse"):  # one arm diverged everywhere
+            a_better = all_b
+            check.outcome = REPRODUCES if a_better == (claim.expect == "better") else CONTRADICTED
+            return
+        if c.n_a < 2 or c.n_b < 2:
+            check.detail = check.detail or "fewer than 2 finite seeds in an arm"
+            return
+        t = _by_one_test(claim, c, c.p_adj, c.p_tost_adj, alpha)
+        exact = None
+        if math.isfinite(c.p_flip):
+            exact = _by_one_test(claim, c, c.p_flip_adj, c.p_flip_tost_adj, alpha)
+        _combine(check, t, exact, alpha)
+    paper = check.claim.paper
+    if paper is not None and paper.other_optimizer and check.outcome.startswith(CONTRADICTED):
+        check.outcome = check.outcome.replace(CONTRADICTED, NOT_HERE, 1)
+        setting = f" ({paper.setting})" if paper.setting else ""
+        said = f"the paper states it for {paper.optimizer}{setting}; these runs train with AdamW"
+        check.why = f"{check.why}; {said}" if check.why else said
+    if not settled(check.outcome):
+        check.seeds_needed = claim_need(check, alpha)
 
 
-def flip_disagreement(c: Comparison, alpha: float, equivalence: bool) -> str:
-    """Where the exact sign-flip test and the t-test disagree at ``alpha`` (both Holm), in
-    words; "" when they agree or there is no sign-flip test (Welch)."""
-    out = []
-    if math.isfinite(c.p_flip_adj) and math.isfinite(c.p_adj):
-        t_sig, f_sig = c.p_adj < alpha, c.p_flip_adj < alpha
-        if t_sig != f_sig:
-            out.append(
-                f"the difference is {'significant' if t_sig else 'not significant'} by the "
-                f"t-test (Holm p={c.p_adj:.2g}) but {'significant' if f_sig else 'not'} by the "
-                f"exact sign-flip test (Holm p={c.p_flip_adj:.2g}"
-                + (f"; {c.n_a} seeds cannot go below p={2 / 2**c.n_a:.2g})" if not f_sig else ")")
-            )
-    if equivalence and math.isfinite(c.p_flip_tost_adj) and math.isfinite(c.p_tost_adj):
-        t_eq, f_eq = c.p_tost_adj < alpha, c.p_flip_tost_adj < alpha
-        if t_eq != f_eq:
-            out.append(
-                f"equivalence within ±{c.margin:g} {'passes' if t_eq else 'fails'} by TOST "
-                f"(Holm p={c.p_tost_adj:.2g}) but {'passes' if f_eq else 'fails'} by the "
-                f"sign-flip TOST (Holm p={c.p_flip_tost_adj:.2g})"
-            )
-    return "; ".join(out)
+def _combine(check: ClaimCheck, t: tuple[str, str], exact: tuple[str, str] | None, alpha) -> None:
+    """The outcome both tests support, else the one test's outcome, qualified (module doc)."""
+    check.t_outcome = t[0]
+    check.exact_outcome = exact[0] if exact is not None else ""
+    if exact is None or exact[0] == t[0]:
+        check.outcome, check.why = t
+        return
+    short, c = exact_shortfall(check.comparison, alpha), check.comparison
+    both_tost = c.p_tost_adj < alpha and c.p_flip_tost_adj < alpha
+    if {t[0], exact[0]} == {WITHIN_MARGIN, REPRODUCES} and both_tost:
+        one = "t-test" if t[0] == WITHIN_MARGIN else "exact test"
+        check.outcome = REPRODUCES
+        check.why = (
+            f"equivalent within ±{c.margin:g} by both tests (TOST); the {one} alone also finds "
+            "a difference inside the margin"
+        )
+    elif exact[0] == INCONCLUSIVE:
+        check.outcome = f"{t[0]} {BY_T_ONLY}"
+        check.why = "; ".join(x for x in (t[1], short) if x)
+    elif t[0] == INCONCLUSIVE:
+        check.outcome = f"{exact[0]} {BY_EXACT_ONLY}"
+        check.why = f"the exact test gives {exact[0]}, the t-test does not reach α={alpha:g}"
+    else:
+        check.outcome = INCONCLUSIVE
+        check.why = f"the t-test gives {t[0]}, the exact test {exact[0]}"
+
+
+def exact_shortfall(c: Comparison | None, alpha: float) -> str:
+    """Why the exact test does not decide: its Holm p, and its floor at these seeds when the
+    floor itself is above the level."""
+    if c is None or not math.isfinite(c.p_flip):
+        return ""
+    name = EXACT_NAMES.get(c.exact, c.exact)
+    ps = [f"Holm p={c.p_flip_adj:.2g}"]
+    if math.isfinite(c.p_flip_tost_adj) and c.p_flip_tost_adj < 1:
+        ps.append(f"its TOST Holm p={c.p_flip_tost_adj:.2g}")
+    text = f"the exact {name} test does not reach α={alpha:g} ({', '.join(ps)}"
+    floor = (
+        exact_floor(c.n_a, 2, c.n_b if c.exact == "permutation" else None) if c.n_a >= 1 else 1.0
+    )
+    if floor * c.family >= alpha:
+        seeds = f"{c.n_a} seeds" if c.exact != "permutation" else f"{c.n_a} vs {c.n_b} values"
+        text += f"; {seeds} cannot go below p={floor:.2g}"
+    return text + ")"
+
+
+EXACT_NAMES = {"sign-flip": "sign-flip", "permutation": "permutation"}
+
+
+def claim_need(check: ClaimCheck, alpha: float) -> SeedsNeeded | None:
+    """The seeds that would decide the claim by both tests (:func:`ablate.claims.power.
+    seeds_to_decide`), assuming the difference and SD over every seed of its arms (its
+    pooled test where it has one, else its own): the one seeds-needed computation, for the
+    report, a registration's pilot and ``ablate register``'s warnings alike."""
+    c = check.comparison
+    if c is None:
+        return None
+    pooled = check.pooled if check.pooled is not None and check.pooled.comparison else None
+    ref = pooled or check
+    n = max(p.n for p in ref.parts) if ref.parts else max(ref.comparison.n_a, ref.comparison.n_b)
+    which = "over all" if pooled is not None else "over the"
+    sd_from = f" (difference and sd both {which} {n} seeds of its arms)"
+    return seeds_to_decide(
+        replace(c, sd=ref.comparison.sd, diff=ref.comparison.diff),
+        as_paired(check.claim),
+        alpha,
+        parts=ref.parts,
+        sd_from=sd_from,
+        current=max(p.n for p in check.parts) if check.parts else None,
+    )
+
+
+def decide_pooled(checks: list[ClaimCheck], alpha: float) -> None:
+    """Decide each claim's ``pooled`` test (every seed of its arms; exploratory), Holm over the
+    claims' pooled tests (a claim decided on all its seeds anyway stands for itself)."""
+    family = [ch.pooled if ch.pooled is not None else replace(ch) for ch in checks]
+    confirmatory_family(family)
+    for ch in checks:
+        if ch.pooled is not None:
+            decide_claim(ch.pooled, alpha)
 
 
 def _decide_parts(check: ClaimCheck, c: Comparison, alpha: float) -> None:
     """A one-sample claim or an intersection: reproduces when its (Holm) p is below ``alpha``,
-    contradicted when a part's opposite one-sided test is significant."""
+    contradicted when a part's opposite one-sided test is significant; by the t-tests and by
+    the exact one-sided sign-flip tests."""
     if any(p.n < 2 for p in check.parts):
         check.detail = check.detail or "fewer than 2 finite seeds in an arm"
         return
     level = alpha / max(c.family, 1)
-    against = contradicted(check.parts, level)
-    if math.isfinite(c.p_adj) and c.p_adj < alpha:
-        check.outcome, check.why = REPRODUCES, "every part significant"
-    elif against:
-        check.outcome = CONTRADICTED
-        check.why = "significantly the other way: " + ", ".join(p.label for p in against)
-    else:
-        check.outcome = INCONCLUSIVE
-        check.seeds_needed = parts_seeds_needed(check.parts, level)
+
+    def by(p: float, exact: bool) -> tuple[str, str]:
+        against = contradicted(check.parts, level, exact)
+        if math.isfinite(p) and p < alpha:
+            return REPRODUCES, "every part significant"
+        if against:
+            return CONTRADICTED, "significantly the other way: " + ", ".join(
+                x.label for x in against
+            )
+        return INCONCLUSIVE, ""
+
+    exact = by(c.p_flip_adj, True) if math.isfinite(c.p_flip) else None
+    _combine(check, by(c.p_adj, False), exact, alpha)
 
 
 def _family_key(c: Comparison) -> tuple:
@@ -413,37 +513,56 @@ def _family_key(c: Comparison) -> tuple:
 
 
 def confirmatory_family(checks: list[ClaimCheck]) -> None:
-    """Holm over the claims' distinct tests (difference p and, separately, TOST p at each
-    margin), written back into every claim's comparison."""
+    """Holm over the claims' distinct tests, one family per test kind (difference p, TOST p at
+    each margin, exact p, exact TOST p), written back into every claim's comparison. Every
+    claim is in every family: a claim without a test of that kind (or without runs to test)
+    counts with p = 1, so each family has the study's k claims."""
     tests: dict[tuple, Comparison] = {}
+    untested = 0
     for check in checks:
         c = check.comparison
         if c is None:
+            untested += 1
             continue
         if not c.key:
             check.comparison = c = replace(c, key=("claim", check.claim.id))
         tests.setdefault(_family_key(c), c)
     keys = list(tests)
-    p_adj = dict(zip(keys, holm([tests[k].p for k in keys]), strict=True))
     tost_keys = list(dict.fromkeys((k, tests[k].margin) for k in keys))
-    t_adj = dict(zip(tost_keys, holm([tests[k].p_tost for k, _ in tost_keys]), strict=True))
-    # the exact sign-flip p, Holm over the same family (NaN where a test has none: not counted)
-    f_adj = dict(zip(keys, holm([tests[k].p_flip for k in keys]), strict=True))
-    ft_adj = dict(zip(tost_keys, holm([tests[k].p_flip_tost for k, _ in tost_keys]), strict=True))
-    k = int(np.isfinite([tests[key].p for key in keys]).sum()) if keys else 0
+    k = len(keys) + untested
+
+    def family(ps: list[float]) -> list[float]:
+        ps = [p if math.isfinite(p) else 1.0 for p in ps]
+        return holm(ps + [1.0] * (k - len(ps)))[: len(ps)]
+
+    p_adj = dict(zip(keys, family([tests[key].p for key in keys]), strict=True))
+    f_adj = dict(zip(keys, family([tests[key].p_flip for key in keys]), strict=True))
+    t_adj = dict(zip(tost_keys, family([tests[x].p_tost for x, _ in tost_keys]), strict=True))
+    ft_adj = dict(zip(tost_keys, family([tests[x].p_flip_tost for x, _ in tost_keys]), strict=True))
     for check in checks:
         c = check.comparison
         if c is not None:
             key = _family_key(c)
+
+            def nan(x: float) -> bool:
+                return not math.isfinite(x)
+
             check.comparison = replace(
                 c,
-                p_adj=p_adj[key],
-                p_tost_adj=t_adj[(key, tests[key].margin)],
-                p_flip_adj=f_adj[key],
-                p_flip_tost_adj=ft_adj[(key, tests[key].margin)],
+                p_adj=math.nan if nan(c.p) else p_adj[key],
+                p_tost_adj=math.nan if nan(c.p_tost) else t_adj[(key, tests[key].margin)],
+                p_flip_adj=math.nan if nan(c.p_flip) else f_adj[key],
+                p_flip_tost_adj=math.nan
+                if nan(c.p_flip_tost)
+                else ft_adj[(key, tests[key].margin)],
                 family=max(k, 1),
                 correction="Holm",
             )
+
+
+def settled(outcome: str) -> bool:
+    """Whether both tests decided the claim (a plain outcome, not pending or not testable)."""
+    return outcome in (REPRODUCES, CONTRADICTED, WITHIN_MARGIN, NOT_HERE)
 
 
 def hold(check: ClaimCheck, progress: tuple[int, int], attempt: pd.DataFrame) -> None:
@@ -451,6 +570,7 @@ def hold(check: ClaimCheck, progress: tuple[int, int], attempt: pd.DataFrame) ->
     look the design did not plan would spend alpha it does not have)."""
     k, n = progress
     check.pending, check.outcome, check.comparison = progress, PENDING, None
+    check.pooled = None  # no look at the seeds of a design under way, not even pooled
     check.confirmation, check.pool, check.seeds_needed = True, attempt, None
     check.detail = (
         f"{k} of {n} runs of its registered confirmation design finished; no verdict before "

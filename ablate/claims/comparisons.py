@@ -89,6 +89,9 @@ class Comparison:
     """Equivalence within ±margin by two one-sided sign-flip tests."""
     p_flip_adj: float = math.nan
     p_flip_tost_adj: float = math.nan
+    exact: str = ""
+    """The exact test in ``p_flip``: ``sign-flip`` (paired and one-sample designs) or
+    ``permutation`` (two-sample, filled in for claims); "" when there is none."""
 
     @property
     def n_a(self) -> int:
@@ -193,6 +196,7 @@ def compare(
         p_flip_tost=flip_tost,
         p_flip_adj=flip,
         p_flip_tost_adj=flip_tost,
+        exact="sign-flip" if pairs is not None else "",
     )
 
 
@@ -232,12 +236,12 @@ def compare_groups(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, **kwargs: An
 def token_streams(g: pd.DataFrame) -> set[Any]:
     """What fixes a seed's training token order in these runs: under ``data.order: rows`` (and
     in stores from before the field) the batch size cuts the stream into rows, so it is part
-    of the order; under ``tokens`` it is not."""
+    of the order; under ``tokens`` and ``random`` it is not."""
     if "cfg.batch_size" not in g:
         return set()
     order = g["cfg.order"] if "cfg.order" in g else pd.Series("rows", index=g.index)
     return {
-        ("tokens",) if o == "tokens" else ("rows", b)
+        (o,) if o in ("tokens", "random") else ("rows", b)
         for o, b in zip(order.fillna("rows"), g["cfg.batch_size"], strict=True)
     }
 

@@ -4,19 +4,30 @@ registration and runs proven by git ancestry.
 
 * **Attempts** (:func:`study_attempts`): the archived result tables of earlier attempts
   (``reports/<study>/history/*.csv``: one attempt per file; a ``recorded_in`` column names the
-  commit that first recorded its rows, which orders it) and the store's confirmation runs, one
-  attempt per registration commit, in order of their first start. A claim is decided on the
-  latest; its line says "attempt k of n". Alpha is *not* shared across attempts: each attempt
-  is tested at the full α = 0.05 (Holm over the study's claims); the earlier attempts are
-  listed so a reader can discount a claim that needed several.
-* **Margins** (:func:`margin_history`): every committed version of the study YAML, and the
-  margin each gave the claim. A margin changed after an earlier attempt makes the verdict say
-  so, and the report decides the claim again at the margin first committed.
+  commit that first recorded its rows, which orders it; a table without confirmation runs is
+  an exploratory look at the claims, e.g. an early ``--until-decided``) and the store's
+  confirmation runs, one attempt per registration commit, in order of their first start. A
+  claim is decided on the latest; its line says "attempt k of n" and what each earlier one
+  gave (:mod:`ablate.claims.attempts` decides them). Alpha is *not* shared across attempts:
+  each attempt is tested at the full α = 0.05 (Holm over the study's claims); the earlier
+  attempts are listed so a reader can discount a claim that needed several.
+* **Margins and metrics** (:func:`margin_history`): every committed version of the study YAML,
+  and the margin and metric each gave the claim. One changed after an earlier attempt makes
+  the claim exploratory at its new margin or metric: the report decides it, in the same Holm
+  family and on the same runs, at the margin and metric first committed, its confirmatory
+  line, and gives the later one as exploratory.
 * **Order** (:func:`order_proof`): a verdict is confirmatory only when the registration commit
-  is an ancestor of every deciding run's recorded ``git_commit`` (``git merge-base
-  --is-ancestor``), the registration file is the same at each of those commits, and each run's
-  tree either was clean (``git_dirty`` false) or ran code whose ``--confirm`` refuses an
-  uncommitted registration file (checked in that commit's code). Clock times are a second line.
+  is an ancestor of every deciding run's recorded commit (``study_commit``, the repository of
+  the study and its registration; ``git_commit`` for runs from before ablate recorded it;
+  ``git merge-base --is-ancestor``), the registration file is the same at each of those
+  commits, and each run's study, registration and plugin files were as committed
+  (``study_dirty`` false; for older runs, which recorded only whether ablate's whole tree was
+  dirty, that they ran code whose ``--confirm`` refuses an uncommitted registration file).
+  **Inputs** (:func:`inputs_proof`): the deciding runs are the runs the registration defined
+  (its pinned digest). An older registration, without ``inputs:``, pinned its claims and
+  design only and keeps that meaning: the line says whether the study file changed from the
+  registration commit to the runs' commit, and a change does not undo it. Clock times are a
+  second line.
 """
 
 from __future__ import annotations
@@ -75,12 +86,18 @@ class Attempt:
     tag: str = ""
     """The registration commit its runs ran under (store attempts), else ""."""
     archived: bool = False
+    rows: pd.DataFrame | None = field(default=None, repr=False, compare=False)
+    """Its runs (an archived table's rows), for deciding the claims on them; None for the
+    store's attempts (their runs are the study's runs under ``tag``)."""
+    exploratory: bool = False
+    """An exploratory look at the claims (an archived table without confirmation runs)."""
 
     def text(self) -> str:
         seeds = ", ".join(map(str, self.seeds)) or "none"
         left = f" ({self.finished} finished, {self.runs - self.finished} not)"
         left = left if self.finished < self.runs else ""
-        return f"{self.label}: {self.runs} runs{left}, seeds {seeds}"
+        look = "an exploratory look, " if self.exploratory else ""
+        return f"{self.label}: {look}{self.runs} runs{left}, seeds {seeds}"
 
 
 def _confirm_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -100,15 +117,15 @@ def history_attempts(folder: Path | None, cwd: Path | None = None) -> list[Attem
     for csv in sorted(folder.glob("*.csv")):
         df = pd.read_csv(csv)
         conf = _confirm_rows(df)
-        if conf.empty:
-            continue
+        look = conf.empty  # no confirmation runs: an exploratory look at the claims
+        conf = df if look else conf
         t = math.nan
         if RECORDED_IN in df and cwd is not None:
             t = _commit_time(cwd, str(df[RECORDED_IN].dropna().iloc[0]))
         done = int(conf["status"].isin(("completed", "diverged")).sum()) if "status" in conf else 0
         seeds = tuple(sorted({int(s) for s in conf["seed"].dropna()}))
         label = f"archived in {folder.name}/{csv.name}"
-        out.append(Attempt(label, seeds, len(conf), done, t, archived=True))
+        out.append(Attempt(label, seeds, len(conf), done, t, "", True, conf, look))
     return sorted(out, key=lambda a: (math.isnan(a.start), a.start if a.start == a.start else 0))
 
 
@@ -139,12 +156,16 @@ def study_attempts(study) -> list[Attempt]:
     return history_attempts(Path(folder) if folder else None, cwd) + store_attempts(study.runs)
 
 
-def attempt_text(k: int, attempts: list[Attempt]) -> str:
-    """``attempt 3 of 3 (earlier: ...; α not shared ...)``."""
+def attempt_text(k: int, attempts: list[Attempt], gave: list[str] | None = None) -> str:
+    """``attempt 3 of 3 (earlier: ...: what it gave; α not shared ...)``; ``gave``: what each
+    earlier attempt gave the claim, in the same order."""
     n = len(attempts)
     if n <= 1:
         return "attempt 1 of 1"
-    earlier = "; ".join(a.text() for a in attempts[: k - 1])
+    said = list(gave or []) + [""] * n
+    earlier = "; ".join(
+        a.text() + (f" → {said[i]}" if said[i] else "") for i, a in enumerate(attempts[: k - 1])
+    )
     return f"attempt {k} of {n} (earlier: {earlier}; α not shared across attempts)"
 
 
@@ -153,16 +174,28 @@ def attempt_text(k: int, attempts: list[Attempt]) -> str:
 
 @dataclass(frozen=True)
 class MarginVersion:
+    """The claim's margin and metric as one commit of the study file states them."""
+
     commit: str
     time: float
     margin: float
+    metric: str = "final_val_loss"
+
+    def text(self) -> str:
+        return f"±{self.margin:g}" + (f" on {self.metric}" if self.metric else "")
+
+
+def _margin_only(v: MarginVersion) -> MarginVersion:
+    """``v`` worded by its margin alone (where the metric did not change)."""
+    return MarginVersion(v.commit, v.time, v.margin, "")
 
 
 def margin_history(
-    yaml_path: Path | None, claim_id: str, default: float = 0.01
+    yaml_path: Path | None, claim_id: str, default: float = 0.01, profile: str | None = None
 ) -> list[MarginVersion]:
-    """The claim's margin as first committed, then each commit that changed it (against its
-    first parent), oldest first; empty outside git."""
+    """The claim's margin and metric as first committed, then each commit that changed either
+    (against its first parent), oldest first; empty outside git. ``profile``: its ``claims:``
+    replacements apply (a profile may measure a claim another way)."""
     if yaml_path is None or not Path(yaml_path).is_file():
         return []
     path = Path(yaml_path)
@@ -178,7 +211,7 @@ def margin_history(
     top = git(path.parent, "rev-parse", "--show-toplevel")
     root = Path(top.stdout.strip()) if top is not None and top.returncode == 0 else path.parent
 
-    def margin_at(rev: str) -> float | None:
+    def margin_at(rev: str) -> tuple[float, str] | None:
         shown = git(root, "show", rev)
         try:
             data = yaml.safe_load(shown.stdout) if shown and shown.returncode == 0 else None
@@ -191,8 +224,14 @@ def margin_history(
         )
         if entry is None:
             return None
+        prof = ((data.get("profiles") or {}).get(profile) or {}) if profile else {}
+        over = ((prof.get("claims") if isinstance(prof, dict) else None) or {}).get(claim_id)
+        entry = {**entry, **over} if isinstance(over, dict) else entry
+        margin = entry.get("margin", data.get("equivalence_margin"))
         try:
-            return float(entry.get("margin", data.get("equivalence_margin", default)))
+            return float(default if margin is None else margin), str(
+                entry.get("metric") or "final_val_loss"
+            )
         except (TypeError, ValueError):
             return None
 
@@ -205,11 +244,11 @@ def margin_history(
         if now is None:
             continue
         if first is None:
-            first = MarginVersion(commit, float(t), now)
+            first = MarginVersion(commit, float(t), *now)
             continue
         before = margin_at(f"{commit}^:{name}")
         if before is not None and before != now:
-            changes.append(MarginVersion(commit, float(t), now))
+            changes.append(MarginVersion(commit, float(t), *now))
     return ([first] if first else []) + sorted(changes, key=lambda m: m.time)
 
 
@@ -261,23 +300,27 @@ class OrderProof:
     text: str
     dirty: int = 0
     """How many deciding runs ran from a dirty tree."""
+    commits: list[str] = field(default_factory=list)
+    """The deciding runs' commits (a proven order)."""
 
 
 def order_proof(reg_path: Path, reg_commit: str, runs: pd.DataFrame) -> OrderProof:
     """The git-ancestry proof that ``reg_commit`` (the registration of ``reg_path``) precedes
-    every run of ``runs`` (their recorded ``git_commit`` / ``git_dirty``), module doc."""
+    every run of ``runs`` (their recorded commit and dirty flag, :func:`proof_columns`),
+    module doc."""
     cwd = reg_path.parent
-    if "git_commit" not in runs or runs["git_commit"].isna().all():
+    commit_col, dirty_col, own = proof_columns(runs)
+    if commit_col.isna().all():
         return OrderProof(None, f"{NOT_CHECKABLE}: the runs recorded no git commit")
     inside = git(cwd, "rev-parse", "--is-inside-work-tree")
     if inside is None or inside.returncode != 0:
         return OrderProof(None, f"{NOT_CHECKABLE}: {cwd} is not a git checkout")
     top = git(cwd, "rev-parse", "--show-toplevel")
     rel = reg_path.resolve().relative_to(Path(top.stdout.strip()).resolve()).as_posix()
-    unrecorded = int(runs["git_commit"].isna().sum())
-    commits = sorted(set(runs["git_commit"].dropna().astype(str)))
-    dirty_flags = runs.get("git_dirty", pd.Series(False, index=runs.index))
-    dirty = runs[dirty_flags.map(lambda v: v is True or v in ("True", "true", 1))]
+    unrecorded = int(commit_col.isna().sum())
+    commits = sorted(set(commit_col.dropna().astype(str)))
+    dirty = runs[dirty_col.map(_truthy)]
+    dirty_commits = sorted(set(commit_col[dirty.index].dropna().astype(str)))
     problems, missing = [], []
     for c in commits:
         res = git(cwd, "merge-base", "--is-ancestor", reg_commit, c)
@@ -289,7 +332,12 @@ def order_proof(reg_path: Path, reg_commit: str, runs: pd.DataFrame) -> OrderPro
             same = git(cwd, "diff", "--quiet", reg_commit, c, "--", rel)
             if same is None or same.returncode != 0:
                 problems.append(f"the registration file differs at {c[:7]}")
-    for c in sorted(set(dirty["git_commit"].dropna().astype(str))):
+    if own and len(dirty):  # the study, its registration or a plugin not as committed
+        problems.append(
+            f"{len(dirty)} run(s) ran with the study file, its registration or a plugin not as "
+            "committed (study_dirty)"
+        )
+    for c in [] if own else dirty_commits:
         if c[:7] in missing:
             continue
         check = git(cwd, "grep", "-q", LAUNCH_CHECK, c, "--", ":(top)ablate")
@@ -300,11 +348,12 @@ def order_proof(reg_path: Path, reg_commit: str, runs: pd.DataFrame) -> OrderPro
             )
     n, names = len(runs), ", ".join(c[:7] for c in commits)
     dirty_text = ""
-    if len(dirty):
+    if len(dirty) and not own:
         dirty_text = (
             f"; {len(dirty)} of {n} ran from a DIRTY tree (uncommitted changes to tracked "
             "files, not recorded): the registration file was clean in it, since `ablate run "
-            "--confirm` at that commit refuses to start otherwise"
+            "--confirm` at that commit refuses to start otherwise; whether the study file was "
+            "is not recorded (runs from before ablate recorded study_dirty)"
         )
     if problems:
         return OrderProof(False, "git does not prove the order: " + "; ".join(problems), len(dirty))
@@ -319,6 +368,88 @@ def order_proof(reg_path: Path, reg_commit: str, runs: pd.DataFrame) -> OrderPro
         f"git: {reg_commit[:7]} is an ancestor of the commit of every one of the {n} deciding "
         f"runs ({names}) and the registration file is unchanged there{dirty_text}",
         len(dirty),
+        commits,
+    )
+
+
+def proof_columns(runs: pd.DataFrame) -> tuple[pd.Series, pd.Series, bool]:
+    """(each run's commit for the proof, whether its inputs were dirty, whether that flag is
+    the study's own): the commit of the study's repository (``study_commit``, where the
+    registration is committed) and ``study_dirty`` where a run recorded them, else ablate's
+    checkout (``git_commit``, ``git_dirty``: runs from before ablate recorded the study's)."""
+    none = pd.Series(None, index=runs.index, dtype=object)
+    commit = runs["git_commit"] if "git_commit" in runs else none
+    dirty = runs["git_dirty"] if "git_dirty" in runs else pd.Series(False, index=runs.index)
+    if "study_commit" in runs and runs["study_commit"].notna().any():
+        commit = runs["study_commit"].where(runs["study_commit"].notna(), commit)
+        own = runs["study_dirty"] if "study_dirty" in runs else none
+        return commit, own.where(own.notna(), dirty), True
+    return commit, dirty, False
+
+
+def _truthy(v) -> bool:
+    return v is True or v in ("True", "true", 1, 1.0)
+
+
+def inputs_proof(
+    cwd: Path,
+    reg_commit: str,
+    pinned: dict | None,
+    commits: list[str],
+    attempt_ids: list[str],
+    study_rel: str,
+) -> OrderProof:
+    """Whether the deciding runs are the runs the registration defined: with its pinned
+    ``inputs`` (:func:`ablate.claims.registration.inputs_record`), the study file at every
+    deciding commit has the pinned sha256 and the attempt's confirmation runs at the registered
+    seeds have the pinned ids. A registration from before pins keeps its original meaning: it
+    pinned the claims and the design, which the order proof checks, so it holds; the line says
+    whether the study file changed from the registration commit to the deciding commits."""
+    import hashlib
+
+    from ablate.claims.registration import NOT_PINNED, runs_digest
+
+    if not isinstance(pinned, dict):
+        changed = []
+        for c in commits:
+            res = git(cwd, "diff", "--quiet", reg_commit, c, "--", f":(top){study_rel}")
+            if res is None or res.returncode not in (0, 1):
+                return OrderProof(None, f"{NOT_CHECKABLE}: commit {c[:7]} not here")
+            if res.returncode == 1:
+                changed.append(c[:7])
+        if changed:
+            return OrderProof(
+                True,
+                f"{NOT_PINNED}: it pinned its claims and design only; the study file changed "
+                f"from {reg_commit[:7]} to {', '.join(changed)}",
+            )
+        return OrderProof(
+            True,
+            f"the study file is unchanged from {reg_commit[:7]} to the runs' commit; {NOT_PINNED}",
+        )
+    study = pinned.get("study") or {}
+    for c in commits:
+        shown = subprocess.run(
+            ["git", "-C", str(cwd), "show", f"{c}:{study.get('file')}"],
+            capture_output=True,
+            timeout=30,
+        )
+        if shown.returncode != 0:
+            return OrderProof(None, f"{NOT_CHECKABLE}: {study.get('file')} not at {c[:7]}")
+        if hashlib.sha256(shown.stdout).hexdigest() != study.get("sha256"):
+            return OrderProof(False, f"{study.get('file')} at {c[:7]} is not the registered one")
+    runs = pinned.get("runs") or {}
+    if runs_digest(attempt_ids) != runs.get("sha256"):
+        return OrderProof(
+            False,
+            f"the confirmation runs ({len(attempt_ids)}) are not the {runs.get('count')} "
+            "registered ones (their ids differ from the pinned digest)",
+        )
+    return OrderProof(
+        True,
+        f"inputs as registered: {study.get('file')} at the runs' commit and the ids of the "
+        f"{len(attempt_ids)} confirmation runs match the digest pinned in the registration "
+        f"({str(pinned.get('digest'))[:12]})",
     )
 
 
@@ -330,10 +461,18 @@ class ClaimHistory:
     attempts: list[Attempt] = field(default_factory=list)
     margins: list[MarginVersion] = field(default_factory=list)
     margin_changed: str = ""
-    """Words when the margin changed after an earlier attempt, else ""."""
+    """Words when the margin or metric changed since first committed, else ""."""
+    after_data: bool = False
+    """The change came after an earlier attempt: the claim is exploratory at its new margin or
+    metric and decided, as its confirmatory line, at the first ones."""
+    first_text: str = ""
+    """The margin (and metric, where it changed) first committed, in words: ``±0.01``."""
+    last_text: str = ""
+    earlier: list[str] = field(default_factory=list)
+    """Each earlier attempt with what it gave this claim (outcome and p), oldest first."""
 
     def attempt_text(self) -> str:
-        return attempt_text(self.attempt, self.attempts)
+        return attempt_text(self.attempt, self.attempts, self.earlier)
 
 
 def claim_history(study, claim, deciding: pd.DataFrame | None) -> ClaimHistory:
@@ -348,21 +487,29 @@ def claim_history(study, claim, deciding: pd.DataFrame | None) -> ClaimHistory:
         if a.tag and a.tag in tags:
             k = i
     margins = []
-    if not claim.parts and claim.expect in ("better", "worse", "equivalent"):  # margin used
-        margins = margin_history(study.yaml_path, claim.id, study.equivalence_margin)
+    if not claim.parts:
+        margins = margin_history(
+            study.yaml_path, claim.id, study.equivalence_margin, getattr(study, "profile", None)
+        )
     out = ClaimHistory(max(k, 1), attempts, margins)
     if len(margins) > 1:
-        change = margins[-1]
+        change, first = margins[-1], margins[0]
+        what = "margin" if change.metric == first.metric else "metric"
+        what = "margin and metric" if what == "metric" and change.margin != first.margin else what
+        if what == "margin":  # the metric stayed: name the margins only
+            first, change = _margin_only(first), _margin_only(change)
+        out.first_text, out.last_text = first.text(), change.text()
         before = [a for a in attempts[: k - 1] if not (a.start >= change.time)]
         if before:
+            out.after_data = True
             out.margin_changed = (
-                f"margin changed from ±{margins[0].margin:g} (first committed in "
-                f"{margins[0].commit[:7]}) to ±{change.margin:g} in {change.commit[:7]}, "
-                f"AFTER an earlier confirmation attempt ({before[-1].text()})"
+                f"{what} changed from {first.text()} (first committed in {first.commit[:7]}) to "
+                f"{change.text()} in {change.commit[:7]}, AFTER an earlier attempt "
+                f"({before[-1].text()})"
             )
         else:
             out.margin_changed = (
-                f"margin changed from ±{margins[0].margin:g} ({margins[0].commit[:7]}) to "
-                f"±{change.margin:g} ({change.commit[:7]}) before any confirmation attempt"
+                f"{what} changed from {first.text()} ({first.commit[:7]}) to {change.text()} "
+                f"({change.commit[:7]}) before any attempt"
             )
     return out

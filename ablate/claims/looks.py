@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from ablate.claims.checks import (
-    INCONCLUSIVE,
     UNTESTED,
     ClaimCheck,
     build_comparisons,
     confirmatory_family,
     decide_claim,
+    settled,
 )
 from ablate.claims.registration import fresh_seeds
 from ablate.claims.sequential import SPENDING, look_levels
@@ -140,7 +140,8 @@ def record_look(
     """Append look ``look``'s record; returns the claims still inconclusive."""
     levels = look_levels(log["design"]["seeds_at_looks"], log["design"]["alpha"])[look - 1]
     outcomes = {c: o for c, o in outcomes.items() if c not in decided}  # tested at this look
-    now = [c for c, o in outcomes.items() if o not in (INCONCLUSIVE, UNTESTED)]
+    # decided by both tests; one decided by the t-test only stays open for more seeds
+    now = [c for c, o in outcomes.items() if settled(o)]
     decided.update(now)
     log["looks"].append(
         {
@@ -152,7 +153,7 @@ def record_look(
             "outcomes": outcomes,
         }
     )
-    return [c for c, o in outcomes.items() if o == INCONCLUSIVE]
+    return [c for c, o in outcomes.items() if not settled(o) and o != UNTESTED]
 
 
 def look_seeds(log: dict[str, Any], look: int) -> list[int]:

@@ -7,7 +7,9 @@ H1: mean > v; ``below v`` with margin m tests H1: mean < v + m (the margin is th
 for "not growing": a stated seed noise, so a flat slope can pass). Its *opposite* test (mean < v,
 resp. mean > v + m) significant contradicts it. An intersection is the intersection-union test:
 it holds when every part is significant, so its p is the largest part's p (no correction inside
-it; Berger 1982) and it counts as one test in the claims' Holm family.
+it; Berger 1982) and it counts as one test in the claims' Holm family. Each part also has its
+exact one-sided sign-flip test (the values minus the reference), and the intersection's exact
+p is the largest part's, the claim's exact test.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from scipy import stats
 
 from ablate.claims.comparisons import Comparison
 from ablate.claims.spec import Claim
-from ablate.claims.stats import finite, mean_ci
+from ablate.claims.stats import finite, mean_ci, sign_flip_p
 
 TEST = "one-sided one-sample t"
 IUT = "intersection-union test (p = the largest part's one-sided p)"
@@ -40,6 +42,9 @@ class Part:
     """One-sided p of the claimed direction."""
     p_opposite: float
     """One-sided p of the opposite direction (significant: the part is contradicted)."""
+    p_flip: float = math.nan
+    """The exact one-sided sign-flip p of the claimed direction (values minus ``ref``)."""
+    p_flip_opposite: float = math.nan
 
     @property
     def n(self) -> int:
@@ -50,7 +55,7 @@ class Part:
         sign = ">" if self.expect == "above" else "<"
         return (
             f"{self.label}: mean {m:+.4g} (95% CI [{lo:+.4g}, {hi:+.4g}], {self.n} seeds), "
-            f"{sign} {self.ref:+.4g}: {TEST} p={self.p:.3g}"
+            f"{sign} {self.ref:+.4g}: {TEST} p={self.p:.3g}, exact sign-flip p={self.p_flip:.3g}"
         )
 
 
@@ -72,13 +77,17 @@ def part_of(runs: pd.DataFrame, part: Claim, col: str, label: str, margin: float
     values = [v for v in pd.to_numeric(done[col], errors="coerce").tolist() if math.isfinite(v)]
     ref = float(part.value) + (margin if part.expect == "below" else 0.0)
     p, p_opp = one_sided(values, ref, part.expect)
-    return Part(label, part.expect, ref, tuple(values), p, p_opp)
+    side, other = ("greater", "less") if part.expect == "above" else ("less", "greater")
+    flip = sign_flip_p(values, ref, side) if len(values) >= 2 else math.nan
+    flip_opp = sign_flip_p(values, ref, other) if len(values) >= 2 else math.nan
+    return Part(label, part.expect, ref, tuple(values), p, p_opp, flip, flip_opp)
 
 
 def intersection(claim: Claim, parts: list[Part], margin: float) -> Comparison:
     """The claim's comparison in the family: p = the largest part p (IUT)."""
-    ps = [p.p for p in parts]
+    ps, flips = [p.p for p in parts], [p.p_flip for p in parts]
     p = max(ps) if all(math.isfinite(x) for x in ps) else math.nan
+    flip = max(flips) if all(math.isfinite(x) for x in flips) else math.nan
     return Comparison(
         label_a=" and ".join(x.label for x in parts),
         label_b="",
@@ -88,11 +97,15 @@ def intersection(claim: Claim, parts: list[Part], margin: float) -> Comparison:
         test=IUT if len(parts) > 1 else TEST,
         margin=margin,
         key=("claim", claim.id),
+        p_flip=flip,
+        p_flip_adj=flip,
+        exact="sign-flip",
     )
 
 
-def contradicted(parts: list[Part], level: float) -> list[Part]:
-    """The parts whose opposite one-sided test is significant at ``level`` (Bonferroni over
-    the parts)."""
+def contradicted(parts: list[Part], level: float, exact: bool = False) -> list[Part]:
+    """The parts whose opposite one-sided test (t, or ``exact``: sign-flip) is significant at
+    ``level`` (Bonferroni over the parts)."""
     k = max(len(parts), 1)
-    return [x for x in parts if math.isfinite(x.p_opposite) and x.p_opposite * k < level]
+    ps = [x.p_flip_opposite if exact else x.p_opposite for x in parts]
+    return [x for x, p in zip(parts, ps, strict=True) if math.isfinite(p) and p * k < level]

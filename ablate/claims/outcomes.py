@@ -11,17 +11,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ablate.claims.attempts import earlier_outcomes
 from ablate.claims.checks import (
     ClaimCheck,
     build_comparisons,
+    claim_need,
     confirmatory_family,
     decide_claim,
+    decide_pooled,
     hold,
 )
 from ablate.claims.comparisons import Comparison, adjust, axis_comparisons
 from ablate.claims.history import claim_history
 from ablate.claims.looks import sequential_checks, study_looks
-from ablate.claims.power import claim_seeds_needed, parts_seeds_needed
 from ablate.claims.standing import confirm_mask, design_progress, latest_attempt
 from ablate.claims.stats import ALPHA
 from ablate.claims.verdicts import numbers
@@ -48,6 +50,7 @@ def analyse(study) -> tuple[list[Comparison], list[ClaimCheck]]:
             hold(check, progress[check.claim.id], study.runs[latest_attempt(study.runs)])
         else:
             decide_claim(check, ALPHA)
+    decide_pooled(checks, ALPHA)
     by_id = decided | {check.claim.id: check for check in checks}
     ordered = [by_id[c.id] for c in study.claims]
     add_history(study, ordered)
@@ -55,22 +58,42 @@ def analyse(study) -> tuple[list[Comparison], list[ClaimCheck]]:
 
 
 def add_history(study, checks: list[ClaimCheck]) -> None:
-    """Each claim's attempts and margin history (:mod:`ablate.claims.history`); a claim whose
-    margin changed after an earlier attempt is decided again, in the same family, at the margin
-    first committed (``check.first_margin``)."""
+    """Each claim's attempts, what every earlier attempt gave it, and its margin and metric
+    history (:mod:`ablate.claims.history`). A claim whose margin or metric changed after an
+    earlier attempt is decided again, in the same family and on the same runs, at the margin
+    and metric first committed: that is its confirmatory line (it takes the claim's place),
+    and the decision at the changed ones is kept as exploratory (``check.changed``)."""
     for check in checks:
         check.history = claim_history(study, check.claim, check.pool)
+    depth = max((ch.history.attempt - 1 for ch in checks), default=0)
+    attempts = checks[0].history.attempts[:depth] if checks else []
+    said = earlier_outcomes(study, attempts)
     for check in checks:
         h = check.history
-        if not h.margin_changed.startswith("margin changed") or "AFTER" not in h.margin_changed:
+        if h.after_data:  # its earlier attempts too, at the margin and metric first committed
+            said_first = earlier_outcomes(study, attempts, {check.claim.id: _first(check)})
+            h.earlier = [said_first[i][check.claim.id] for i in range(h.attempt - 1)]
+        else:
+            h.earlier = [said[i][check.claim.id] for i in range(h.attempt - 1)]
+    for i, check in enumerate(checks):
+        h = check.history
+        if not h.after_data:
             continue
-        first = h.margins[0].margin
-        claims = [replace(c, margin=first) if c.id == check.claim.id else c for c in study.claims]
+        claims = [_first(check) if c.id == check.claim.id else c for c in study.claims]
         again = build_comparisons(study, claims, study.equivalence_margin)
         confirmatory_family(again)
         for ch in again:
             decide_claim(ch, ALPHA)
-        check.first_margin = next(ch for ch in again if ch.claim.id == check.claim.id)
+        decide_pooled(again, ALPHA)
+        line = next(ch for ch in again if ch.claim.id == check.claim.id)
+        line.claim, line.history, line.changed = check.claim, h, check
+        checks[i] = line
+
+
+def _first(check: ClaimCheck):
+    """The claim at the margin and metric its study file first committed."""
+    first = check.history.margins[0]
+    return replace(check.claim, margin=first.margin, metric=first.metric)
 
 
 def claim_outcomes(study, alpha: float) -> dict[str, str]:
@@ -99,12 +122,7 @@ def pilot(study) -> dict[str, str]:
     needs = study.extra.setdefault("pilot_needs", {}) if isinstance(study.extra, dict) else {}
     for ch in checks:
         decide_claim(ch, ALPHA)
-        c = ch.comparison
-        level = ALPHA / max(c.family, 1) if c is not None else ALPHA
-        if ch.parts:
-            need = parts_seeds_needed(ch.parts, level)
-        else:
-            need = claim_seeds_needed(c, ch.claim, ALPHA) if c is not None else None
+        need = claim_need(ch, ALPHA)  # as the report computes it, decided or not
         needs[ch.claim.id] = need
         out[ch.claim.id] = (
             f"on the exploratory seeds {seeds}: {ch.outcome}: {numbers(ch, 'nats')}; "

@@ -15,7 +15,10 @@ the sample SD; the pooled two-sample t for the others), and the one-sided test t
 difference lies beyond the margin ("different": the 95% CI wholly outside ±m).
 
 For a claim: :func:`claim_seeds_needed` (the test that decides a two-arm, published-value or
-fitted claim) and :func:`parts_seeds_needed` (every one-sided part of a one-arm claim).
+fitted claim) and :func:`parts_seeds_needed` (every one-sided part of a one-arm claim), and
+:func:`seeds_to_decide`, which adds the seeds the claim's exact test (sign-flip or
+permutation) needs before its smallest possible p is below the level at all: the one
+computation the report, a registration's pilot and ``ablate register``'s warnings use.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from scipy import stats
 
 from ablate.claims.comparisons import Comparison
 from ablate.claims.one_sample import Part
-from ablate.claims.spec import TREND_AS_PAIRED, Claim
-from ablate.claims.stats import ALPHA, finite
+from ablate.claims.spec import Claim
+from ablate.claims.stats import ALPHA, exact_seeds_needed, finite
 
 POWER = 0.8
 MAX_SEEDS = 200
@@ -129,10 +132,19 @@ class SeedsNeeded:
     """What is assumed true, e.g. ``true difference = the observed -0.006, sd 0.02``."""
     why_not: str = ""
     """Why no number: e.g. the assumed difference sits on the margin."""
+    exact: str = ""
+    """Where the exact test binds: ``the exact sign-flip test cannot reach α=0.01 with fewer``
+    (then ``n`` is its need, above the t-test's ``power_n``); "" where power binds."""
+    power_n: int | None = None
 
     def text(self) -> str:
         if self.n is None:
             return f"not reachable: {self.why_not} (assuming {self.assumption})"
+        if self.exact:
+            return (
+                f"≈{self.n} {self.unit}: {self.exact} ({self.test} needs ≈{self.power_n} at 80% "
+                f"power, assuming {self.assumption})"
+            )
         return f"≈{self.n} {self.unit} for {self.test} at 80% power, assuming {self.assumption}"
 
 
@@ -141,10 +153,11 @@ def floor_above(n: int | None, current: int) -> int | None:
     return None if n is None else max(n, current + 1)
 
 
-def parts_seeds_needed(parts: list[Part], level: float) -> SeedsNeeded:
+def parts_seeds_needed(parts: list[Part], level: float, current: int | None = None) -> SeedsNeeded:
     """Seeds for 80% power of every part's one-sided test at ``level``, assuming each arm's
-    observed mean and SD are the true ones: the largest part's need; "not reachable" when a
-    part's mean sits on the wrong side of its value or would need not reached by 200 seeds."""
+    observed mean and SD are the true ones: the largest part's need, at least one more than
+    ``current`` (default: the parts' seeds); "not reachable" when a part's mean sits on the
+    wrong side of its value or would need not reached by 200 seeds."""
     needs, assumed = [], []
     for p in parts:
         x = finite(p.values)
@@ -161,7 +174,7 @@ def parts_seeds_needed(parts: list[Part], level: float) -> SeedsNeeded:
             "an arm's observed mean is on the wrong side of its value, or not reached by 200 seeds"
         )
         return SeedsNeeded(None, unit, "", assumption, why)
-    current = max(p.n for p in parts)
+    current = max(p.n for p in parts) if current is None else current
     test = f"every part's one-sided t at α={level:.2g}"
     return SeedsNeeded(floor_above(max(needs), current), unit, test, assumption)
 
@@ -196,7 +209,6 @@ def claim_seeds_needed(
     if not (math.isfinite(c.diff) and math.isfinite(c.sd)) or c.sd <= 0:
         return None
     design, unit, current, n_b = _claim_design(c, claim)
-    claim = replace(claim, expect=TREND_AS_PAIRED.get(claim.expect, claim.expect))
     level, d, sd, m = alpha / max(c.family, 1), c.diff, c.sd, c.margin
     assumption = f"the true difference is the observed {d:+.3g} with sd {sd:.3g}{sd_from}"
     lvl = f"α={level:.2g}"
@@ -229,3 +241,58 @@ def claim_seeds_needed(
         else "no difference at all to detect"
     )
     return SeedsNeeded(None, unit, "", assumption, why)
+
+
+def seeds_to_decide(
+    c: Comparison,
+    claim: Claim,
+    alpha: float = ALPHA,
+    *,
+    parts: list[Part] | tuple = (),
+    sd_from: str = "",
+    current: int | None = None,
+) -> SeedsNeeded | None:
+    """The seeds that would decide ``claim`` by both of its tests at Holm's first-step level
+    ``alpha / family``: the t-test's 80%-power need (:func:`claim_seeds_needed`, or
+    :func:`parts_seeds_needed` for one-arm claims), raised to the fewest seeds whose exact
+    test can go below that level at all (sign-flip: ``2/2^n`` two-sided, ``1/2^n`` for a
+    one-sided part or TOST; permutation: ``2/C(2n, n)``, or with ``n_b`` published values
+    ``2/C(n + n_b, n)``). None when the SD is unknown or zero."""
+    level = alpha / max(c.family, 1)
+    if parts:
+        need = parts_seeds_needed(list(parts), level, current)
+        sided, design, n_b = 1, "one-sample", 0
+    else:
+        need = claim_seeds_needed(c, claim, alpha, sd_from)
+        if need is None:
+            return None
+        design, _, _, n_b = _claim_design(c, claim)
+        sided = 1 if need.test.startswith("TOST") else 2
+    if need.n is None:
+        return need
+    if design == "one-sample":
+        exact_n, name = exact_seeds_needed(level, sided), "sign-flip"
+    elif design == "two-sample":
+        exact_n, name = exact_seeds_needed(level, sided, unpaired=True), "permutation"
+    else:  # n seeds of arm a against n_b published values: sided / C(n + n_b, n)
+        exact_n, name = 2, "permutation"
+        while sided / math.comb(exact_n + n_b, exact_n) >= level:
+            exact_n += 1
+    if exact_n <= need.n:
+        return need
+    words = f"the exact {name} test cannot reach α={level:.2g} with fewer"
+    return replace(need, n=exact_n, exact=words, power_n=need.n)
+
+
+_COMPARISON = Claim(id="comparison", text="", expect="better")
+"""An exploratory comparison decides like a ``better`` claim: a winner, or equivalence."""
+
+
+def comparison_seeds_needed(c: Comparison, alpha: float = ALPHA) -> int | None:
+    """Seeds per variant that would decide an exploratory comparison at 80% power, at its
+    family's first-step level ``alpha / family``: :func:`claim_seeds_needed` as for a
+    ``better`` claim (the t-test of no difference, or TOST when that needs fewer), so the
+    comparisons and the claims count seeds alike. None when it cannot be estimated or is not
+    reachable."""
+    need = claim_seeds_needed(c, _COMPARISON, alpha)
+    return need.n if need is not None else None

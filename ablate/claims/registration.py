@@ -10,18 +10,30 @@ trains only under a registration that exists, matches the study and is committed
 the commit that wrote the registration, its time, against the first confirmation run's start).
 Changing the design after the data (more seeds, other seeds) means a new registration: a new
 commit of the file, listed with the earlier ones in the report.
+
+**What defines the runs is pinned** (:func:`inputs_record`, the file's ``inputs:``): the study
+file and each plugin file (path in their repository, sha256), each dataset's content key, and
+a digest of the ids of the planned confirmation runs (a run id hashes its whole config, its
+plugins' sources and its data, so any change to what the runs are changes it), with one
+``digest`` over all of it. ``--confirm`` refuses in one line when the study file or a plugin is
+not committed, or when anything pinned differs now (:func:`inputs_problem`). A registration
+written before inputs were pinned has no ``inputs:`` and keeps its original meaning: it pinned
+its claims (fingerprints) and design, which are checked as before, "digest not pinned"; the
+report says whether the study file changed since its commit, without undoing it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from ablate.claims.sequential import SPENDING
 from ablate.claims.spec import FITTED, TREND, Claim, claim_fingerprint
 from ablate.claims.trend import TEST as TREND_TEST
 from ablate.errors import ConfigError
@@ -103,6 +115,8 @@ def build_design(
     if looks is None:
         design: dict[str, Any] = {"kind": "fixed", "seeds": list(seeds)}
     else:
+        from ablate.claims.sequential import SPENDING  # scipy: not on `ablate run`'s way in
+
         design = {
             "kind": "sequential",
             "max_looks": looks,
@@ -118,18 +132,106 @@ def build_design(
 
 
 def build_registration(
-    name: str, profile: str | None, claims: list[Claim], margin: float, design: dict[str, Any]
+    name: str,
+    profile: str | None,
+    claims: list[Claim],
+    margin: float,
+    design: dict[str, Any],
+    inputs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The registration record (module doc); ``design`` is ``{"kind": "fixed", "seeds": [...]}``
-    or ``{"kind": "sequential", "max_looks": K, "seeds_per_look": s, "spending": ...}``."""
-    return {
+    or ``{"kind": "sequential", "max_looks": K, "seeds_per_look": s, "spending": ...}``;
+    ``inputs``: :func:`inputs_record` of the confirmation runs it registers."""
+    record = {
         "study": name,
         "profile": profile,
         "alpha": 0.05,
-        "correction": f"Holm over the study's {len(claims)} claims",
+        "correction": f"Holm over the study's {len(claims)} claims, one family per test kind",
         "design": design,
-        "claims": [claim_entry(c, margin) for c in claims],
     }
+    if inputs is not None:
+        record[INPUTS] = inputs
+    record["claims"] = [claim_entry(c, margin) for c in claims]
+    return record
+
+
+INPUTS = "inputs"
+NOT_PINNED = "digest not pinned (registered before ablate pinned the inputs)"
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def repo_path(path: Path) -> str:
+    """``path`` relative to the root of the git repository holding it (its name outside git):
+    how the registration names a file, whatever the current directory."""
+    top = _git(Path(path).resolve(), "rev-parse", "--show-toplevel")
+    if top is None or top.returncode != 0:
+        return Path(path).name
+    return Path(path).resolve().relative_to(Path(top.stdout.strip()).resolve()).as_posix()
+
+
+def runs_digest(run_ids: list[str]) -> str:
+    """sha256 over the sorted run ids (one a line)."""
+    return hashlib.sha256("\n".join(sorted(map(str, run_ids))).encode()).hexdigest()
+
+
+def inputs_record(
+    study_file: Path, plugin_files: list[Path], data: dict[str, str], run_ids: list[str]
+) -> dict[str, Any]:
+    """What defines the confirmation runs (module doc): the study file and plugins (path in
+    their repository, sha256), ``data`` (dataset -> content key), the runs' digest and count,
+    and one ``digest`` over all of it."""
+    record: dict[str, Any] = {
+        "study": {"file": repo_path(study_file), "sha256": sha256_file(study_file)},
+        "plugins": [{"file": repo_path(p), "sha256": sha256_file(p)} for p in plugin_files],
+        "data": [{"dataset": k, "key": v} for k, v in sorted(data.items())],
+        "runs": {"count": len(run_ids), "sha256": runs_digest(run_ids)},
+    }
+    blob = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    return {"digest": hashlib.sha256(blob.encode()).hexdigest(), **record}
+
+
+def inputs_problem(registered: dict[str, Any] | None, now: dict[str, Any]) -> str | None:
+    """Why the inputs ``now`` are not the ``registered`` ones (None when they are, or when the
+    registration pinned none)."""
+    if not isinstance(registered, dict):
+        return None
+    if registered.get("digest") == now["digest"]:
+        return None
+    was, cur = registered.get("study") or {}, now["study"]
+    if was.get("sha256") != cur["sha256"]:
+        return (
+            f"{cur['file']} differs from the registered one (sha256 {str(was.get('sha256'))[:12]} "
+            f"registered, {cur['sha256'][:12]} now)"
+        )
+    pinned = {p.get("file"): p.get("sha256") for p in registered.get("plugins") or []}
+    for p in now["plugins"]:
+        if pinned.get(p["file"]) != p["sha256"]:
+            return f"plugin {p['file']} differs from the registered one (or was not registered)"
+    if set(pinned) - {p["file"] for p in now["plugins"]}:
+        return f"registered plugin(s) {', '.join(sorted(set(pinned)))} are not used now"
+    data = {d.get("dataset"): d.get("key") for d in registered.get("data") or []}
+    for d in now["data"]:
+        if data.get(d["dataset"]) != d["key"]:
+            return f"dataset {d['dataset']} differs from the registered one ({d['key']} now)"
+    runs = registered.get("runs") or {}
+    return (
+        f"the planned confirmation runs differ from the registered ones ({runs.get('count')} "
+        f"registered, {now['runs']['count']} now, other ids: a config, plugin or dataset changed)"
+    )
+
+
+def files_problem(files: list[Path]) -> str | None:
+    """The first of ``files`` (the study file, its plugins) that is not committed as it is, in
+    words; None when all are (or when they are outside git: the order is then not provable,
+    which the report says)."""
+    for f in files:
+        problem = commit_problem(Path(f))
+        if problem and problem != "not a git checkout":
+            return f"{Path(f).name} {problem}: a confirmation runs from committed files only"
+    return None
 
 
 def design_text(design: dict | None) -> str:
@@ -267,11 +369,23 @@ def head_commit(path: Path) -> str | None:
     return commit or versions[-1].commit
 
 
+InputsFn = Callable[[list[int]], tuple[dict[str, Any], list[Path]]]
+"""Registered seeds -> (the inputs that define those confirmation runs now, the files they
+come from): computed where the study is planned (:mod:`ablate.execution.confirm`)."""
+
+
 def require_registration(
-    study_path: Path, name: str, profile: str | None, claims: list[Claim], margin: float
+    study_path: Path,
+    name: str,
+    profile: str | None,
+    claims: list[Claim],
+    margin: float,
+    inputs: InputsFn | None = None,
 ) -> tuple[dict[str, Any], str]:
     """(the registration, the commit that holds it, or "" outside git) for a confirmation run;
-    ``ConfigError`` (one line) when it is missing, does not match or is not committed."""
+    ``ConfigError`` (one line) when it is missing, does not match, is not committed, or (with
+    ``inputs``: registered seeds -> (the inputs now, the files they come from)) when the study
+    file or a plugin is not committed or anything it pinned differs now."""
     path = registration_path(study_path, profile)
     record = read_registration(path)
     if record is None:
@@ -288,16 +402,30 @@ def require_registration(
         return record, ""
     if problem:
         raise ConfigError(problem, source=path)
+    if inputs is not None:
+        now, files = inputs([int(s) for s in record["design"].get("seeds") or []])
+        problem = files_problem(files)
+        if problem:
+            raise ConfigError(problem, source=study_path)
+        problem = inputs_problem(record.get(INPUTS), now)
+        if problem:
+            raise ConfigError(f"{problem}: register again and commit it", source=path)
     return record, head_commit(path) or ""
 
 
 def fixed_seeds(
-    study_path: Path, name: str, profile: str | None, claims: list[Claim], margin: float
+    study_path: Path,
+    name: str,
+    profile: str | None,
+    claims: list[Claim],
+    margin: float,
+    inputs: InputsFn | None = None,
 ) -> tuple[list[int], str]:
     """(the registered seeds, the registration commit or "" outside git) of a fixed design
     (``ablate run --confirm``); ``ConfigError`` when the registration is missing, does not
-    match, is not committed or registers a sequential design."""
-    record, commit = require_registration(study_path, name, profile, claims, margin)
+    match, is not committed, registers a sequential design, or its inputs differ
+    (:func:`require_registration`)."""
+    record, commit = require_registration(study_path, name, profile, claims, margin, inputs)
     if record["design"]["kind"] != "fixed":
         raise ConfigError(
             "registers a sequential design: run it with --until-decided",
@@ -314,11 +442,12 @@ def sequential_seeds(
     margin: float,
     max_looks: int,
     seeds_per_look: int | None,
+    inputs: InputsFn | None = None,
 ) -> tuple[list[int], str]:
     """(the registered first-look seeds, the registration commit) of a sequential design
     (``--until-decided``), checked against ``--max-looks`` / ``--seeds-per-look``;
     ``ConfigError`` when it is not the one registered."""
-    record, commit = require_registration(study_path, name, profile, claims, margin)
+    record, commit = require_registration(study_path, name, profile, claims, margin, inputs)
     design, path = record["design"], registration_path(study_path, profile)
     if design["kind"] != "sequential":
         raise ConfigError("registers a fixed design: run it with --confirm", source=path)

@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ablate.claims.paper import Paper, parse_paper
 from ablate.errors import ConfigError, check_known, suggest
 
 KINDS = (
@@ -91,6 +92,8 @@ ladder's rungs (:mod:`ablate.claims.trend`)."""
 TREND_AS_PAIRED = {"grows": "worse", "shrinks": "better", "flat": "equivalent"}
 """A trend decides like a paired claim on its per-seed slopes: "grows" wants a positive slope
 as "worse" wants a positive ``a - b``; "flat" is an equivalence."""
+EQUIVALENCE = ("equivalent", "equal", "flat")
+"""Kinds that TOST decides: an equivalence, an interaction's equal, a flat trend."""
 RUNG = "rung"
 """The axis of a scale ladder's rungs (:mod:`ablate.study.ladder`)."""
 KEYS = (
@@ -106,6 +109,7 @@ KEYS = (
     "value",
     "all",
     "by",
+    "paper",
 )
 PART_KEYS = ("a", "expect", "value", "margin")
 BASE_METRICS = ("final_val_loss", "best_val_loss", "ffn_grad_slope@init")
@@ -141,6 +145,9 @@ class Claim:
     by: dict[str, list[Any]] = field(default_factory=dict)
     """``expect: smaller/larger/equal``: ``{axis: [v1, v2]}``, the two values of the axis at
     which the effect of ``a`` vs ``b`` is compared (an interaction)."""
+    paper: Paper | None = None
+    """What the paper reports for the claim, and where (:class:`Paper`): the report holds the
+    runs' interval against it; not part of what the claim tests (its fingerprint)."""
 
     @property
     def length(self) -> float | None:
@@ -305,6 +312,7 @@ def parse_claim(
         margin_source=" ".join((source_text or "").split()),
         parts=parts,
         by=by,
+        paper=parse_paper(raw.get("paper"), f"{where}.paper", source),
     )
 
 
@@ -455,15 +463,22 @@ def profile_claims(
 ) -> list:
     """The study's raw claims with a profile's ``claims:`` applied: for each claim id there,
     its :data:`PROFILE_KEYS` replaced. Each replacement is checked at its own key path
-    (``profiles.gpu.claims.<id>.<key>``)."""
+    (``profiles.gpu.claims.<id>.<key>``). An id the study does not have, given with its
+    ``text``, is a whole claim of this profile only (a literature arm of its setting: nanoGPT's
+    published GPU number is a claim of the gpu profile alone), checked as any claim."""
     ids = [c.get("id") for c in raw if isinstance(c, dict)]
     out = list(raw)
     for cid, keys in overrides.items():
         at = f"{where}.{cid}"
+        if cid not in ids and "text" in keys:
+            out.append(
+                _profile_only_claim({"id": cid, **keys}, len(out), at, source, axes, lengths)
+            )
+            continue
         if cid not in ids:
             raise ConfigError(
-                f"no claim with this id{suggest(cid, [str(i) for i in ids])}; "
-                f"claims: {', '.join(map(str, ids)) or 'none'}",
+                f"no claim with this id{suggest(cid, [str(i) for i in ids])} (a claim of this "
+                f"profile only needs its text:); claims: {', '.join(map(str, ids)) or 'none'}",
                 key=at,
                 source=source,
             )
@@ -473,6 +488,16 @@ def profile_claims(
         i = ids.index(cid)
         out[i] = {**raw[i], **keys}
     return out
+
+
+def _profile_only_claim(raw: dict, i: int, at: str, source: Path, axes, lengths) -> dict:
+    """``raw``, checked as claim ``i`` would be, its errors named at the profile's key ``at``."""
+    try:
+        parse_claim(raw, i, source, axes, lengths)
+    except ConfigError as err:
+        key = str(err.key or "").replace(f"claims[{i}]", at, 1)
+        raise ConfigError(err.message, key=key, source=source) from None
+    return raw
 
 
 def _check_profile_value(key: str, value: Any, where: str, source: Path, axes, lengths) -> None:

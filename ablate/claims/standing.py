@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ablate.claims.history import NOT_CHECKABLE, margin_gap_problem, order_proof
+from ablate.claims.history import NOT_CHECKABLE, inputs_proof, margin_gap_problem, order_proof
 from ablate.claims.registration import (
     Version,
     commit_problem,
@@ -30,7 +30,7 @@ from ablate.claims.registration import (
     read_registration,
     registration_path,
 )
-from ablate.claims.spec import claim_fingerprint
+from ablate.claims.spec import EQUIVALENCE, claim_fingerprint
 from ablate.errors import ConfigError
 from ablate.names import axis_column
 from ablate.store import FINISHED
@@ -200,11 +200,41 @@ def standing(study, deciding: pd.DataFrame, confirmation: bool) -> Standing:
             f"clock (second line, one machine's clock): registered {when(version.time)}, {gap} "
             f"{rel} the first confirmation run"
         )
-    if proof.ok is None:
+    if not proof.ok:  # None: not checkable here; False: disproven
         return Standing(f"{head}; {proof.text} (exploratory); {clock}", False)
-    if not proof.ok:
-        return Standing(f"{head}; {proof.text} (exploratory); {clock}", False)
-    return Standing(f"{head}; order proven by {proof.text}; {clock}", True)
+    inputs = _inputs(study, path, version, proof.commits)
+    if not inputs.ok:
+        return Standing(
+            f"{head}; order proven by {proof.text}; but {inputs.text} (exploratory); {clock}",
+            False,
+        )
+    return Standing(f"{head}; order proven by {proof.text}; {inputs.text}; {clock}", True)
+
+
+def _inputs(study, path: Path, version: Version, commits: list[str]):
+    """The inputs proof (:func:`ablate.claims.history.inputs_proof`) of the attempt that ran
+    under ``version``: its confirmation runs at the registered seeds."""
+    import yaml
+
+    from ablate.claims.registration import INPUTS, repo_path
+
+    try:
+        record = yaml.safe_load(version.text) or {}
+    except yaml.YAMLError:
+        record = {}
+    design = version.design if isinstance(version.design, dict) else {}
+    seeds = {int(s) for s in design.get("seeds") or []}
+    runs = study.runs
+    tags = runs.get("registration", pd.Series(None, index=runs.index)).astype(str)
+    mine = confirm_mask(runs) & (tags == version.commit) & runs["seed"].isin(seeds)
+    return inputs_proof(
+        path.parent,
+        version.commit,
+        record.get(INPUTS) if isinstance(record, dict) else None,
+        commits,
+        [str(r) for r in runs.loc[mine, "run_id"]],
+        repo_path(Path(study.yaml_path)),
+    )
 
 
 def _unregistered_seeds(deciding: pd.DataFrame, design: dict | None) -> str:
@@ -230,17 +260,27 @@ def claim_standings(study, checks: list) -> dict[str, Standing]:
         if narrow:
             out[ch.claim.id] = Standing(f"{out[ch.claim.id].text}; {narrow}", False)
         changed = getattr(ch.history, "margin_changed", "")
+        if changed and ch.changed is not None:  # this line: the margin first committed
+            later = ch.changed
+            changed += (
+                f"; so it is decided here at {ch.history.first_text}, as first committed (the "
+                f"confirmatory line); at {ch.history.last_text} the same runs give "
+                f"**{later.outcome}** ({_tost_or_p(later)}; exploratory: changed after data)"
+            )
         if changed:
-            first = ch.first_margin
-            if first is not None and first.comparison is not None:
-                c = first.comparison
-                changed += (
-                    f"; at the margin first committed (±{c.margin:g}) the same runs give "
-                    f"**{first.outcome}** (TOST Holm p={c.p_tost_adj:.2g})"
-                )
             out[ch.claim.id] = Standing(
                 f"{out[ch.claim.id].text}; {changed}", out[ch.claim.id].confirmatory
             )
         if ch.pending is not None:  # a registered design under way: nothing is confirmed yet
             out[ch.claim.id] = Standing(out[ch.claim.id].text, False)
     return out
+
+
+def _tost_or_p(check) -> str:
+    """A decided claim's deciding Holm p in a few words (TOST's for an equivalence)."""
+    c = check.comparison
+    if c is None:
+        return check.detail or "no test"
+    if check.claim.expect in EQUIVALENCE:
+        return f"TOST Holm p={c.p_tost_adj:.2g}, exact TOST Holm p={c.p_flip_tost_adj:.2g}"
+    return f"Holm p={c.p_adj:.2g}, exact Holm p={c.p_flip_adj:.2g}"

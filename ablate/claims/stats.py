@@ -1,7 +1,7 @@
 """Statistics across seeds, on arrays of per-seed values: means and t-intervals, paired/Welch
-t-tests, a secondary bootstrap CI, TOST equivalence, Holm and Benjamini–Hochberg corrections and
-power (seeds needed),
-plus :func:`summarize`, the per-group mean/std/CI table of the runs table.
+t-tests, a secondary bootstrap CI, TOST equivalence, Holm and Benjamini–Hochberg corrections,
+exact sign-flip and permutation tests, plus :func:`summarize`, the per-group mean/std/CI table
+of the runs table (seeds needed: :mod:`ablate.claims.power`).
 
 The array functions are pure: same input, same output (the bootstrap takes a fixed seed).
 Two groups of runs compared with them are :mod:`ablate.claims.comparisons`; the plain-language
@@ -23,7 +23,6 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
-from statsmodels.stats.power import TTestIndPower, TTestPower
 from statsmodels.stats.weightstats import ttost_ind, ttost_paired
 
 from ablate.store import RUN_STATES
@@ -281,37 +280,6 @@ def _adjusted(pvalues: Sequence[float], method: str) -> list[float]:
     return [float(v) for v in out]
 
 
-POWER = 0.8
-
-
-def seeds_needed(
-    diff: float, sd: float, margin: float, *, paired: bool, alpha: float = ALPHA
-) -> int | None:
-    """Seeds per variant that would decide a comparison with 80% power, at the observed
-    difference and standard deviation: the fewer of (a) a two-sided t-test detecting ``diff``
-    (effect size ``|diff| / sd``; ``TTestPower`` for paired seeds, ``TTestIndPower`` per arm
-    otherwise) and (b), when ``|diff| < margin``, the one-sided test at the nearer equivalence
-    bound that TOST needs (effect ``(margin - |diff|) / sd``). ``alpha`` should already be the
-    corrected level. None when it cannot be estimated (sd nan/0 or no effect at all)."""
-    if not (math.isfinite(diff) and math.isfinite(sd)) or sd <= 0:
-        return None
-    power = TTestPower() if paired else TTestIndPower()
-    cands = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if abs(diff) > 0:
-            cands.append(power.solve_power(abs(diff) / sd, alpha=alpha, power=POWER))
-        if abs(diff) < margin:
-            cands.append(
-                power.solve_power(
-                    (margin - abs(diff)) / sd, alpha=alpha, power=POWER, alternative="larger"
-                )
-            )
-    cands = [float(np.ravel(c)[0]) for c in cands]
-    cands = [c for c in cands if math.isfinite(c)]
-    return max(2, math.ceil(min(cands))) if cands else None
-
-
 def summarize(runs: pd.DataFrame, by: list[str], metrics: list[str]) -> pd.DataFrame:
     """One row per group of runs: status counts and, per metric, mean/std/CI/n.
 
@@ -392,3 +360,67 @@ def sign_flip_tost(diffs: Iterable[float], margin: float) -> float:
 def sign_flip_floor(n: int) -> float:
     """The smallest two-sided exact sign-flip p that ``n`` pairs can give: ``2 / 2^n``."""
     return min(1.0, 2.0 / 2**n) if n >= 1 else 1.0
+
+
+EXACT_MAX_SPLITS = 100_000
+"""Up to this many ways to split the pooled values into the two arms, the two-sample
+permutation test enumerates them all (exact); above, it draws :data:`SIGN_FLIP_DRAWS` splits
+with the fixed seed :data:`SEED`."""
+
+
+def permutation_p(
+    a: Iterable[float], b: Iterable[float], shift: float = 0.0, alternative: str = "two-sided"
+) -> float:
+    """The two-sample permutation p of ``mean(a) - mean(b)`` against ``shift`` (unpaired arms:
+    another seed set, or published values; ``scipy.stats.permutation_test``, independent):
+    under H0 the values of ``a - shift`` and ``b`` are exchangeable, so every split of the
+    pooled values into groups of the arms' sizes is equally likely. ``alternative``:
+    ``two-sided`` (twice the smaller one-sided p, scipy's convention), ``greater`` or
+    ``less``. Exact up to :data:`EXACT_MAX_SPLITS` splits, else :data:`SIGN_FLIP_DRAWS`
+    random splits with the fixed seed :data:`SEED`. NaN with fewer than 2 finite values in
+    an arm. Its floor is ``1/C(n_a + n_b, n_a)`` one-sided, twice that two-sided."""
+    x, y = finite(a) - shift, finite(b)
+    if len(x) < 2 or len(y) < 2:
+        return math.nan
+    exact = math.comb(len(x) + len(y), len(x)) <= EXACT_MAX_SPLITS
+
+    def stat(u, v, axis=-1):
+        return np.mean(u, axis=axis) - np.mean(v, axis=axis)
+
+    res = stats.permutation_test(
+        (x, y),
+        stat,
+        permutation_type="independent",
+        vectorized=True,
+        n_resamples=np.inf if exact else SIGN_FLIP_DRAWS,
+        alternative=alternative,
+        rng=np.random.default_rng(SEED),
+    )
+    return float(res.pvalue)
+
+
+def permutation_tost(a: Iterable[float], b: Iterable[float], margin: float) -> float:
+    """Equivalence within ``±margin`` of two unpaired arms by two one-sided permutation tests
+    (the larger p): ``mean(a) - mean(b)`` above ``-margin`` and below ``+margin``."""
+    x, y = finite(a), finite(b)
+    if len(x) < 2 or len(y) < 2:
+        return math.nan
+    return max(permutation_p(x, y, -margin, "greater"), permutation_p(x, y, margin, "less"))
+
+
+def exact_floor(n: int, sided: int = 2, n_b: int | None = None) -> float:
+    """The smallest p an exact test can give: over ``n`` paired seeds (sign-flip) ``sided/2^n``;
+    with ``n_b`` unpaired values in the other arm (permutation) ``sided/C(n + n_b, n)``."""
+    if n < 1:
+        return 1.0
+    count = 2**n if n_b is None else math.comb(n + n_b, n)
+    return min(1.0, sided / count)
+
+
+def exact_seeds_needed(level: float, sided: int = 2, unpaired: bool = False) -> int:
+    """The fewest seeds (per arm, both arms alike when ``unpaired``) whose exact test can go
+    below ``level``: ``exact_floor(n) < level``."""
+    n = 2
+    while exact_floor(n, sided, n if unpaired else None) >= level:
+        n += 1
+    return n

@@ -13,14 +13,18 @@ seed ``s``: paired), or with ``by:`` the interaction's difference of differences
 (:mod:`ablate.claims.interaction`). The rung's compute is ``x[r] = log10`` of its training FLOPs
 (each run's ``flops_per_token x steps x batch_size x seq_len``, the mean over the claim's runs
 at the rung; evaluation left out). Per seed, the ordinary least-squares slope of ``g[s, .]`` on
-``x`` is that seed's trend in nats per decade of compute; the claim's test is the one-sample t
-of the seeds' slopes against 0 (n - 1 degrees of freedom), with its 95% t-interval, the exact
-sign-flip test beside it, and for ``flat`` TOST at ``±margin`` per decade. It sits in the
-study's Holm family like every claim. ``grows`` reproduces when the mean slope is significantly
-above 0 (the gap ``a - b`` rises with compute: write the arm you expect to fall behind as
-``a``), ``shrinks`` below 0, ``flat`` decides like an equivalence (equivalent / different /
-different but within margin / inconclusive); a slope equivalent to 0 contradicts grows and
-shrinks.
+``x`` is that seed's trend in nats per decade of compute. Two tests decide the claim, as every
+claim (:mod:`ablate.claims.checks`; :func:`slope_tests`): the one-sample t of the seeds' slopes
+against 0 (n - 1 degrees of freedom, its 95% t-interval; for ``flat`` TOST at ``±margin`` per
+decade), and its exact counterpart, the sign-flip test of the slopes against 0 (under no trend
+each seed's slope is symmetric about 0, so its sign is a fair coin; for ``flat`` two one-sided
+sign-flip tests of the slopes against ``±margin``), which needs no normality and cannot go
+below ``2/2^n``. Each sits in its test kind's Holm family over the study's claims. ``grows``
+reproduces when the mean slope is significantly above 0 (the gap ``a - b`` rises with compute:
+write the arm you expect to fall behind as ``a``), ``shrinks`` below 0, ``flat`` decides like
+an equivalence (equivalent / different / different but within margin / inconclusive); a slope
+equivalent to 0 contradicts grows and shrinks. Where only one test supports an outcome the
+claim says which ("reproduces by t-test only").
 
 Why per-seed slopes and not a mixed model (``statsmodels`` ``MixedLM``, random intercept and
 slope per seed): every seed trains every cell at every rung, so the design is balanced and all
@@ -41,6 +45,7 @@ prediction from the fitted line, never a measurement, and labelled so.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -61,7 +66,14 @@ KEY = "trend"
 TEST = "one-sample t of the per-seed slopes of the gap on log10 training FLOPs"
 UNIT = "per decade of training FLOPs"
 
-__all__ = ["AS_PAIRED", "TREND", "check_ladder_claims", "trend_comparison", "train_flops"]
+__all__ = [
+    "AS_PAIRED",
+    "TREND",
+    "check_ladder_claims",
+    "slope_tests",
+    "trend_comparison",
+    "train_flops",
+]
 
 
 def check_ladder_claims(claims: list[Claim], source: Path, axes: dict[str, list[Any]]) -> None:
@@ -226,24 +238,36 @@ def _arms(claim: Claim) -> str:
     return f"{a} − {b}"
 
 
+def slope_tests(
+    slopes: Sequence[float], seeds: Sequence[int], margin: float, label: str, key: tuple = ()
+) -> Comparison:
+    """A trend's two tests on its per-seed ``slopes`` (module doc): the one-sample t against 0
+    with its 95% t-interval and TOST at ``±margin``, and the exact sign-flip test of the slopes
+    against 0 with two one-sided sign-flip tests at ``±margin`` (``p_flip``, ``p_flip_tost``).
+    Written as the slopes paired with zeros, so a slope is a seed's difference and every
+    claim's machinery (Holm per test kind, the outcome by each test, seeds needed) applies."""
+    comp = compare(
+        list(slopes),
+        [0.0] * len(slopes),
+        seeds_a=seeds,
+        seeds_b=seeds,
+        label_a=label,
+        label_b="0",
+        margin=margin,
+        key=key,
+    )
+    return replace(comp, test="one-sample t") if comp.paired else comp
+
+
 def trend_comparison(runs: pd.DataFrame, claim: Claim, col: str, margin: float) -> Comparison:
-    """The claim's test on ``runs`` (already under ``where``): the per-seed slopes against 0,
-    a one-sample t (written as paired against zeros, so every claim's machinery applies), with
-    the rungs, each seed's line and the extrapolation in ``context``."""
+    """The claim's tests on ``runs`` (already under ``where``): :func:`slope_tests` of the
+    per-seed slopes, with the rungs, each seed's line and the extrapolation in ``context``."""
     table, x, lost = rung_gaps(runs, claim, col)
     ok = len(x) >= 3 and len(table) > 0
     lines = seed_lines(table, x) if ok else pd.DataFrame({"slope": [], "intercept": []})
     seeds = [int(s) for s in lines.index]
-    comp = compare(
-        lines["slope"].tolist(),
-        [0.0] * len(seeds),
-        seeds_a=seeds,
-        seeds_b=seeds,
-        label_a=f"slope of {gap_label(claim)} per decade",
-        label_b="0",
-        margin=margin,
-        key=(KEY, claim.id),
-    )
+    label = f"slope of {gap_label(claim)} per decade"
+    comp = slope_tests(lines["slope"].tolist(), seeds, margin, label, key=(KEY, claim.id))
     nxt = next_rung(x) if ok else math.nan
     context = {
         "gap": gap_label(claim),

@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ablate.claims.checks import INCONCLUSIVE, PENDING, ClaimCheck
+from ablate.claims.checks import PENDING, UNTESTED, ClaimCheck, settled
 from ablate.claims.comparisons import STREAMS_DIFFER, Comparison
 from ablate.claims.interaction import numbers_text
-from ablate.claims.power import floor_above
-from ablate.claims.spec import TREND
-from ablate.claims.stats import ALPHA, seeds_needed
+from ablate.claims.power import comparison_seeds_needed
+from ablate.claims.spec import EQUIVALENCE, TREND
+from ablate.claims.stats import ALPHA, EXACT_MAX_N, EXACT_MAX_SPLITS
 from ablate.claims.trend import numbers_text as trend_text
 
 
@@ -129,14 +129,12 @@ def verdict(
             f"TOST {c.correction} {fmt_p(c.p_tost_adj)}, {_seeds(c)}){div_note}"
         )
         return Verdict("equivalent", None, text)
-    need = floor_above(
-        seeds_needed(c.diff, c.sd, c.margin, paired=c.paired, alpha=alpha / c.family),
-        max(c.n_a, c.n_b),
-    )
+    need = comparison_seeds_needed(c, alpha)
     more = f"; ≈{need} seeds per variant would decide it" if need else "; add seeds"
     text = (
         f"{a} vs {b}{tail}: inconclusive at {_seeds(c)}: difference {fmt_num(c.diff)} {unit} "
-        f"({ci}, {test}; not within {m} by TOST){more if seeds else ''}{div_note}"
+        f"({ci}, {test}; not within {m} by TOST, {c.correction} {fmt_p(c.p_tost_adj)})"
+        f"{more if seeds else ''}{div_note}"
     )
     return Verdict("inconclusive", None, text, need)
 
@@ -158,12 +156,13 @@ def numbers(check: ClaimCheck, unit: str) -> str:
         text = "; ".join(p.text() for p in check.parts)
         if len(check.parts) > 1:
             text += f"; {c.test} p={fmt_num(c.p)}"
-        return f"{text}; {c.correction} {fmt_p(c.p_adj)} {_where(check)}".rstrip()
+        text += f"; {c.correction} {fmt_p(c.p_adj)}{flip_text(c)}"
+        return f"{text} {_where(check)}".rstrip()
     if claim.expect in TREND:
         text = trend_text(c, unit, fmt_num, fmt_p) + flip_text(c, claim.expect == "flat")
         return f"{text} {_where(check)}".rstrip()
     if claim.by:
-        text = numbers_text(c, unit, fmt_num, fmt_p)
+        text = numbers_text(c, unit, fmt_num, fmt_p) + flip_text(c, claim.expect == "equal")
         return f"{text} {_where(check)}".rstrip()
     if claim.expect == "diverges":
         tail = f" {_where(check)}" if claim.where else ""
@@ -183,24 +182,28 @@ def numbers(check: ClaimCheck, unit: str) -> str:
         unit = "(grad-norm slope per layer)"
     text = verdict(c, unit=unit, where=_where(check), seeds=False).text
     text = f"{text} [{c.pairing}]" if c.pairing == STREAMS_DIFFER else text
-    text += flip_text(c, claim.expect == "equivalent")
-    if check.disagreement:  # in the numbers, so claims.md carries it too
-        text += f"; THE TWO TESTS DISAGREE: {check.disagreement}"
-    return text
+    return text + flip_text(c, claim.expect == "equivalent")
 
 
 def flip_text(c: Comparison, equivalence: bool = False) -> str:
-    """``; exact sign-flip p=0.062, Holm p=0.25``: the permutation test beside the t-test
-    (paired and one-sample tests; "" for Welch)."""
+    """``; exact sign-flip p=0.062, Holm p=0.25``: the claim's exact test beside its t-test
+    (the sign-flip test for paired and one-sample designs, the permutation test for
+    unpaired arms; "" where it has none)."""
     if not math.isfinite(c.p_flip):
         return ""
-    from ablate.claims.stats import EXACT_MAX_N
-
-    kind = "exact sign-flip" if c.n_a <= EXACT_MAX_N else "sign-flip (Monte Carlo, fixed seed)"
-    text = f"; {kind} {fmt_p(c.p_flip)}, {c.correction} {fmt_p(c.p_flip_adj)}"
+    text = f"; {exact_label(c)} {fmt_p(c.p_flip)}, {c.correction} {fmt_p(c.p_flip_adj)}"
     if equivalence and math.isfinite(c.p_flip_tost):
-        text += f"; sign-flip TOST {c.correction} {fmt_p(c.p_flip_tost_adj)}"
+        text += f"; {c.exact} TOST {c.correction} {fmt_p(c.p_flip_tost_adj)}"
     return text
+
+
+def exact_label(c: Comparison) -> str:
+    """``exact sign-flip``, ``exact permutation``, or its Monte Carlo version at many seeds."""
+    if c.exact == "permutation":
+        exact = math.comb(c.n_a + c.n_b, c.n_a) <= EXACT_MAX_SPLITS
+    else:
+        exact = c.n_a <= EXACT_MAX_N
+    return f"exact {c.exact}" if exact else f"{c.exact} (Monte Carlo, fixed seed)"
 
 
 def seeds_used(check: ClaimCheck) -> str:
@@ -238,11 +241,58 @@ def outcome_text(check: ClaimCheck) -> str:
         text += f" ({check.why})"
 
     need = check.seeds_needed
-    if check.outcome == INCONCLUSIVE:
+    if not settled(check.outcome) and check.outcome != UNTESTED:
         if need is None:
             text += " (more seeds needed)"
         elif need.n is None:
             text += f" (seeds to decide it: {need.text()})"
         else:
-            text += f" ({need.text()}: an assumption, not a measurement)"
+            text += f" (to decide it by both tests: {need.text()}: an assumption, not measured)"
+    return text
+
+
+def paper_text(check: ClaimCheck, unit: str = "nats") -> str:
+    """The runs' 95% interval against the effect the paper reports (``claim.paper``): inside
+    it, or excluded at this scale (smaller, larger or the other way here); "" when the paper
+    gives no number or the claim has no interval of a difference."""
+    paper, c = check.claim.paper, check.comparison
+    if paper is None or paper.effect is None or c is None or check.parts or check.claim.by:
+        return ""
+    if check.claim.metric == "lr_exponent" or not math.isfinite(c.ci_lo):
+        return ""
+    eff = paper.effect
+    better = check.claim.a if eff < 0 else check.claim.b
+    who = ", ".join(str(v) for v in better.values() if not isinstance(v, list)) or "a"
+    numbers = f"{paper.a:g} vs {paper.b:g} {paper.unit}" if paper.a is not None else ""
+    where = "; ".join(x for x in (numbers, paper.setting, paper.source) if x)
+    size = f"{fmt_num(abs(eff))}-{unit.rstrip('s')} advantage of {who}" if eff else "no difference"
+    said = f"the paper's {size} ({where})" if where else f"the paper's {size}"
+    ci = f"95% CI [{fmt_num(c.ci_lo)}, {fmt_num(c.ci_hi)}]"
+    if c.ci_lo <= eff <= c.ci_hi:
+        return f"{said} lies inside this {ci}"
+    sign = 1.0 if eff > 0 else -1.0
+    lo, hi = sorted((c.ci_lo * sign, c.ci_hi * sign))  # along the paper's direction
+    if eff == 0:
+        how = "a difference here"
+    elif lo > abs(eff):
+        how = "larger here"
+    elif hi < 0:
+        how = "the other way here"
+    else:
+        how = "smaller here" if lo > 0 else "smaller here, possibly none"
+    return f"{said} is excluded at this scale ({ci}: {how})"
+
+
+def holm_ps(check: ClaimCheck) -> str:
+    """The Holm p of a claim's t-test and exact test in a few words; an equivalence's
+    difference test and TOST both (either may decide it)."""
+    c = check.comparison
+    equiv = check.claim.expect in EQUIVALENCE
+
+    def two(p: float, tost: float) -> str:
+        return f"Holm {fmt_p(p)}" + (f" (TOST {fmt_p(tost)})" if equiv else "")
+
+    text = f"t-test {two(c.p_adj, c.p_tost_adj)}"
+    if c.exact:
+        text += f", exact {c.exact} {two(c.p_flip_adj, c.p_flip_tost_adj)}"
     return text

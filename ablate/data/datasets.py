@@ -11,6 +11,9 @@ A registered name wins over a same-named file in the working directory. It resol
 
 A found file whose sha256 differs from the spec is corrupt data: a ``ConfigError`` for
 ``data.dataset`` (in the cache, where we put it, it is instead deleted and downloaded again).
+One that is nowhere and cannot be downloaded is one line naming every folder searched, with
+``$ABLATE_DATA_DIR`` as it was given and where that led (a relative path resolves against
+the working directory, so a ``../shared/data`` from another folder points elsewhere).
 Hashing 1 MB takes milliseconds, so files are hashed on every resolve, memoised per process
 by (path, size, mtime) - no sidecar stamp files to go stale.
 
@@ -36,6 +39,10 @@ from ablate.config import ConfigError
 DATA_DIR_ENV = "ABLATE_DATA_DIR"
 CACHE_DIR_ENV = "ABLATE_CACHE_DIR"
 KEY = "data.dataset"
+
+
+class DownloadError(ConfigError):
+    """A dataset could not be fetched (no network, no such URL): :func:`download`'s error."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +115,7 @@ def download(url: str, dest: str | Path, sha256: str, *, timeout: float = 60.0) 
                         h.update(chunk)
                         f.write(chunk)
         except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as err:
-            raise ConfigError(
+            raise DownloadError(
                 f"could not download {url} ({getattr(err, 'reason', err)}); "
                 f"put the file at {dest} or under ${DATA_DIR_ENV}",
                 key=KEY,
@@ -136,10 +143,19 @@ def resolve_dataset(name_or_path: str | Path) -> Path:
     if path.exists():
         raise ConfigError(f"{path} is not a regular file", key=KEY)
     raise ConfigError(
-        f"unknown dataset {name!r}: no such file, and not a registered dataset "
-        f"(registered: {', '.join(sorted(DATASETS))})",
+        f"unknown dataset {name!r}: no such file ({_where(path)}), and not a registered "
+        f"dataset (registered: {', '.join(sorted(DATASETS))})",
         key=KEY,
     )
+
+
+def _where(path: Path) -> str:
+    """``path`` made absolute, and what is missing: the file, or the first folder on its way."""
+    full = Path(os.path.abspath(path))
+    missing = full
+    while not missing.parent.is_dir():
+        missing = missing.parent
+    return f"{full}: no such file" if missing == full else f"{full}: no folder {missing}"
 
 
 def fetch_registered(names: Iterable[str], source: Path | None = None) -> None:
@@ -184,7 +200,26 @@ def _resolve_registered(name: str, spec: DatasetSpec) -> Path:
         if sha256_file(cached) == spec.sha256:
             return cached
         cached.unlink()  # our own cache entry went bad (edited, disk error): fetch it again
-    return download(spec.url, cached, spec.sha256)
+    try:
+        return download(spec.url, cached, spec.sha256)
+    except DownloadError as err:
+        raise ConfigError(_not_found(name, spec, cached, err.message), key=KEY) from None
+
+
+def _not_found(name: str, spec: DatasetSpec, cached: Path, failure: str) -> str:
+    """Where a registered dataset was looked for, and what to do: one line."""
+    wanted = f"{name}/{spec.filename}"
+    raw = os.environ.get(DATA_DIR_ENV)
+    if raw:
+        shared = f"${DATA_DIR_ENV}={raw} ({_where(Path(raw).expanduser() / wanted)})"
+    else:
+        shared = f"${DATA_DIR_ENV} (not set)"
+    how = failure.split(";")[0]
+    return (
+        f"dataset {name!r} is not on this machine: looked for {wanted} under {shared} and in "
+        f"the cache ({_where(cached)}), then {how}; point {DATA_DIR_ENV} at the folder that "
+        f"holds {wanted} (an absolute path), or put the file at {cached}"
+    )
 
 
 def read_text(path: str | Path) -> str:

@@ -13,8 +13,8 @@ to learn ``vocab_size`` and Lightning's own ``setup("fit")`` is then free):
      cut words and lines in half and create words the vocabulary never saw).
    Char/word vocabularies come from the whole text (no OOV in val/test); bpe is trained on
    the train split and cached on disk (see ``ablate.data.tokenizers``);
-3. ``batchify``: train with ``batch_size`` rows (one row under ``data.order: tokens``), val/test
-   with ``eval_bs`` rows.
+3. ``batchify``: train with ``batch_size`` rows (one row under ``data.order: tokens`` and
+   ``random``), val/test with ``eval_bs`` rows.
 
 Loaders yield ready-made ``(x, y)`` batches of shape ``(rows, seq_len)`` (``get_batch`` windows),
 so each DataLoader uses ``batch_size=None`` over a dataset of window offsets:
@@ -29,6 +29,14 @@ so each DataLoader uses ``batch_size=None`` over a dataset of window offsets:
   same seeded per-epoch permutation, and batch ``k`` is windows ``k*B .. k*B + B - 1`` of that
   stream of epochs (``TokenOrderSampler``). The stream does not depend on ``B``, so at one seed
   batch 8 and batch 64 see the same tokens in the same order (8 batches of 8 = one of 64).
+- train under ``data.order: random`` (nanoGPT's ``get_batch``): the split stays one row and
+  every sequence is a window at an offset drawn uniformly from every valid offset
+  ``[0, n - seq_len)``, by generators seeded from the seed and the sequence's place in the
+  stream alone (``random_offsets``); batch ``k`` is sequences ``kB .. kB + B - 1``. A batch is
+  a pure function of its index, so the stream is the same whatever loads it (workers, a
+  stacked group), a run resumed at step s draws exactly the batches from s on
+  (``RandomOffsetSampler``), and, as under ``tokens``, every batch size sees the same sequences
+  in the same order at one seed. Lightning's epochs are a nominal pass over the tokens.
 - val/test: non-overlapping windows (stride = seq_len) in order over the whole split (only full
   windows: the last ``< seq_len`` targets of each row are not scored).
 
@@ -43,6 +51,7 @@ import hashlib
 import math
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
@@ -68,13 +77,33 @@ def unigram_entropy(tokens: torch.Tensor, vocab_size: int | None = None) -> floa
     return float(-(p * p.log()).sum())
 
 
-def _mix_seed(seed: int, epoch: int) -> int:
-    """A 63-bit generator seed from (seed, epoch).
+def _mix_seed(seed: int, epoch: int, stream: str = "window_order") -> int:
+    """A 63-bit generator seed from (seed, epoch) for ``stream``.
 
     Hashed rather than ``seed + epoch`` so that seed 1 is not seed 0 shifted by one epoch.
     """
-    digest = hashlib.sha256(f"ablate.window_order:{seed}:{epoch}".encode()).digest()
+    digest = hashlib.sha256(f"ablate.{stream}:{seed}:{epoch}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+OFFSET_BLOCK = 64
+"""Sequences whose offsets one generator draws under ``data.order: random``."""
+
+
+def random_offsets(n: int, seed: int, first: int, count: int) -> np.ndarray:
+    """The window offsets of sequences ``first .. first + count - 1`` of a seed's stream under
+    ``data.order: random``: independent uniform draws from ``[0, n)`` (numpy's ``integers``),
+    sequence ``j``'s made by a generator seeded from (seed, ``j // OFFSET_BLOCK``) alone. So
+    any batch is drawn without the ones before it, and batch ``k`` of size ``B`` is sequences
+    ``kB .. kB + B - 1`` of one stream whatever ``B`` is (as under ``tokens``). numpy, not
+    torch: a batch is cut without reading a tensor back to Python."""
+    lo, hi = first // OFFSET_BLOCK, (first + count - 1) // OFFSET_BLOCK
+    blocks = [
+        np.random.default_rng(_mix_seed(seed, b, "random_offsets")).integers(0, n, OFFSET_BLOCK)
+        for b in range(lo, hi + 1)
+    ]
+    skip = first - lo * OFFSET_BLOCK
+    return np.concatenate(blocks)[skip : skip + count]
 
 
 def window_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> torch.Tensor:
@@ -199,6 +228,45 @@ class TokenWindowDataset(Dataset):
         return stack_windows(self.source, offsets, self.seq_len)
 
 
+class RandomOffsetSampler(Sampler[int]):
+    """Training batch indices ``start, start + 1, ...`` under ``data.order: random``.
+
+    ``len`` is a nominal epoch (Lightning needs one): ``batches`` per pass. A pass ends at the
+    next multiple of it, as an uninterrupted run's would (a resumed pass is shorter), and the
+    next pass goes on from there, so the indices never repeat.
+    """
+
+    def __init__(self, batches: int, *, start: int = 0):
+        if batches < 1:
+            raise ValueError(f"need at least one batch per epoch, got {batches}")
+        self.batches, self.position = batches, start
+
+    def __len__(self) -> int:
+        return self.batches
+
+    def __iter__(self) -> Iterator[int]:
+        first = self.position
+        self.position = (first // self.batches + 1) * self.batches  # an abandoned pass counts
+        yield from range(first, self.position)
+
+
+class RandomOffsetDataset(Dataset):
+    """Item ``k`` is training batch ``k`` of a one-row ``source``: ``batch_size`` windows at
+    ``random_offsets(n - seq_len, seed, k * batch_size, batch_size)``, int64 copies."""
+
+    def __init__(self, source: torch.Tensor, seq_len: int, batch_size: int, seed: int):
+        self.tokens = source[0].numpy()  # the split (a memmap), indexed by numpy every step
+        self.seq_len, self.batch_size, self.seed = seq_len, batch_size, seed
+        self.offsets = len(window_starts(source.size(1), seq_len, 1, key="data.seq_len"))
+
+    def __getitem__(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        b = self.batch_size
+        starts = random_offsets(self.offsets, self.seed, k * b, b)
+        idx = starts[:, None] + np.arange(self.seq_len + 1)  # (B, seq_len + 1)
+        rows = torch.from_numpy(self.tokens[idx].astype(np.int64))
+        return rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
+
+
 class ResumableLoader(DataLoader):
     """The training DataLoader; its ``WindowSampler`` was positioned at the resume point.
 
@@ -245,7 +313,7 @@ class LMDataModule(pl.LightningDataModule):
         # tokenized once into a memory-mapped file per (data content, tokenizer, splits)
         splits = token_splits(c)
         tok, self._tokens, self._chars = splits.tokenizer, splits.tokens, splits.chars
-        train_rows = 1 if c.order == "tokens" else c.batch_size
+        train_rows = c.batch_size if c.order == "rows" else 1
         batched = {"train": self._batchify("train", train_rows, "data.batch_size")}
         eval_key = "data.eval_batch_size" if c.eval_batch_size else "data.batch_size"
         batched["val"] = self._batchify("val", c.eval_bs, eval_key)
@@ -332,7 +400,7 @@ class LMDataModule(pl.LightningDataModule):
 
     def batched(self, split: str) -> torch.Tensor:
         """``split`` batchified: ``(batch_size, tps)`` for train (``(1, n)`` under ``data.order:
-        tokens``), ``(eval_bs, tps)`` otherwise."""
+        tokens`` and ``random``), ``(eval_bs, tps)`` otherwise."""
         self.prepare()
         if split not in self._batched:
             if split == "test":
@@ -344,9 +412,12 @@ class LMDataModule(pl.LightningDataModule):
 
     @property
     def num_train_windows(self) -> int:
-        """Training batches per epoch (under ``data.order: tokens``, windows // batch_size)."""
-        n = len(self._starts("train", self.cfg.seq_len, self.cfg.window_stride))
-        return max(1, n // self.cfg.batch_size) if self.cfg.order == "tokens" else n
+        """Training batches per epoch (under ``data.order: tokens`` and ``random``, windows of
+        ``seq_len`` at stride ``seq_len`` // batch_size: a nominal pass over the tokens)."""
+        c = self.cfg
+        stride = c.seq_len if c.order == "random" else c.window_stride
+        n = len(self._starts("train", c.seq_len, stride))
+        return n if c.order == "rows" else max(1, n // c.batch_size)
 
     # --- loaders --------------------------------------------------------------------------------
     def _loader(
@@ -382,8 +453,12 @@ class LMDataModule(pl.LightningDataModule):
         accumulate_grad_batches``), which is 0 for a fresh run and the resume point otherwise.
         """
         c = self.cfg
-        starts = self._starts("train", c.seq_len, c.window_stride)
         start = self._resume_position() if start is None else start
+        if c.order == "random":
+            sampler = RandomOffsetSampler(self.num_train_windows, start=start)
+            dataset = RandomOffsetDataset(self.batched("train"), c.seq_len, c.batch_size, self.seed)
+            return self._loader(dataset, sampler, ResumableLoader)
+        starts = self._starts("train", c.seq_len, c.window_stride)
         if c.order == "tokens":
             sampler = TokenOrderSampler(
                 len(starts), c.batch_size, self.seed, c.shuffle, start=start

@@ -29,10 +29,9 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
-import torch
 
 from ablate.config import DataConfig
 from ablate.data.datasets import cache_dir, split_bounds
@@ -49,6 +48,9 @@ from ablate.data.tokenizers import (
     train_bpe_iter,
     word_tokens,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 SPLITS = ("train", "val", "test")
 FORMAT = 1
@@ -98,6 +100,8 @@ def cached_split_sizes(cfg: DataConfig, root: Path | None = None) -> dict[str, i
 
 
 def _open(folder: Path) -> TokenSplits:
+    import torch  # the plan reads only the sizes (cached_split_sizes): no torch before training
+
     meta = json.loads((folder / "meta.json").read_text())
     tok = load_tokenizer(folder / "tokenizer.json")
     path = folder / "tokens.bin"

@@ -26,10 +26,12 @@ from typing import Any
 
 from ablate.claims.arms import claim_arms
 from ablate.claims.registration import (
+    InputsFn,
     build_design,
     build_registration,
     fixed_seeds,
     fresh_seeds,
+    inputs_record,
     registration_path,
     write_registration,
 )
@@ -99,8 +101,9 @@ def register_study(
     n = check_n(n, "--seeds")
     arms = list(dict.fromkeys(v for vs in claim_arms(study).values() for v in vs))
     design = build_design(new_seeds(study, store, n), arms, looks, note)
+    inputs, _ = study_inputs(study_path, profile, overrides, plugins)(design["seeds"])
     record = build_registration(
-        study.name, study.profile, study.claims, study.equivalence_margin, design
+        study.name, study.profile, study.claims, study.equivalence_margin, design, inputs
     )
     needs: dict[str, Any] = {}
     pilot = pilot_power(study_path, store, study.name, study.profile, needs)
@@ -114,20 +117,61 @@ def register_study(
     return path
 
 
+def study_inputs(
+    study_path: str | Path,
+    profile: str | None = None,
+    overrides: Sequence[str] = (),
+    plugins: Sequence[str] = (),
+) -> InputsFn:
+    """Registered seeds -> (what defines the confirmation runs on them, the study and plugin
+    files): :func:`ablate.claims.registration.inputs_record` of the claims' arms planned at
+    those seeds (their run ids hash config, plugin sources and data), the study file, its
+    plugin files and each dataset's content key."""
+
+    def compute(seeds: list[int]) -> tuple[dict[str, Any], list[Path]]:
+        from ablate.data.datasets import DATASETS
+        from ablate.data.source import data_key
+
+        first = load_study(
+            study_path, profile, overrides, plugins=plugins, check_data=False, check_device=False
+        )
+        arms = {v for vs in claim_arms(first).values() for v in vs}
+        study = load_study(
+            study_path,
+            profile,
+            overrides,
+            plugins=plugins,
+            check_data=False,
+            check_device=False,
+            extra_seeds={v: list(seeds) for v in arms},
+        )
+        runs = [r for r in study.runs if r.variant in arms and r.seed in set(seeds)]
+        data = {}
+        for name in sorted({r.config.data.dataset for r in runs}):
+            pinned = DATASETS.get(name)
+            data[name] = f"sha256:{pinned.sha256}" if pinned else (data_key(name) or "missing")
+        files = [Path(p) for p in study.plugins if Path(p).is_file()]
+        record = inputs_record(Path(study.path), files, data, [r.run_id for r in runs])
+        return record, [Path(study.path), *files]
+
+    return compute
+
+
 def design_warnings(n: int, claims: int, need: Any = None, alpha: float = 0.05) -> list[str]:
     """What ``ablate register`` warns about a design of ``n`` seeds per arm (it refuses
-    nothing): ``n`` below the pilot's 80%-power need (``need``: its
-    :class:`~ablate.claims.power.SeedsNeeded`), and an ``n`` at which the exact sign-flip test
-    cannot reach the claim's level, so a verdict would rest on the t-test's normality."""
+    nothing): ``n`` below the pilot's need (``need``: its
+    :class:`~ablate.claims.power.SeedsNeeded`, the report's computation: 80% power and the
+    exact test's floor), and an ``n`` at which the exact sign-flip test cannot reach the
+    claim's level, so a verdict would rest on the t-test's normality."""
     out = []
     needed = getattr(need, "n", None)
     if needed is not None and n < needed:
         out.append(
-            f"{n} seeds per arm is below the pilot's 80%-power need of ≈{needed} "
-            f"{need.unit} ({need.text()})"
+            f"{n} seeds per arm is below the pilot's need of ≈{needed} {need.unit} to decide it "
+            f"by both tests ({need.text()})"
         )
     elif need is not None and needed is None and getattr(need, "why_not", ""):
-        out.append(f"the pilot's 80%-power need is not reachable ({need.text()})")
+        out.append(f"the pilot's need is not reachable ({need.text()})")
     floor, first = min(1.0, 2.0 / 2**n), alpha / max(claims, 1)
     if floor >= first:
         out.append(
@@ -204,7 +248,12 @@ def plan_confirm(
         tag = "unregistered"
     else:
         seeds, commit = fixed_seeds(
-            Path(study_path), study.name, study.profile, study.claims, study.equivalence_margin
+            Path(study_path),
+            study.name,
+            study.profile,
+            study.claims,
+            study.equivalence_margin,
+            study_inputs(study_path, profile, overrides, plugins),
         )
         if n is not None and check_n(n) != len(seeds):
             raise ConfigError(
@@ -214,6 +263,73 @@ def plan_confirm(
             )
         tag = commit or "uncommitted (not a git checkout)"
     return study, seeds, {v: list(seeds) for v in dict.fromkeys(variants)}, tag
+
+
+def confirmation_study(
+    study_path: str | Path,
+    n: int | None,
+    *,
+    store: str | Path,
+    profile: str | None = None,
+    overrides: Sequence[str] = (),
+    plugins: Sequence[str] = (),
+    unregistered: bool = False,
+) -> tuple[Study, str]:
+    """(the study with only the runs ``ablate run --confirm`` would train, the registration
+    they run under): what ``ablate plan --confirm`` lists and times. Errors as
+    :func:`plan_confirm`."""
+    from ablate.execution.runner import plan_runs
+
+    _, _, per_variant, tag = plan_confirm(
+        study_path,
+        n,
+        store=store,
+        profile=profile,
+        overrides=overrides,
+        plugins=plugins,
+        unregistered=unregistered,
+    )
+    return plan_runs(study_path, profile, overrides, plugins, None, per_variant), tag
+
+
+def plan_confirmations(
+    study_paths: Sequence[str | Path],
+    n: int | None,
+    *,
+    store: str | Path,
+    profile: str | None = None,
+    overrides: Sequence[str] = (),
+    plugins: Sequence[str] = (),
+    unregistered: bool = False,
+    estimate: bool = True,
+    workers: str | int | None = None,
+    remeasure: bool = False,
+) -> list[Study]:
+    """``ablate plan --confirm``: print, for each study, the runs ``ablate run --confirm``
+    would train, which seeds and registration, and (``estimate``) their time."""
+    from ablate.execution.tables import show_plans
+
+    plans = []
+    for path in study_paths:
+        study, tag = confirmation_study(
+            path, n, store=store, profile=profile, overrides=overrides, plugins=plugins,
+            unregistered=unregistered,
+        )  # fmt: skip
+        plans.append((study, _confirm_note(study, tag)))
+    show_plans(plans, store, estimate, workers, remeasure)
+    return [study for study, _ in plans]
+
+
+def _confirm_note(study: Study, tag: str) -> str:
+    """What ``ablate plan --confirm`` says first: which seeds, how many arms, which
+    registration."""
+    seeds = sorted({r.seed for r in study.runs})
+    arms = len({r.variant for r in study.runs})
+    under = "no registration (exploratory)" if tag == "unregistered" else f"registration {tag}"
+    return (
+        f"The confirmation `ablate run --confirm` trains: seeds {', '.join(map(str, seeds))} "
+        f"for each of the {arms} claim arm(s), under {under}."
+    )
 
 
 def run_confirm(

@@ -49,7 +49,7 @@ from ablate.claims.registration import sequential_seeds
 from ablate.claims.sequential import look_levels
 from ablate.claims.stats import ALPHA
 from ablate.config import ConfigError
-from ablate.execution.confirm import check_n, confirm_seeds, store_seeds
+from ablate.execution.confirm import check_n, confirm_seeds, store_seeds, study_inputs
 from ablate.execution.runner import run_study
 from ablate.store.rundir import DECISIONS_FILE, write_decisions
 from ablate.study import Study, load_study
@@ -112,6 +112,7 @@ def run_until_decided(
             plan.equivalence_margin,
             max_looks,
             seeds_per_look,
+            study_inputs(study_path, profile, overrides, plugins),
         )
     check_design(max_looks, seeds_per_look, alpha, plan.claims, plan.path)
     first = _first_seeds(plan, store, confirm, registered)

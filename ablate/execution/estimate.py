@@ -16,7 +16,12 @@ Each run's time comes from the best source there is, and the plan says which:
    agree with each other; ``ablate plan --remeasure`` measures again.
 
 The total is for the workers ``ablate run`` will use (``--workers``, ``auto`` as run resolves
-it): runs are handed out longest first to the next free worker, as the pool does.
+it): runs are handed out longest first to the next free worker, as the pool does; plus the
+start-up before the first step, measured once and kept like the probe: a fresh interpreter
+importing what a worker imports before its first run (torch, Lightning, W&B;
+``executors.local.WORKER_IMPORTS``), which the workers do at once, beside the plan. Every
+measurement keeps the 1-minute load average of its moment, and the plan says it: a probe taken
+on a busy machine is slow by that much.
 
 A run that asks for a GPU on a machine without one is not measured (its time is unknown).
 """
@@ -27,6 +32,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -52,6 +59,8 @@ class Estimate:
     """Run id -> ``store`` (finished runs of its shape), ``probe`` or ``no GPU``."""
     workers: int
     method: str
+    startup: float = 0.0
+    """Seconds before the first step (the workers' imports, measured once; 0: not measured)."""
 
 
 def _shape(model: dict, data: dict, train: dict, threads: int) -> str:
@@ -208,23 +217,71 @@ def _write_cache(data: dict[str, Any]) -> None:
         pass
 
 
-def probed_step(cfg: RunConfig, device: str, threads: int, remeasure: bool) -> tuple[float, str]:
-    """(seconds per step, when measured) of ``cfg``'s shape: the kept measurement of this
+def _moment() -> dict[str, Any]:
+    """When a measurement is taken and how busy the machine is (the 1-minute load average)."""
+    from ablate.execution.worker import cpu_count
+
+    load = round(os.getloadavg()[0], 1) if hasattr(os, "getloadavg") else None
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime())
+    return {"measured": when, "load": load, "cores": cpu_count()}
+
+
+def _kept(key: str, field: str, measure, remeasure: bool) -> tuple[float, dict[str, Any]]:
+    """(value, its moment: :func:`_moment`) of the cache's ``key``, or measured now by
+    ``measure()`` and kept."""
+    cache = _read_cache()
+    hit = cache.get(key)
+    if hit and not remeasure:
+        return float(hit[field]), {k: hit.get(k) for k in ("measured", "load", "cores")}
+    moment = _moment()
+    value = measure()
+    cache = _read_cache()  # another plan may have kept something meanwhile
+    cache[key] = {field: value, **moment}
+    _write_cache(cache)
+    return value, moment
+
+
+def moments_text(moments: list[dict[str, Any]]) -> str:
+    """``2026-11-28 01:12 at load 0.4-0.9 on 2 cores``: when measurements were taken and the
+    range of the load average then (a measurement kept before loads were: not recorded)."""
+    when = ", ".join(sorted({str(m["measured"]) for m in moments}))
+    loads = sorted(m["load"] for m in moments if m.get("load") is not None)
+    if not loads:
+        return f"{when}, load not recorded"
+    span = f"{loads[0]:.1f}" if loads[0] == loads[-1] else f"{loads[0]:.1f}-{loads[-1]:.1f}"
+    cores = max(m.get("cores") or 0 for m in moments)
+    return f"{when} at load {span} on {cores} cores"
+
+
+def probed_step(
+    cfg: RunConfig, device: str, threads: int, remeasure: bool
+) -> tuple[float, dict[str, Any]]:
+    """(seconds per step, its moment) of ``cfg``'s shape: the kept measurement of this
     machine, or a new one (kept)."""
     d = cfg.data
     key = "|".join(
         [_machine(), device, str(threads), cfg.train.precision, cfg.model.model_dump_json()]
         + [d.tokenizer, str(d.bpe_vocab_size), str(d.batch_size), str(d.seq_len)]
     )
-    cache = _read_cache()
-    hit = cache.get(key)
-    if hit and not remeasure:
-        return float(hit["step_s"]), str(hit["measured"])
-    step = step_seconds(cfg, device, threads)
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime())
-    cache[key] = {"step_s": step, "measured": when}
-    _write_cache(cache)
-    return step, when
+    return _kept(key, "step_s", lambda: step_seconds(cfg, device, threads), remeasure)
+
+
+def startup_seconds() -> float:
+    """Wall seconds of a fresh interpreter importing what a worker imports before its first
+    run (``executors.local.WORKER_IMPORTS``; one that is not installed is left out)."""
+    from ablate.execution.executors.local import WORKER_IMPORTS
+
+    code = "import importlib.util as u\n" + "".join(
+        f"if u.find_spec({m.split('.')[0]!r}): import {m}\n" for m in WORKER_IMPORTS
+    )
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def probed_startup(remeasure: bool) -> tuple[float, dict[str, Any]]:
+    """(seconds of start-up, its moment): kept per machine like the step probe."""
+    return _kept(f"startup|{_machine()}", "startup_s", startup_seconds, remeasure)
 
 
 # --- the estimate ---------------------------------------------------------------------------
@@ -240,10 +297,10 @@ def estimate_runs(
     """Seconds for each run (run id -> config) with ``workers`` workers: from the store's
     finished runs of its shape where there are any, else from the kept probe."""
     rates = store_rates(store) if store is not None else {}
-    probed: dict[tuple[str, int], tuple[float, str]] = {}  # one probe per shape and call
+    probed: dict[tuple[str, int], tuple[float, dict]] = {}  # one probe per shape and call
     out: dict[str, float | None] = {}
     sources: dict[str, str] = {}
-    when: set[str] = set()
+    when: list[dict[str, Any]] = []
     for run_id, cfg in configs.items():
         threads = _threads(cfg, workers)
         c = cfg.to_dict()
@@ -259,18 +316,24 @@ def estimate_runs(
                 probed[key] = probed_step(cfg, device, threads, remeasure)
             step, measured = probed[key]
             out[run_id], sources[run_id] = run_seconds(cfg, step), "probe"
-            when.add(measured)
-    return Estimate(out, sources, workers, _method(sources, when, workers))
+            when.append(measured)
+    method = _method(sources, when, workers)
+    try:
+        startup, measured = probed_startup(remeasure)
+    except (OSError, subprocess.CalledProcessError):  # e.g. torch missing: nothing trains here
+        return Estimate(out, sources, workers, method)
+    method += f"; start-up from a fresh interpreter's imports, measured {moments_text([measured])}"
+    return Estimate(out, sources, workers, method, startup)
 
 
-def _method(sources: dict[str, str], when: set[str], workers: int) -> str:
+def _method(sources: dict[str, str], when: list[dict[str, Any]], workers: int) -> str:
     n = {k: sum(v == k for v in sources.values()) for k in ("store", "probe")}
     parts = []
     if n["store"]:
         parts.append(f"{n['store']} from finished runs of the same shape in the store")
     if n["probe"]:
         parts.append(
-            f"{n['probe']} from a probe of this machine measured {', '.join(sorted(when))} "
+            f"{n['probe']} from a probe of this machine measured {moments_text(when)} "
             f"({PROBE_STEPS} timed steps per shape at a worker's threads, evaluations added; "
             "data, logging and checkpoints not: a floor; --remeasure measures again)"
         )
@@ -295,9 +358,12 @@ def total_line(est: Estimate, todo: Sequence[str], fmt) -> str:
         return f"Time: not measurable on this machine ({est.method})."
     w = est.workers
     who = "one at a time" if w == 1 else f"with {w} workers, as ablate run will"
-    text = f"Time: about {fmt(makespan(known, w))} for the {len(todo)} runs to train ({who})"
+    if est.startup:
+        who += f"; {fmt(est.startup)} of start-up included"
+    first = makespan(known, w) + (est.startup if todo else 0.0)
+    text = f"Time: about {fmt(first)} for the {len(todo)} runs to train ({who})"
     if len(todo) != len(est.seconds):
-        text += f", {fmt(makespan(every, w))} for all {len(est.seconds)}"
+        text += f", {fmt(makespan(every, w) + est.startup)} for all {len(est.seconds)}"
     missing = sum(1 for s in est.seconds.values() if s is None)
     if missing:
         text += f"; {missing} runs need a GPU this machine lacks (not counted)"

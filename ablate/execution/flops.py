@@ -5,8 +5,10 @@ Training FLOPs of a run are the model's own accounting, ``model.flops_per_token(
 records), times the tokens it trains on, ``max_steps * batch_size * seq_len``. Evaluation is a
 forward pass, a third of that per token, over the validation tokens the schedule reads: every
 ``eval_interval`` steps ``eval_batches`` batches (capped by the split), then the whole split once
-and once more at each ``train.eval_lengths`` multiple. Device time is FLOPs / (MFU x peak): an
-estimate at an assumed utilisation, never a measurement.
+and once more at each ``train.eval_lengths`` multiple. Device time is FLOPs over a measured
+rate (:func:`measured_rate`): the last CUDA probe's (``reports/bench_probe.json``), else the GPU
+pilot's solo runs (``reports/gpu/pilot/stores.tgz``), never an assumed utilisation. Each study's
+data reuse (:mod:`ablate.data.reuse`) is printed under the table.
 
 A profile's ``tier`` names the GPU window its runs train in: the table sums each tier, and
 :func:`largest_task` gives the longest single task of a study (a run, or the largest stacked
@@ -17,14 +19,19 @@ command's end starts over on a fresh machine).
 from __future__ import annotations
 
 import functools
+import json
+import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ablate.config import DataConfig, ModelConfig, RunConfig
+from ablate.config import ConfigError, DataConfig, ModelConfig, RunConfig
+from ablate.data.reuse import DataReuse, data_reuse, describe, split_sizes
 from ablate.study import Study
 from ablate.training.stacked.plan import AUTO_CAP, not_stackable, plan_groups
 
@@ -49,21 +56,11 @@ class RunFlops:
         return self.train_flops + (self.eval_flops or 0.0)
 
 
-@functools.lru_cache(maxsize=16)
-def _data_sizes(data_json: str) -> tuple[int, int | None]:
+def _data_sizes(data: DataConfig) -> tuple[int, int | None]:
     """``(vocab size, validation tokens)`` of a data config; the fallback vocab and ``None``
     when the dataset is not on this machine (nothing is downloaded for a plan)."""
-    from ablate.data.datasets import DATASETS, local_copy
-    from ablate.data.token_cache import token_splits
-
-    cfg = DataConfig.model_validate_json(data_json)
-    if cfg.dataset in DATASETS and local_copy(cfg.dataset) is None:
-        return FALLBACK_VOCAB, None
-    try:
-        splits = token_splits(cfg)
-    except Exception:  # noqa: BLE001 - a plan without the data still counts training FLOPs
-        return FALLBACK_VOCAB, None
-    return splits.tokenizer.vocab_size, int(splits.tokens["val"].numel())
+    sizes = split_sizes(data)
+    return (FALLBACK_VOCAB, None) if sizes is None else (sizes[0], sizes[2])
 
 
 @functools.lru_cache(maxsize=64)
@@ -84,7 +81,7 @@ def _model_cost(model_json: str, vocab: int, seq_lens: tuple[int, ...]) -> tuple
 def run_flops(cfg: RunConfig) -> RunFlops:
     """The FLOPs of training (and evaluating) ``cfg`` once, from its model's own accounting."""
     d, t = cfg.data, cfg.train
-    vocab, val_tokens = _data_sizes(d.model_dump_json())
+    vocab, val_tokens = _data_sizes(d)
     lengths = [int(round(m * d.seq_len)) for m in t.eval_lengths if m != 1]
     params, fpt, *fpt_at = _model_cost(cfg.model.model_dump_json(), vocab, (d.seq_len, *lengths))
     train_tokens = t.max_steps * d.batch_size * d.seq_len
@@ -95,6 +92,29 @@ def run_flops(cfg: RunConfig) -> RunFlops:
         final = val_tokens * (fpt + sum(fpt_at))
         eval_flops = (periodic + final) / 3  # forward only: a third of forward + backward
     return RunFlops(params, fpt, train_tokens, float(fpt * train_tokens), eval_flops)
+
+
+def run_reuse(cfg: RunConfig) -> DataReuse | None:
+    """How often ``cfg`` draws each distinct training window (``data.reuse``); ``None`` when
+    the dataset is not on this machine."""
+    sizes = split_sizes(cfg.data)
+    return None if sizes is None else data_reuse(cfg.data, cfg.train.max_steps, sizes[1])
+
+
+def reuse_line(study: Study) -> str:
+    """``'<study>: data: 0.32 windows drawn per distinct window (...)'``, with a warning when a
+    run draws more windows than its split has: the same sequences again."""
+    reuses = [run_reuse(run.config) for run in study.runs]
+    if not reuses or None in reuses:
+        return f"{study.name}: data reuse unknown (the dataset is not on this machine)"
+    line = f"{study.name}: data: {describe(reuses)}"
+    worst = max(r.per_window for r in reuses)
+    if worst > 1:
+        line += (
+            f"\nwarning: {study.name}: runs draw up to {worst:.1f}x as many windows as the "
+            "split has: the same sequences again (data.order: random draws fresh ones)"
+        )
+    return line
 
 
 def study_flops(study: Study) -> dict[str, RunFlops]:
@@ -129,9 +149,82 @@ def tiers(studies: Sequence[Study]) -> dict[int | None, list[Study]]:
     return out
 
 
-def device_minutes(flops: float, *, mfu: float, peak: float) -> float:
-    """Minutes of one device at ``mfu`` of a ``peak`` FLOP/s (an assumed utilisation)."""
-    return flops / (mfu * peak) / 60
+def device_minutes(flops: float, rate: float) -> float:
+    """Minutes of one device at ``rate`` FLOP/s."""
+    return flops / rate / 60
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A measured training rate: FLOP/s (the models' own accounting) and where it comes from."""
+
+    flops_per_s: float
+    source: str
+
+
+PROBE_JSON = Path("reports/bench_probe.json")
+PILOT_STORES = Path("reports/gpu/pilot/stores.tgz")
+
+
+def probe_rate(path: Path = PROBE_JSON) -> Rate | None:
+    """The rate of the path the last probe chose, where it ran on CUDA at full size
+    (``ablate bench --probe``'s JSON: its ``verdict``); None otherwise."""
+    try:
+        r = json.loads(path.read_text())["stacked"]
+        v = r["verdict"]
+        rate = float(v["flops_per_token"]) * float(v["tokens_per_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not r.get("cuda") or r.get("tiny") or not rate > 0:
+        return None
+    what = f"the CUDA probe of {r.get('started', '?')} on {r.get('device', '?')}"
+    return Rate(rate, f"{what} ({v['choice']}, training steps only; {path})")
+
+
+def _archived_runs(path: Path) -> dict[str, dict[str, bytes]]:
+    """``<study>/<run id>`` -> its ``summary.json`` and ``run.yaml`` bytes, from a store's
+    archive (``stores.tgz``)."""
+    out: dict[str, dict[str, bytes]] = {}
+    with tarfile.open(path) as tar:
+        for m in tar.getmembers():
+            run, _, name = m.name.rpartition("/")
+            if m.isfile() and name in ("summary.json", "run.yaml"):
+                out.setdefault(run, {})[name] = tar.extractfile(m).read()
+    return out
+
+
+def pilot_rate(path: Path = PILOT_STORES) -> Rate | None:
+    """The mean rate of the completed runs in the GPU pilot's archived store: each run's
+    FLOPs (training and evaluation, as :func:`run_flops` counts them) over its wall time."""
+    rates, devices = [], set()
+    try:
+        for files in _archived_runs(path).values():
+            summary = json.loads(files.get("summary.json") or "{}")
+            if summary.get("status") != "completed" or "run.yaml" not in files:
+                continue
+            cfg = RunConfig.model_validate(yaml.safe_load(files["run.yaml"])["config"])
+            rates.append(run_flops(cfg).total_flops / float(summary["wall_time_s"]))
+            devices.add(str((summary.get("environment") or {}).get("device")))
+    except (OSError, tarfile.TarError, ValueError, KeyError, TypeError):
+        return None
+    if not rates:
+        return None
+    where = ", ".join(sorted(devices))
+    source = f"the GPU pilot's {len(rates)} solo runs on {where}, evaluations included ({path})"
+    return Rate(sum(rates) / len(rates), source)
+
+
+def measured_rate() -> Rate:
+    """The rate ``ablate plan --flops`` costs minutes at: the last CUDA probe's, else the GPU
+    pilot's (``ConfigError`` when neither file is here)."""
+    rate = probe_rate() or pilot_rate()
+    if rate is None:
+        raise ConfigError(
+            f"no measured GPU rate: neither {PROBE_JSON} from a CUDA probe nor {PILOT_STORES} "
+            "(give one with --tflops)",
+            key="--flops",
+        )
+    return rate
 
 
 def _si(flops: float | None) -> str:
@@ -181,20 +274,18 @@ def _row(table: Table, study: str, label: str, runs: list[RunFlops], minutes, **
     )
 
 
-def print_flops(
-    studies: Sequence[Study], *, mfu: float, peak: float, peak_label: str, console: Console
-) -> float:
+def print_flops(studies: Sequence[Study], *, rate: Rate, console: Console) -> float:
     """One row per group of equally costly variants (seeds summed), one per study and the
-    total; returns the total training FLOPs of all studies. Minutes include evaluation."""
-    table = Table(
-        title=escape(f"FLOPs; minutes of one {peak_label} at {mfu:.0%} MFU"), title_justify="left"
-    )
+    total, in minutes at ``rate``; under it each tier's longest task and each study's data
+    reuse. Returns the total training FLOPs of all studies. Minutes include evaluation."""
+    title = f"FLOPs; minutes at {rate.flops_per_s / 1e12:.0f} TFLOP/s, measured: {rate.source}"
+    table = Table(title=escape(title), title_justify="left")
     for col in ("study", "variants", "runs", "params (non-emb)", "tokens/run", "train", "eval"):
         table.add_column(col, justify="left" if col in ("study", "variants") else "right")
     table.add_column("minutes", justify="right")
 
     def minutes(flops: float) -> float:
-        return device_minutes(flops, mfu=mfu, peak=peak)
+        return device_minutes(flops, rate.flops_per_s)
 
     everything: list[RunFlops] = []
     notes = []
@@ -217,8 +308,8 @@ def print_flops(
     if len(studies) > 1:
         _row(table, "[bold]total[/]", "", everything, minutes)
     console.print(table)
-    for line in notes:
-        console.print(escape(line))
+    for line in notes + [reuse_line(s) for s in studies]:
+        console.print(escape(line), soft_wrap=True)
     return sum(r.train_flops for r in everything)
 
 

@@ -35,9 +35,10 @@ from rich.markup import escape
 
 from ablate.claims.registration import registration_path
 from ablate.execution.executors import ExecutorFailed, ExecutorOptions, RunTask, check, execute
+from ablate.execution.executors.local import start_early
 from ablate.execution.groups import group_tasks
 from ablate.execution.progress import LiveProgress, fmt_duration
-from ablate.execution.tables import make_console, print_summary
+from ablate.execution.tables import make_console, print_summary, profile_text
 from ablate.execution.worker import INTERRUPTED, LOCKED, TRAINED
 from ablate.store import (
     DAMAGED,
@@ -141,7 +142,8 @@ def run_study(
     opts = executor or ExecutorOptions()
     if workers is not None:
         opts = opts.model_copy(update={"workers": workers})
-    study = _plan(study_path, profile, overrides, plugins, extra_seeds, confirm_seeds)
+    start_early(opts)  # the workers' imports (seconds) run while the study is planned
+    study = plan_runs(study_path, profile, overrides, plugins, extra_seeds, confirm_seeds)
     check(opts)
     runs_store = RunStore(store)
     console = make_console()
@@ -156,7 +158,9 @@ def run_study(
     todo = [r for r in study.runs if dirs[r.run_id].status not in FINISHED]
     resuming = sum(1 for r in todo if dirs[r.run_id].last_checkpoint() is not None)
     # the study's repository (where its registration is committed): git proves the order there
-    repo = study_git([Path(study.path), registration_path(study.path, study.profile)])
+    repo = study_git(
+        [Path(study.path), registration_path(study.path, study.profile), *map(Path, study.plugins)]
+    )
     tasks = [
         RunTask(
             r,
@@ -173,7 +177,7 @@ def run_study(
     os.environ["ABLATE_WORKERS"] = str(_n_workers(opts, tasks))
     groups = sum(1 for t in tasks if t.members)
     console.print(
-        f"[bold]{study.name}[/]{_profile_text(study)}: "
+        f"[bold]{study.name}[/]{profile_text(study)}: "
         f"{len(study.runs)} runs, {done} finished, {len(todo)} to train"
         + (f" ({resuming} resume from a checkpoint)" if resuming else "")
         + " -> "
@@ -208,11 +212,7 @@ def run_study(
     return results
 
 
-def _profile_text(study: Study) -> str:
-    return f" (profile {study.profile}: {study.profile_reason})" if study.profile else ""
-
-
-def _plan(
+def plan_runs(
     study_path: str | Path,
     profile: str | None,
     overrides: Sequence[str],
@@ -297,9 +297,9 @@ def _n_workers(opts: ExecutorOptions, tasks: list[RunTask]) -> int:
     """Runs training at once on this machine (1 for Ray/SLURM, whose layout is the cluster's)."""
     if opts.executor != "local" or not tasks:
         return 1
-    from ablate.execution.executors.local import plan_workers, visible_gpus
+    from ablate.execution.executors.local import plan_workers
 
-    return len(plan_workers(tasks, opts, visible_gpus()))
+    return len(plan_workers(tasks, opts))
 
 
 def _where(opts: ExecutorOptions, tasks: list[RunTask]) -> str:
@@ -311,9 +311,9 @@ def _where(opts: ExecutorOptions, tasks: list[RunTask]) -> str:
         return "on SLURM" if cluster == "slurm" else f"on submitit's {cluster} executor"
     if not tasks:
         return ""
-    from ablate.execution.executors.local import plan_workers, visible_gpus
+    from ablate.execution.executors.local import plan_workers
 
-    slots = plan_workers(tasks, opts, visible_gpus())
+    slots = plan_workers(tasks, opts)
     if len(slots) == 1 and slots[0].memory_fraction is None:
         return ""  # one run at a time, in this process
     gpus = sorted({s.cuda_visible_devices for s in slots if s.cuda_visible_devices is not None})

@@ -16,7 +16,7 @@ What changes for the CPU, and nothing else:
   says so. On a CPU that emulates bf16 matrix products (``ablate.accel.cpu_bf16_matmul_fast``:
   ~70x slower than fp32 there, e.g. AVX2-only CPUs) bf16 runs train ``EMULATED_STEPS`` step
   instead of ``SMOKE_STEPS``, in bf16 all the same, and the smoke says that too;
-- runs the profile stacks (``train.stack`` not ``off``, a model ``vmap`` can batch) train as
+- runs the profile stacks (``train.stack`` not ``off``, a member-aware model) train as
   a stacked group of ``SMOKE_MEMBERS`` (the run and the same run at the next seed), whatever
   the CPU would choose for ``auto``: the GPU runs will take that path;
 - ``train.attn_backend`` flash/efficient becomes ``auto`` (the CPU kernel for the encoding);
@@ -44,7 +44,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ablate.config import RunConfig
-from ablate.execution.tables import Col, make_console, print_rows
+from ablate.execution.tables import Col, make_console, print_rows, profile_text
 from ablate.store import RunStore
 from ablate.study import PlannedRun, Study, load_study
 from ablate.study.preflight import check_compile
@@ -98,10 +98,11 @@ def emulated_bf16(precision: str) -> bool:
 
 def smoke_members(cfg: RunConfig) -> list[RunConfig]:
     """The configs one smoke run trains: ``cfg`` alone, or where the profile stacks ``cfg``'s
-    runs, ``cfg`` and ``SMOKE_MEMBERS - 1`` more seeds as one stacked group."""
-    from ablate.training.stacked.plan import not_stackable
+    runs (``auto``, or groups of N > 1), ``cfg`` and ``SMOKE_MEMBERS - 1`` more seeds as one
+    stacked group."""
+    from ablate.training.stacked.plan import stack_limit
 
-    if cfg.train.stack == "off" or not_stackable(cfg):
+    if stack_limit(cfg, auto=lambda c: SMOKE_MEMBERS) == 1:  # off, 1, or cannot stack
         return [cfg]
     out = []
     for seed in range(cfg.train.seed, cfg.train.seed + SMOKE_MEMBERS):
@@ -170,7 +171,7 @@ def smoke_study(
 def _print_notes(study: Study, runs: list[tuple[PlannedRun, RunConfig]], console) -> None:
     """The smoke's header, and a line for each way it departs from the profile."""
     console.print(
-        f"[bold]{study.name}[/] smoke test (profile {study.profile}): {len(runs)} of "
+        f"[bold]{study.name}[/] smoke test{profile_text(study)}: {len(runs)} of "
         f"{len(study.runs)} runs (one per code path) on the CPU"
     )
     if any(r.config.train.precision == "16-mixed" for r, _ in runs):

@@ -165,6 +165,12 @@ _STYLE = {
 }
 
 
+def profile_text(study: Study) -> str:
+    """`` (profile cpu: default_profile auto: no CUDA device visible)`` after a study's name;
+    nothing for a study without profiles."""
+    return f" (profile {study.profile}: {study.profile_reason})" if study.profile else ""
+
+
 def fmt_loss(v: Any, digits: int = 4) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
@@ -265,29 +271,41 @@ def plan_studies(
     with the workers ``ablate run --workers`` would use (:mod:`ablate.execution.estimate`).
     Every study is validated first, its registered datasets fetched as ``ablate run`` does
     (``ConfigError`` when one cannot be)."""
+    studies = [load_study(p, profile, overrides, plugins=plugins) for p in study_paths]
+    show_plans([(s, None) for s in studies], store, estimate, workers, remeasure)
+    return studies
+
+
+def show_plans(
+    plans: Sequence[tuple[Study, str | None]],
+    store: str | Path,
+    estimate: bool,
+    workers: str | int | None,
+    remeasure: bool,
+) -> None:
+    """Print each planned study (with its note under the header), after fetching the
+    registered datasets of all of them."""
     from ablate.execution.executors import ExecutorOptions
 
     opts = ExecutorOptions.parse(workers=workers)
-    studies = [load_study(p, profile, overrides, plugins=plugins) for p in study_paths]
     from ablate.data import fetch_registered  # loads torch: after the studies validate
 
-    for study in studies:
+    for study, _ in plans:
         fetch_registered({r.config.data.dataset for r in study.runs}, source=study.path)
     timing = {"opts": opts, "remeasure": remeasure} if estimate else None
-    for study in studies:
-        _print_plan(study, RunStore(store), make_console(), timing=timing)
-    return studies
+    for study, note in plans:
+        _print_plan(study, RunStore(store), make_console(), timing=timing, note=note)
 
 
 def _plan_workers(study: Study, runs_store: RunStore, opts) -> int:
     """The workers ``ablate run`` would start for the study's unfinished runs."""
     from ablate.execution.executors import RunTask
-    from ablate.execution.executors.local import plan_workers, visible_gpus
+    from ablate.execution.executors.local import plan_workers
     from ablate.execution.groups import group_tasks
 
     todo = [r for r in study.runs if runs_store.run(study.name, r.run_id).status not in FINISHED]
     tasks = group_tasks([RunTask(r, r.config, "", {}) for r in todo or study.runs])
-    return len(plan_workers(tasks, opts, visible_gpus())) if tasks else 1
+    return len(plan_workers(tasks, opts)) if tasks else 1
 
 
 PLAN_COLUMNS = [
@@ -305,9 +323,15 @@ PLAN_COLUMNS = [
 
 
 def _print_plan(
-    study: Study, runs_store: RunStore, console: Console, *, timing: dict[str, Any] | None
+    study: Study,
+    runs_store: RunStore,
+    console: Console,
+    *,
+    timing: dict[str, Any] | None,
+    note: str | None = None,
 ) -> None:
     from ablate.execution.estimate import estimate_runs, total_line
+    from ablate.execution.flops import reuse_line
     from ablate.execution.groups import plan_labels
 
     header = f"[bold]{study.name}[/]"
@@ -317,6 +341,8 @@ def _print_plan(
     console.print(header)
     if study.description:
         console.print(escape(study.description.splitlines()[0]), soft_wrap=True)
+    if note:
+        console.print(escape(note), soft_wrap=True)
     groups, stack_lines = plan_labels(study.runs)
     counts = _non_embedding_params(study)
     est = None
@@ -355,6 +381,7 @@ def _print_plan(
         print_ladder(study, console)
     for line in stack_lines:
         console.print(escape(line), soft_wrap=True)
+    console.print(escape(reuse_line(study)), soft_wrap=True)
     if est:
         console.print(escape(total_line(est, todo, fmt_duration)))
 
@@ -389,7 +416,7 @@ def store_status(
     counts and one line per run."""
     runs_store = RunStore(store)
     console = make_console()
-    present = runs_store.studies()
+    present = runs_store.studies(planned=True)  # `ablate run` planned, nothing started yet
     wanted = [studies] if isinstance(studies, str) else list(studies or [])
     names = [_study_name(s) for s in wanted] or present
     missing = [n for n in names if n not in present]

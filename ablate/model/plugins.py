@@ -9,12 +9,17 @@ class is built as ``cls(cfg)`` from the ``ModelConfig``. ``CALLS`` says how the 
 each one; the interface check calls it the same way.
 
 A plugin is a Python module (a dotted name, or a ``.py`` file) that adds classes with
-``@ablate.register(axis, name)``. Registration checks the class against the axis's interface
-on a tiny config (an ``nn.Module`` subclass, built from a ``ModelConfig``, mapping a small input
-to the right output shape); ``load_plugins`` imports plugins and turns every failure into a
-one-line ``ConfigError`` naming the plugin. The sha256 of each registered plugin's source is
-part of the run id of every run that uses it (``plugin_hashes``), so editing a plugin never
-reuses runs made with the old code.
+``@ablate.register(axis, name)``. A class says whether it computes k members at once
+(``member_aware = True``, ``ablate.model.members``: built as ``cls(cfg, members)``, every tensor
+leading with the member dimension, called on ``(k, B, T, d_model)``); one that does not (the
+default for a plain ``nn.Module``) is built as ``cls(cfg)``, called on ``(B, T, d_model)``, and
+its runs train alone. Subclasses of the built-in bases inherit ``member_aware = True``.
+Registration checks the class against the axis's interface on a tiny config (an ``nn.Module``
+subclass, built from a ``ModelConfig``, mapping a small input to the right output shape; a
+member-aware one holding its members apart); ``load_plugins`` imports plugins and turns every
+failure into a one-line ``ConfigError`` naming the plugin. The sha256 of each registered
+plugin's source is part of the run id of every run that uses it (``plugin_hashes``), so editing
+a plugin never reuses runs made with the old code.
 """
 
 from __future__ import annotations
@@ -127,27 +132,29 @@ def register(axis: str, name: str) -> Callable[[C], C]:
 
 
 CALLS = {
-    "arch": "model(idx) -> logits: (B, T) token ids -> (B, T, vocab)",
-    "norm_placement": "block(x, rotary, attn_bias) -> x: (B, T, d_model) -> (B, T, d_model)",
-    "norm": "norm(x) -> x: (B, T, d_model) -> (B, T, d_model)",
+    "arch": "model(idx) -> logits: (k, B, T) token ids -> (k, B, T, vocab)",
+    "norm_placement": "block(x, rotary, attn_bias) -> x: (k, B, T, d_model) -> (k, B, T, d_model)",
+    "norm": "norm(x) -> x: (k, B, T, d_model) -> (k, B, T, d_model)",
     "pos_encoding": "pos.embed(x) -> x, pos.rotary(T, device), pos.attn_bias(T, device)",
-    "activation": "ffn(x) -> x: (B, T, d_model) -> (B, T, d_model)",
-    "attention": "attn(x, rotary, attn_bias) -> x: (B, T, d_model) -> (B, T, d_model)",
+    "activation": "ffn(x) -> x: (k, B, T, d_model) -> (k, B, T, d_model)",
+    "attention": "attn(x, rotary, attn_bias) -> x: (k, B, T, d_model) -> (k, B, T, d_model)",
 }
 """How the model calls a class of each axis (``rotary``: the RoPE tables or None; ``attn_bias``:
-ALiBi's ``(H, T, T)`` bias or None)."""
+ALiBi's ``(H, T, T)`` bias or None). ``k`` is the member dimension
+(``ablate.model.members``): a class that is not member-aware is called without it, ``(B, T,
+d_model)``, and its runs train alone."""
 
 
-def _call(axis: str, module, x):
+def _call(axis: str, module, x, members: int):
     """``module`` called on ``x`` exactly as the model calls a class of ``axis``."""
     if axis == "pos_encoding":
-        T = x.size(1)
+        T = x.size(-2)
         module.rotary(T, x.device), module.attn_bias(T, x.device)
         return module.embed(x)
     if axis in ("norm_placement", "attention"):
         cfg = _tiny_config(axis, "")
-        pos = table("pos_encoding")[cfg.pos_encoding](cfg).to(x.device)
-        T = x.size(1)
+        pos = table("pos_encoding")[cfg.pos_encoding](cfg, members).to(x.device)
+        T = x.size(-2)
         return module(x, pos.rotary(T, x.device), pos.attn_bias(T, x.device))
     return module(x)
 
@@ -163,14 +170,57 @@ def _tiny_config(axis: str, name: str):
     return base.model_copy(update={axis: name}) if name else base
 
 
+def _build(axis: str, cls: type, cfg, members: int, vocab: int):
+    from ablate.model.members import member_aware
+
+    if axis == "arch":
+        return cls(cfg, vocab, members) if member_aware(cls) else cls(cfg, vocab)
+    return cls(cfg, members) if member_aware(cls) else cls(cfg)
+
+
+def _check_members(what: str, axis: str, name: str, cls: type, members: int) -> None:
+    """A member-aware class holds every tensor with the member dimension first, and member 0's
+    output does not change when only member 1's input does (members share no operation)."""
+    import torch
+
+    from ablate.model.members import member_tensors
+
+    torch.manual_seed(0)
+    module = _build(axis, cls, _tiny_config(axis, name), members, 11).eval()
+    for key, (t, member, _) in member_tensors(module).items():
+        if member and (t.dim() == 0 or t.shape[0] != members):
+            raise PluginError(
+                f"{what} is member-aware (member_aware = True) but its tensor {key!r} has "
+                f"shape {tuple(t.shape)}, not {members} members first: build it from "
+                "ablate.model.members (Linear, Embedding) or set member_aware = False"
+            )
+    shape = (members, 2, 5) if axis == "arch" else (members, 2, 5, 16)
+    x = torch.randint(0, 11, shape) if axis == "arch" else torch.randn(shape)
+    other = x.clone()
+    other[1] = torch.randint(0, 11, shape[1:]) if axis == "arch" else torch.randn(shape[1:])
+    with torch.no_grad():
+        same = torch.equal(
+            _call(axis, module, x, members)[0], _call(axis, module, other, members)[0]
+        )
+    if not same:
+        raise PluginError(
+            f"{what} is member-aware (member_aware = True) but member 0's output changed with "
+            "member 1's input: members must share no operation"
+        )
+
+
 def check_interface(axis: str, name: str, cls: type) -> None:
-    """Build ``cls`` from a tiny config and run a ``(2, 5, d_model)`` input (``(2, 5)`` ids for
-    ``arch``) through it: on the meta device (no memory), else on the CPU if an op has no meta
-    kernel. Raises ``PluginError`` saying what does not fit."""
+    """Build ``cls`` from a tiny config and run a ``(k, 2, 5, d_model)`` input (``(k, 2, 5)``
+    ids for ``arch``) through it, ``k = 2`` for a member-aware class (without ``k`` for one
+    that is not): on the meta device (no memory), else on the CPU if an op has no meta kernel.
+    A member-aware class is checked on the CPU for its members (``_check_members``). Raises
+    ``PluginError`` saying what does not fit."""
     import torch
     import torch.nn as nn
 
-    from ablate.model.transformer import CausalSelfAttention, LanguageModel, NoPositions
+    from ablate.model.base import LanguageModel
+    from ablate.model.members import member_aware
+    from ablate.model.transformer import CausalSelfAttention, NoPositions
 
     what = f"{axis} {name!r} ({getattr(cls, '__qualname__', cls)})"
     if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
@@ -188,23 +238,24 @@ def check_interface(axis: str, name: str, cls: type) -> None:
             f"{what} must subclass ablate.model.transformer.CausalSelfAttention (qk/attend)"
         )
     cfg = _tiny_config(axis, name)
+    k = 2 if member_aware(cls) else 1
     B, T, V = 2, 5, 11
+    lead = (k,) if member_aware(cls) else ()
+    if axis == "arch":
+        x, want = torch.zeros(*lead, B, T, dtype=torch.long), (k, B, T, V)
+    else:
+        x, want = torch.zeros(*lead, B, T, cfg.d_model), (*lead, B, T, cfg.d_model)
     errors = []
     for device in ("meta", "cpu"):
         try:
             with torch.device(device):
-                module = cls(cfg, V) if axis == "arch" else cls(cfg)
+                module = _build(axis, cls, cfg, k, V)
         except Exception as err:  # noqa: BLE001 - any failure is the plugin's
             errors.append(f"{type(err).__name__}: {err}".splitlines()[0])
             continue
-        x, want = (
-            (torch.zeros(B, T, dtype=torch.long), (B, T, V))
-            if axis == "arch"
-            else (torch.zeros(B, T, cfg.d_model), (B, T, cfg.d_model))
-        )
         try:
             with torch.device(device), torch.no_grad():
-                y = _call(axis, module, x.to(device))
+                y = _call(axis, module, x.to(device), k)
         except TypeError as err:  # called as the model calls it, it takes other arguments
             raise PluginError(
                 f"{what} cannot be called as the model calls it, {CALLS[axis]} "
@@ -218,6 +269,8 @@ def check_interface(axis: str, name: str, cls: type) -> None:
                 f"{what} maps an input of shape {tuple(x.shape)} to {tuple(y.shape)}, "
                 f"expected {want}"
             )
+        if member_aware(cls):
+            _check_members(what, axis, name, cls, k)
         return
     raise PluginError(f"{what} cannot be built from a ModelConfig and run: {errors[-1]}")
 
@@ -233,7 +286,8 @@ def load_plugin(spec: str, *, base: Path | None = None, key: str = "plugins", so
     """Import one plugin: a dotted module name, or a ``.py`` path (relative to ``base``).
 
     Returns the module name. Importing the same plugin again does nothing. Any failure is a
-    one-line ``ConfigError`` naming the plugin, the key and the source file.
+    one-line ``ConfigError`` naming the plugin, the key and the source file, and so is a plugin
+    that registers nothing (its classes lack ``@ablate.register``: it would change nothing).
     """
     if not isinstance(spec, str) or not spec.strip():
         raise ConfigError(
@@ -252,6 +306,7 @@ def load_plugin(spec: str, *, base: Path | None = None, key: str = "plugins", so
             raise ConfigError(f"plugin {spec!r}: no such file ({path})", key=key, source=source)
         digest = hashlib.sha256(ident.encode()).hexdigest()[:10]
         mod_name = f"ablate_plugin_{path.stem}_{digest}"
+        before = set(_PLUGINS)
         try:
             mod_spec = importlib.util.spec_from_file_location(mod_name, path)
             module = importlib.util.module_from_spec(mod_spec)
@@ -264,12 +319,31 @@ def load_plugin(spec: str, *, base: Path | None = None, key: str = "plugins", so
         ident = mod_name = spec
         if ident in _LOADED:
             return _LOADED[ident]
+        before = set(_PLUGINS)
         try:
             importlib.import_module(spec)
         except Exception as err:  # noqa: BLE001
             raise _import_error(spec, err, key, source) from None
+    if not set(_PLUGINS) - before and not _registered_by(mod_name):
+        raise ConfigError(
+            f"plugin {spec!r} registers nothing: it imports, but no class in it is decorated "
+            f"with @ablate.register(axis, name) (axes: {', '.join(AXES)})",
+            key=key,
+            source=source,
+        )
     _LOADED[ident] = mod_name
     return mod_name
+
+
+def _registered_by(module: str) -> list[tuple[str, str]]:
+    """The (axis, name) registrations of classes defined in ``module`` or below it (a module
+    plugin imported before, whose registrations happened then)."""
+    out = []
+    for axis, name in _PLUGINS:
+        owner = getattr(table(axis).get(name), "__module__", "") or ""
+        if owner == module or owner.startswith(module + "."):
+            out.append((axis, name))
+    return out
 
 
 def _import_error(spec: str, err: Exception, key: str, source) -> ConfigError:

@@ -1,20 +1,25 @@
-"""The configurable decoder-only transformer LM, and the base class it shares with the LSTM.
+"""The configurable decoder-only transformer LM (its base class, shared with the LSTM:
+``ablate.model.base.LanguageModel``).
 
 Reads top to bottom: norms -> positional encodings -> attention -> feed-forward -> block -> model.
 Each ablation axis of ``ModelConfig`` is a registry (a small ``dict`` name -> class) looked up
 once at build time, so the forward pass has no branches on config strings.
 
+One model computes k runs of one shape ("members"; a solo run is k = 1): every tensor leads with
+the member dimension and activations are ``(k, B, T, d)`` (``ablate.model.members``: the batched
+``Linear`` and ``Embedding``, how a member's tensors are saved). The code is the same for every
+k, so a step dispatches the same operations whatever k is.
+
 Parameter naming (for per-layer gradient norms): everything in transformer layer ``i`` lives
 under ``blocks.{i}.`` (``blocks.{i}.attn.{q,k,v,out}_proj``, ``blocks.{i}.ffn.w{1,2,3}``,
 ``blocks.{i}.{attn,ffn}_norm``); the rest (``tok_emb``, ``pos``, ``final_norm``, ``head``) belongs
-to no layer. With tied embeddings ``head.weight`` is ``tok_emb.weight`` and ``named_parameters``
-lists it once, as ``tok_emb.weight``.
+to no layer. With tied embeddings the head is ``tok_emb.weight`` transposed and has no
+parameter of its own.
 """
 
 from __future__ import annotations
 
 import math
-from typing import ClassVar
 
 import torch
 import torch.nn as nn
@@ -22,15 +27,44 @@ import torch.nn.functional as F
 
 from ablate import registry
 from ablate.config import ModelConfig
+from ablate.model.base import LanguageModel
+from ablate.model.members import Embedding, Linear, build
 
 # --- norms ----------------------------------------------------------------------------------------
+#
+# Activations are ``(k, B, T, d)``: k members (a solo run: k = 1), each with its own batch. Every
+# tensor of a module leads with k (``ablate.model.members``); a norm's weights are ``(k, d)``.
 
 
-class LayerNorm(nn.LayerNorm):
+def per_member(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A member's ``(k, d)`` weights shaped to scale ``x`` ``(k, ..., d)`` member by member."""
+    return w.view(w.size(0), *(1,) * (x.dim() - 2), w.size(-1))
+
+
+def layer_norm(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, eps: float
+) -> torch.Tensor:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dimension, each member
+    with its own ``(k, d)`` weight and bias."""
+    y = F.layer_norm(x, x.shape[-1:], eps=eps)
+    w = per_member(weight, y)
+    return y * w if bias is None else torch.addcmul(per_member(bias, y), y, w)
+
+
+class LayerNorm(nn.Module):
     """LayerNorm (Ba et al. 2016, arXiv 1607.06450); the shift is dropped when ``bias=False``."""
 
-    def __init__(self, cfg: ModelConfig):
-        super().__init__(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
+    member_aware = True
+
+    def __init__(self, cfg: ModelConfig, members: int = 1, dim: int | None = None):
+        super().__init__()
+        dim = dim or cfg.d_model
+        self.eps = cfg.norm_eps
+        self.weight = nn.Parameter(torch.ones(members, dim))
+        self.bias = nn.Parameter(torch.zeros(members, dim)) if cfg.bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return layer_norm(x, self.weight, self.bias, self.eps)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -43,22 +77,20 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 class RMSNorm(nn.Module):
     """RMSNorm (Zhang & Sennrich 2019, arXiv 1910.07467): LayerNorm without centring or shift."""
 
-    def __init__(self, cfg: ModelConfig):
+    member_aware = True
+
+    def __init__(self, cfg: ModelConfig, members: int = 1):
         super().__init__()
         self.eps = cfg.norm_eps
-        self.weight = nn.Parameter(torch.ones(cfg.d_model))
+        self.weight = nn.Parameter(torch.ones(members, cfg.d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps)
+        return rms_norm(x, per_member(self.weight, x), self.eps)
 
 
 NORMS: dict[str, type[nn.Module]] = registry.define(
     "norm", {"layernorm": LayerNorm, "rmsnorm": RMSNorm}
 )
-
-
-def build_norm(cfg: ModelConfig) -> nn.Module:
-    return registry.lookup("norm", cfg.norm)(cfg)
 
 
 # --- positional encodings -------------------------------------------------------------------------
@@ -147,22 +179,24 @@ class NoPositions(nn.Module):
     """No position signal; the causal mask alone lets a decoder infer position
     (Haviv et al. 2022, arXiv 2203.16634). Also the base class: every hook is a no-op."""
 
+    member_aware = True
     max_len: int | None = None
     """Longest sequence the encoding supports; ``None`` = any."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, members: int = 1):
         super().__init__()
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
-        """Token embeddings ``(B, T, d)`` -> input of the first block."""
+        """Token embeddings ``(k, B, T, d)`` -> input of the first block."""
         return x
 
     def rotary(self, seq_len: int, device: torch.device) -> Rotary | None:
-        """``(cos, sin)`` tables applied to q and k, or ``None``."""
+        """``(cos, sin)`` tables applied to q and k, or ``None``; every member's."""
         return None
 
     def attn_bias(self, seq_len: int, device: torch.device) -> torch.Tensor | None:
-        """Additive attention mask ``(H, T, T)`` that already includes causality, or ``None``."""
+        """Additive attention mask ``(H, T, T)`` that already includes causality, or ``None``;
+        every member's."""
         return None
 
 
@@ -170,33 +204,34 @@ class SinusoidalPositions(NoPositions):
     """Fixed sinusoids added to the embeddings (Vaswani et al. 2017, arXiv 1706.03762)."""
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
-        return x + sinusoidal_table(x.size(1), x.size(2), x.device).to(x.dtype)
+        return x + sinusoidal_table(x.size(-2), x.size(-1), x.device).to(x.dtype)
 
 
 class LearnedPositions(NoPositions):
     """A trained absolute position table (GPT, Radford et al. 2018; BERT, arXiv 1810.04805)."""
 
-    def __init__(self, cfg: ModelConfig):
-        super().__init__(cfg)
+    def __init__(self, cfg: ModelConfig, members: int = 1):
+        super().__init__(cfg, members)
         self.max_len = cfg.max_seq_len
-        self.table = nn.Embedding(cfg.max_seq_len, cfg.d_model)
+        self.table = Embedding(cfg.max_seq_len, cfg.d_model, members)
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
-        T = x.size(1)
+        T = x.size(-2)
         if T > self.max_len:
             raise ValueError(
                 f"sequence length {T} exceeds max_seq_len {self.max_len}: learned positions "
                 "have no embedding past the table (use sinusoidal, rope, alibi or none)"
             )
-        return x + self.table(torch.arange(T, device=x.device))
+        positions = torch.arange(T, device=x.device).unsqueeze(0)  # (1, T): every member's
+        return x + self.table(positions).unsqueeze(1)  # (k, B, T, d) + (k, 1, T, d)
 
 
 class RotaryPositions(NoPositions):
     """RoPE (Su et al. 2021, arXiv 2104.09864): q and k rotated by position, so q.k depends
     only on the offset."""
 
-    def __init__(self, cfg: ModelConfig):
-        super().__init__(cfg)
+    def __init__(self, cfg: ModelConfig, members: int = 1):
+        super().__init__(cfg, members)
         self.head_dim, self.theta = cfg.head_dim, cfg.rope_theta
 
     def rotary(self, seq_len: int, device: torch.device) -> Rotary:
@@ -206,8 +241,8 @@ class RotaryPositions(NoPositions):
 class ALiBiPositions(NoPositions):
     """ALiBi (Press et al. 2021, arXiv 2108.12409): a per-head linear distance penalty."""
 
-    def __init__(self, cfg: ModelConfig):
-        super().__init__(cfg)
+    def __init__(self, cfg: ModelConfig, members: int = 1):
+        super().__init__(cfg, members)
         self.register_buffer("slopes", alibi_slopes(cfg.n_heads), persistent=False)
 
     def attn_bias(self, seq_len: int, device: torch.device) -> torch.Tensor:
@@ -235,30 +270,36 @@ class CausalSelfAttention(nn.Module):
     heads: grouped-query attention (Ainslie et al. 2023, arXiv 2305.13245), multi-query when 1
     (Shazeer 2019, arXiv 1911.02150). Query head ``h`` reads K/V head ``h // (n_heads/n_kv)``.
 
+    The members are folded into SDPA's batch, ``(k*B, H, T, D)``: one attention call for all of
+    them, with the fused kernels and attention dropout (``dropout_p``) inside it.
+
     The ``attention`` axis' base (``plain``): a variant subclasses it and overrides ``qk`` (the
     heads' queries and keys before the positions rotate them) or ``attend`` (the attention of
     the projected heads); the block calls it as ``attn(x, rotary, attn_bias)``."""
 
-    def __init__(self, cfg: ModelConfig):
+    member_aware = True
+
+    def __init__(self, cfg: ModelConfig, members: int = 1):
         super().__init__()
+        self.members = members
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.head_dim
         kv_dim = self.n_kv_heads * self.head_dim
         # separate projections: q and k/v differ in width under GQA
-        self.q_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
-        self.k_proj = nn.Linear(cfg.d_model, kv_dim, bias=cfg.bias)
-        self.v_proj = nn.Linear(cfg.d_model, kv_dim, bias=cfg.bias)
-        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.q_proj = Linear(cfg.d_model, cfg.d_model, bias=cfg.bias, members=members)
+        self.k_proj = Linear(cfg.d_model, kv_dim, bias=cfg.bias, members=members)
+        self.v_proj = Linear(cfg.d_model, kv_dim, bias=cfg.bias, members=members)
+        self.out_proj = Linear(cfg.d_model, cfg.d_model, bias=cfg.bias, members=members)
         self.attn_dropout = cfg.dropout
         self.resid_dropout = nn.Dropout(cfg.dropout)
 
     def qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Queries ``(B, H, T, D)`` and keys ``(B, Hkv, T, D)`` as the scores will use them."""
+        """Queries ``(k*B, H, T, D)`` and keys ``(k*B, Hkv, T, D)`` as the scores will use them."""
         return q, k
 
     def attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_bias: torch.Tensor | None
     ) -> torch.Tensor:
-        """``softmax(q k^T / sqrt(D) + bias) v`` over ``(B, H, T, D)`` heads, causal."""
+        """``softmax(q k^T / sqrt(D) + bias) v`` over ``(k*B, H, T, D)`` heads, causal."""
         return F.scaled_dot_product_attention(
             q,
             k,
@@ -275,19 +316,19 @@ class CausalSelfAttention(nn.Module):
         rotary: Rotary | None = None,
         attn_bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        B, T, C = x.shape
+        members, B, T, C = x.shape
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
-        q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-        k = self.k_proj(x).view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
-        v = self.v_proj(x).view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
+        q = self.q_proj(x).view(members * B, T, H, D).transpose(1, 2)  # (k*B, H, T, D)
+        k = self.k_proj(x).view(members * B, T, Hkv, D).transpose(1, 2)  # (k*B, Hkv, T, D)
+        v = self.v_proj(x).view(members * B, T, Hkv, D).transpose(1, 2)  # (k*B, Hkv, T, D)
         q, k = self.qk(q, k)
         if rotary is not None:
             q, k = apply_rope(q, *rotary), apply_rope(k, *rotary)
         if Hkv != H:
-            k = k.repeat_interleave(H // Hkv, dim=1)  # (B, H, T, D)
-            v = v.repeat_interleave(H // Hkv, dim=1)  # (B, H, T, D)
-        y = self.attend(q, k, v, attn_bias)  # (B, H, T, D)
-        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, d)
+            k = k.repeat_interleave(H // Hkv, dim=1)  # (k*B, H, T, D)
+            v = v.repeat_interleave(H // Hkv, dim=1)  # (k*B, H, T, D)
+        y = self.attend(q, k, v, attn_bias)  # (k*B, H, T, D)
+        y = y.transpose(1, 2).reshape(members, B, T, C)  # (k, B, T, d)
         return self.resid_dropout(self.out_proj(y))
 
 
@@ -297,13 +338,15 @@ class QKNormAttention(CausalSelfAttention):
     scale per head dimension) before the scores, which bounds the attention logits; Wortsman et
     al. 2023 (arXiv 2309.14322) find it keeps small models trainable at higher learning rates."""
 
-    def __init__(self, cfg: ModelConfig):
-        super().__init__(cfg)
-        self.q_norm = nn.LayerNorm(self.head_dim, eps=cfg.norm_eps, bias=cfg.bias)
-        self.k_norm = nn.LayerNorm(self.head_dim, eps=cfg.norm_eps, bias=cfg.bias)
+    def __init__(self, cfg: ModelConfig, members: int = 1):
+        super().__init__(cfg, members)
+        self.q_norm = LayerNorm(cfg, members, dim=self.head_dim)
+        self.k_norm = LayerNorm(cfg, members, dim=self.head_dim)
 
     def qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.q_norm(q), self.k_norm(k)
+        # (k*B, H, T, D) -> (k, B, H, T, D): each member's heads with the member's scale
+        q = self.q_norm(q.unflatten(0, (self.members, -1))).flatten(0, 1)
+        return q, self.k_norm(k.unflatten(0, (self.members, -1))).flatten(0, 1)
 
 
 ATTENTIONS: dict[str, type[CausalSelfAttention]] = registry.define(
@@ -320,11 +363,13 @@ class FeedForward(nn.Module):
     """``W2 act(W1 x)`` with ReLU (Vaswani et al. 2017, arXiv 1706.03762) or GELU
     (Hendrycks & Gimpel 2016, arXiv 1606.08415)."""
 
-    def __init__(self, cfg: ModelConfig):
+    member_aware = True
+
+    def __init__(self, cfg: ModelConfig, members: int = 1):
         super().__init__()
         self.act = ACTIVATIONS[cfg.activation]
-        self.w1 = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=cfg.bias)
-        self.w2 = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=cfg.bias)
+        self.w1 = Linear(cfg.d_model, cfg.ffn_hidden, bias=cfg.bias, members=members)
+        self.w2 = Linear(cfg.ffn_hidden, cfg.d_model, bias=cfg.bias, members=members)
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -336,12 +381,14 @@ class GatedFeedForward(nn.Module):
     (arXiv 2002.05202). The hidden width is ``cfg.ffn_hidden`` = 2/3 d_ff when parameter-matched,
     since three matrices replace two."""
 
-    def __init__(self, cfg: ModelConfig):
+    member_aware = True
+
+    def __init__(self, cfg: ModelConfig, members: int = 1):
         super().__init__()
         self.act = ACTIVATIONS[cfg.activation]
-        self.w1 = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=cfg.bias)
-        self.w3 = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=cfg.bias)
-        self.w2 = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=cfg.bias)
+        self.w1 = Linear(cfg.d_model, cfg.ffn_hidden, bias=cfg.bias, members=members)
+        self.w3 = Linear(cfg.d_model, cfg.ffn_hidden, bias=cfg.bias, members=members)
+        self.w2 = Linear(cfg.ffn_hidden, cfg.d_model, bias=cfg.bias, members=members)
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -365,15 +412,16 @@ FFNS: dict[str, type[nn.Module]] = registry.define(
 class Block(nn.Module):
     """Attention and feed-forward sublayers, each with a residual connection and a norm."""
 
+    member_aware = True
     final_norm: bool
     """Whether the model needs a norm between the last block and the head."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, members: int = 1):
         super().__init__()
-        self.attn_norm = build_norm(cfg)
-        self.attn = registry.lookup("attention", cfg.attention)(cfg)
-        self.ffn_norm = build_norm(cfg)
-        self.ffn = registry.lookup("activation", cfg.activation)(cfg)
+        self.attn_norm = build("norm", cfg, members)
+        self.attn = build("attention", cfg, members)
+        self.ffn_norm = build("norm", cfg, members)
+        self.ffn = build("activation", cfg, members)
 
 
 class PostNormBlock(Block):
@@ -410,124 +458,18 @@ BLOCKS: dict[str, type[Block]] = registry.define(
 # --- model ----------------------------------------------------------------------------------------
 
 
-class LanguageModel(nn.Module):
-    """Token embedding -> ``hidden`` (the architecture) -> linear head, shared by every arch.
-
-    ``forward(idx)``: ``(B, T)`` token ids -> ``(B, T, vocab)`` logits. Subclasses build their
-    body and call ``init_weights()`` last.
-    """
-
-    unbatchable: ClassVar[str | None] = None
-    """Why ``torch.vmap`` cannot batch this model, so its runs never train stacked (``None``:
-    it can); read at plan time, so such a run is planned alone instead of failing in a group."""
-
-    def __init__(self, cfg: ModelConfig, vocab_size: int):
-        super().__init__()
-        self.cfg = cfg
-        self.vocab_size = vocab_size
-        self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
-        self.head = nn.Linear(cfg.d_model, vocab_size, bias=False)
-        if cfg.tie_embeddings:
-            # weight tying (Press & Wolf 2017, arXiv 1608.05859)
-            self.head.weight = self.tok_emb.weight
-
-    @property
-    def max_len(self) -> int | None:
-        """Longest sequence ``forward`` accepts; ``None`` = any length."""
-        return None
-
-    def hidden(self, idx: torch.Tensor) -> torch.Tensor:
-        """Token ids ``(B, T)`` -> final hidden states ``(B, T, d_model)``."""
-        raise NotImplementedError
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        return self.head(self.hidden(idx))  # (B, T, vocab)
-
-    # --- initialisation -------------------------------------------------------------------
-
-    def residual_projections(self) -> list[nn.Linear]:
-        """Linears whose output is added to the residual stream (they get a scaled init)."""
-        return []
-
-    @property
-    def emb_scale(self) -> float:
-        """Token embeddings are multiplied by sqrt(d_model) under the ``vaswani`` init and with
-        sinusoidal positions (Vaswani et al. 2017, sec. 3.4, part of the sinusoidal recipe):
-        the fixed sinusoid has unit amplitude, and next to ``gpt2``-initialised embeddings
-        (std 0.02) it would swamp the tokens and stall training at the unigram loss."""
-        scaled = self.cfg.init == "vaswani" or self.cfg.pos_encoding == "sinusoidal"
-        return math.sqrt(self.cfg.d_model) if scaled else 1.0
-
-    def init_weights(self) -> None:
-        """``gpt2``: ``N(0, init_std)`` for linear and embedding weights, zero biases; residual
-        output projections use ``init_std / sqrt(2 n_layers)`` (GPT-2, Radford et al. 2019) so
-        the residual stream's variance does not grow with depth.
-
-        ``vaswani`` (Vaswani et al. 2017, arXiv 1706.03762; the setting of Xiong et al. 2020):
-        Xavier-uniform linears, zero biases, embeddings ``N(0, 1/d_model)`` scaled by
-        ``sqrt(d_model)`` in the forward pass so tokens enter the residual stream at unit scale.
-
-        Norms keep ones/zeros; other modules keep torch's defaults."""
-        if self.cfg.init == "vaswani":
-            for module in self.modules():
-                if isinstance(module, nn.Linear):
-                    nn.init.xavier_uniform_(module.weight)
-                    if module.bias is not None:
-                        nn.init.zeros_(module.bias)
-            # after the linears: a tied head shares the embedding's init
-            for module in self.modules():
-                if isinstance(module, nn.Embedding):
-                    nn.init.normal_(module.weight, mean=0.0, std=self.cfg.d_model**-0.5)
-            return
-        std = self.cfg.init_std
-        for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, mean=0.0, std=std)
-            if isinstance(module, nn.Linear) and module.bias is not None:
-                nn.init.zeros_(module.bias)
-        for linear in self.residual_projections():
-            nn.init.normal_(linear.weight, mean=0.0, std=std / math.sqrt(2 * self.cfg.n_layers))
-
-    # --- size and cost --------------------------------------------------------------------
-
-    def embedding_parameters(self) -> list[nn.Parameter]:
-        """Lookup tables: the token embedding, the head when untied, learned positions."""
-        params = [self.tok_emb.weight]
-        if self.head.weight is not self.tok_emb.weight:
-            params.append(self.head.weight)
-        return params
-
-    def param_counts(self) -> dict[str, int]:
-        """``{'total', 'embedding', 'non_embedding'}``; tied weights are counted once.
-
-        ``embedding`` is ``embedding_parameters()`` (Kaplan et al. 2020, arXiv 2001.08361,
-        exclude these from N); ``non_embedding`` is everything else.
-        """
-        total = sum(p.numel() for p in self.parameters())  # parameters() skips tied duplicates
-        emb = sum(p.numel() for p in self.embedding_parameters())
-        return {"total": total, "embedding": emb, "non_embedding": total - emb}
-
-    def flops_per_token(self, seq_len: int) -> int:
-        """Approximate training FLOPs per token (forward + backward = 3x forward):
-
-        ``6 * N_non_embedding + 6 * d_model * vocab`` (the head matmul; Kaplan et al. 2020,
-        arXiv 2001.08361); transformers add attention's ``12 * n_layers * d_model * seq_len``.
-        """
-        head = 6 * self.cfg.d_model * self.vocab_size
-        return 6 * self.param_counts()["non_embedding"] + head
-
-
 class TransformerLM(LanguageModel):
     """Decoder-only transformer LM (GPT, Radford et al. 2018): embed (+ positions) -> dropout ->
     ``n_layers`` blocks -> final norm (pre-norm only) -> head."""
 
-    def __init__(self, cfg: ModelConfig, vocab_size: int):
-        super().__init__(cfg, vocab_size)
-        self.pos = registry.lookup("pos_encoding", cfg.pos_encoding)(cfg)
+    def __init__(self, cfg: ModelConfig, vocab_size: int, members: int = 1):
+        super().__init__(cfg, vocab_size, members)
+        self.pos = build("pos_encoding", cfg, members)
         self.drop = nn.Dropout(cfg.dropout)
+        layers = (build("norm_placement", cfg, members) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(layers)
         block = registry.lookup("norm_placement", cfg.norm_placement)
-        self.blocks = nn.ModuleList(block(cfg) for _ in range(cfg.n_layers))
-        self.final_norm = build_norm(cfg) if block.final_norm else nn.Identity()
+        self.final_norm = build("norm", cfg, members) if block.final_norm else nn.Identity()
         self.init_weights()
 
     @property
@@ -535,16 +477,16 @@ class TransformerLM(LanguageModel):
         return self.pos.max_len
 
     def hidden(self, idx: torch.Tensor) -> torch.Tensor:
-        T = idx.size(1)
-        x = self.drop(self.pos.embed(self.tok_emb(idx) * self.emb_scale))  # (B, T, d)
-        # once per forward, shared by every block
+        T = idx.size(-1)
+        x = self.drop(self.pos.embed(self.tok_emb(idx) * self.emb_scale))  # (k, B, T, d)
+        # once per forward, shared by every block and member
         rotary = self.pos.rotary(T, idx.device)
         attn_bias = self.pos.attn_bias(T, idx.device)
         for block in self.blocks:
             x = block(x, rotary, attn_bias)
         return self.final_norm(x)
 
-    def residual_projections(self) -> list[nn.Linear]:
+    def residual_projections(self) -> list[nn.Module]:
         # a plugin block or FFN may name its output projection differently: it keeps its init
         out = []
         for b in self.blocks:
@@ -553,7 +495,7 @@ class TransformerLM(LanguageModel):
                 (getattr(b, "ffn", None), "w2"),
             ):
                 linear = getattr(owner, name, None)
-                if isinstance(linear, nn.Linear):
+                if isinstance(linear, (Linear, nn.Linear)):
                     out.append(linear)
         return out
 

@@ -1,5 +1,7 @@
-"""The top of a report: the study's claims as one table (claim, outcome, difference, CI, p, n
-and which seeds), and the words that label every table and figure with the seeds behind it.
+"""The top of a report: the answer (each claim in plain words, labelled by its evidence:
+confirmed, supported by the t-test only, not supported, not decided with what every seed in the
+store shows, exploratory), the study's claims as one table (claim, outcome, difference, CI, p,
+n and which seeds), and the words that label every table and figure with the seeds behind it.
 
 Every number here was computed by the claim engine (:mod:`ablate.claims`: a claim's
 :class:`~ablate.claims.checks.ClaimCheck` and its comparison); this module only formats them
@@ -10,9 +12,18 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ablate.claims.checks import ClaimCheck
+from ablate.claims.checks import (
+    CONTRADICTED,
+    NOT_HERE,
+    REPRODUCES,
+    WITHIN_MARGIN,
+    ClaimCheck,
+    settled,
+)
+from ablate.claims.spec import EQUIVALENCE, TREND
 from ablate.claims.standing import confirm_mask
-from ablate.claims.verdicts import fmt_num, fmt_p
+from ablate.claims.stats import mean_ci
+from ablate.claims.verdicts import fmt_num, fmt_p, holm_ps, paper_text
 from ablate.report.render import Block
 from ablate.study.results import StudyData
 
@@ -49,7 +60,7 @@ def seeds_text(runs: pd.DataFrame, *, per: str = "variant") -> str:
     )
 
 
-def _claim_seeds(check: ClaimCheck) -> str:
+def claim_seeds(check: ClaimCheck) -> str:
     """Which seeds decided a claim: ``'confirmation 9–13'`` / ``'exploratory 0–2'``."""
     pool = check.pool
     if pool is None or pool.empty:
@@ -71,12 +82,13 @@ def claim_row(check: ClaimCheck) -> dict:
     row = {"claim": check.claim.id, "outcome": check.outcome}
     if check.pending is not None:
         row["outcome"] = f"pending ({check.pending[0]} of {check.pending[1]} runs)"
-    if check.outcome == "inconclusive" and check.seeds_needed is not None:
+    if not settled(check.outcome) and check.seeds_needed is not None:
         if check.seeds_needed.n is not None:
             row["outcome"] += f" (≈{check.seeds_needed.n} seeds needed)"
-    empty = {"a vs b": "—", "a − b": "—", "95% CI": "—", "Holm p": "—", "n": "—"}
+    empty = {"a vs b": "—", "a − b": "—", "95% CI": "—", "Holm p": "—", "exact Holm p": "—"}
+    empty["n"] = "—"
     if c is None or check.pending is not None:
-        return {**row, **empty, "seeds": _claim_seeds(check)}
+        return {**row, **empty, "seeds": claim_seeds(check)}
     if check.parts:  # one-sample parts: each arm against a value, no difference of arms
         n = ", ".join(str(p.n) for p in check.parts)
         vs = "; ".join(
@@ -94,10 +106,16 @@ def claim_row(check: ClaimCheck) -> dict:
             "a − b": fmt_num(c.diff),
             "95% CI": f"[{fmt_num(c.ci_lo)}, {fmt_num(c.ci_hi)}]",
         }
-    p = _p(c.p_adj)
-    if check.claim.expect in ("equivalent", "flat"):  # TOST decides equivalence (a flat trend)
+    p, exact = _p(c.p_adj), _p(c.p_flip_adj)
+    if check.claim.expect in EQUIVALENCE:  # TOST decides equivalence
         p = f"{_p(c.p_tost_adj)} (TOST), {p} (difference)"
-    return {**row, "Holm p": p, "n": n, "seeds": _claim_seeds(check)}
+        exact = f"{_p(c.p_flip_tost_adj)} (TOST), {exact} (difference)"
+    if c.exact:
+        exact = f"{c.exact}: {exact}" if "(" in exact else f"{exact} ({c.exact})"
+    else:
+        exact = "—"
+    row |= {"Holm p": p, "exact Holm p": exact}
+    return {**row, "n": n, "seeds": claim_seeds(check)}
 
 
 def claims_summary(study: StudyData, checks: list[ClaimCheck], unit: str) -> list[Block]:
@@ -114,9 +132,111 @@ def claims_summary(study: StudyData, checks: list[ClaimCheck], unit: str) -> lis
     caption = (
         "The study's claims as the claim engine decided them (each in words, with its test, "
         f"under Against the paper). a − b: difference of the arms' means ({unit} for a loss), "
-        "with its 95% t-interval; Holm p: the test's p, Holm-corrected over the claims only (an "
-        "equivalence claim: TOST's and the difference test's); n: seeds per arm "
+        "with its 95% t-interval; Holm p: the t-test's p, Holm-corrected over the claims only (an "
+        "equivalence claim: TOST's and the difference test's); exact Holm p: the same for the "
+        "exact test (sign-flip for paired seeds, permutation for unpaired arms), which needs no "
+        "normality; an outcome is plain only when both tests give it, else it says which test "
+        "alone does; n: seeds per arm "
         "behind the numbers; seeds: which, confirmation (registered, `ablate run --confirm`) "
         "or exploratory."
     )
     return [Block("h2", "Claims"), Block("table", table, caption)]
+
+
+# --- the answer: the study's question answered from its claims, by evidence ----------------
+
+
+def headline(check: ClaimCheck, unit: str) -> str:
+    """A decided claim's effect in a few words: the difference (or the parts' means) with its
+    95% t-interval, and the Holm p of both tests."""
+    c, claim = check.comparison, check.claim
+    if c is None:
+        return check.detail or "no runs to test it"
+    if check.parts:
+        parts = []
+        for p in check.parts:
+            m, lo, hi = mean_ci(p.values)
+            parts.append(f"{p.label}: mean {m:+.3g} (95% CI [{lo:+.3g}, {hi:+.3g}])")
+        effect = "; ".join(parts)
+    elif claim.expect == "diverges":
+        return f"{c.label_a}: diverged in {c.diverged_a}/{c.total_a} finished seeds"
+    else:
+        ci = f"95% CI [{fmt_num(c.ci_lo)}, {fmt_num(c.ci_hi)}]"
+        if claim.expect in TREND:  # the slope of the gap per decade of training FLOPs
+            effect = f"{c.label_a}: {fmt_num(c.diff)} {unit} ({ci})"
+        elif claim.by:
+            effect = f"difference of differences {fmt_num(c.diff)} {unit} ({ci})"
+        elif claim.metric == "lr_exponent":
+            lo, hi = claim.value + c.ci_lo, claim.value + c.ci_hi
+            effect = f"alpha {fmt_num(c.mean_a)} (95% CI [{fmt_num(lo)}, {fmt_num(hi)}])"
+            effect += f" against {claim.value:g}"
+        else:
+            effect = f"{c.label_a} − {c.label_b}: {fmt_num(c.diff)} {unit} ({ci})"
+    return f"{effect}; {holm_ps(check)}"
+
+
+def evidence(check: ClaimCheck, confirmatory: bool) -> str:
+    """The claim's label by evidence: confirmed, supported by the t-test (or exact test) only,
+    not supported (at this setting), contradicted by one test only, not decided, pending, or
+    exploratory."""
+    outcome = check.outcome
+    if check.pending is not None:
+        return "pending"
+    if not confirmatory:
+        return "exploratory"
+    tests = ("t-test", "exact test")
+    one = next((f"by the {t} only" for t in tests if f"by {t} only" in outcome), "")
+    if outcome.startswith((REPRODUCES, WITHIN_MARGIN)):
+        return f"supported {one}" if one else "confirmed"
+    if outcome.startswith(NOT_HERE):
+        return "not supported at this setting" + (f" ({one})" if one else "")
+    if outcome.startswith(CONTRADICTED):
+        return f"contradicted {one}" if one else "not supported"
+    return "not decided"
+
+
+def answer_item(check: ClaimCheck, confirmatory: bool, unit: str) -> str:
+    """One claim of the answer: its label, the claim, the effect on its own seeds, what the
+    pooled seeds say where its confirmation did not decide it, and what would decide it."""
+    label, claim = evidence(check, confirmatory), check.claim
+    if check.pending is not None:
+        return f"**pending**: {claim.text} ({check.detail})."
+    kind = "" if confirmatory else " (not confirmatory: see its registration line)"
+    text = (
+        f"**{label}**{kind}: {claim.text} → {check.outcome}: {headline(check, unit)} "
+        f"({claim_seeds(check)})."
+    )
+    pooled = check.pooled
+    if pooled is not None and pooled.comparison is not None and not settled(check.outcome):
+        n = seeds_text(pooled.pool, per="arm") if pooled.pool is not None else "all seeds"
+        text += f" **Exploratory on all seeds** ({n}): {pooled.outcome}: {headline(pooled, unit)}."
+    need = check.seeds_needed
+    if need is not None and not settled(check.outcome):
+        text += f" Seeds to decide it by both tests: {need.text()}."
+    paper = paper_text(check, unit)
+    if "excluded" in paper:
+        text += f" Against the paper: {paper}."
+    return text
+
+
+def answer_blocks(
+    study: StudyData, checks: list[ClaimCheck], unit: str, confirmatory: dict[str, bool]
+) -> list[Block]:
+    """The report's opening: the study's claims answered in plain words, each labelled by its
+    evidence (nothing here is computed but by the claim engine)."""
+    if not checks:
+        return []
+    counts = pd.Series([evidence(ch, confirmatory.get(ch.claim.id, False)) for ch in checks])
+    tally = ", ".join(f"{n} {label}" for label, n in counts.value_counts().items())
+    lead = (
+        f"**Answer** ({len(checks)} claim(s): {tally}). Each claim as the claim engine decided "
+        "it: *confirmed* means both tests (the t-test and the exact test, Holm over the claims) "
+        "support it on the registered confirmation seeds, with the registration's order proven "
+        "by git; *supported by the t-test only* means the exact test does not reach α on those "
+        "seeds; *not decided* and *supported by the t-test only* add what every seed in the "
+        "store shows (the same tests, Holm over the claims: exploratory, since those seeds "
+        "include ones seen before the registration) and the seeds that would decide it by both "
+        "tests. The scale is the one the claims section states."
+    )
+    items = [answer_item(ch, confirmatory.get(ch.claim.id, False), unit) for ch in checks]
+    return [Block("h2", "Answer"), Block("p", lead), Block("ul", items)]

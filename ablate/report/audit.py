@@ -47,11 +47,13 @@ def history_items(folder: Path) -> list[str]:
     for csv in sorted((folder / HISTORY).glob("*.csv")):
         df = pd.read_csv(csv)
         conf = df[df["confirm"].fillna(False).astype(bool)] if "confirm" in df else df.iloc[0:0]
+        link = f"[{HISTORY}/{csv.name}]({HISTORY}/{csv.name})"
+        if conf.empty:  # no confirmation runs: an exploratory look at the claims
+            seeds = ", ".join(str(int(s)) for s in sorted(set(df["seed"].dropna())))
+            out.append(f"{link}: an exploratory look, {len(df)} runs (seeds {seeds or 'none'})")
+            continue
         seeds = ", ".join(str(int(s)) for s in sorted(set(conf["seed"].dropna())))
-        out.append(
-            f"[{HISTORY}/{csv.name}]({HISTORY}/{csv.name}): {len(df)} runs, "
-            f"{len(conf)} of them confirmation runs (seeds {seeds or 'none'})"
-        )
+        out.append(f"{link}: {len(df)} runs, {len(conf)} of them confirmation runs (seeds {seeds})")
     return out
 
 
@@ -69,7 +71,11 @@ def audit_blocks(study: StudyData, folder: Path) -> list[Block]:
     out += [Block("p", head), Block("ul", items or ["none"])]
     attempts = attempt_items(study) + history_items(folder)
     out += [
-        Block("p", "Confirmation attempts (the latest decides the claims; none is dropped):"),
+        Block(
+            "p",
+            "Confirmation attempts and earlier looks (the latest attempt decides the claims; "
+            "none is dropped; what each gave every claim is in the claim's line):",
+        ),
         Block("ul", attempts or ["none"]),
     ]
     return out

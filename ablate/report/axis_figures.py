@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -29,6 +30,7 @@ from ablate.claims.checks import claim_runs, metric_column  # noqa: E402
 from ablate.claims.interaction import by_labels, effect_label, per_seed  # noqa: E402
 from ablate.claims.stats import SEED, mean_ci  # noqa: E402
 from ablate.names import display_names, format_value, loss_unit, value_order  # noqa: E402
+from ablate.report.answer import seed_span  # noqa: E402
 from ablate.report.plots import DPI, FigureFile  # noqa: E402
 from ablate.study.results import StudyData  # noqa: E402
 
@@ -98,7 +100,9 @@ def interaction_figure(study: StudyData, claim, out: Path) -> FigureFile | None:
         f"effect at {l2}, per seed) is {d.mean():+.3g} (95% CI [{dlo:+.3g}, {dhi:+.3g}])."
         + (f" {lost} seed(s) left out: a cell diverged." if lost else "")
     )
-    return _save(fig, out, f"interaction_{claim.id}", title, key, caption)
+    kind = "confirmation" if confirmation else "exploratory"
+    own = f"n = {len(d)} {kind} seeds ({seed_span(table.index)}), the claim's own"
+    return replace(_save(fig, out, f"interaction_{claim.id}", title, key, caption), seeds=own)
 
 
 def numeric_axes(study: StudyData, least: int = 3) -> list[str]:

@@ -15,12 +15,18 @@ from ablate.claims.comparisons import Comparison
 from ablate.claims.standing import confirm_mask, latest_attempt
 from ablate.claims.stats import ALPHA, SEED
 from ablate.claims.verdicts import Verdict, verdict
-from ablate.names import display_names, format_value, loss_unit, value_order
-from ablate.report.answer import claims_summary, seeds_text
+from ablate.names import display_names, format_value, loss_unit, study_key, value_order
+from ablate.report.answer import answer_blocks, claims_summary, seeds_text
 from ablate.report.claims_section import against_the_paper, extra_seeds_section
 from ablate.report.plots import FigureFile
 from ablate.report.render import Block
-from ablate.report.repro import environment_table, reproducibility_text
+from ablate.report.repro import (
+    chaotic_variants,
+    environment_table,
+    reproduced_line,
+    reproduced_table,
+    reproducibility_text,
+)
 from ablate.report.tables import (
     comparisons_table,
     length_table,
@@ -30,7 +36,7 @@ from ablate.report.tables import (
     where_text,
 )
 from ablate.store import UNFINISHED_STATES
-from ablate.study.results import StudyData
+from ablate.study.results import TRAIN_TAIL, StudyData
 
 
 def progress_line(study: StudyData) -> str | None:
@@ -105,7 +111,8 @@ def _axes_line(study: StudyData) -> str:
     parts = []
     for a in study.axes:
         vals = ", ".join(format_value(v) for v in value_order(study.runs[a]))
-        parts.append(f"`{a}` ({vals})" if a in study.varying_axes else f"`{a}` = {vals}")
+        key = study_key(a)  # as the study names it (axis.variant: its `variants:`)
+        parts.append(f"`{key}` ({vals})" if a in study.varying_axes else f"`{key}` = {vals}")
     n_var = study.runs["variant"].nunique()
     seeds = study.runs.groupby("variant")["seed"].nunique()
     seed_txt = (
@@ -137,13 +144,20 @@ def build_blocks(
     verdicts: list[tuple[Comparison, Verdict]],
     figures: list[FigureFile],
     checks: list | None = None,
+    confirmatory: dict[str, bool] | None = None,
+    claim_figure: FigureFile | None = None,
 ) -> list[Block]:
     """The whole report, section by section, in the order of this module's docstring, from the
-    exploratory comparisons' :func:`verdict_list` and the decided claims (``checks``)."""
+    exploratory comparisons' :func:`verdict_list` and the decided claims (``checks``, with
+    whether each is confirmatory, and their figure on their own seeds)."""
     unit = loss_unit(study).split("/")[0]
     head = header_blocks(study)
     at = len(head) - 1 if study.description else len(head)  # the answer before the question
-    head[at:at] = claims_summary(study, checks or [], unit)
+    top = answer_blocks(study, checks or [], unit, confirmatory or {})
+    top += claims_summary(study, checks or [], unit)
+    if claim_figure is not None:
+        top.append(Block("fig", claim_figure, f"{claim_figure.caption} Seeds: each panel's own."))
+    head[at:at] = top
     return [
         *head,
         *against_the_paper(study, checks or [], unit),
@@ -168,9 +182,13 @@ def header_blocks(study: StudyData) -> list[Block]:
         blocks.append(Block("note", f"**{partial}**"))
     if withdrawn := withdrawn_note(study):
         blocks.append(Block("note", withdrawn))
-    from ablate.store.provenance import stale_note  # runs made by other model/training code
+    # runs made by other model/training code
+    from ablate.store.provenance import code_fingerprint, stale_note
 
     if stale := stale_note(study.path):
+        rows = study.extra.get("reproduced")
+        if rows is not None:
+            stale += ". " + reproduced_line(rows, code_fingerprint())
         blocks.append(Block("note", f"**{stale}**"))
     if study.description:
         blocks.append(Block("p", study.description))
@@ -230,7 +248,10 @@ def variant_blocks(study: StudyData) -> list[Block]:
             quality,
             f"Validation quality per variant, {seeds_text(study.runs)}: mean ± std [95% t-CI "
             "over seeds]; n = completed seeds behind the numbers; diverged runs counted (step of "
-            "divergence), not averaged.",
+            "divergence), not averaged. Final train loss: the mean logged training loss over "
+            f"the last {TRAIN_TAIL:.0%} of steps (one batch per log step, dropout on); val − "
+            "train: the final val loss minus it, the train/val gap (past the best val loss it "
+            f"grows as a run overfits).{pooled_note(study)}",
         ),
         Block(
             "table",
@@ -304,20 +325,59 @@ def _explore_seeds(study: StudyData) -> str:
     return seeds_text(study.runs[~confirm_mask(study.runs)])
 
 
+def pooled_note(study: StudyData) -> str:
+    """Said of a table or figure drawn from every seed of the study when its claims are decided
+    on their confirmation seeds: a pooled view is exploratory."""
+    if not study.claims or not confirm_mask(study.runs).any():
+        return ""
+    return (
+        " A pooled view of every seed in the store: exploratory (each claim is decided on its "
+        "own seeds, named in the claims table and drawn beside it)."
+    )
+
+
 def figure_blocks(figures: list[FigureFile], study: StudyData) -> list[Block]:
-    """The figures, each caption ending with the seeds it draws (every run of the study)."""
+    """The figures, each caption ending with the one seed set it draws: a claim's own, or every
+    run of the study (pooled, labelled exploratory when the claims are decided on others)."""
     if not figures:
         return []
-    seeds = seeds_text(study.runs)
+    seeds, note = seeds_text(study.runs), pooled_note(study)
     return [
         Block("h2", "Figures"),
-        *(Block("fig", f, f"{f.caption} Seeds: {seeds}.") for f in figures),
+        *(
+            Block(
+                "fig",
+                f,
+                f"{f.caption} Seeds: {f.seeds}."
+                if f.seeds
+                else f"{f.caption} Seeds: {seeds}.{note}",
+            )
+            for f in figures
+        ),
     ]
 
 
 def reproducibility_blocks(study: StudyData) -> list[Block]:
     """How to rebuild the runs, and where they trained."""
     blocks = [Block("h2", "Reproducibility"), Block("p", reproducibility_text(study))]
+    rows = study.extra.get("reproduced")
+    if rows is not None:
+        from ablate.store.provenance import code_fingerprint
+
+        chaotic = [v for v, _, _ in chaotic_variants(study)]
+        blocks.append(
+            Block(
+                "table",
+                reproduced_table(rows, chaotic),
+                reproduced_line(rows, code_fingerprint())
+                + " Each run was retrained alone from the config it recorded (same seed, data "
+                "and torch thread count, W&B off) and compared on its final validation loss: "
+                "identical (the same float), within tolerance (at most the tolerance: below the "
+                "4 decimals the tables print) or different; 'in seed sd': the difference over "
+                "its variant's seed standard deviation. A chaotic variant's runs amplify "
+                "float-reduction order (threads, worker layout): its digits may not reproduce.",
+            )
+        )
     env = environment_table(study)
     if env is not None:
         blocks.append(

@@ -24,6 +24,7 @@ from ablate.names import display_names, loss_unit
 from ablate.report.audit import HISTORY, audit_blocks
 from ablate.report.axis_figures import axis_figures
 from ablate.report.blocks import build_blocks, progress_line, verdict_list
+from ablate.report.claim_figure import claims_figure
 from ablate.report.claims_section import claims_frame
 from ablate.report.dashboards import write_specs
 from ablate.report.index import CLAIMS_CSV, write_index
@@ -31,12 +32,14 @@ from ablate.report.keep import PARTIAL_DIR, keep_reason
 from ablate.report.ladder import trend_figures
 from ablate.report.plots import make_figures
 from ablate.report.render import Block, to_html, to_markdown
+from ablate.report.repro import REPRODUCE_CSV, reproduced
 from ablate.report.wandb_report import comparisons_frame, log_report
 from ablate.study.results import StudyData, read_study, resolve_studies, results_frame
 
-KEPT_DIRS = (HISTORY, "archive")
+KEPT_DIRS = (HISTORY, "archive", REPRODUCE_CSV[0])
 """Folders of ``reports/<study>/`` a rebuild keeps: the result tables of earlier confirmation
-attempts (:mod:`ablate.report.audit`) and the archived store they were built from."""
+attempts (:mod:`ablate.report.audit`), the archived store they were built from, and what
+``ablate reproduce`` found retraining some of its runs."""
 
 
 def build_report(study: StudyData, out: Path, *, force: bool = False) -> Path:
@@ -62,6 +65,7 @@ def _build(study: StudyData, out: Path, force: bool) -> tuple[Path, str | None]:
             table[SLOPE] = table["run_id"].map(slopes)
         table.to_csv(tmp / "results.csv", index=False)
         study.extra["history_dir"] = tmp / HISTORY  # earlier attempts, counted per claim
+        study.extra["reproduced"] = reproduced(tmp)  # archived runs retrained with newer code
         comps, checks = analyse(study)
         verdicts = verdict_list(study, comps)
         claims = claims_frame(study, checks, loss_unit(study).split("/")[0])
@@ -69,7 +73,9 @@ def _build(study: StudyData, out: Path, force: bool) -> tuple[Path, str | None]:
             claims.to_csv(tmp / CLAIMS_CSV, index=False)
         figures = make_figures(study, tmp) + axis_figures(study, tmp)
         figures += trend_figures(study, checks, tmp)
-        blocks = build_blocks(study, verdicts, figures, checks)
+        by_claim = claims_figure(study, checks, tmp)  # each claim on its own seeds
+        confirmatory = dict(zip(claims["id"], claims["confirmatory"], strict=True))
+        blocks = build_blocks(study, verdicts, figures, checks, confirmatory, by_claim)
         blocks[1:1] = damaged_blocks(study)
         blocks += audit_blocks(study, tmp)
         (tmp / "report.md").write_text(to_markdown(blocks))
@@ -81,7 +87,7 @@ def _build(study: StudyData, out: Path, force: bool) -> tuple[Path, str | None]:
             (tmp / ".gitignore").write_text("*\n")  # never committed by `git add reports`
             dest = dest / PARTIAL_DIR
         _swap_in(tmp, dest)
-        figures = [replace(f, path=dest / f.path.name) for f in figures]
+        figures = [replace(f, path=dest / f.path.name) for f in figures + [by_claim] if f]
         log_report(study, wandb_tables(study, verdicts, claims), figures)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -10,16 +10,18 @@ outcome is worded there (:mod:`~ablate.claims.verdicts`); this module lays them 
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 
 import pandas as pd
 
 from ablate.claims.checks import ClaimCheck
 from ablate.claims.fit import lr_fit
 from ablate.claims.standing import Standing, claim_standings
-from ablate.claims.verdicts import numbers, outcome_text, seeds_used
+from ablate.claims.verdicts import numbers, outcome_text, paper_text, seeds_used
+from ablate.data.reuse import DataReuse, describe
 from ablate.report.ladder import rungs_text
 from ablate.report.render import Block
-from ablate.study.results import DTYPE_PREFIX, StudyData
+from ablate.study.results import DTYPE_PREFIX, REUSE_PREFIX, StudyData
 
 
 def claim_items(
@@ -34,9 +36,11 @@ def claim_items(
         tail = [seeds_used(check)]
         if standings is not None and claim.id in standings:
             tail.insert(0, standings[claim.id].text)
+        paper = paper_text(check, unit)
+        paper = f" Against the paper: {paper}." if paper else ""
         items.append(
             f"**{claim.id}** ({claim.metric}, expect {expect}): {claim.text} → "
-            f"{outcome_text(check)}: {numbers(check, unit)}. *{'; '.join(tail)}.*"
+            f"{outcome_text(check)}: {numbers(check, unit)}.{paper} *{'; '.join(tail)}.*"
         )
     return items
 
@@ -55,7 +59,11 @@ def claims_frame(study: StudyData, checks: list[ClaimCheck], unit: str) -> pd.Da
                 "expect": ch.claim.expect,
                 "metric": ch.claim.metric,
                 "outcome": ch.outcome,
+                "t-test outcome": ch.t_outcome,
+                "exact test outcome": ch.exact_outcome,
+                "exact test": ch.comparison.exact if ch.comparison is not None else "",
                 "numbers": numbers(ch, unit),
+                "against the paper": paper_text(ch, unit),
                 "seeds needed": ch.seeds_needed.text() if ch.seeds_needed else "",
                 "registration": standings[ch.claim.id].text,
                 "confirmatory": standings[ch.claim.id].confirmatory,
@@ -68,7 +76,12 @@ def claims_frame(study: StudyData, checks: list[ClaimCheck], unit: str) -> pd.Da
     )
 
 
-CLAIM_COLUMNS = "study id claim expect metric outcome numbers".split() + [
+CLAIM_COLUMNS = "study id claim expect metric outcome".split() + [
+    "t-test outcome",
+    "exact test outcome",
+    "exact test",
+    "numbers",
+    "against the paper",
     "seeds needed",
     "registration",
     "confirmatory",
@@ -165,10 +178,23 @@ def _precision_text(runs: pd.DataFrame) -> str:
     return f", {' / '.join(names)}{measured}" if names else ""
 
 
+def _reuse_text(runs: pd.DataFrame) -> str:
+    """``; data: 0.32 windows drawn per distinct window (...), 81.6 passes over ...`` from the
+    runs' ``reuse.*`` columns (none where the dataset was not on this machine)."""
+    cols = [f"{REUSE_PREFIX}{f.name}" for f in fields(DataReuse)]
+    if not all(c in runs for c in cols):
+        return ""
+    rows = runs[cols].dropna()
+    if rows.empty:
+        return ""
+    reuses = [DataReuse(int(a), int(b), int(c), float(d)) for a, b, c, d in rows.to_numpy()]
+    return f"; data: {describe(reuses)}"
+
+
 def scale_text(study: StudyData, *, lead: bool = True) -> str:
     """The scale every verdict was measured at, computed from the runs: the device, parameters,
-    training tokens per run (steps x batch x sequence length), optimizer and LR (``lead``: as
-    the claims section's opening sentence, else the bare figures)."""
+    training tokens per run (steps x batch x sequence length), optimizer and LR, and the data
+    reuse (``lead``: as the claims section's opening sentence, else the bare figures)."""
     r = study.runs[study.runs["status"] == "completed"]
     cols = ("params", "steps", "cfg.batch_size", "cfg.seq_len")
     if r.empty or not all(c in r for c in cols):
@@ -180,7 +206,7 @@ def scale_text(study: StudyData, *, lead: bool = True) -> str:
     figures = (  # a CUDA run records its device's name, a CPU run "cpu"
         f"{where}scale: {_span(r['params'])} parameters, {_span(r['steps'])} steps of "
         f"{_span(r['cfg.batch_size'])} x {_span(r['cfg.seq_len'])} tokens ({_span(tokens)} "
-        f"training tokens per run), AdamW{lr}{_precision_text(r)}"
+        f"training tokens per run), AdamW{lr}{_precision_text(r)}{_reuse_text(r)}"
     )
     rungs = rungs_text(r)  # a scale ladder: every rung
     figures += f"; {rungs}" if rungs else ""

@@ -24,8 +24,12 @@ INTRO = (
     "with this page. A verdict is confirmatory only where it was decided on the registered "
     "confirmation seeds of its profile and its registration line shows that registration "
     "committed before the first of them; every other verdict is exploratory, and a claim "
-    "whose registered runs are unfinished is pending. Each study's scale is computed from its "
-    "runs: no verdict here speaks for another scale."
+    "whose registered runs are unfinished is pending. An outcome is plain only where both of "
+    "its tests (the t-test and an exact test that needs no normality, each Holm over the "
+    "study's claims) give it; otherwise it names the one test that does (\"reproduces by "
+    't-test only"), and the counts below count it so. A claim whose margin or metric changed '
+    "after data is counted at the one first committed. Each study's scale is computed from "
+    "its runs: no verdict here speaks for another scale."
 )
 
 
@@ -90,9 +94,11 @@ def index_markdown(
         for r in c.to_dict("records"):
             kind = "confirmatory" if _flag(r["confirmatory"]) else "exploratory"
             need = f" Seeds needed: {r['seeds needed']}." if r["seeds needed"] else ""
+            paper = r.get("against the paper") or ""
+            paper = f" Against the paper: {paper}." if paper else ""
             lines.append(
-                f"- **{r['id']}** ({kind}): {r['claim']} → **{r['outcome']}**: {r['numbers']}. "
-                f"*{r['registration']}; {r['decided on']}.*{need}"
+                f"- **{r['id']}** ({kind}): {r['claim']} → **{r['outcome']}**: {r['numbers']}."
+                f"{paper} *{r['registration']}; {r['decided on']}.*{need}"
             )
     return "\n".join(lines) + "\n"
 

@@ -6,7 +6,9 @@ A report folder ``reports/<study>/`` is *committed* when git tracks its ``report
 than the committed report did. A partial build of a committed report goes to
 ``reports/<study>/partial/`` (git-ignored) and the committed folder stays byte for byte as it
 was, so ``make report`` after an interrupted ``make run`` loses no shipped result, and
-``reports/claims.md`` (read from every ``<study>/claims.csv``) keeps the committed rows.
+``reports/claims.md`` (read from every ``<study>/claims.csv``) keeps the committed rows. A build
+that proves fewer claims confirmatory than the committed report (a study whose registration
+this command could not reach) is kept apart the same way.
 ``ablate report --force`` replaces it anyway. The next complete build replaces the committed
 report and drops ``partial/``.
 """
@@ -19,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from ablate.claims.checks import PENDING, UNTESTED
+from ablate.claims.history import NOT_CHECKABLE
 from ablate.report.index import CLAIMS_CSV
 
 PARTIAL_DIR = "partial"
@@ -33,15 +36,31 @@ def decided(claims: pd.DataFrame) -> int:
     return int((~(outcome.str.startswith(PENDING) | outcome.str.startswith(UNTESTED))).sum())
 
 
-def committed_decided(folder: Path) -> int:
-    """Decided claims in ``folder/claims.csv`` (0 when it has none or no such file)."""
+def confirmatory(claims: pd.DataFrame) -> int:
+    """How many claims are confirmatory (their registration proven by git)."""
+    if not len(claims) or "confirmatory" not in claims:
+        return 0
+    return int(claims["confirmatory"].astype(str).str.strip().str.lower().eq("true").sum())
+
+
+def unprovable(claims: pd.DataFrame) -> bool:
+    """Whether some claim's registration could not be checked from here (no registration file
+    found, not a git checkout, commits missing): the build knows less, it proves nothing new."""
+    if not len(claims) or "registration" not in claims:
+        return False
+    return bool(claims["registration"].astype(str).str.contains(NOT_CHECKABLE).any())
+
+
+def committed_counts(folder: Path) -> tuple[int, int]:
+    """(decided, confirmatory) claims in ``folder/claims.csv`` (0, 0 without one)."""
     path = folder / CLAIMS_CSV
     if not path.is_file():
-        return 0
+        return 0, 0
     try:
-        return decided(pd.read_csv(path, keep_default_na=False))
+        frame = pd.read_csv(path, keep_default_na=False)
     except (OSError, ValueError):
-        return 0
+        return 0, 0
+    return decided(frame), confirmatory(frame)
 
 
 def tracked(path: Path) -> bool:
@@ -62,11 +81,15 @@ def tracked(path: Path) -> bool:
 def keep_reason(folder: Path, partial: str | None, claims: pd.DataFrame) -> str | None:
     """Why the report in ``folder`` must not be replaced by a build whose progress line is
     ``partial`` (None when every planned run finished) and whose claims are ``claims``; None
-    when it may be replaced."""
+    when it may be replaced. A build that proves fewer claims confirmatory than the committed
+    one because it cannot check their order from here (no registration found, not a git
+    checkout) counts as partial too; one that git disproves replaces it."""
     if not (folder / "report.md").is_file():
         return None
-    before, now = committed_decided(folder), decided(claims)
-    if partial is None and now >= before:
+    (before, proven), now = committed_counts(folder), decided(claims)
+    # fewer proven because this build cannot check the order (not because git disproves it)
+    fewer = confirmatory(claims) < proven and unprovable(claims)
+    if partial is None and now >= before and not fewer:
         return None  # a complete build replaces whatever was there
     is_tracked = tracked(folder / "report.md")
     if not is_tracked and before == 0:
@@ -75,6 +98,11 @@ def keep_reason(folder: Path, partial: str | None, claims: pd.DataFrame) -> str 
     kept += f", {before} claim(s) decided" if before else ""
     if partial is not None:
         this = partial.split(".")[0].removeprefix("PARTIAL: ")
-    else:
+    elif now < before:
         this = f"it decides {now} of the committed {before} claim(s)"
+    else:
+        this = (
+            f"it proves {confirmatory(claims)} of the committed {proven} confirmatory claim(s) "
+            "(is the study's registration reachable from here?)"
+        )
     return f"{kept}; this build is partial: {this}"

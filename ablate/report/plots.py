@@ -60,6 +60,8 @@ class FigureFile:
     path: Path
     title: str
     caption: str
+    seeds: str = ""
+    """The seeds it draws when not the study's pooled runs (a claim's own), in words."""
 
 
 def _finish(

@@ -24,6 +24,8 @@ QUALITY = [  # (column, header, decimals)
     ("best_val_loss", "best val loss", 4),
     ("final_val_ppl", "final val ppl", 2),
     ("final_val_bpc", "final val bpc", 4),
+    ("final_train_loss", "final train loss", 4),
+    ("train_val_gap", "val − train", 4),
 ]
 COST = ["steps", "wall_time_s", "tokens_per_s", "params", "params_non_embedding"]
 

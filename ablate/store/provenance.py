@@ -31,7 +31,7 @@ CODE_FILES = (
     "model/*.py",
     "training/lit.py",
     "training/adamw.py",
-    "training/stacked/ops.py",
+    "training/step.py",
     "training/schedules.py",
     "data/batching.py",
     "data/module.py",
@@ -76,10 +76,22 @@ def code_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
+CODE_PATHS = (PACKAGE.name, "pyproject.toml")
+"""What of ablate's checkout ``git_dirty`` watches: the package and its dependencies. Reports,
+studies and docs never make a run dirty (``ablate report`` rewrites tracked reports; a
+study's own files are ``study_dirty``'s)."""
+
+
 @cache
 def git_info() -> dict[str, Any]:
-    """``{'git_commit', 'git_dirty'}`` when ablate runs from a git checkout, else ``{}``."""
-    root = PACKAGE.parent
+    """``{'git_commit', 'git_dirty'}`` when ablate runs from a git checkout, else ``{}``;
+    dirty means uncommitted changes to ablate's code (:data:`CODE_PATHS`)."""
+    return code_state(PACKAGE.parent)
+
+
+def code_state(root: Path, paths: tuple[str, ...] = CODE_PATHS) -> dict[str, Any]:
+    """``{'git_commit', 'git_dirty'}`` of the checkout at ``root``: HEAD, and whether a tracked
+    file under ``paths`` differs from it; ``{}`` outside git."""
 
     def git(*args: str) -> str:
         return subprocess.run(
@@ -88,19 +100,22 @@ def git_info() -> dict[str, Any]:
 
     try:
         commit = git("rev-parse", "HEAD")
-        # only tracked files count: a stray untracked file does not change what ran
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        # tracked code only: a stray untracked file does not change what ran
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", *paths))
     except (OSError, subprocess.SubprocessError):
         return {}
     return {"git_commit": commit, "git_dirty": dirty}
 
 
 def study_git(files: list[Path]) -> dict[str, Any]:
-    """``{'study_commit', 'study_dirty'}``: HEAD of the git repository holding ``files[0]``
-    (the study file) and whether any of ``files`` (the study, its registration) differs from
-    it; ``{}`` outside git. A registration's order is proven in the repository the study and its
-    registration live in, which need not be ablate's own checkout."""
+    """``{'study_commit', 'study_dirty', 'study_file'}``: HEAD of the git repository holding
+    ``files[0]`` (the study file), whether any of ``files`` (the study, its registration, its
+    plugins) differs from it or is not committed at all, and the study file's absolute path
+    (``ablate report NAME`` finds the study and its registration there); ``{}`` outside git.
+    A registration's order is proven in the repository the study and its registration live
+    in, which need not be ablate's own checkout."""
     where = str(files[0].resolve().parent)
+    present = [str(f.resolve()) for f in files if f.is_file()]
 
     def git(*args: str) -> str:
         return subprocess.run(
@@ -109,16 +124,17 @@ def study_git(files: list[Path]) -> dict[str, Any]:
 
     try:
         commit = git("rev-parse", "HEAD")
-        changed = git(
-            "status",
-            "--porcelain",
-            "--untracked-files=no",
-            "--",
-            *(str(f.resolve()) for f in files),
-        )
+        top = Path(git("rev-parse", "--show-toplevel")).resolve()
+        mine = [f for f in present if Path(f).is_relative_to(top)]  # a plugin elsewhere: its own
+        # an untracked study or plugin file is not committed: as dirty as a changed one
+        changed = git("status", "--porcelain", "--untracked-files=all", "--", *mine)
     except (OSError, subprocess.SubprocessError):
         return {}
-    return {"study_commit": commit, "study_dirty": bool(changed)}
+    return {
+        "study_commit": commit,
+        "study_dirty": bool(changed),
+        "study_file": str(files[0].resolve()),
+    }
 
 
 def provenance(inputs: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -409,10 +409,16 @@ class RunStore:
             return []
         return [r for r in runs if isinstance(r, dict) and "run_id" in r] if runs else []
 
-    def studies(self) -> list[str]:
+    def studies(self, *, planned: bool = False) -> list[str]:
+        """Studies with a run in the store; with ``planned`` also those whose last ``ablate
+        run`` planned runs none of which has started yet (:data:`PLAN_FILE`)."""
         if not self.root.is_dir():
             return []
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and any(self.runs(p.name)))
+        return sorted(
+            p.name
+            for p in self.root.iterdir()
+            if p.is_dir() and (any(self.runs(p.name)) or (planned and self.planned(p.name)))
+        )
 
     def runs(self, study: str) -> Iterator[RunDir]:
         d = self.root / study

@@ -20,6 +20,7 @@ from typing import Any
 from ablate.config import RunConfig
 from ablate.errors import ConfigError
 from ablate.names import fmt_value, short_names
+from ablate.registry import AXES, BUILTINS
 from ablate.study.ladder import RUNG, Ladder, check_ladder, check_sizes
 from ablate.study.resolve import resolve
 from ablate.study.spec import Derived, Layer, Profile, Reference, StudySpec, overrides_layer
@@ -29,12 +30,16 @@ def run_content(cfg: RunConfig) -> dict[str, Any]:
     """What the config names but does not contain, for its run id: the sha256 of each plugin's
     source and the content key of a local or ``hf:`` dataset (registered datasets are pinned
     by checksum)."""
-    # imported here: the data and model packages load torch, and a study is checked before that
     from ablate.data.source import data_key
-    from ablate.model.plugins import plugin_hashes
 
     out: dict[str, Any] = {}
-    plugins = plugin_hashes(cfg.model)
+    plugins = {}
+    if any(getattr(cfg.model, axis) not in BUILTINS[axis] for axis in AXES):
+        # only a plugin's name has a plugin's hash; the model package loads torch, which a
+        # study of built-ins never needs before its runs start
+        from ablate.model.plugins import plugin_hashes
+
+        plugins = plugin_hashes(cfg.model)
     if plugins:
         out["plugins"] = plugins
     data = data_key(cfg.data.dataset)

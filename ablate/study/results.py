@@ -13,6 +13,11 @@ Two tables come out of a study directory ``<store>/<study>/``:
 * ``metrics``: long form (tidy): one row per run × step × metric with the same identifying
   columns (variant, seed, status, every axis) plus ``step, metric, value``.
 
+Two kinds of run column are computed here rather than read: the run's data reuse
+(``reuse.*``: :func:`ablate.data.reuse.data_reuse` of its recorded data config and steps, where
+the dataset is on this machine) and ``final_train_loss`` (the mean logged ``train/loss`` over
+the last ``TRAIN_TAIL`` of its steps) with ``train_val_gap`` (final val loss minus it).
+
 A run's ``status`` is :func:`ablate.store.run_state` (``pending`` without ``summary.json``,
 ``interrupted`` when it says running but no process holds it), as in ``ablate status``. Only the
 store is read; nothing here writes to it.
@@ -21,7 +26,7 @@ store is read; nothing here writes to it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,7 +37,7 @@ import yaml
 from ablate.claims.arms import claim_arm_axes
 from ablate.claims.spec import RUNG
 from ablate.claims.trend import rung_order
-from ablate.config import ConfigError
+from ablate.config import ConfigError, DataConfig
 from ablate.names import (
     ID_COLUMNS,
     LENGTH_PREFIX,
@@ -66,6 +71,10 @@ CONFIG_COLUMNS = {
     "data.order": "cfg.order",
     "train.precision": "cfg.precision",
 }
+REUSE_PREFIX = "reuse."
+"""``reuse.<field>``: a :class:`ablate.data.reuse.DataReuse` field of the run."""
+TRAIN_TAIL = 0.1
+"""The last fraction of a run's steps whose logged training losses make its final train loss."""
 DTYPE_PREFIX = "dtype."
 """``dtype.<kind>``: what a run computed ``<kind>`` in (its summary's ``compute_dtypes``)."""
 
@@ -123,9 +132,10 @@ def no_runs_error(store: Path) -> ConfigError:
     return ConfigError("no runs in the store (run `ablate run STUDY.yaml` first)", source=store)
 
 
-def shipped_yaml(name: str, folder: Path = Path("studies")) -> Path | None:
-    """``studies/<name>.yaml`` when it exists and names this study (description, run count)."""
-    path = folder / f"{name}.yaml"
+def shipped_yaml(name: str, folder: Path = Path("studies"), file: str = "") -> Path | None:
+    """``studies/<name>.yaml`` (``folder/file``) when it exists and names this study
+    (description, run count)."""
+    path = folder / (file or f"{name}.yaml")
     if not path.is_file():
         return None
     try:
@@ -135,11 +145,32 @@ def shipped_yaml(name: str, folder: Path = Path("studies")) -> Path | None:
     return path if str(data.get("name") or path.stem) == name else None
 
 
+def recorded_yaml(name: str, store: Path) -> Path | None:
+    """The study file the runs of ``name`` recorded (``study_file``: its absolute path when they
+    ran) when it still exists and names this study; the most recorded one first."""
+    seen: dict[str, int] = {}
+    for run in RunStore(store).runs(name):
+        try:
+            recorded = run.read_run()["meta"].get("study_file")
+        except Exception:  # noqa: BLE001 - a damaged run is the report's to list, not ours
+            continue
+        if isinstance(recorded, str):
+            seen[recorded] = seen.get(recorded, 0) + 1
+    for path in sorted(seen, key=seen.get, reverse=True):
+        p = Path(path)
+        if p.is_file() and shipped_yaml(name, p.parent, p.name) is not None:
+            return p
+    return None
+
+
 def study_yaml(name: str, store: Path) -> Path | None:
-    """The study file of a study given by name: ``studies/<name>.yaml`` under the working
-    directory when it names this study, else the copy ``ablate run`` kept in the store."""
+    """The study file of a study given by name: the one its runs recorded (wherever it lives:
+    its registration and git history are beside it), else ``studies/<name>.yaml`` under the
+    working directory when it names this study, else the copy ``ablate run`` kept in the
+    store (claims and description, but no registration to prove)."""
     kept = RunStore(store).spec_file(name)
-    return shipped_yaml(name) or (kept if kept.is_file() else None)
+    found = recorded_yaml(name, store) or shipped_yaml(name)
+    return found or (kept if kept.is_file() else None)
 
 
 def resolve_studies(args: list[str], store: Path) -> list[tuple[str, Path | None]]:
@@ -222,11 +253,11 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
         # the registration commit it ran under; none recorded: it predates registration files
         row["registration"] = meta.get("registration") or "before registration files"
     row["started"] = _started(summary)
-    # the commit the order's git proof checks: the study's repository (where its registration
-    # is committed) when the run recorded it, else ablate's own checkout
-    for k, study_k in (("git_commit", "study_commit"), ("git_dirty", "study_dirty")):
-        if study_k in meta or k in meta:
-            row[k] = meta.get(study_k, meta.get(k))
+    # ablate's checkout (git_*) and the study's repository (study_*: where its registration is
+    # committed, the commit the order's proof checks), each as recorded
+    for k in ("git_commit", "git_dirty", "study_commit", "study_dirty", "study_file"):
+        if k in meta:
+            row[k] = meta[k]
     for k, v in summary.items():
         if k not in row and k not in _SKIP_FIELDS and _scalar(v):
             row[k] = v
@@ -238,7 +269,24 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
         row[f"{LENGTH_PREFIX}{float(mult):g}x"] = loss
     for key, col in CONFIG_COLUMNS.items():
         row[col] = _config_value(config, key)
+    for k, v in _reuse(config, summary).items():
+        row[f"{REUSE_PREFIX}{k}"] = v
     return row, axes, meta
+
+
+def _reuse(config: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """The run's data reuse fields at the steps it trained (its planned steps before it
+    finished); empty when its data config is unreadable or the dataset is not here."""
+    from ablate.data.reuse import data_reuse, split_sizes
+
+    try:
+        data = DataConfig.model_validate(config["data"])
+        steps = summary.get("steps") or config["train"]["max_steps"]
+        sizes = split_sizes(data)
+        reuse = data_reuse(data, int(steps), sizes[1]) if sizes else None
+    except (KeyError, TypeError, ValueError):
+        return {}
+    return asdict(reuse) if reuse else {}
 
 
 def _started(summary: dict[str, Any]) -> str | None:
@@ -340,6 +388,8 @@ def read_study(
         runs.attrs[ORDER_ATTR] = {RUNG: rung_order(runs)}
     runs = sort_runs(runs, axis_keys)
     metrics = _metrics_frame(run_dirs, runs, axis_keys)
+    runs["final_train_loss"] = runs["run_id"].map(final_train_loss(metrics, runs))
+    runs["train_val_gap"] = runs["final_val_loss"] - runs["final_train_loss"]
 
     yaml_data = read_study_yaml(yaml_path) if yaml_path is not None else {}
     plan, why = _expand(yaml_path, profile)
@@ -383,6 +433,22 @@ def _metrics_frame(run_dirs: list[RunDir], runs: pd.DataFrame, axis_keys: list[s
     if frames:
         return pd.concat(frames, ignore_index=True)[id_cols + ["step", "metric", "value"]]
     return pd.DataFrame(columns=id_cols + ["step", "metric", "value"])
+
+
+def final_train_loss(metrics: pd.DataFrame, runs: pd.DataFrame) -> dict[str, float]:
+    """Run id -> the mean of its logged ``train/loss`` over the last ``TRAIN_TAIL`` of its
+    steps (at least its last logged value): the training loss its final val loss is set
+    against. Each value is one batch's loss with dropout on, as the run logged it."""
+    train = metrics[metrics["metric"] == "train/loss"]
+    steps = runs.set_index("run_id")["steps"]
+    out: dict[str, float] = {}
+    for run_id, rows in train.groupby("run_id"):
+        last = steps.get(run_id)
+        last = rows["step"].max() if last is None or pd.isna(last) else last
+        tail = rows[rows["step"] > last * (1 - TRAIN_TAIL)]
+        values = pd.to_numeric((tail if len(tail) else rows.tail(1))["value"], errors="coerce")
+        out[str(run_id)] = float(values.mean())
+    return out
 
 
 def _one_profile(metas: list[dict], name: str, store: Path, profile: str | None) -> str | None:

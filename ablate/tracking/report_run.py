@@ -26,8 +26,8 @@ from ablate.tracking.ids import (
     report_run_id,
     short_tag,
 )
-from ablate.tracking.mode import entity, project
-from ablate.tracking.runs import SETTINGS, WANDB_INIT_TIMEOUT_S, start
+from ablate.tracking.mode import entity, project, wandb_timeout
+from ablate.tracking.runs import SETTINGS, start
 
 log = logging.getLogger("ablate")
 
@@ -63,7 +63,7 @@ def _begin(cfg: TrackingConfig, study: str, wdir: Path, mode: str):
         mode=mode,
         resume="allow",
         tags=sorted({"report", *(short_tag(t) for t in cfg.tags if t)})[:MAX_TAGS],
-        settings=wandb.Settings(**SETTINGS, init_timeout=WANDB_INIT_TIMEOUT_S),
+        settings=wandb.Settings(**SETTINGS, init_timeout=wandb_timeout()),
     )
     return run, mode
 

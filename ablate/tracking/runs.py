@@ -3,10 +3,12 @@
 logged, replayed into a resumed offline run, finished with the summary's headline numbers.
 
 :func:`start` is the one start: tracking off is nothing; a W&B id with characters W&B rejects
-is a ``ValueError``; online, a server that does not answer within ``WANDB_INIT_TIMEOUT_S`` is
-remembered for the rest of the process (this start and every later one go offline, into the
-run's directory, for ``ablate sync`` to upload), one warning in all; and a W&B that cannot start
-at all (not installed, a broken offline start) is one warning per process, never a failed run.
+is a ``ValueError``; online, a server that does not answer within ``$ABLATE_WANDB_TIMEOUT_S``
+(``mode.wandb_timeout``, 20 s by default; W&B's own 90 s per run would add an hour of idling to
+a 36-run study) is remembered for the rest of the process (this start and every later one go
+offline, into the run's directory, for ``ablate sync`` to upload), one warning in all; and a
+W&B that cannot start at all (not installed, a broken offline start) is one warning per
+process, never a failed run.
 
 A stacked member logs through its own run object (``wandb.init(reinit="create_new")``, wandb
 >= 0.19.10: one process, several active runs; never the global ``wandb.log``, which W&B says
@@ -40,15 +42,12 @@ from ablate.tracking.ids import (
     run_identity,
     wandb_run_id,
 )
-from ablate.tracking.mode import entity, project, wandb_mode
+from ablate.tracking.mode import entity, project, wandb_mode, wandb_timeout
 
 log = logging.getLogger("ablate")
 
 T = TypeVar("T")
 
-WANDB_INIT_TIMEOUT_S = 20.0
-"""How long ``wandb.init`` may wait for the server (W&B's default, 90 s, per run, adds an hour
-of idling to a 36-run study when the server is down)."""
 SETTINGS = {"silent": True, "console": "off", "x_disable_stats": True}
 """W&B settings of every start: no console capture, no system stats, nothing printed."""
 
@@ -148,7 +147,7 @@ def _lightning_logger(
         save_dir=str(run_dir.path),
         id=wandb_run_id(run_dir),
         offline=mode == "offline",
-        settings={**SETTINGS, "init_timeout": WANDB_INIT_TIMEOUT_S},
+        settings={**SETTINGS, "init_timeout": wandb_timeout()},
         **ident,
     )
     # Lightning always passes anonymous=None, which recent wandb answers with a deprecation
@@ -207,7 +206,7 @@ def _member_run(
         mode=mode,
         resume="allow",
         reinit="create_new",
-        settings=wandb.Settings(**SETTINGS, init_timeout=WANDB_INIT_TIMEOUT_S),
+        settings=wandb.Settings(**SETTINGS, init_timeout=wandb_timeout()),
         **ident,
     )
     run.define_metric(STEP)

@@ -7,6 +7,11 @@ history. Syncing several folders of one id makes each replace the last (wandb#38
 the newest folder of each id is uploaded; the earlier ones are listed as superseded and kept.
 Runs moved to ``<study>/.stale/`` are not part of the study any more and are left out.
 
+Nothing waits on the network without a bound: the server must answer an HTTP request within
+``$ABLATE_WANDB_TIMEOUT_S`` (``mode.check_server``) before ``wandb sync`` starts, and a
+``wandb sync`` that prints nothing for :data:`STALL_FACTOR` times that is stopped; either way
+one line says what did not happen and how to retry (the runs it finished stay marked synced).
+
 The ``.wandb`` file is the only record of an offline run: a LevelDB-style log
 (github.com/google/leveldb/blob/main/doc/log_format.md) behind a 7-byte header (``:W&B``, magic,
 version) of 32 KiB blocks of chunks ``crc32 (4) | length (2) | type (1) | data``, type FULL=1 or
@@ -17,19 +22,31 @@ wandb 0.31 ships no Python reader (its core is Go), so :func:`read_records` is o
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import struct
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ablate.config import ConfigError
 from ablate.store import RunDir
 from ablate.tracking.ids import REPORT_WANDB_DIR, STEP
-from ablate.tracking.mode import wandb_logged_in
+from ablate.tracking.mode import (
+    TIMEOUT_ENV,
+    WandbUnreachable,
+    check_server,
+    server_url,
+    wandb_logged_in,
+    wandb_timeout,
+)
 
 _BLOCK = 32768
+STALL_FACTOR = 6
+"""``wandb sync`` is stopped after this many times ``$ABLATE_WANDB_TIMEOUT_S`` without output."""
 
 
 def read_records(path: Path) -> list:
@@ -136,7 +153,8 @@ def sync_study(store: Path, study: str, *, dry_run: bool = False) -> int:
     prints what it would do. Returns ``wandb sync``'s exit code (0 when there is nothing to do).
 
     Raises ``ConfigError`` (one line, nothing changed) for a study without offline runs, or,
-    unless ``dry_run``, no W&B login.
+    unless ``dry_run``, no W&B login; :class:`WandbUnreachable` (one line) for a server that
+    does not answer or a ``wandb sync`` that stops making progress (module doc).
     """
     store = Path(store)
     runs = offline_runs(store, study)
@@ -158,4 +176,43 @@ def sync_study(store: Path, study: str, *, dry_run: bool = False) -> int:
     if dry_run:
         print(f"would run: {shlex.join(cmd)}")
         return 0
-    return subprocess.run(cmd).returncode
+    retry = f"ablate sync {study}"
+    check_server("nothing synced", retry)
+    stall = STALL_FACTOR * wandb_timeout()
+    code = run_watched(cmd, stall)
+    if code is None:
+        raise WandbUnreachable(
+            f"wandb sync printed nothing for {stall:g} s (W&B server {server_url()}): stopped; "
+            f"the runs it finished stay synced; retry with `{retry}` ({TIMEOUT_ENV} sets the "
+            f"wait, {STALL_FACTOR}x it here)"
+        )
+    return code
+
+
+def run_watched(cmd: list[str], stall_s: float) -> int | None:
+    """Run ``cmd``, passing its output through; its exit code, or None when it printed nothing
+    for ``stall_s`` seconds (it is then stopped)."""
+    sys.stdout.flush()  # what was printed before comes first
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    last = [time.monotonic()]
+
+    def pump() -> None:  # any output (a progress update too) is progress
+        while chunk := os.read(proc.stdout.fileno(), 4096):  # type: ignore[union-attr]
+            last[0] = time.monotonic()
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.flush()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    while proc.poll() is None:
+        if time.monotonic() - last[0] > stall_s:
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            return None
+        time.sleep(0.1)
+    reader.join(5)
+    return proc.returncode

@@ -7,17 +7,22 @@ project, whose internal id the library asks the server for while saving; the pro
 first if no run was synced to it yet. A save of a new view creates a new one every time, so the
 saved views' ids and URLs are recorded in the store (``<store>/<study>/wandb_views.json``) and
 the next ``ablate dashboard`` updates those views instead of making duplicates.
+
+The server must answer within ``$ABLATE_WANDB_TIMEOUT_S`` first (``mode.check_server``: one
+line saying nothing was saved and how to retry), and every API request waits that long at most
+(``WANDB_HTTP_TIMEOUT``, W&B's own setting, unless the user set it).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from ablate.config import ConfigError
 from ablate.store.rundir import atomic_write_json, read_json
-from ablate.tracking.mode import wandb_logged_in
+from ablate.tracking.mode import check_server, wandb_logged_in, wandb_timeout
 from ablate.tracking.specs import REPORT_FILE, WORKSPACE_FILE
 
 VIEWS_FILE = "wandb_views.json"
@@ -98,6 +103,10 @@ def save_dashboards(store: Path, study: str, reports: Path = Path("reports")) ->
             "no W&B login (run `wandb login` or set WANDB_API_KEY); nothing saved",
             source=f"ablate dashboard {study}",
         )
+    check_server("nothing saved", f"ablate dashboard {study}")
+    # every API request of this process, the workspaces library's included (read by wandb
+    # as it is imported)
+    os.environ.setdefault("WANDB_HTTP_TIMEOUT", str(max(1, round(wandb_timeout()))))
     import wandb
 
     entity = wandb.Api().default_entity or ""

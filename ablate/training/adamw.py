@@ -32,23 +32,27 @@ members and older runs (torch's fused AdamW) load into one another.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
 import torch
 
 from ablate.config import RunConfig
-from ablate.training.schedules import lr_at
+from ablate.model import member_tensors, solo_dims
+from ablate.training.schedules import lr_at, lr_values
 
 CLIP_EPS = 1e-6  # clip_grad_norm_'s guard against a zero norm
 
 
 def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW groups: weight decay on matrices only (no decay on biases, norms: 1-D params)."""
-    params = [p for p in model.parameters() if p.requires_grad]
+    """AdamW groups: weight decay on matrices only (no decay on biases, norms: parameters that
+    are 1-D in a solo run, their member dimension left out)."""
+    dims = solo_dims(model)
+    params = [(dims[n], p) for n, p in model.named_parameters() if p.requires_grad]
     return [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        {"params": [p for d, p in params if d >= 2], "weight_decay": weight_decay},
+        {"params": [p for d, p in params if d < 2], "weight_decay": 0.0},
     ]
 
 
@@ -72,6 +76,21 @@ def lr_factor(cfg: RunConfig, step: int, base_lr: float | None = None) -> float:
 def lr_of(cfg: RunConfig, step: int) -> float:
     """The LR the update of optimizer step ``step`` uses (base * factor, as ``LambdaLR``)."""
     return cfg.lr * lr_factor(cfg, step)
+
+
+def lr_table(cfg: RunConfig) -> list[float]:
+    """``lr_of`` at steps ``0..max_steps``, computed in one call (no Python call per step)."""
+    o, base = cfg.optim, cfg.lr
+    values = lr_values(
+        range(cfg.train.max_steps + 1),
+        total_steps=cfg.train.max_steps,
+        base_lr=base,
+        warmup_ratio=o.warmup_ratio,
+        min_lr=o.min_lr,
+        decay=o.decay,
+        cycles=o.cycles,
+    )
+    return [base * (lr / base) for lr in values]  # lr_of's arithmetic, to the last bit
 
 
 @cache
@@ -127,10 +146,11 @@ def _update(flat, grad, m, v, t, at, on, table, hyper, n_decay: int, eps: float)
 class MemberAdamW(torch.optim.Optimizer):
     """Clipping + AdamW + LR schedule for ``cfgs`` (one per member) over ``params``.
 
-    ``params``: in ``decay_groups`` order, the first ``n_decay`` decayed; each ``(k, *shape)``
-    for a stack of k (``stacked``; default: when k > 1), or any shape for a solo run (k = 1).
-    Their ``.data`` become views of ``self.flat``. ``active`` (k, 1) on the device: the members
-    that update at ``step``. A member's state has the solo run's shapes, also in a stack of one.
+    ``params``: in ``decay_groups`` order, the first ``n_decay`` decayed, each ``(k, *shape)``
+    (a model's tensors of one member only, any shape: k = 1). Their ``.data`` become views of
+    ``self.flat``. ``active`` (k, 1) on the device: the members that update at ``step``. A
+    member's state has the solo run's shapes and layout: ``solo_forms[j]`` maps member i's row
+    of parameter j (``numel`` values) to it (default: ``(shape)``), also in a stack of one.
     """
 
     def __init__(
@@ -139,11 +159,13 @@ class MemberAdamW(torch.optim.Optimizer):
         cfgs: list[RunConfig],
         n_decay: int,
         *,
-        stacked: bool | None = None,
+        solo_forms: list[Callable[[torch.Tensor], torch.Tensor]] | None = None,
     ):
         super().__init__(params, {"lr": cfgs[0].lr})
         k, dev = len(cfgs), params[0].device
-        self.stacked = k > 1 if stacked is None else stacked
+        self.solo_forms = solo_forms or [
+            lambda row, shape=p.shape[1:]: row.view(shape) for p in params
+        ]
         sizes = [p.numel() // k for p in params]
         with torch.no_grad():
             self.flat = torch.cat([p.detach().reshape(k, -1) for p in params], 1)
@@ -167,17 +189,23 @@ class MemberAdamW(torch.optim.Optimizer):
         self.eps = cfgs[0].optim.eps
         # the fused kernel takes its hyperparameters as host numbers: one call per member
         self.betas = [(c.optim.beta1, c.optim.beta2) for c in cfgs]
-        total = cfgs[0].train.max_steps
-        self.table = torch.tensor(
-            [[lr_of(c, s) for s in range(total + 1)] for c in cfgs], device=dev
-        )
+        self.table = torch.tensor([lr_table(c) for c in cfgs], device=dev)
         self.fused = use_fused(cfgs[0], dev)
 
     @classmethod
-    def for_model(cls, model: torch.nn.Module, cfg: RunConfig) -> MemberAdamW:
-        """A solo run's optimizer over ``model``'s parameters."""
-        decay, other = (g["params"] for g in decay_groups(model, cfg.optim.weight_decay))
-        return cls([*decay, *other], [cfg], len(decay))
+    def for_model(cls, model: torch.nn.Module, cfgs: list[RunConfig]) -> MemberAdamW:
+        """The optimizer of ``model``'s members (``cfgs``: one per member), whose states have
+        the solo run's layout (``ablate.model.member_tensors``)."""
+        decay, other = (g["params"] for g in decay_groups(model, 1.0))
+        params = [*decay, *other]
+        tensors = {id(t): (member, solo) for t, member, solo in member_tensors(model).values()}
+
+        def form(p: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+            member, solo = tensors[id(p)]
+            shape = p.shape[1:] if member else p.shape
+            return lambda row: solo(row.view(shape))
+
+        return cls(params, cfgs, len(decay), solo_forms=[form(p) for p in params])
 
     def start_at(self, steps: list[int]) -> None:
         """Each member's global step (the LR's index), e.g. on resume; not a per-step call."""
@@ -233,9 +261,8 @@ class MemberAdamW(torch.optim.Optimizer):
 
     def _member_view(self, row: torch.Tensor) -> list[torch.Tensor]:
         out, offset = [], 0
-        for p, n in zip(self.params, self.sizes, strict=True):
-            shape = p.shape[1:] if self.stacked else p.shape
-            out.append(row[offset : offset + n].view(shape))
+        for form, n in zip(self.solo_forms, self.sizes, strict=True):
+            out.append(form(row[offset : offset + n]))
             offset += n
         return out
 
@@ -272,7 +299,7 @@ class MemberAdamW(torch.optim.Optimizer):
         """A solo run's state (member 0), in ``torch.optim.AdamW``'s form. A stack's members
         are saved one by one (``member_state``, by the group's checkpoint IO): Lightning's own
         copy of a stack's state would be one member's, copied for nothing."""
-        if self.stacked:
+        if self.k > 1:
             return {"members": self.k}
         group = self.param_groups[0]
         return self.member_state(0, {"lr": group["lr"]})

@@ -1,15 +1,16 @@
 """The LightningModule of training: k runs ("members") stepped as one, k = 1 for a solo run.
 
 Lightning's ``Trainer`` drives every run, solo or a stacked group: its loop, precision,
-validation cadence, checkpoints, callbacks, loggers and stop requests. ``LitRuns`` is the one
-place that keeps the per-step books of each member it trains: the training loss summed over the
-log interval, the LR, tokens/s net of evaluation time, the step of the first non-finite loss,
-gradient norms, validation loss/ppl/bpc and early stopping. Its subclasses only say what a
-step computes: ``LitLM`` here (one model), ``ablate.training.stacked.lit.LitStack`` (k models
-of one shape run as one vmapped stack).
+validation cadence, checkpoints, callbacks, loggers and stop requests. ``LitRuns`` holds the
+model of its k members (``ablate.model``: every tensor leads with the member dimension) and
+calls the one training step (``ablate.training.step.train_step``) once per batch; it is the one
+place that keeps the per-step books of each member: the training loss summed over the log
+interval, the LR, tokens/s net of evaluation time, the step of the first non-finite loss,
+gradient norms, validation loss/ppl/bpc and early stopping. Its subclasses only say where the
+members come from and go: ``LitLM`` here (a solo run, with Lightning's own checkpoint), and
+``ablate.training.stacked.lit.LitStack`` (a stacked group's members, each with its own).
 
-Optimization is manual (``automatic_optimization = False``): a step is the members' losses,
-the backward of their sum (the members share no operation, so each gets its own gradient), and
+Optimization is manual (``automatic_optimization = False``): the step's update is
 ``MemberAdamW.step`` (clipping, AdamW and the LR schedule of each member, ``adamw.py``). So
 Lightning's own clipping is unused; with manual optimization it refuses ``gradient_clip_val``.
 
@@ -33,16 +34,24 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
-import torch.nn.functional as F
 
 from ablate.config import RunConfig
-from ablate.model import build_model
+from ablate.model import (
+    LanguageModel,
+    build_model,
+    load_member_state_dict,
+    member_state_dict,
+    member_tensors,
+)
 from ablate.training.adamw import MemberAdamW, lr_of
+from ablate.training.step import lm_loss, losses_fn, train_step
+
+__all__ = ["LitLM", "LitRuns", "grad_norm_metrics", "layer_of", "lm_loss"]  # lm_loss: step.py's
 
 _LAYER = re.compile(r"(?:^|\.)blocks\.(\d+)\.|_l(\d+)(?:_reverse)?$")
 
@@ -83,21 +92,6 @@ def grad_norm_metrics(
     return out
 
 
-def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean token cross-entropy in nats: logits (B, T, V), targets (B, T)."""
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
-
-
-def lm_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """``lm_loss`` of each of k members at once: logits (k, B, T, V), targets (k, B, T) ->
-    (k,), with one cross-entropy call for all members."""
-    k, vocab = logits.size(0), logits.size(-1)
-    tokens = F.cross_entropy(
-        logits.reshape(-1, vocab).float(), targets.reshape(-1), reduction="none"
-    )
-    return tokens.view(k, -1).mean(1)
-
-
 def early_stopping_step(
     state: tuple[float, int], value: float, patience: int
 ) -> tuple[float, int, bool]:
@@ -132,10 +126,9 @@ def checkpoint_loop(checkpoint: dict[str, Any]) -> dict[str, Any]:
 
 
 class LitRuns(pl.LightningModule):
-    """The per-step books of k members trained by one ``Trainer.fit``; see the module docstring.
+    """The k members of ``model`` (``cfgs``: one per member) trained by one ``Trainer.fit``;
+    see the module docstring.
 
-    Subclasses define ``member_losses`` and ``eval_losses`` (``(k,)`` losses of a batch),
-    ``grad_norms`` (``(k,)`` per name) and ``configure_optimizers`` (a ``MemberAdamW``).
     ``member_loggers[i]``: member i's loggers (default: the Trainer's, for a solo run).
     ``stop_at``: end the fit after this step (a stack pausing for members further ahead).
     ``loop_states``: each member's ``checkpoint_loop``, applied when training starts.
@@ -144,16 +137,26 @@ class LitRuns(pl.LightningModule):
     def __init__(
         self,
         cfgs: list[RunConfig],
+        model: LanguageModel,
         *,
         bits_per_token: bool,
         member_loggers: list[list[Any]] | None = None,
     ):
         super().__init__()
+        if model.members != len(cfgs):
+            raise ValueError(f"{len(cfgs)} runs for a model of {model.members} members")
         self.automatic_optimization = False
         self.cfgs, self.cfg, self.k = cfgs, cfgs[0], len(cfgs)  # cfg: what members share
+        self.model = model
+        self.losses_of = losses_fn(self.cfg)  # member_losses, compiled under train.compile
+        self._layer_of = {n: layer_of(n) for n, _ in model.named_parameters()}
+        self._member = {n: member for n, (_, member, _) in member_tensors(model).items()}
         # bits-per-char is loss / ln 2 when a token is a character
         self.bits_per_token = bits_per_token
         self.member_loggers = member_loggers
+        # each member's run clock (its attempt's wall_time: seconds trained, earlier attempts
+        # included), logged with every evaluation as perf/wall_s: time to a loss from the store
+        self.clocks: list[Callable[[], float]] | None = None
         self.tokens_per_step = self.cfg.data.batch_size * self.cfg.data.seq_len
         k = self.k
         self.register_buffer("loss_sum", torch.zeros(k), persistent=False)
@@ -177,15 +180,23 @@ class LitRuns(pl.LightningModule):
         self._step_last = 0
         self._eval_t0 = 0.0
 
-    # --- what a subclass computes -----------------------------------------------------------
-    def member_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+    # --- the model ------------------------------------------------------------------------
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.model(idx)
 
-    def eval_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+    def configure_optimizers(self):
+        """``MemberAdamW`` (clipping, AdamW and the LR schedule of every member in one step)
+        over the model: no Lightning scheduler, no Lightning clipping."""
+        return MemberAdamW.for_model(self.model, self.cfgs)
 
     def grad_norms(self) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
+        """Global and per-layer L2 norms of each member's gradients (before clipping), ``(k,)``
+        each; a tensor of one member (a solo run's LSTM) is a member dimension of 1."""
+        named = (
+            (n, g if g is None or self._member[n] else g.unsqueeze(0))
+            for n, g in ((n, p.grad) for n, p in self.model.named_parameters())
+        )
+        return grad_norm_metrics(named, self._layer_of, lead=1)
 
     # --- state ----------------------------------------------------------------------------
     def finished(self, i: int) -> bool:
@@ -242,24 +253,23 @@ class LitRuns(pl.LightningModule):
     # --- training -------------------------------------------------------------------------
     def training_step(self, batch, batch_idx):
         x, y = batch
-        opt = self.optimizers()
-        losses = self.member_losses(x, y)
-        loss = losses.sum()  # the members share no operation: each gets its own gradient
-        # the backward outside autocast, where Lightning's automatic optimization runs it
+        step = self.global_step  # the members' step (they train in step)
+        losses = train_step(
+            self.model, self.optimizers(), x, y, losses_of=self.losses_of, backward=self._backward
+        )
+        self._account(losses, step)
+        return losses.sum()  # the batch's outputs for callbacks
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        # outside autocast, where Lightning's automatic optimization runs it
         with torch.autocast(self.device.type, enabled=False):
             self.manual_backward(loss)
-        self._account(losses.detach().float(), opt.optimizer)
-        opt.step()  # MemberAdamW: clipping, AdamW and the LR schedule of every member
-        opt.zero_grad(set_to_none=True)
-        return loss  # the batch's outputs for callbacks (Lightning detaches it)
 
-    def _account(self, loss: torch.Tensor, opt: MemberAdamW) -> None:
-        """Sum the losses on the device; a member's first non-finite loss records its step
-        (``opt.at``: each member's step) and masks its updates from now on."""
-        finite = torch.isfinite(loss)
-        first = ~finite & (self.nonfinite_step < 0)
-        self.nonfinite_step = torch.where(first, opt.at.view(-1), self.nonfinite_step)
-        opt.active &= finite.view(-1, 1)
+    def _account(self, loss: torch.Tensor, step: int) -> None:
+        """Sum the losses on the device; a member's first non-finite loss records ``step``
+        (``train_step`` masked its updates from then on)."""
+        first = ~torch.isfinite(loss) & (self.nonfinite_step < 0)
+        self.nonfinite_step = torch.where(first, step, self.nonfinite_step)
         self.loss_sum += loss
         for i in range(self.k):
             self.loss_n[i] += 1
@@ -274,14 +284,14 @@ class LitRuns(pl.LightningModule):
         if self.stop_at is not None and step >= self.stop_at:
             self.trainer.should_stop = True
 
-    def log_step(self, member: int = 0) -> float | None:
-        """Log this log step's metrics of every member and return ``member``'s mean training
-        loss. The first call at a step reads the device (``ProgressFile``'s hook runs before
-        this module's), later calls return what it read."""
+    def log_step(self) -> list[float | None]:
+        """Log this log step's metrics of every member and return their mean training losses.
+        The first call at a step reads the device (``ProgressFile``'s hook runs before this
+        module's), later calls return what it read."""
         step = self.global_step  # optimizer steps done so far
         if step != self._logged_step and any(self.loss_n):
             self._log_train(step)
-        return self.train_loss[member]
+        return self.train_loss
 
     def _log_train(self, step: int) -> None:
         now = time.perf_counter()
@@ -367,8 +377,8 @@ class LitRuns(pl.LightningModule):
 
     # --- validation -----------------------------------------------------------------------
     def validation_step(self, batch, batch_idx):
-        x, y = batch
-        self._val_losses.append(self.eval_losses(x, y))
+        x, y = batch  # (B, T): every member's
+        self._val_losses.append(self.losses_of(self.model, x, y))
 
     def on_validation_epoch_end(self):
         if not self._val_losses:
@@ -387,6 +397,8 @@ class LitRuns(pl.LightningModule):
             metrics = {"val/loss": value, "val/ppl": math.exp(min(value, 50.0))}
             if self.bits_per_token:
                 metrics["val/bpc"] = value / math.log(2)
+            if self.clocks is not None:
+                metrics["perf/wall_s"] = self.clocks[i]()
             self.log_member(i, metrics, step)
             self.val_loss[i] = value
             self._early_stop(i, value)
@@ -403,32 +415,23 @@ class LitRuns(pl.LightningModule):
 
 
 class LitLM(LitRuns):
-    """A solo run: one model, the members' books with k = 1."""
+    """A solo run: a model of one member, saved and restored by Lightning's checkpoints."""
 
     def __init__(self, cfg: RunConfig, vocab_size: int, *, bits_per_token: bool = False):
-        super().__init__([cfg], bits_per_token=bits_per_token)
+        super().__init__([cfg], build_model(cfg.model, vocab_size), bits_per_token=bits_per_token)
         self.vocab_size = vocab_size
-        self.model = build_model(cfg.model, vocab_size)
-        self._layer_of = {n: layer_of(n) for n, _ in self.model.named_parameters()}
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        return self.model(idx)
+    def state_dict(self, *args, **kwargs) -> dict[str, torch.Tensor]:
+        """The model as a solo run's checkpoint holds it: ``model.<name>`` in a solo model's
+        layout (``ablate.model.member_state_dict``; ``nn.Linear``'s weights), copied."""
+        state = member_state_dict(self.model, 0)
+        return {f"model.{n}": t.detach().clone(memory_format=torch.contiguous_format)
+                for n, t in state.items()}  # fmt: skip
 
-    def member_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return lm_loss(self.model(x), y).view(1)
-
-    def eval_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return lm_loss(self.model(x), y).view(1)
-
-    def grad_norms(self) -> dict[str, torch.Tensor]:
-        """Global and per-layer L2 norms of the gradients (before clipping)."""
-        named = ((n, p.grad) for n, p in self.model.named_parameters())
-        return {k: v.view(1) for k, v in grad_norm_metrics(named, self._layer_of).items()}
-
-    def configure_optimizers(self):
-        """``MemberAdamW`` (clipping, AdamW and the LR schedule in one step, the stacked
-        path's code) over the model: no Lightning scheduler, no Lightning clipping."""
-        return MemberAdamW.for_model(self.model, self.cfg)
+    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True, assign=False):
+        """Load ``state_dict``'s form (a solo run's checkpoint, or a stacked member's)."""
+        weights = {k.removeprefix("model."): v for k, v in state_dict.items()}
+        load_member_state_dict(self.model, 0, weights)
 
     def save_members(self, checkpoint: dict, loops: list[dict[str, Any]]) -> None:
         checkpoint["loop"] = loops[0]

@@ -1,15 +1,20 @@
 """What a training step costs a GPU's host, counted on any device: aten operations that launch
-a kernel, and reads of a value back to the host.
+a kernel, reads of a value back to the host, and Python function calls.
 
 Every aten operation dispatched on a CUDA tensor is at least one kernel launch (several
 microseconds of host time); a small model's step is bound by launches long before the GPU's
-arithmetic. A ``TorchDispatchMode`` sees each dispatched operation once (under ``torch.vmap``
-the batched operation, once), on the CPU as on CUDA, so the count can be asserted in a test.
+arithmetic. A ``TorchDispatchMode`` sees each dispatched operation once, on the CPU as on
+CUDA, so the count can be asserted in a test.
 Operations that only make a new view of existing memory (views, transposes, ``detach``) or only
 allocate (``empty``) launch nothing and are left out.
 
 A host read (``aten._local_scalar_dense``: ``.item()``, ``bool(t)``, ``float(t)``; ``equal``;
 ``tolist``, ``cpu``, ``numpy``) waits for the GPU to finish everything queued before it.
+
+Python function calls (``PythonCalls``: ``sys.setprofile``'s "call" events on this thread) are
+the rest of a step's host time: on a GPU the host must dispatch a step's kernels faster than the
+GPU runs them, and a small model's step runs them in a few milliseconds. Like the operations,
+the count does not depend on the machine.
 
 ``count_process`` counts a whole process (Lightning's loop, callbacks and loggers included)
 from outside: a ``sitecustomize.py`` on ``PYTHONPATH`` that calls it is loaded into every
@@ -23,6 +28,7 @@ import atexit
 import json
 import multiprocessing.util
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -100,6 +106,27 @@ class OpCounter(TorchDispatchMode):
     @property
     def host_reads(self) -> int:
         return sum(self.reads.values())
+
+
+class PythonCalls:
+    """``with PythonCalls() as c: ...``: ``c.calls`` counts the Python function calls made on
+    this thread inside (``sys.setprofile``'s "call" events: Python functions and generator
+    resumptions; functions written in C are not Python calls)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def _count(self, frame, event, arg) -> None:
+        if event == "call":
+            self.calls += 1
+
+    def __enter__(self):
+        self._previous = sys.getprofile()
+        sys.setprofile(self._count)
+        return self
+
+    def __exit__(self, *exc):
+        sys.setprofile(self._previous)
 
 
 def count_process(out_dir: str | Path) -> OpCounter:

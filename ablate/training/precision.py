@@ -6,7 +6,8 @@ does under it: autocast keeps norms and the loss in fp32, the LSTM opts out of a
 each kind of operation produced in a forward pass and loss of one batch, under the same
 precision context as its evaluation:
 
-* ``matmul``: outputs of ``F.linear`` (projections, FFN, LM head);
+* ``matmul``: outputs of the linear layers (projections, FFN, LM head: the members' batched
+  ``baddbmm``/``bmm``; a plugin's ``F.linear``);
 * ``attention``: outputs of ``F.scaled_dot_product_attention``;
 * ``norm``: outputs of the model's norm modules (the ``norm`` axis' registered classes);
 * ``lstm``: outputs of ``nn.LSTM``;
@@ -29,6 +30,8 @@ from ablate import registry
 
 _FUNCTIONS = {
     F.linear: "matmul",
+    torch.bmm: "matmul",
+    torch.baddbmm: "matmul",
     F.scaled_dot_product_attention: "attention",
     F.cross_entropy: "loss",
 }

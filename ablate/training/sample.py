@@ -41,7 +41,7 @@ def find_run(ref: str, store: str | Path = "runs") -> RunDir:
 
 def load_run(run_dir: RunDir, plugins: list[str] = ()) -> tuple[RunConfig, Any, torch.nn.Module]:
     """``(config, tokenizer, model with the last checkpoint's weights)`` of a run."""
-    from ablate.model import build_model
+    from ablate.model import build_model, load_member_state_dict
     from ablate.model.plugins import load_plugins
 
     data = run_dir.read_run()
@@ -68,7 +68,7 @@ def load_run(run_dir: RunDir, plugins: list[str] = ()) -> tuple[RunConfig, Any, 
         if k.startswith("model.")
     }
     try:
-        model.load_state_dict(weights)
+        load_member_state_dict(model, 0, weights)  # a solo run's layout, also a stack member's
     except RuntimeError as err:
         raise ConfigError(
             f"checkpoint {ckpt_path} does not fit the run's model ({str(err).splitlines()[0]})"
@@ -100,7 +100,7 @@ def generate(
 ) -> torch.Tensor:
     """Append ``n`` sampled tokens to ``idx`` (shape ``(1, T)``); see the module docstring."""
     for _ in range(n):
-        logits = model(idx[:, -context:])[:, -1, :].float()  # (1, vocab)
+        logits = model(idx[:, -context:])[0, :, -1, :].float()  # (1, vocab): the one member
         if temperature == 0:
             nxt = logits.argmax(-1, keepdim=True)
         else:

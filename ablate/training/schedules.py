@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 DECAYS = ("cosine", "linear", "constant", "cosine_min")
 
@@ -36,20 +37,50 @@ def lr_at(
     ``cycles = 0.5`` is the usual half-cosine from ``base_lr`` to 0 (floored at ``min_lr``).
     Steps past ``T`` keep the value at ``T``.
     """
+    return lr_values(
+        [step],
+        total_steps=total_steps,
+        base_lr=base_lr,
+        warmup_ratio=warmup_ratio,
+        min_lr=min_lr,
+        decay=decay,
+        cycles=cycles,
+    )[0]
+
+
+def lr_values(
+    steps: Iterable[int],
+    *,
+    total_steps: int,
+    base_lr: float,
+    warmup_ratio: float,
+    min_lr: float,
+    decay: str,
+    cycles: float = 0.5,
+) -> list[float]:
+    """``lr_at`` of each of ``steps`` (the formulas are ``lr_at``'s), in one call: an
+    optimizer's table of a whole schedule costs no Python call per step."""
     if decay not in DECAYS:
         raise ValueError(f"unknown decay '{decay}'; choose from: {', '.join(DECAYS)}")
     if total_steps < 1:
         raise ValueError(f"total_steps must be >= 1, got {total_steps}")
-    t = min(step, total_steps)
     w = warmup_steps(total_steps, warmup_ratio)
-    if t < w:
-        return base_lr * t / w
-    if decay == "constant":
-        return base_lr
-    progress = (t - w) / max(1, total_steps - w)
-    if decay == "linear":
-        return max(min_lr, base_lr * (1.0 - progress))
-    coeff = 0.5 * (1.0 + math.cos(2.0 * math.pi * cycles * progress))
-    if decay == "cosine_min":
-        return min_lr + (base_lr - min_lr) * coeff
-    return max(min_lr, base_lr * coeff)
+    out = []
+    for step in steps:
+        t = min(step, total_steps)
+        if t < w:
+            out.append(base_lr * t / w)
+            continue
+        if decay == "constant":
+            out.append(base_lr)
+            continue
+        progress = (t - w) / max(1, total_steps - w)
+        if decay == "linear":
+            out.append(max(min_lr, base_lr * (1.0 - progress)))
+            continue
+        coeff = 0.5 * (1.0 + math.cos(2.0 * math.pi * cycles * progress))
+        if decay == "cosine_min":
+            out.append(min_lr + (base_lr - min_lr) * coeff)
+        else:
+            out.append(max(min_lr, base_lr * coeff))
+    return out

@@ -40,8 +40,9 @@ from ablate.training.checkpoints import (
     select_checkpoint,
 )
 from ablate.training.inputs import run_inputs
-from ablate.training.lit import LitLM, lm_loss
+from ablate.training.lit import LitLM
 from ablate.training.precision import compute_dtypes
+from ablate.training.step import lm_loss
 from ablate.training.store_logger import StoreLogger
 
 log = logging.getLogger("ablate")
@@ -202,16 +203,14 @@ def make_trainer(
         every_n_train_steps=t.checkpoint_interval,
         save_on_train_epoch_end=False,
     )
-    progress_files = [
-        ProgressFile(d.path, t.log_interval, member=i)  # progress.json: the driver's live line
-        for i, d in enumerate(member_dirs or [run_dir])
-    ]
+    # progress.json of each run: the driver's live line
+    progress_file = ProgressFile([d.path for d in member_dirs or [run_dir]], t.log_interval)
     callbacks = [
         ckpt,
         # Ctrl-C or a crash mid-run: keep what was trained so a re-run resumes from here
         ExceptionCheckpoint(dirpath=run_dir.checkpoint_dir, filename="interrupted"),
         FinalCheckpoint(run_dir.checkpoint_dir),  # the end of training, off the interval too
-        *progress_files,
+        progress_file,
         *callbacks,
     ]
     if progress:  # after ProgressFile, whose hook reads the log step's loss it shows
@@ -318,6 +317,7 @@ def prepare_run(cfg: RunConfig, attempt: RunAttempt) -> tuple[LMDataModule, LitL
     dm.setup("fit")
     torch.manual_seed(cfg.train.seed)
     lit = LitLM(cfg, dm.vocab_size, bits_per_token=dm.is_char)
+    lit.clocks = [attempt.wall_time]
     counts = lit.model.param_counts()
     attempt.write(
         params=counts["total"],
@@ -363,10 +363,6 @@ def _fit(
     attempt: RunAttempt,
 ) -> None:
     """Fit (from ``ckpt_path`` when resuming) and evaluate at the end, into the summary."""
-    if cfg.train.compile:
-        # in place: the state_dict keys stay those of the eager model (no "_orig_mod."),
-        # so checkpoints move freely between compiled and eager runs
-        lit.model.compile()
     device = trainer.strategy.root_device
     summary = attempt.summary
     summary["attn_kernel"] = attn_kernel(cfg, device) if cfg.model.arch == "transformer" else None

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Before a GPU window, on this machine, from the checkout root (docs/gpu.md):
 #
-#   scripts/gpu/prepare.sh [--python-version X.Y] [--wandb]
+#   scripts/gpu/prepare.sh [--python-version X.Y] [--wandb] [--nanogpt DIR]
 #
 # Puts what the GPU machine lacks and cannot fetch (it reaches no network, and only the
 # checkout travels) into two ignored folders of the checkout:
@@ -11,6 +11,9 @@
 #               scripts/gpu/wheels-wandb.txt (~21 MB). Earlier wheels in .whl/ are removed:
 #               two versions of one package would stop the install there.
 #   .gpu-data/  tinyshakespeare/input.txt, from $ABLATE_DATA_DIR, else ../shared/data
+#   .nanogpt/   with --nanogpt DIR: a checkout of karpathy/nanoGPT (its files, no .git and no
+#               out-* folders; never committed), for window.sh to run nanoGPT's own GPU config
+#               beside the reference study (python -m ablate.bench.nanogpt_own --gpu)
 # checks that they and the rest of the working tree fit the device's 64 MiB, and prints the
 # `carry` line and the command to run there.
 #
@@ -19,11 +22,12 @@
 # manylinux x86-64 tags below] the platform tags asked for, split on spaces.
 set -uo pipefail
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "prepare.sh: $*" >&2; exit 2; }
 
 PYV=3.12
 REQS=(scripts/gpu/wheels.txt)
+NANOGPT=
 while [ $# -gt 0 ]; do
     case $1 in
         --python-version)
@@ -32,6 +36,11 @@ while [ $# -gt 0 ]; do
             shift 2
             ;;
         --wandb) REQS+=(scripts/gpu/wheels-wandb.txt) && shift ;;
+        --nanogpt)
+            [ $# -ge 2 ] && [ -f "$2/train.py" ] || die "--nanogpt needs a nanoGPT checkout (DIR/train.py)"
+            NANOGPT=$(cd "$2" && pwd)
+            shift 2
+            ;;
         -h | --help) usage ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
@@ -86,6 +95,18 @@ copy_data() {
     log ".gpu-data: $DATASET from $DATA"
 }
 
+copy_nanogpt() {
+    rm -rf .nanogpt
+    [ -n "$NANOGPT" ] || return 0
+    mkdir -p .nanogpt && tar -C "$NANOGPT" --exclude=.git --exclude='out-*' -cf - . |
+        tar -C .nanogpt -xf - || return 1
+    # its own .git only: a folder inside another checkout would give that one's commit
+    local commit=unknown
+    [ -e "$NANOGPT/.git" ] && commit=$(git -C "$NANOGPT" rev-parse HEAD 2> /dev/null || echo unknown)
+    echo "$commit" > .nanogpt/COMMIT
+    log ".nanogpt: $NANOGPT (commit $commit)"
+}
+
 # bytes of what a device call sends: the files git shows (tracked, untracked not ignored) and
 # the carried folders; outside a git checkout the carried folders alone
 tree_bytes() {
@@ -94,14 +115,17 @@ tree_bytes() {
             git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s -- \
                 2> /dev/null
         fi
-        find .whl .gpu-data -type f -printf '%s\n'
+        find .whl .gpu-data $CARRY_NANOGPT -type f -printf '%s\n'
     } | awk '{t += $1} END {print t + 0}'
 }
 
 download_wheels || { log "cannot download the wheels (above)"; exit 1; }
 copy_data || exit 1
+copy_nanogpt || { log "cannot copy $NANOGPT"; exit 1; }
+CARRY_NANOGPT=
+[ -n "$NANOGPT" ] && CARRY_NANOGPT=.nanogpt
 total=$(tree_bytes)
-log "the working tree with .whl and .gpu-data: $((total / 1024)) KiB (the device takes 64 MiB)"
+log "the working tree with .whl .gpu-data $CARRY_NANOGPT: $((total / 1024)) KiB (the device takes 64 MiB)"
 [ "$total" -lt $((64 * MiB)) ] || { log "over 64 MiB: the device would refuse it"; exit 1; }
-echo "carry: .whl .gpu-data"
+echo "carry: .whl .gpu-data${CARRY_NANOGPT:+ $CARRY_NANOGPT}"
 echo "command (a device run with timeout_s 600): scripts/gpu/window.sh \"\$OUT\" 540"

@@ -7,7 +7,8 @@
 #   OUT      the device's output folder: gets at most 8 files, all directly in it: stores.tgz
 #            (every study's store without checkpoints, W&B files, leases or temporary files:
 #            commit it as it is as reports/gpu/stores/stores.tgz), window.log, status.txt
-#            (`ablate status` of the studies) and what the probe writes (probe.md, ...)
+#            (`ablate status` of the studies), what the probe writes (probe.md, probe.json)
+#            and, with a carried nanoGPT, nanogpt_own_next.json and nanogpt.log
 #   SECONDS  the whole command's wall-clock budget (default 540, inside the device's 600 s).
 #            The studies get what the install and the probe leave, less GRACE + FINISH: at
 #            their deadline `ablate run` gets SIGINT, as from Ctrl-C (each run in flight saves
@@ -16,18 +17,27 @@
 # Steps: the carried wheels (.whl/) installed into SITE without a venv or an index; every
 # import a run needs checked (exit 3 listing what is missing); the archives committed under
 # reports/gpu/stores/ restored into STORE (files already there are kept: a warm machine's newer
-# state is never rolled back); `ablate bench --probe`; then each study in order: with
-# --confirm when its registration for PROFILE exists (the registered seeds), else exploratory.
+# state is never rolled back); `ablate bench --probe`, whose verdicts set the studies' `ablate
+# run` arguments in this same command (its verdict, solo, pack or stack, for a study whose
+# profile leaves train.stack at its default; its unstacked verdict, solo or pack, for one
+# whose profile pins train.stack, as the reference's gpu profile pins 1); nanoGPT's own GPU
+# config beside the studies when a nanoGPT checkout is carried (NANOGPT); then each study in
+# order: with --confirm when its registration for PROFILE exists (the registered seeds), else
+# exploratory.
 #
 # Environment (defaults in brackets):
-#   STUDIES          [studies/reference_nanogpt_cpu.yaml studies/architecture.yaml
-#                    studies/positional_encoding.yaml: tier 1] the study YAMLs, run in this order
+#   STUDIES          [studies/reference_nanogpt_cpu.yaml: tier 1] the study YAMLs, in order
 #   PROFILE          [gpu] the study profile; empty: the study's default
 #   PYTHON           [python3] the machine's Python, whose torch the runs use
-#   ABLATE_ARGS      extra `ablate run` arguments, split on spaces (e.g. "--set
-#                    train.stack=auto", as the probe decides)
-#   PROBE            [1] 0: no probe
-#   PROBE_SECONDS    [180] the probe's own limit (a failing probe is logged; the studies go on)
+#   ABLATE_ARGS      extra `ablate run` arguments, split on spaces; set, they replace the
+#                    probe's verdicts (e.g. "--workers 4 --runs-per-gpu 4")
+#   PROBE            [1] 0: no probe (and no verdict: ABLATE_ARGS alone)
+#   PROBE_SECONDS    [180] the probe's own limit (cut, it leaves the verdicts of the rows it
+#                    finished; a failing probe is logged and the studies run solo). Its eager
+#                    rows end by ~65 s, its compiled ones by ~175 s (docs/gpu.md)
+#   NANOGPT          [.nanogpt] a carried nanoGPT checkout (scripts/gpu/prepare.sh --nanogpt):
+#                    its GPU config runs beside the studies, one seed, NANOGPT_ITERS [2500]
+#                    iterations of its 5000-iteration schedule (its best comes near 1750)
 #   STORE            [runs/gpu] the run store, kept between commands on one warm machine
 #   SITE             [.gpu-site] where the wheels are installed (put on PYTHONPATH)
 #   ABLATE_DATA_DIR  [.gpu-data] the data prepare.sh copied into the checkout
@@ -40,7 +50,7 @@
 # arguments, 3 when this machine cannot run ablate.
 set -uo pipefail
 
-usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "window.sh: $*" >&2; exit 2; }
 whole() { case $2 in '' | *[!0-9]*) die "$1 must be a whole number of seconds, got '$2'" ;; esac; }
 
@@ -52,8 +62,8 @@ mkdir -p "$1" || die "cannot create $1"
 OUT=$(cd "$1" && pwd)
 cd "$ROOT" || exit 2
 
-# tier 1, in the order of the table in reports/gpu/README.md
-TIER1="studies/reference_nanogpt_cpu.yaml studies/architecture.yaml studies/positional_encoding.yaml"
+# tier 1 (reports/gpu/README.md): the reference study, with nanoGPT's own run beside it
+TIER1="studies/reference_nanogpt_cpu.yaml"
 read -r -a STUDY_FILES <<< "${STUDIES:-$TIER1}"
 [ ${#STUDY_FILES[@]} -gt 0 ] || die "STUDIES names no study"
 for s in "${STUDY_FILES[@]}"; do [ -f "$s" ] || die "$s: no such study file"; done
@@ -61,11 +71,18 @@ PROFILE=${PROFILE-gpu}
 PYTHON=${PYTHON:-python3}
 PROBE=${PROBE:-1}
 PROBE_SECONDS=${PROBE_SECONDS:-180}
+NANOGPT=${NANOGPT:-$ROOT/.nanogpt}
+NANOGPT_ITERS=${NANOGPT_ITERS:-2500}
+USER_ARGS=${ABLATE_ARGS-}
+VERDICT=none
+VERDICT_ARGS=
+UNSTACKED=none
+UNSTACKED_ARGS=
 STORE=${STORE:-runs/gpu}
 SITE=${SITE:-$ROOT/.gpu-site}
 GRACE=${GRACE:-30}
 FINISH=${FINISH:-30}
-for v in PROBE_SECONDS GRACE FINISH; do whole "$v" "${!v}"; done
+for v in PROBE_SECONDS GRACE FINISH NANOGPT_ITERS; do whole "$v" "${!v}"; done
 export ABLATE_DATA_DIR=${ABLATE_DATA_DIR:-$ROOT/.gpu-data}
 export WANDB_MODE=${WANDB_MODE:-disabled}
 export PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160}
@@ -150,10 +167,84 @@ probe() {
     timeout --signal=INT --kill-after=10 "$limit" \
         "$PYTHON" -m ablate bench --probe --out "$OUT/probe.md" || rc=$?
     [ $rc = 0 ] && log "probe: done" || log "probe failed (exit $rc): the studies go on"
+    read_verdict
 }
 
-# one line per study: its name and whether its registration for PROFILE exists, from
-# ablate's own naming (registration_path)
+# the probe's verdicts from its JSON (written after every row, so a cut probe leaves them):
+# VERDICT (solo, pack, stack, ... or none) and VERDICT_ARGS, its `ablate run` arguments, and
+# UNSTACKED and UNSTACKED_ARGS, the best of the rows that do not stack
+read_verdict() {
+    local lines=("none" "none")
+    [ -f "$OUT/probe.json" ] && mapfile -t lines < <("$PYTHON" - "$OUT/probe.json" <<'EOF'
+import json
+import sys
+
+try:
+    r = json.load(open(sys.argv[1]))["stacked"]
+except (OSError, ValueError, KeyError, TypeError):
+    r = {}
+for key in ("verdict", "unstacked"):
+    v = r.get(key) if isinstance(r, dict) else None
+    try:
+        print(v["choice"], f"x{v['x_solo']:.2f}", v["args"])
+    except (KeyError, TypeError, ValueError):
+        print("none")
+EOF
+)
+    read -r VERDICT _ VERDICT_ARGS <<< "${lines[0]:-none}"
+    read -r UNSTACKED _ UNSTACKED_ARGS <<< "${lines[1]:-none}"
+    if [ "$VERDICT" = none ]; then
+        log "probe verdict: none (no solo row came back): the studies run solo"
+    else
+        local unapplied=${USER_ARGS:+ (not applied: ABLATE_ARGS is set)}
+        log "probe verdict: ${lines[0]}$unapplied"
+        log "probe verdict unstacked (for profiles that pin train.stack): ${lines[1]}$unapplied"
+    fi
+}
+
+# the arguments `ablate run` gets for a study whose profile sets train.stack to $1: the user's
+# ABLATE_ARGS when set, else the verdict's where the profile leaves train.stack at its default
+# (off), the unstacked verdict's where it pins it (a profile that pins it keeps its tasks short
+# on purpose: stacking its runs is not the probe's to decide, packing them is)
+study_args() {
+    if [ -n "$USER_ARGS" ]; then
+        echo "$USER_ARGS"
+    elif [ "$1" != off ]; then
+        echo "$UNSTACKED_ARGS"
+    else
+        echo "$VERDICT_ARGS"
+    fi
+}
+
+# nanoGPT's own GPU config beside the studies (its own process on the same GPU), one seed
+NANOGPT_PID=
+start_nanogpt() {
+    [ -f "$NANOGPT/train.py" ] || return 0
+    local limit=$(($(left) - GRACE - FINISH))
+    [ "$limit" -ge 30 ] || { log "nanoGPT: no time left"; return 0; }
+    log "nanoGPT beside the studies: $NANOGPT_ITERS iterations (limit ${limit}s): nanogpt.log"
+    timeout --signal=INT --kill-after=10 "$limit" "$PYTHON" -m ablate.bench.nanogpt_own --gpu \
+        --nanogpt "$NANOGPT" --max-iters "$NANOGPT_ITERS" --out "$OUT/nanogpt_own_next.json" \
+        --log "$OUT/nanogpt.log" > "$OUT/nanogpt_own.out" 2>&1 < /dev/null &
+    NANOGPT_PID=$!
+}
+
+wait_nanogpt() {
+    [ -n "$NANOGPT_PID" ] || return 0
+    local rc=0
+    wait "$NANOGPT_PID" || rc=$?
+    # its own lines go into the log; the file itself does not come back (8 files at most)
+    sed 's/^/    /' "$OUT/nanogpt_own.out" && rm -f "$OUT/nanogpt_own.out"
+    if [ $rc = 0 ] && [ -f "$OUT/nanogpt_own_next.json" ]; then
+        log "nanoGPT: done: nanogpt_own_next.json (commit it as reports/gpu/nanogpt_own_next.json)"
+    else
+        log "nanoGPT failed or was cut (exit $rc)"
+    fi
+}
+
+# one line per study: its name, whether its registration for PROFILE exists (ablate's own
+# naming, registration_path), and the train.stack its profile (else its base) sets: "off"
+# when neither does (read from the YAML: expanding every study would cost seconds)
 study_plan() {
     "$PYTHON" - "${PROFILE:-}" "${STUDY_FILES[@]}" <<'EOF'
 import sys
@@ -162,18 +253,27 @@ import yaml
 
 from ablate.claims.registration import registration_path
 
+
+def stack(layer):
+    layer = layer or {}
+    value = (layer.get("train") or {}).get("stack", layer.get("train.stack"))
+    return None if value is None else "off" if value is False else str(value)
+
+
 profile = sys.argv[1] or None
 for path in sys.argv[2:]:
-    name = yaml.safe_load(open(path))["name"]
+    study = yaml.safe_load(open(path))
+    layers = [(study.get("profiles") or {}).get(profile), study.get("base")]
+    setting = next((s for s in map(stack, layers) if s is not None), "off")
     reg = registration_path(path, profile)
-    print(name, "confirm" if reg.is_file() else "explore", reg)
+    print(study["name"], "confirm" if reg.is_file() else "explore", setting, reg)
 EOF
 }
 
-# run_study FILE NAME MODE REGISTRATION: `ablate run` until the studies' deadline (returns its
-# status: 124 or 137 when the budget cut it)
+# run_study FILE NAME MODE STACK REGISTRATION: `ablate run` until the studies' deadline
+# (returns its status: 124 or 137 when the budget cut it)
 run_study() {
-    local file=$1 name=$2 mode=$3 reg=$4 limit rc=0 args=()
+    local file=$1 name=$2 mode=$3 stack=$4 reg=$5 limit rc=0 args=() extra
     limit=$(($(left) - GRACE - FINISH))
     if [ "$limit" -lt 5 ]; then
         log "$name: no time left in this window (the next one runs it)"
@@ -186,11 +286,15 @@ run_study() {
     else
         log "$name: no registration for profile '${PROFILE:-default}': exploratory runs"
     fi
-    log "ablate run $file ${args[*]} --store $STORE ${ABLATE_ARGS:-} (limit ${limit}s)"
+    extra=$(study_args "$stack")
+    if [ "$VERDICT" != none ] && [ "$stack" != off ] && [ -z "$USER_ARGS" ]; then
+        log "$name: its profile sets train.stack $stack: the unstacked verdict ($UNSTACKED)"
+    fi
+    log "ablate run $file ${args[*]} --store $STORE $extra (limit ${limit}s)"
     # timeout signals its whole process group: workers get the SIGINT a terminal's Ctrl-C sends
-    # shellcheck disable=SC2086  # ABLATE_ARGS is split on spaces on purpose
+    # shellcheck disable=SC2086  # the arguments are split on spaces on purpose
     timeout --signal=INT --kill-after="$GRACE" "$limit" "$PYTHON" -m ablate run "$file" \
-        "${args[@]}" --store "$STORE" --no-progress ${ABLATE_ARGS:-} < /dev/null || rc=$?
+        "${args[@]}" --store "$STORE" --no-progress $extra < /dev/null || rc=$?
     case $rc in
         0) log "$name: every run finished" ;;
         124 | 137) log "$name: cut by the budget (exit $rc): the next window resumes it" ;;
@@ -249,14 +353,16 @@ main() {
     restore_archives || return 1
     probe
     plan=$(study_plan) || { log "cannot read the studies"; return 2; }
-    local i=0
-    while read -r name mode reg; do
+    start_nanogpt
+    local i=0 stack
+    while read -r name mode stack reg; do
         names+=("$name")
-        run_study "${STUDY_FILES[$i]}" "$name" "$mode" "$reg" || rc=$?
+        run_study "${STUDY_FILES[$i]}" "$name" "$mode" "$stack" "$reg" || rc=$?
         case $rc in 0 | 124 | 137) ;; *) status=1 ;; esac
         rc=0
         i=$((i + 1))
     done <<< "$plan"
+    wait_nanogpt
     write_status "${names[@]}"
     archive_stores || status=1
     check_out || status=1

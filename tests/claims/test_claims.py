@@ -112,8 +112,10 @@ def checked(tmp_path_factory, norm_pos_store):
 def test_claims_are_checked_against_the_runs(checked):
     *_, study, by_id = checked
     assert [c.id for c in study.claims] == [c["id"] for c in CLAIMS]
-    assert by_id["pre-wins"].outcome == "reproduces"
-    assert by_id["post-wins"].outcome == "contradicted"
+    # at 2-3 seeds the t-test decides, the exact tests cannot (floor 2/C(5,2) = 0.2 here)
+    assert by_id["pre-wins"].t_outcome == "reproduces"
+    assert by_id["pre-wins"].outcome == "reproduces by t-test only"
+    assert by_id["post-wins"].outcome == "contradicted by t-test only"
     tie = by_id["pos-tie"]  # 0.004 apart with 0.02 seed noise at 3 vs 2 seeds: undecided
     # TOST within ±0.01 at 0.004 apart with 0.02 noise needs more than 200 seeds per arm
     assert tie.outcome == "inconclusive" and tie.seeds_needed.n is None
@@ -123,7 +125,8 @@ def test_claims_are_checked_against_the_runs(checked):
     best = by_id["best-of"]  # post-learned (1.89 over 2 finite seeds) vs post-rope (1.904)
     assert "pos_encoding=learned (best of learned/rope)" in best.comparison.label_b
     grad = by_id["ffn-grad"]  # post's norms grow with depth (slope > 0), pre's fall
-    assert grad.outcome == "reproduces" and grad.comparison.mean_b > 0 > grad.comparison.mean_a
+    assert grad.t_outcome == "reproduces" and grad.comparison.mean_b > 0 > grad.comparison.mean_a
+    assert grad.exact_outcome == "inconclusive" and grad.comparison.exact == "permutation"
     pub = by_id["vs-published"]  # pre-learned seeds 1.58/1.60/1.62 vs 1.600 ± 0.05
     assert pub.comparison.test == "Welch t" and pub.comparison.margin == 0.05
 
@@ -131,14 +134,16 @@ def test_claims_are_checked_against_the_runs(checked):
 def test_claims_are_a_holm_family_of_their_own(checked):
     *_, study, by_id = checked
     comps, checks = analyse(study)
-    # pre-wins and post-wins are one test (reversed arms); post-diverges has no p: 5 tests
+    # pre-wins and post-wins are one test (reversed arms); post-diverges has no p: it counts
+    # with p = 1, so every family (t, TOST, exact, exact TOST) has the same 6 claims
     distinct = {"pre-wins", "pos-tie", "best-of", "ffn-grad", "vs-published"}
-    raw = [by_id[i].comparison.p for i in sorted(distinct)]
-    expected = dict(zip(sorted(distinct), holm(raw), strict=True))
-    for cid in distinct:
-        c = by_id[cid].comparison
-        assert c.family == 5 and c.correction == "Holm"
-        assert c.p_adj == pytest.approx(expected[cid])
+    for p, p_adj in (("p", "p_adj"), ("p_flip", "p_flip_adj"), ("p_tost", "p_tost_adj")):
+        raw = [getattr(by_id[i].comparison, p) for i in sorted(distinct)]
+        expected = dict(zip(sorted(distinct), holm([*raw, 1.0])[:5], strict=True))
+        for cid in distinct:
+            c = by_id[cid].comparison
+            assert c.family == 6 and c.correction == "Holm"
+            assert getattr(c, p_adj) == pytest.approx(expected[cid]), (cid, p)
     assert by_id["post-wins"].comparison.p_adj == by_id["pre-wins"].comparison.p_adj
     # the exploratory axis comparisons are their own family, under BH
     assert {c.correction for c in comps} == {"BH"} and {c.family for c in comps} == {4}
@@ -150,17 +155,17 @@ def test_report_lists_every_claim_with_its_outcome(checked, tmp_path):
     md = path.read_text()
     section = md.split("## Against the paper")[1].split("\n## ")[0]
     assert (
-        "**pre-wins** (final_val_loss, expect better): Pre-LN trains better → **reproduces**"
-        in section
+        "**pre-wins** (final_val_loss, expect better): Pre-LN trains better → **reproduces by "
+        "t-test only**" in section
     )
-    assert "→ **contradicted**" in section
+    assert "→ **contradicted by t-test only**" in section
     assert "seeds to decide it: not reachable: not reached by 200 seeds" in section
     assert "decided on the original seeds (no confirmation runs)" in section
     assert (
         "registration not provable (no registration file (registrations/norm_pos.yaml) "
         "was committed" in section
     )
-    assert "Holm-corrected over this study's 5 claim test(s) only" in section
+    assert "Holm-corrected over this study's 6 claim test(s) only" in section
     assert "post-diverges" in section and "diverged in 1/3 finished seeds" in section
 
 
@@ -293,18 +298,21 @@ def test_shipped_studies_have_claims_whose_texts_name_no_scale():
 
 def test_the_reference_claim_has_a_literature_arm_per_profile():
     """At the cpu profile nanoGPT's own run at its CPU settings (the committed artifact); at
-    the gpu profile the one number nanoGPT's README prints for its GPU config, with its
-    source, tested one-sample against the best validation loss (what the README reports)."""
+    the gpu profile nanoGPT's own run of its GPU config (the committed GPU artifact) and, as a
+    claim of that profile alone, the one number nanoGPT's README prints for that config, with
+    its source, tested one-sample; both against the best validation loss (what it reports)."""
     path = next(p for p in SHIPPED if p.stem == "reference_nanogpt_cpu")
     (cpu,) = plan_study(path, "cpu", check_data=False).claims
-    (gpu,) = plan_study(path, "gpu", check_data=False, check_device=False).claims
+    own, readme = plan_study(path, "gpu", check_data=False, check_device=False).claims
     assert cpu.external_source == "../reports/nanogpt_own.json: full_split_val_loss"
     assert len(cpu.external) == 3 and cpu.metric == "final_val_loss"
-    assert gpu.external == (1.4697,) and gpu.metric == "best_val_loss"
-    assert gpu.external_source.startswith("typed in from nanoGPT README")
-    assert "train_shakespeare_char" in gpu.external_source
-    assert registration.test_name(gpu) == "one-sample t against the published value 1.4697"
-    assert cpu.text == gpu.text and claim_fingerprint(cpu) != claim_fingerprint(gpu)
+    assert own.id == cpu.id and own.text == cpu.text and own.metric == "best_val_loss"
+    assert own.external_source == "../reports/gpu/nanogpt_own.json: best_val_loss"
+    assert claim_fingerprint(cpu) != claim_fingerprint(own)
+    assert readme.external == (1.4697,) and readme.metric == "best_val_loss"
+    assert readme.external_source.startswith("typed in from nanoGPT README")
+    assert "train_shakespeare_char" in readme.external_source
+    assert registration.test_name(readme) == "one-sample t against the published value 1.4697"
 
 
 PROFILED = {
@@ -349,15 +357,41 @@ def test_a_profile_replaces_a_claims_literature_arm(tmp_path, norm_pos_store):
     # TOST within the claim's ±0.05, one-sample: both one-sided tests of the mean against it
     se = np.std(pre, ddof=1) / math.sqrt(3)
     low, high = stats.t.sf((c.diff + 0.05) / se, 2), stats.t.cdf((c.diff - 0.05) / se, 2)
-    assert c.p_tost == pytest.approx(max(low, high)) and check.outcome == "reproduces"
+    assert c.p_tost == pytest.approx(max(low, high)) and check.t_outcome == "reproduces"
+    # its exact test: one-sided sign-flips of the 3 seeds against 1.61 ± 0.05, floor 1/8
+    assert c.exact == "sign-flip" and c.p_flip_tost == 1 / 8
+    assert check.outcome == "reproduces by t-test only"
     need = claim_seeds_needed(replace(c, family=1), check.claim)
     assert need.unit == "seeds of arm a (against one published value)"
+
+
+def test_a_profile_adds_a_claim_of_its_own(tmp_path):
+    """A claim id the study lacks, given whole (with its text), is a claim of that profile
+    alone: the other profiles' claims, and so their registrations, are unchanged."""
+    own = {
+        "text": "pre equals the other paper's 1.61",
+        "expect": "equivalent",
+        "metric": "best_val_loss",
+        "a": {"model.norm_placement": "pre", "model.pos_encoding": "learned"},
+        "b": {"values": [1.61], "label": "gpu paper", "source": "its table 3"},
+    }
+    profiles = {"cpu": {}, "gpu": {"claims": {"vs-other-paper": own}}}
+    spec = study_yaml(tmp_path / "s.yaml", [CLAIMS[-1]], profiles=profiles)
+    (cpu,) = plan_study(spec, "cpu", check_data=False).claims
+    published, added = plan_study(spec, "gpu", check_data=False).claims
+    assert cpu == published  # the study's own claim, as at the cpu profile
+    assert (added.id, added.metric, added.external) == ("vs-other-paper", "best_val_loss", (1.61,))
 
 
 @pytest.mark.parametrize(
     ("replace", "key", "message"),
     [
         ({"nope": {"margin": 0.1}}, "profiles.gpu.claims.nope", "no claim with this id"),
+        (
+            {"own": {"text": "t", "expect": "better", "a": {"model.norm_placement": "pre"}}},
+            "profiles.gpu.claims.own.b",
+            "needs b:",
+        ),
         ({"vs-published": {"text": "x"}}, "profiles.gpu.claims.vs-published.text", "unknown"),
         (
             {"vs-published": {"b": {"model.norm": "pre"}}},
@@ -458,8 +492,15 @@ def test_lr_exponent_claim_and_table(tmp_path, write_run):
     )
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
     md = path.read_text()
-    assert "**sqrt** (lr_exponent, expect equivalent 0.5): square-root rule → **reproduces**" in md
-    assert "**linear** (lr_exponent, expect equivalent 1): linear rule → **contradicted**" in md
+    # 3 seeds: the exact sign-flip test cannot reach α, so the t-test alone decides
+    assert (
+        "**sqrt** (lr_exponent, expect equivalent 0.5): square-root rule → **reproduces by "
+        "t-test only**" in md
+    )
+    assert (
+        "**linear** (lr_exponent, expect equivalent 1): linear rule → **contradicted by t-test "
+        "only**" in md
+    )
     sqrt = next(line for line in md.splitlines() if line.startswith("- **sqrt**"))
     assert "against 0.5: one-sample t, p" in sqrt and "paired" not in sqrt
     assert "| 8 | 0.001, 0.002, 0.004, 0.008, 0.016 | 0.002 | yes (per seed: 3/3) | 0.002 [" in md
@@ -544,7 +585,12 @@ def test_an_intersection_claim_is_the_largest_one_sided_p(tmp_path, norm_pos_sto
     assert [p.p for p in check.parts] == pytest.approx([p_post, p_pre])
     assert check.comparison.p == pytest.approx(max(p_post, p_pre))
     assert check.comparison.p_adj == pytest.approx(min(1.0, 2 * max(p_post, p_pre)), rel=1e-6)
-    assert check.outcome == "reproduces" and back.outcome == "contradicted"
+    assert check.t_outcome == "reproduces" and back.t_outcome == "contradicted"
+    # the exact one-sided sign-flip of each part, every slope on its side of 0: its floor,
+    # 1/2^n (post: 2 finished seeds, pre: 3)
+    assert [p.n for p in check.parts] == [2, 3] and (post > 0).all() and (pre < 0).all()
+    assert [p.p_flip for p in check.parts] == pytest.approx([1 / 4, 1 / 8])
+    assert check.outcome == "reproduces by t-test only"
     assert "intersection-union test" in path.read_text()
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from scipy.stats import permutation_test
 
-from ablate.claims.checks import flip_disagreement
+from ablate.claims.checks import ClaimCheck, confirmatory_family, decide_claim
 from ablate.claims.comparisons import compare
 from ablate.claims.history import (
     CLOSER,
@@ -22,7 +22,8 @@ from ablate.claims.history import (
     order_proof,
     quoted_gap,
 )
-from ablate.claims.stats import sign_flip_floor, sign_flip_p, sign_flip_tost
+from ablate.claims.spec import Claim
+from ablate.claims.stats import exact_seeds_needed, sign_flip_floor, sign_flip_p, sign_flip_tost
 from ablate.execution.confirm import design_warnings
 from ablate.study.load import load_study
 
@@ -41,15 +42,27 @@ def test_sign_flip_matches_scipy_and_its_floor():
     assert sign_flip_tost([0.001, -0.002, 0.0, 0.001, 0.002, -0.001], 0.01) == 1 / 64
 
 
-def test_paired_comparison_carries_the_sign_flip_p_and_the_disagreement_is_worded():
+def test_a_verdict_is_plain_only_where_the_exact_test_reaches_it_too():
+    # five seeds, every difference the same way: the paired t-test is far below 0.05, the
+    # exact sign-flip test cannot go below 2/2^5 = 0.0625
     a, b = [1.0, 1.2, 0.9, 1.5, 1.1], [0.2, 0.5, 0.1, 0.9, 0.3]
-    c = compare(a, b, seeds_a=range(5), seeds_b=range(5))
+    claim = Claim(id="x", text="a is worse", expect="worse")
+    check = ClaimCheck(claim, compare(a, b, seeds_a=range(5), seeds_b=range(5)))
+    confirmatory_family([check])
+    decide_claim(check, 0.05)
+    c = check.comparison
     assert c.paired and c.p_flip == 0.0625 and c.p < 0.01
-    text = flip_disagreement(replace(c, p_adj=0.045, p_flip_adj=0.19), 0.05, False)
-    assert "significant by the t-test (Holm p=0.045)" in text
-    assert "cannot go below p=0.062" in text
-    assert flip_disagreement(replace(c, p_adj=0.3, p_flip_adj=0.4), 0.05, False) == ""
-    welch = compare(a, b[:4])  # no pairs: no sign-flip test
+    assert (check.t_outcome, check.exact_outcome) == ("reproduces", "inconclusive")
+    assert check.outcome == "reproduces by t-test only"
+    assert "5 seeds cannot go below p=0.062" in check.why
+    # both tests decide at six seeds (2/2^6 = 0.031): the seeds needed say so
+    assert exact_seeds_needed(0.05) == 6 and check.seeds_needed.n == 6
+    six = ClaimCheck(claim, compare([*a, 1.3], [*b, 0.4], seeds_a=range(6), seeds_b=range(6)))
+    confirmatory_family([six])
+    decide_claim(six, 0.05)
+    assert six.comparison.p_flip == pytest.approx(2 / 64) and six.outcome == "reproduces"
+    assert six.seeds_needed is None
+    welch = compare(a, b[:4])  # no pairs: no sign-flip test (a claim gets the permutation test)
     assert np.isnan(welch.p_flip)
 
 
@@ -161,7 +174,7 @@ def test_register_warns_below_the_pilot_need_and_below_the_exact_tests_reach():
 
     need = SeedsNeeded(31, "seeds per arm (paired by seed)", "the t-test", "d=0.1, sd 0.2")
     w = design_warnings(5, 4, need)
-    assert "below the pilot's 80%-power need of ≈31" in w[0]
+    assert "below the pilot's need of ≈31" in w[0]
     assert "cannot go below p=0.0625" in w[1] and "nor α=0.05 itself" in w[1]
     assert design_warnings(12, 4, SeedsNeeded(8, "seeds", "t", "a")) == []
 
@@ -185,3 +198,51 @@ def test_seeds_needed_power_equals_a_simulation_of_the_tests(n, delta, sd, margi
     assert tost_power(n, delta, sd, margin) == pytest.approx(tost, abs=0.01)
     two_sided = np.mean(np.abs(mean / se) > stats.t.isf(0.025, n - 1))
     assert diff_power(n, delta, sd, 0.05) == pytest.approx(two_sided, abs=0.01)
+
+
+def test_the_papers_numbers_are_data_the_line_holds_its_interval_against(tmp_path):
+    from ablate.claims.paper import parse_paper
+    from ablate.claims.spec import claim_fingerprint
+    from ablate.claims.verdicts import paper_text
+    from ablate.config import ConfigError
+
+    paper = parse_paper({"a": 18.66, "b": 19.34, "unit": "ppl"}, "claims[0].paper", tmp_path)
+    assert paper.effect == pytest.approx(np.log(18.66) - np.log(19.34))  # -0.0358 nats
+    claim = Claim("alibi-eq", "t", "equivalent", a={"pe": "alibi"}, b={"pe": "sin"}, paper=paper)
+    assert claim_fingerprint(claim) == claim_fingerprint(replace(claim, paper=None))
+    c = compare([0.0] * 2, [0.0] * 2)  # its numbers are set below
+    check = ClaimCheck(claim, replace(c, ci_lo=-0.00726, ci_hi=0.00303))
+    assert paper_text(check) == (
+        "the paper's 0.0358-nat advantage of alibi (18.66 vs 19.34 ppl) is excluded at this "
+        "scale (95% CI [-0.00726, 0.00303]: smaller here, possibly none)"
+    )
+    inside = ClaimCheck(claim, replace(c, ci_lo=-0.05, ci_hi=0.01))
+    assert paper_text(inside).endswith("lies inside this 95% CI [-0.05, 0.01]")
+    for raw, key in (
+        ({"a": 18.66}, "claims[0].paper"),
+        ({"a": 1, "b": 2, "unit": "bleu"}, "claims[0].paper.unit"),
+        ({"table": 2}, "claims[0].paper.table"),
+    ):
+        with pytest.raises(ConfigError) as err:
+            parse_paper(raw, "claims[0].paper", tmp_path)
+        assert f": {key}: " in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_rule_stated_for_another_optimizer_is_not_contradicted_here():
+    from ablate.claims.paper import Paper
+
+    # six seeds' fitted exponents, far from the linear rule's 1: both tests decide
+    alphas = [-0.30, -0.25, -0.28, -0.22, -0.31, -0.27]
+    sgd = Paper(optimizer="SGD", setting="ResNet-50 on ImageNet")
+    claim = Claim("linear", "t", "equivalent", metric="lr_exponent", value=1.0, paper=sgd)
+    comp = compare(alphas, [1.0] * 6, seeds_a=range(6), seeds_b=range(6), margin=0.15)
+    check = ClaimCheck(claim, comp)
+    confirmatory_family([check])
+    decide_claim(check, 0.05)
+    assert check.t_outcome == check.exact_outcome == "contradicted"
+    assert check.outcome == "not reproduced at this setting"
+    assert "the paper states it for SGD (ResNet-50 on ImageNet)" in check.why
+    adam = ClaimCheck(replace(claim, paper=Paper(optimizer="Adam")), comp)
+    confirmatory_family([adam])
+    decide_claim(adam, 0.05)
+    assert adam.outcome == "contradicted"

@@ -105,6 +105,13 @@ def test_confirm_needs_a_committed_matching_registration(study, tmp_path, git):
     git(path.parent, "commit", "-qm", "register")
     commit = git(path.parent, "rev-parse", "HEAD")
     assert [v.commit for v in git_versions(reg_file)] == [commit]
+    before = sorted(p.name for p in (store / "conf").iterdir())
+    res = _confirm_cli(path, store)  # the registration is committed, the study file is not
+    assert res.exit_code == 2 and "conf.yaml is not committed" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert sorted(p.name for p in (store / "conf").iterdir()) == before  # nothing trained
+    git(path.parent, "add", str(path))
+    git(path.parent, "commit", "-qm", "the study")
     res = _confirm_cli(path, store, "3")  # another design than the registered one
     assert res.exit_code == 2 and "registers 2 seeds, not 3" in res.output
 
@@ -184,6 +191,24 @@ def test_confirm_trains_fresh_paired_seeds_for_claim_arms_only(study, tmp_path):
     run_confirm(path, 3, store=store, progress=False, unregistered=True)  # the next unused
     seeds = {(v, s) for v, s, c, _ in _metas(store).values() if c}
     assert seeds == {(v, s) for v in ARMS for s in (2, 3, 4)}
+
+
+def test_plan_confirm_lists_and_times_the_runs_run_confirm_trains(study, tmp_path):
+    """`ablate plan --confirm N` shows the confirmation before it is paid for: exactly the
+    runs `ablate run --confirm N` then trains (same ids), their seeds and their time."""
+    path, store = study(), tmp_path / "runs"
+    run_study(path, store=store, progress=False)  # seeds 0 and 1
+    args = ["plan", str(path), "--store", str(store), "--confirm", "2", "--unregistered"]
+    res = CliRunner().invoke(app, optional_values(args), env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    rows = [line.split("│") for line in res.output.splitlines() if ",seed=" in line]
+    planned = {(cells[2].strip(), cells[3].strip()) for cells in rows}  # name, run id
+    text = " ".join(res.output.split())
+    assert "seeds 2, 3 for each of the 2 claim arm(s), under no registration" in text
+    assert "for the 4 runs to train" in text  # the confirmation's time, not the study's
+    results = run_confirm(path, 2, store=store, progress=False, unregistered=True)
+    assert planned == {(r["name"], r["run_id"]) for r in results}
+    assert {name for name, _ in planned} == {f"{v},seed={s}" for v in ARMS for s in (2, 3)}
 
 
 def test_confirm_skips_seeds_seen_outside_the_store(make_study, tmp_path):

@@ -233,7 +233,7 @@ def test_sequential_needs_its_registration(make_study, tmp_path):
         run_registered(path, store=store, progress=False, confirm=2)
     reg = register_study(path, 2, store=store, looks=2)
     git = ["git", "-C", str(path.parent), "-c", "user.name=t", "-c", "user.email=t@t"]
-    for args in (["init", "-q"], ["add", str(reg)], ["commit", "-qm", "register"]):
+    for args in (["init", "-q"], ["add", str(reg), str(path)], ["commit", "-qm", "register"]):
         subprocess.run([*git, *args], check=True, capture_output=True)
     with pytest.raises(ConfigError, match="registers max_looks 2, not 3"):
         run_registered(path, store=store, progress=False, confirm=2)

@@ -50,7 +50,7 @@ def study(make_study, git):
 def _register(path, store, git, profile="gpu"):
     """Register the profile's design (2 fresh seeds) and commit it; returns the record."""
     reg = register_study(path, 2, store=store, profile=profile)
-    git(path.parent, "add", str(reg))
+    git(path.parent, "add", str(reg), str(path))  # the study file too: --confirm needs both
     git(path.parent, "commit", "-qm", f"register {profile}")
     return yaml.safe_load(reg.read_text())
 
@@ -176,6 +176,7 @@ def test_a_pending_claim_counts_in_the_holm_family_but_never_decides(tmp_path, w
             run.write_run(data["config"], meta)
     _, (done, pending) = analyse(read_study(store, "g", spec))
     assert pending.outcome == PENDING and pending.pending == (5, 6) and pending.comparison is None
-    assert done.outcome == "reproduces" and done.confirmation
+    assert done.t_outcome == "reproduces" and done.confirmation  # 3 seeds: the t-test alone
+    assert done.outcome == "reproduces by t-test only"
     assert done.comparison.family == 2 and done.comparison.n_a == 3
     assert done.comparison.p_adj == pytest.approx(min(1.0, 2 * done.comparison.p))

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from scipy import stats
 
-from ablate.claims.outcomes import analyse
+from ablate.claims.outcomes import analyse, pilot
 from ablate.claims.spec import claim_fingerprint
 from ablate.config import ConfigError
 from ablate.report import build_reports
@@ -95,11 +95,13 @@ def test_an_interaction_is_the_paired_t_of_the_difference_of_differences(tmp_pat
     # one Holm family with the study's other claim: the smaller p is doubled
     ps = sorted([p, post.comparison.p])
     assert c.p_adj == pytest.approx(min(1.0, 2 * ps[0]) if p == ps[0] else max(2 * ps[0], ps[1]))
-    assert c.family == 2 and check.outcome == "reproduces"
+    # two claims: the exact sign-flip's Holm p is 2 x 2/2^5 = 0.125, so the t-test alone decides
+    assert c.family == 2 and c.p_flip_adj == 0.125
+    assert check.outcome == "reproduces by t-test only"
     # the reverse question ("larger") is contradicted by the same numbers
     larger = dict(SHRINKS, id="larger", expect="larger")
     (back,) = analyse(read_study(store, "np", _spec(tmp_path / "b.yaml", [larger])))[1]
-    assert back.outcome == "contradicted" and back.comparison.p == pytest.approx(p)
+    assert back.outcome == "contradicted by t-test only" and back.comparison.p == pytest.approx(p)
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
     text = path.read_text()
     assert "difference of differences -0.468" in text
@@ -113,8 +115,13 @@ def test_equal_is_tost_on_the_difference_of_differences(tmp_path, store):
     se, df = sd / math.sqrt(len(d)), len(d) - 1
     p_tost = max(stats.t.sf((mean + 0.6) / se, df), stats.t.cdf((mean - 0.6) / se, df))
     assert check.comparison.p_tost == pytest.approx(p_tost, rel=1e-6)
-    # significant (p < 0.05) with its CI inside ±0.6: a difference too small to matter
-    assert check.outcome == "different but within margin"
+    # significant (p < 0.05) with its CI inside ±0.6: a difference too small to matter, by the
+    # t-test; the exact test cannot find the difference at 5 seeds (floor 2/32), but its two
+    # one-sided sign-flips at ±0.6 reach their floor 1/32: equivalent by both tests
+    assert check.t_outcome == "different but within margin"
+    assert (np.abs(d) < 0.6).all() and check.comparison.p_flip_tost == 1 / 32
+    assert check.exact_outcome == "reproduces" and check.outcome == "reproduces"
+    assert "equivalent within ±0.6 by both tests" in check.why
 
 
 def test_seeds_needed_counts_seeds_of_the_four_cells(tmp_path, write_run):
@@ -126,6 +133,32 @@ def test_seeds_needed_counts_seeds_of_the_four_cells(tmp_path, write_run):
     (check,) = analyse(read_study(root, "np", _spec(tmp_path / "np.yaml", [SHRINKS])))[1]
     assert check.outcome == "inconclusive"
     assert check.seeds_needed is not None and "four cells" in check.seeds_needed.unit
+
+
+def test_register_and_report_need_the_same_seeds_from_the_same_runs(
+    tmp_path, write_run, mark_confirm
+):
+    """The pilot ``ablate register`` records and the report's line compute seeds needed with
+    one function from the same seeds: every seed of the claim's cells. Here three noisy
+    confirmation seeds (3, 4 and a wild 2) leave the interaction undecided: the report assumes
+    the difference and SD over all five seeds, exactly what a pilot of those five says."""
+    noisy = {k: list(v) for k, v in FINALS.items()}
+    noisy[("post", 0.0)][2] = 3.4  # one seed's penalty far off
+    noisy[("pre", 0.0)][3] = 2.40
+    for store in (tmp_path / "all", tmp_path / "confirmed"):
+        for (placement, warmup), finals in noisy.items():
+            for seed, final in zip(SEEDS, finals, strict=True):
+                write_run(store, "np", {NP: placement, WU: warmup}, seed, "completed", final)
+    mark_confirm(tmp_path / "confirmed", "np", {2, 3, 4}, "unregistered")
+    spec = _spec(tmp_path / "np.yaml", [SHRINKS])
+    (check,) = analyse(read_study(tmp_path / "confirmed", "np", spec))[1]
+    assert check.confirmation and check.comparison.n_a == 3 and check.outcome == "inconclusive"
+    pilot_of_all = read_study(tmp_path / "all", "np", spec)  # five exploratory seeds
+    said = pilot(pilot_of_all)[SHRINKS["id"]]
+    need = pilot_of_all.extra["pilot_needs"][SHRINKS["id"]]
+    assert need.text() in said and "over the 5 seeds of its arms" in need.assumption
+    assert check.seeds_needed.n == need.n
+    assert check.seeds_needed.assumption.replace("all", "the") == need.assumption
 
 
 def test_a_confirmation_registers_the_by_axis(tmp_path):

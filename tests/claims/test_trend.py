@@ -4,6 +4,7 @@ numpy directly, decided in the study's Holm family, with one-line errors for bad
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -12,6 +13,7 @@ import yaml
 from scipy import stats
 
 from ablate.claims.outcomes import analyse
+from ablate.claims.trend import slope_tests
 from ablate.config import ConfigError
 from ablate.study import load_study
 from ablate.study.results import read_study
@@ -140,7 +142,9 @@ def test_a_flat_gap_passes_tost_on_the_slope(tmp_path, write_run):
     assert check.outcome == "reproduces" and "TOST within ±0.05" in check.why
     from ablate.report.answer import claim_row
 
-    assert "(TOST), " in claim_row(check)["Holm p"]  # the report table shows TOST first
+    row = claim_row(check)  # the report table shows TOST first, for both tests
+    assert "(TOST), " in row["Holm p"] and row["exact Holm p"].startswith("sign-flip: ")
+    assert "(TOST), " in row["exact Holm p"] and check.exact_outcome == "reproduces"
     # a flat gap contradicts "grows": its slope is equivalent to zero within the margin
     (grows,) = _check(tmp_path, store, [_claim("grows", margin=0.05)])
     assert grows.outcome == "contradicted"
@@ -148,6 +152,71 @@ def test_a_flat_gap_passes_tost_on_the_slope(tmp_path, write_run):
     store2 = _store(tmp_path / "runs2", write_run, _gaps(slope=0.3, noise=0.03))
     (steep,) = _check(tmp_path, store2, [_claim("flat", margin=0.05)])
     assert steep.outcome == "contradicted" and "wholly outside" in steep.why
+
+
+def _enumerated_flip_p(d: np.ndarray, shift: float, side: str) -> float:
+    """The sign-flip p by listing all 2^n sign patterns of ``d - shift`` (mean statistic)."""
+    x = d - shift
+    obs = x.mean()
+    means = np.array([np.mean(np.array(s) * x) for s in itertools.product((1, -1), repeat=len(x))])
+    if side == "two-sided":
+        hits = np.abs(means) >= abs(obs) - 1e-12
+    elif side == "greater":
+        hits = means >= obs - 1e-12
+    else:
+        hits = means <= obs + 1e-12
+    return float(hits.mean())
+
+
+def test_slope_tests_are_the_one_sample_t_and_the_sign_flip_test_of_the_slopes():
+    slopes = np.array([0.31, 0.12, 0.25, -0.05, 0.4, 0.2])
+    c = slope_tests(slopes, list(range(6)), 0.5, "slope", key=("trend", "x"))
+    ref = stats.ttest_1samp(slopes, 0.0)
+    ci = ref.confidence_interval(0.95)
+    assert c.test == "one-sample t" and c.exact == "sign-flip"
+    assert c.p == pytest.approx(ref.pvalue) and (c.ci_lo, c.ci_hi) == pytest.approx(ci)
+    # the exact test: every one of the 2^6 sign patterns of the slopes, listed by hand
+    assert c.p_flip == pytest.approx(_enumerated_flip_p(slopes, 0.0, "two-sided"))
+    # by hand: the sum 1.23 is reached only as observed and with -0.05 flipped (1.33), and
+    # mirrored: 4 of 64 patterns
+    assert c.p_flip == pytest.approx(4 / 64)
+    tost = max(
+        _enumerated_flip_p(slopes, -0.5, "greater"), _enumerated_flip_p(slopes, 0.5, "less")
+    )
+    assert c.p_flip_tost == pytest.approx(tost) and c.p_flip_tost == pytest.approx(1 / 64)
+
+
+def test_a_trend_is_decided_by_both_tests_and_names_the_one_that_alone_supports_it(
+    tmp_path, write_run
+):
+    """6 seeds: the sign-flip test's floor is 2/2^6 = 0.031, alone below 0.05, but in a
+    family of 2 claims Holm doubles it to 0.0625: the t-test reproduces, the exact test cannot,
+    and the outcome says so, with the 7 seeds that would let both decide."""
+    gaps = _gaps(slope=0.3, noise=0.03)
+    store = _store(tmp_path / "runs", write_run, gaps)
+    top = {
+        "id": "pre-wins-at-large",
+        "text": "Pre-LN wins at the largest rung",
+        "expect": "better",
+        "a": {NP: "pre"},
+        "b": {NP: "post"},
+        "where": {"rung": "large"},
+    }
+    trend, _ = _check(tmp_path, store, [_claim("grows"), top])
+    c = trend.comparison
+    assert c.p_flip == pytest.approx(2 / 64) and c.p_flip_adj == pytest.approx(4 / 64)
+    assert (trend.t_outcome, trend.exact_outcome) == ("reproduces", "inconclusive")
+    assert trend.outcome == "reproduces by t-test only"
+    assert "6 seeds cannot go below p=0.031" in trend.why
+    # 7: one more than the 6 that did not decide it, and the fewest seeds whose sign-flip test
+    # can go below Holm's first level 0.025 (2/2^7 = 0.016)
+    assert trend.seeds_needed.n == 7
+    from ablate.claims.verdicts import numbers
+
+    assert "exact sign-flip p=0.031, Holm p=0.062" in numbers(trend, "nats")
+    # alone in its family the exact test reaches the level too: a plain outcome
+    (alone,) = _check(tmp_path, store, [_claim("grows")])
+    assert alone.outcome == "reproduces" and alone.exact_outcome == "reproduces"
 
 
 def test_trend_claims_join_the_holm_family_and_count_a_lost_seed(tmp_path, write_run):

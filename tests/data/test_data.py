@@ -16,6 +16,7 @@ import random
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -34,8 +35,11 @@ from ablate.data import (
     batchify,
     build_tokenizer,
     cached_bpe,
+    data_reuse,
+    distinct_windows,
     get_batch,
     load_tokenizer,
+    random_offsets,
     read_text,
     resolve_dataset,
     split_bounds,
@@ -44,6 +48,7 @@ from ablate.data import (
     window_order,
     window_starts,
 )
+from ablate.data.reuse import describe
 
 SHAKESPEARE_SHA = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
 
@@ -314,6 +319,32 @@ def test_download_failure_is_config_error(server, monkeypatch, tmp_path):
     assert list((tmp_path / "cache" / "tiny").iterdir()) == []
 
 
+def test_a_missing_dataset_names_every_folder_it_looked_in(server, monkeypatch, tmp_path):
+    """Not under ABLATE_DATA_DIR, not in the cache, no download: the one line names the data
+    folder as the variable gave it and where that led (a relative value resolves against the
+    working directory), the cache, and the download that failed."""
+    register(monkeypatch, "tiny", server.url("/missing.txt"), server.sha)
+    work = tmp_path / "clone"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("ABLATE_DATA_DIR", "../shared/data")  # the README's, from another folder
+    with pytest.raises(ConfigError) as err:
+        resolve_dataset("tiny")
+    msg = err.value.message
+    assert err.value.key == "data.dataset"
+    assert "$ABLATE_DATA_DIR=../shared/data" in msg
+    shared = tmp_path / "shared"  # ../shared from the clone: not there
+    assert f"{shared / 'data' / 'tiny' / 'data.txt'}: no folder {shared}" in msg
+    assert f"{tmp_path / 'cache' / 'tiny' / 'data.txt'}: no such file" in msg
+    assert f"could not download {server.url('/missing.txt')}" in msg
+    (tmp_path / "shared" / "data" / "tiny").mkdir(parents=True)  # the folder, not the file
+    with pytest.raises(ConfigError, match=r"shared/data/tiny/data\.txt: no such file"):
+        resolve_dataset("tiny")
+    monkeypatch.delenv("ABLATE_DATA_DIR")
+    with pytest.raises(ConfigError, match=r"under \$ABLATE_DATA_DIR \(not set\) and in the cache"):
+        resolve_dataset("tiny")
+
+
 def test_corrupt_cache_entry_is_fetched_again(server, monkeypatch, tmp_path):
     register(monkeypatch, "tiny", server.url("/data.txt"), server.sha)
     cached = tmp_path / "cache" / "tiny" / "data.txt"
@@ -495,8 +526,126 @@ def test_token_order_needs_one_batch_of_windows(text_file):
     with pytest.raises(ConfigError, match="fewer than one batch") as err:
         make_dm(text_file, batch_size=400, order="tokens", eval_batch_size=2)
     assert err.value.key == "data.batch_size"
-    with pytest.raises(ValueError, match="'rows' or 'tokens'"):
-        DataConfig(order="random")
+    with pytest.raises(ValueError, match="'rows', 'tokens' or 'random'"):
+        DataConfig(order="shuffled")
+
+
+# --- data.order: random (nanoGPT's get_batch) ------------------------------------------------
+
+
+def test_random_offsets_cover_every_offset_uniformly():
+    """20,000 draws over 50 offsets at each of 30 seeds (fixed, so the test is deterministic):
+    every offset, the first and the last included, comes up; Pearson's chi-square against the
+    uniform distribution does not reject it on the pooled draws, and its p-values over the
+    seeds are themselves uniform (Kolmogorov-Smirnov), as for a uniform sampler."""
+    from scipy.stats import chisquare, kstest
+
+    n, b = 50, 10
+    draws = [random_offsets(n, seed, first=0, count=20_000) for seed in range(30)]
+    counts = [np.bincount(d, minlength=n) for d in draws]
+    assert all(c.size == n and c.min() > 0 for c in counts)  # [0, n): n - 1 drawn, n never
+    assert chisquare(np.sum(counts, axis=0)).pvalue > 0.01
+    assert kstest([chisquare(c).pvalue for c in counts], "uniform").pvalue > 0.01
+    # any stretch of a stream is the same drawn alone, batch by batch, or in a longer one
+    batches = np.concatenate([random_offsets(n, 3, k * b, b) for k in range(40)])
+    assert np.array_equal(batches, draws[3][:400])
+    assert np.array_equal(random_offsets(n, 3, 63, 2), draws[3][63:65])  # across a block
+    assert not np.array_equal(draws[4][:b], draws[3][:b])  # another seed, another stream
+
+
+def test_random_order_batches_are_windows_at_the_drawn_offsets(text_file):
+    dm = make_dm(text_file, seed=5, order="random")
+    src = dm.tokens("train")
+    assert dm.batched("train").shape == (1, 2700)
+    # a nominal epoch is a pass over the tokens: 337 windows of 8 in batches of 4
+    assert len(dm.train_dataloader()) == dm.num_train_windows == 337 // 4
+    loader = dm.train_dataloader()
+    for k, (x, y) in zip(range(3), loader, strict=False):
+        offsets = random_offsets(2700 - 8, seed=5, first=4 * k, count=4).tolist()
+        assert x.tolist() == [src[o : o + 8].tolist() for o in offsets]
+        assert y.tolist() == [src[o + 1 : o + 9].tolist() for o in offsets]
+    a = first_inputs(make_dm(text_file, seed=1, order="random").train_dataloader())
+    assert a == first_inputs(make_dm(text_file, seed=1, order="random").train_dataloader())
+    assert a != first_inputs(make_dm(text_file, seed=2, order="random").train_dataloader())
+    # as under ``tokens``: the same sequences in the same order at every batch size
+    b4 = _stream(make_dm(text_file, seed=4, batch_size=4, order="random"), 16)
+    b16 = _stream(make_dm(text_file, seed=4, batch_size=16, order="random"), 4)
+    assert b4 == b16 and len(b4[0]) == 64 * 8
+
+
+def test_random_order_resumes_at_any_batch_and_ignores_the_worker_layout(text_file):
+    dm = make_dm(text_file, seed=5, order="random")
+    whole = []
+    loader = dm.train_dataloader(start=0)
+    for _ in range(2):  # two passes: across the nominal epoch boundary at batch 84
+        whole += [x for x, _ in loader]
+    for start in (0, 1, 83, 100):
+        resumed = []
+        loader = dm.train_dataloader(start=start)
+        while len(resumed) < len(whole) - start:
+            resumed += [x for x, _ in loader]
+        assert all(torch.equal(a, b) for a, b in zip(whole[start:], resumed, strict=True))
+    # the stream a stacked group reads (sampler indices into the dataset) and one with workers
+    stacked_way = dm.train_dataloader(start=10)
+    items = [stacked_way.dataset[k][0] for _, k in zip(range(5), stacked_way.sampler, strict=False)]
+    assert all(torch.equal(a, b) for a, b in zip(whole[10:15], items, strict=True))
+    base = dm.train_dataloader(start=0)
+    workers = torch.utils.data.DataLoader(
+        base.dataset, batch_size=None, sampler=base.sampler, num_workers=2
+    )
+    assert all(torch.equal(a, b) for a, (b, _) in zip(whole, workers, strict=False))
+
+
+def test_each_member_of_a_stacked_group_draws_its_own_seeds_random_offsets(
+    shakespeare, tiny_run, tmp_path
+):
+    """Members of a stacked group read their batches through their own data module: under
+    ``data.order: random`` each trains exactly as its solo run (the same losses step by step),
+    which a member reading another seed's stream would not."""
+    from ablate.config import build_config
+    from ablate.store import RunStore
+    from ablate.training.stacked.group import train_group
+    from ablate.training.train import train_run
+
+    cfgs = [build_config(tiny_run | {"data.order": "random", "train.seed": s}) for s in (0, 1)]
+    store = RunStore(tmp_path)
+    solo = [train_run(c, store.run("solo", c.run_id())) for c in cfgs]
+    stacked = train_group(cfgs, [store.run("stacked", c.run_id()) for c in cfgs])
+
+    def losses(study, cfg):
+        return [v for _, m, v in store.run(study, cfg.run_id()).read_metrics() if m == "train/loss"]
+
+    for cfg, s, m in zip(cfgs, solo, stacked, strict=True):
+        assert m["final_val_loss"] == pytest.approx(s["final_val_loss"], rel=1e-5)
+        assert losses("stacked", cfg) == pytest.approx(losses("solo", cfg), rel=1e-5)
+
+
+def test_data_reuse_counts_the_windows_each_order_can_draw(text_file):
+    """Distinct windows as the loaders visit them in two epochs (2700 training tokens, seq_len
+    8, batch 4), and a hand count: rows of 675 tokens hold 84 windows at stride 8 (offsets 0,
+    8, ..., 664), so 4 rows 336; one row of 2700 holds 337; random offsets 2692."""
+    n = 2700
+    for order, stride, hand in (("rows", None, 336), ("rows", 3, 4 * 223), ("tokens", None, 337)):
+        dm = make_dm(text_file, order=order, stride=stride)
+        loader = dm.train_dataloader()
+        visited = {tuple(x.tolist()) for _ in range(2) for xs, _ in loader for x in xs}
+        assert distinct_windows(dm.cfg, n) == len(visited) == hand, (order, stride)
+    random = make_dm(text_file, order="random").cfg
+    assert distinct_windows(random, n) == n - 8
+    r = data_reuse(random, steps=100, train_tokens=n)
+    assert (r.drawn, r.passes) == (400, pytest.approx(400 * 8 / n))
+    assert r.per_window == pytest.approx(400 / 2692)
+    rows = data_reuse(make_dm(text_file).cfg, steps=1000, train_tokens=n)
+    assert rows.per_window == pytest.approx(4000 / 336)  # each window about 12 times
+    assert describe([rows, r]).startswith("0.15-11.90 windows drawn per distinct window")
+
+
+def test_random_order_refuses_a_stride_or_no_shuffle():
+    from ablate.config import build_config
+
+    for key, value in (("data.stride", 1), ("data.shuffle", False)):
+        with pytest.raises(ConfigError, match=f"{key} has no meaning under data.order: random"):
+            build_config({"data.order": "random", key: value})
 
 
 def test_val_loader_covers_the_split(text_file):
@@ -558,7 +707,7 @@ def test_unigram_entropy():
 
 @pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader`")
 @pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated")
-@pytest.mark.parametrize("order", ["rows", "tokens"])
+@pytest.mark.parametrize("order", ["rows", "tokens", "random"])
 def test_lightning_resume_sees_the_same_batches(text_file, tmp_path, order):
     pl = pytest.importorskip("pytorch_lightning")
 

@@ -135,20 +135,54 @@ def _device_of_this_worker():
 
 def test_each_pool_worker_takes_its_own_slot():
     """The pool initializer gives every worker process one slot's CUDA_VISIBLE_DEVICES."""
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
-    from ablate.execution.executors.local import _init_worker
-
-    ctx = mp.get_context("spawn")
     slots = assign_devices(["4", "7"], 2, 1)
-    queue = ctx.Queue()
-    for s in slots:
-        queue.put(s)
-    pool = ProcessPoolExecutor(2, ctx, initializer=_init_worker, initargs=(1, ctx.Event(), queue))
-    with pool:
+    with local.worker_pool(slots, local.pool_context().Event()) as pool, pool:
         seen = dict(f.result() for f in [pool.submit(_device_of_this_worker) for _ in range(4)])
     assert sorted(seen.values()) == ["4", "7"]  # two workers, one per GPU
+
+
+def _what_this_worker_has() -> tuple[str | None, list[str]]:
+    import os
+    import sys
+
+    heavy = ("torch", "pytorch_lightning", "wandb", "ablate.training.train")
+    return os.environ.get("ABLATE_TEST_MARK"), [m for m in heavy if m in sys.modules]
+
+
+def test_pool_workers_start_warm_with_the_drivers_environment_of_now(monkeypatch):
+    """`ablate run` starts the workers' forkserver before it plans (its imports run beside the
+    plan): a worker forked from it starts with torch, Lightning and W&B imported, and with the
+    driver's environment when the pool starts, not the server's from before (`ablate run` sets
+    ABLATE_WORKERS after planning)."""
+    local.start_early(ExecutorOptions(workers=2))
+    monkeypatch.setenv("ABLATE_TEST_MARK", "set after the server started")
+    with local.worker_pool([local.Slot(None, None)], local.pool_context().Event()) as pool, pool:
+        mark, loaded = pool.submit(_what_this_worker_has).result()
+    assert mark == "set after the server started"
+    assert loaded == ["torch", "pytorch_lightning", "wandb", "ablate.training.train"]
+
+
+def test_run_plans_a_cpu_study_without_torch_lightning_scipy_or_wandb(make_study, tmp_path):
+    """The driver of `ablate run` checks and plans a CPU study, and hands its runs to the
+    executor, without importing the heavy libraries (seconds of start-up before any run
+    trains); the processes that train import them."""
+    import json
+    import subprocess
+    import sys
+
+    study = make_study(name="light")
+    code = f"""
+import json, os, sys
+import ablate.execution.runner as runner
+heavy = ("torch", "pytorch_lightning", "scipy", "pandas", "wandb", "matplotlib")
+def execute(tasks, *, opts, progress):
+    print(json.dumps([m for m in heavy if m in sys.modules]), flush=True)
+    os._exit(0)
+runner.execute = execute
+runner.run_study({str(study)!r}, store={str(tmp_path / "runs")!r}, progress=False)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
 def test_a_killed_worker_does_not_stop_the_study(tmp_path, tiny_base):

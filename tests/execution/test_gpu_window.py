@@ -19,8 +19,11 @@ What is simulated, and how:
 
 Not simulated: CUDA, the image's own versions of torch and Lightning (this environment's run),
 the probe's CUDA figures (in the first window the probe is cut after a second, so its failure
-being tolerated is rehearsed; in the second it runs whole, at its CPU shape, inside the image),
-and the device's own copying. Runs train one at
+being tolerated is rehearsed; in the second it runs whole, at its CPU shape, inside the image,
+and the window applies its verdict to the studies that follow), nanoGPT itself (a stand-in
+``train.py`` that prints nanoGPT's evaluation lines is carried as ``.nanogpt``, so the window's
+run of ``ablate.bench.nanogpt_own --gpu`` beside the studies is rehearsed end to end), and the
+device's own copying. Runs train one at
 a time in ``ablate run``'s process, as ``--workers auto`` does on one GPU (a pool of workers, as
 ``--runs-per-gpu 4`` makes, is not rehearsed).
 
@@ -34,6 +37,7 @@ retraining the run the first one finished.
 
 import base64
 import hashlib
+import json
 import os
 import platform
 import re
@@ -65,10 +69,19 @@ HIDDEN = {
 """Top-level modules (and their distributions) the GPU image lacks."""
 CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens there
 MiB = 1024 * 1024
-# the first window: its studies' deadline comes SECONDS - GRACE - FINISH = 35 s after its start,
-# time for the install, the import check and the quick run on a slow or busy machine
-FIRST_SECONDS, GRACE, FINISH = 50, 5, 10
-SLOW_STEPS, FIRST_SLEEP_S = 200, "0.5"  # the first window's slow run would take 100 s
+# the first window: its studies' deadline comes SECONDS - GRACE - FINISH = 75 s after its start,
+# time for the install, the import check and the quick run on a slow or busy machine (2 cores
+# under a load of 8 took 20 s to install and check the imports)
+FIRST_SECONDS, GRACE, FINISH = 90, 5, 10
+SLOW_STEPS, FIRST_SLEEP_S = 300, "0.5"  # the first window's slow run would take 150 s
+SECOND_SECONDS, SECOND_PROBE_S = 480, "300"  # the whole probe on 2 loaded cores, then the rest
+FAKE_NANOGPT = """import sys
+
+# a stand-in for nanoGPT's train.py: its evaluation lines, a best at step 500
+for step, val in ((0, 4.17), (250, 2.5), (500, 2.25), (750, 2.375)):
+    print(f"step {step}: train loss {val - 0.25:.4f}, val loss {val:.4f}")
+print("args:", *sys.argv[1:])
+"""
 
 SHAKESPEARE = Path(os.environ.get("ABLATE_DATA_DIR", "")) / "tinyshakespeare" / "input.txt"
 
@@ -195,6 +208,9 @@ def write_studies(checkout: Path, base: dict) -> tuple[str, str]:
     below), one exploratory whose second run is slow. Returns (confirm, explore)."""
     studies = checkout / "studies"
     profiles = {"tiny": {"train": {"accelerator": "cpu"}}}
+    # the registered study's profile pins train.stack, as the reference's gpu profile does: the
+    # window gives it the probe's unstacked verdict
+    pinned = {"tiny": {"train": {"accelerator": "cpu", "stack": 1}}}
     confirm = {
         "name": "gpuwin_confirm",
         "description": "rehearsal: a claim confirmed on the registered seeds",
@@ -213,7 +229,7 @@ def write_studies(checkout: Path, base: dict) -> tuple[str, str]:
             {"name": "gelu", "set": {"model.activation": "gelu"}},
         ],
         "seeds": [0],
-        "profiles": profiles,
+        "profiles": pinned,
     }
     explore = {
         "name": "gpuwin_explore",
@@ -326,14 +342,26 @@ def cpu_checkout(tmp: Path, base: dict) -> tuple[Path, dict[str, str]]:
     return cpu, env
 
 
-def prepare(cpu: Path, env: dict[str, str], index: Path):
-    """``scripts/gpu/prepare.sh`` with pip's index replaced by the folder ``index``."""
+def fake_nanogpt(folder: Path) -> Path:
+    """A stand-in for a nanoGPT checkout: its train.py prints nanoGPT's evaluation lines."""
+    (folder / "data" / "shakespeare_char").mkdir(parents=True)
+    (folder / "config").mkdir()
+    (folder / "train.py").write_text(FAKE_NANOGPT)
+    (folder / "data" / "shakespeare_char" / "prepare.py").write_text("")
+    (folder / "config" / "train_shakespeare_char.py").write_text("")
+    (folder / "out-old").mkdir()  # a checkout's old outputs: not carried
+    return folder
+
+
+def prepare(cpu: Path, env: dict[str, str], index: Path, nanogpt: Path):
+    """``scripts/gpu/prepare.sh --nanogpt NANOGPT`` with pip's index replaced by the folder
+    ``index``."""
     env = dict(env, PYTHON=sys.executable, PIP_FIND_LINKS=str(index))
     del env["ABLATE_DATA_DIR"]  # prepare.sh finds ../shared/data itself
     if platform.machine() != "x86_64":  # the index's wheels carry this machine's tags
         env["PLATFORMS"] = sysconfig.get_platform().replace("-", "_").replace(".", "_")
     pyv = f"{sys.version_info.major}.{sys.version_info.minor}"
-    res, _ = run(["bash", PREPARE, "--python-version", pyv], cpu, env)
+    res, _ = run(["bash", PREPARE, "--python-version", pyv, "--nanogpt", str(nanogpt)], cpu, env)
     assert res.returncode == 0, _log(res)
     return res
 
@@ -360,7 +388,9 @@ def rehearsal(tmp_path_factory, tiny_studies):
     base = tiny_studies.base(checkpoint_interval=50)
     base["data"].update(dataset="tinyshakespeare", tokenizer="char")
     cpu, env = cpu_checkout(tmp, base)
-    t = {"prepare": prepare(cpu, env, index), "out1": tmp / "out1", "out2": tmp / "out2"}
+    t = {"out1": tmp / "out1", "out2": tmp / "out2"}
+    t["prepare"] = prepare(cpu, env, index, fake_nanogpt(tmp / "nanogpt"))
+    t["nanogpt_carried"] = sorted(p.name for p in (cpu / ".nanogpt").iterdir())
     t["registration"] = yaml.safe_load(
         (cpu / "studies/registrations/gpuwin_confirm.tiny.yaml").read_text()
     )
@@ -377,11 +407,15 @@ def rehearsal(tmp_path_factory, tiny_studies):
         gpu1, t["out1"], FIRST_SECONDS, image_bin, studies, PROBE_SECONDS="1", **slow
     )
 
+    assert (t["out1"] / "stores.tgz").is_file(), _log(t["first"])
     # another fresh machine, with the first window's stores committed: the whole probe runs
-    # in the image (its imports are the window's too), then it finishes what is left
+    # in the image (its imports are the window's too), its verdict applies to the studies, and
+    # the stand-in nanoGPT runs beside them; then it finishes what is left
     commit_stores(cpu, t["out1"])
-    gpu2 = send(cpu, tmp / "gpu2" / "ablate", carry=(".whl", ".gpu-data"))
-    t["second"], _ = window(gpu2, t["out2"], 300, image_bin, studies, **limits)
+    gpu2 = send(cpu, tmp / "gpu2" / "ablate", carry=(".whl", ".gpu-data", ".nanogpt"))
+    t["second"], _ = window(
+        gpu2, t["out2"], SECOND_SECONDS, image_bin, studies, PROBE_SECONDS=SECOND_PROBE_S, **limits
+    )
     return t
 
 
@@ -403,12 +437,13 @@ def _assert_comes_back(out: Path) -> dict[str, int]:
 @pytest.mark.slow
 def test_prepare_carries_the_wheels_and_the_data_and_says_what_to_carry(rehearsal):
     out = rehearsal["prepare"].stdout
-    assert "carry: .whl .gpu-data" in out.splitlines()
+    assert "carry: .whl .gpu-data .nanogpt" in out.splitlines()
+    assert rehearsal["nanogpt_carried"] == ["COMMIT", "config", "data", "train.py"]
     assert re.search(r'scripts/gpu/window\.sh "\$OUT" \d+', out)
     # the pinned wheels, typing-extensions too (the image has it at a version nobody read)
     carried = {w.split("-")[0].replace("_", "-") for w in rehearsal["carried"]}
     assert carried == set(pins()), rehearsal["carried"]
-    assert rehearsal["git_sees"] == ""  # .whl and .gpu-data are ignored: carried, never committed
+    assert rehearsal["git_sees"] == ""  # the carried folders are ignored: never committed
 
 
 @pytest.mark.slow
@@ -420,6 +455,8 @@ def test_the_first_window_cuts_a_run_and_brings_back_the_stores(rehearsal):
     assert "gpuwin_explore: cut by the budget" in log
     assert "gpuwin_confirm: no time left in this window" in log
     assert "probe failed" in log  # cut by PROBE_SECONDS: the studies went on
+    assert "probe verdict: none (no solo row came back): the studies run solo" in log
+    assert "nanoGPT" not in log  # none carried
     # the budget holds: at most the kill's grace over it
     assert rehearsal["first_s"] <= FIRST_SECONDS + GRACE, log
     files = _assert_comes_back(out)
@@ -442,8 +479,32 @@ def test_the_second_window_restores_and_finishes_without_retraining(rehearsal):
     assert "gpuwin_confirm: registered for profile 'tiny'" in log
     assert "probe failed" not in log
     files = _assert_comes_back(out)
-    assert {"probe.md", "probe.json"} <= set(files)  # the stacked probe ran in the image
-    assert "| stack of 8 |" in (out / "probe.md").read_text()
+    assert {"probe.md", "probe.json", "nanogpt_own_next.json", "nanogpt.log"} <= set(files)
+    assert "| pack of 4 |" in (out / "probe.md").read_text()  # the probe ran in the image
+    # its verdicts, read from its JSON, are what the studies of this window ran with: the
+    # unstacked one for the study whose profile pins train.stack
+    probed = json.loads((out / "probe.json").read_text())["stacked"]
+    verdict, unstacked = probed["verdict"], probed["unstacked"]
+    assert f"probe verdict: {verdict['choice']} x{verdict['x_solo']:.2f}" in log
+    assert (
+        f"probe verdict unstacked (for profiles that pin train.stack): {unstacked['choice']}" in log
+    )
+    runs = {
+        line.split("] ablate run studies/")[1].split(".yaml")[0]: line.split(" --store runs/gpu ")[
+            1
+        ]
+        for line in log.splitlines()
+        if "] ablate run studies/gpuwin_" in line
+    }
+    assert runs["gpuwin_explore"].startswith(f"{verdict['args']} (limit"), runs
+    assert runs["gpuwin_confirm"].startswith(f"{unstacked['args']} (limit"), runs
+    # nanoGPT's stand-in ran beside them: the committed pilot's run and this one's next seed
+    own = json.loads((out / "nanogpt_own_next.json").read_text())
+    assert [r["seed"] for r in own["runs"]] == [1337, 1338]
+    assert own["best_val_loss"][1] == 2.25 and own["runs"][1]["best_iter"] == 500
+    assert own["runs"][1]["nanogpt_commit"] == "unknown"  # the stand-in is no git checkout
+    assert "--max_iters=2500" in (out / "nanogpt.log").read_text()
+    assert "nanoGPT: done: nanogpt_own_next.json" in log
     first = archive(rehearsal["out1"] / "stores.tgz")
     second = archive(out / "stores.tgz")
     before, after = runs_of(first), runs_of(second)
@@ -478,6 +539,53 @@ def test_a_window_without_the_wheels_stops_at_once_naming_what_is_missing(tmp_pa
     assert "missing modules: pydantic" in res.stdout
     assert "cannot run ablate" in res.stdout
     assert set(out_files(tmp_path / "out")) == {"window.log"}  # nothing trained, nothing packed
+
+
+def _verdict_args(out: Path, pin: str, user_args: str = "") -> tuple[str, str]:
+    """window.sh's own ``read_verdict`` and ``study_args`` (cut from the script) on
+    ``out/probe.json``: its log lines and the arguments a study whose profile sets train.stack
+    to ``pin`` gets."""
+    text = (REPO / WINDOW).read_text()
+    body = [
+        re.search(rf"^{name}\(\) {{\n.*?^}}$", text, re.S | re.M).group(0)
+        for name in ("read_verdict", "study_args")
+    ]
+    script = "\n".join(
+        [f'OUT={out}; PYTHON={sys.executable}; USER_ARGS="{user_args}"', 'log() { echo "$*"; }']
+        + body
+        + ["read_verdict", f'echo "args: $(study_args {pin})"']
+    )
+    res = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    log, args = res.stdout.rsplit("args: ", 1)
+    return log, args.strip()
+
+
+def test_a_profile_that_pins_the_stack_gets_the_unstacked_verdict(tmp_path):
+    """The reference's gpu profile pins train.stack: 1. The probe's verdict may be stack, which
+    must not leave it training its runs one after another: it gets the best unstacked path."""
+    (tmp_path / "probe.json").write_text(
+        json.dumps(
+            {
+                "stacked": {
+                    "verdict": {"choice": "stack", "x_solo": 3.5, "args": "--set train.stack=auto"},
+                    "unstacked": {
+                        "choice": "pack",
+                        "x_solo": 2.4,
+                        "args": "--workers 4 --runs-per-gpu 4",
+                    },
+                }
+            }
+        )
+    )
+    log, args = _verdict_args(tmp_path, "off")
+    assert args == "--set train.stack=auto"
+    assert "probe verdict: stack x3.50 --set train.stack=auto" in log
+    assert "unstacked (for profiles that pin train.stack): pack x2.40 --workers 4" in log
+    assert _verdict_args(tmp_path, "1")[1] == "--workers 4 --runs-per-gpu 4"
+    assert _verdict_args(tmp_path, "1", "--workers 2")[1] == "--workers 2"  # ABLATE_ARGS wins
+    (tmp_path / "probe.json").write_text(json.dumps({"stacked": {"verdict": None}}))
+    log, args = _verdict_args(tmp_path, "1")
+    assert args == "" and "probe verdict: none" in log
 
 
 def test_window_and_prepare_reject_bad_arguments(tmp_path):

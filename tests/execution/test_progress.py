@@ -33,7 +33,7 @@ def _plain(text: str) -> str:
 
 
 def test_the_callback_writes_step_total_and_loss_at_the_log_interval(tmp_path):
-    cb = ProgressFile(tmp_path, every=5)
+    cb = ProgressFile([tmp_path], every=5)
     trainer = SimpleNamespace(global_step=140, max_steps=400)  # resumed at step 140
     cb.on_train_start(trainer, None)
     first = read_progress(tmp_path / PROGRESS_FILE)
@@ -41,7 +41,7 @@ def test_the_callback_writes_step_total_and_loss_at_the_log_interval(tmp_path):
     # the loss is the module's log step's (the mean since the last one, read once for both)
     asked = []
     module = SimpleNamespace(
-        log_step=lambda member: asked.append(trainer.global_step) or 2.0 + asked[-1] / 1000
+        log_step=lambda: asked.append(trainer.global_step) or [2.0 + asked[-1] / 1000]
     )
     for step in range(141, 151):
         trainer.global_step = step
@@ -53,7 +53,7 @@ def test_the_callback_writes_step_total_and_loss_at_the_log_interval(tmp_path):
     assert asked == [145, 150]  # the module reads the device at its log steps only
     assert rec["started"] <= rec["updated"] and rec["pid"] == os.getpid()
     trainer.global_step = 400  # the last step is always written
-    cb.on_train_batch_end(trainer, SimpleNamespace(log_step=lambda member: 1.5), None, None, 0)
+    cb.on_train_batch_end(trainer, SimpleNamespace(log_step=lambda: [1.5]), None, None, 0)
     cb.on_train_end(trainer, None)
     rec = read_progress(tmp_path / PROGRESS_FILE)
     assert (rec["step"], rec["phase"], rec["loss"]) == (400, "final eval", 1.5)

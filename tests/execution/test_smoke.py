@@ -13,6 +13,7 @@ import ablate.training.train
 from ablate.cli import app
 from ablate.execution.smoke import smoke_config, smoke_runs, smoke_study
 from ablate.study import load_study
+from ablate.training.stacked.plan import stack_limit
 
 STUDIES = sorted(Path("studies").glob("*.yaml"))
 
@@ -45,20 +46,30 @@ def test_smoke_runs_one_run_per_code_path():
     ]
 
 
+# every shipped gpu profile as it is, and one as a window's stack verdict runs it
+SMOKED = [(p, ()) for p in STUDIES] + [
+    (Path("studies/batch_lr_scaling.yaml"), ("train.stack=auto",))
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("study", STUDIES, ids=[p.stem for p in STUDIES])
-def test_every_shipped_gpu_profile_passes_the_smoke_test(study):
-    rows = smoke_study(study, profile="gpu")
+@pytest.mark.parametrize(
+    ("study", "overrides"), SMOKED, ids=[p.stem + "".join(f"[{o}]" for o in s) for p, s in SMOKED]
+)
+def test_every_shipped_gpu_profile_passes_the_smoke_test(study, overrides):
+    rows = smoke_study(study, profile="gpu", overrides=overrides)
     assert rows and all(r["status"] == "completed" for r in rows), [
         (r["name"], r["error"]) for r in rows if r["status"] != "completed"
     ]
-    plan = {r.name: r.config for r in load_study(study, "gpu", check_device=False).runs}
+    runs = load_study(study, "gpu", overrides, check_device=False).runs
+    plan = {r.name: r.config for r in runs}
     for r in rows:
         if r["eval_lengths"]:  # every requested length was evaluated (or is n/a: learned)
             assert set(r["eval_lengths"]) == {"1", "2", "4"}
         cfg = plan[r["name"]]
         assert r["precision"] == cfg.train.precision == "bf16-mixed"  # never switched to fp32
-        assert r["stack"] == (1 if cfg.train.stack == "off" or cfg.model.arch == "lstm" else 2)
+        # stacked where the profile stacks (auto: smoke's 2 members; 1 or off: alone)
+        assert r["stack"] == stack_limit(cfg, auto=lambda c: 2)
 
 
 def test_smoke_exits_nonzero_when_a_run_fails(tmp_path, monkeypatch):
@@ -70,6 +81,17 @@ def test_smoke_exits_nonzero_when_a_run_fails(tmp_path, monkeypatch):
         app, ["run", "studies/reference_nanogpt_cpu.yaml", "--profile", "gpu", "--smoke"]
     )
     assert res.exit_code == 1 and "boom" in res.output
+
+
+def test_smoke_of_a_study_without_profiles_names_none(make_study, monkeypatch):
+    """A study with no profiles says nothing about one (it said "(profile None)"); one with
+    profiles says which it chose and why, as `ablate run` does."""
+    monkeypatch.setattr(ablate.training.train, "train_run", lambda *a, **k: {"status": "completed"})
+    res = CliRunner().invoke(app, ["run", str(make_study(name="plain")), "--smoke"])
+    assert res.exit_code == 0, res.output
+    assert "plain smoke test: 2 of 2 runs" in res.output and "None" not in res.output
+    res = CliRunner().invoke(app, ["run", "studies/reference_nanogpt_cpu.yaml", "--smoke"])
+    assert "smoke test (profile cpu: default_profile auto: no CUDA device visible)" in res.output
 
 
 def test_smoke_rejects_an_impossible_kernel_at_plan_time():

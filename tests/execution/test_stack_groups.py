@@ -82,13 +82,13 @@ def test_ablate_plan_shows_the_groups_and_bad_values_are_one_line(study6, tmp_pa
 
 
 def test_an_lstm_arm_trains_alone_in_a_stacked_study(make_study, tmp_path, monkeypatch):
-    # torch.vmap has no batching rule for aten::lstm: the plan must keep the LSTM out of groups
+    # the LSTM computes one member (nn.LSTM has no member dimension): the plan keeps it alone
     monkeypatch.setenv("WANDB_MODE", "disabled")
     study = make_study(grid={"model.arch": ["transformer", "lstm"]}, seeds=[0, 1, 2])
     plan = CliRunner().invoke(app, ["plan", str(study), "--set", "train.stack=3"])
     assert plan.exit_code == 0, plan.output
     assert plan.output.count("g1 (3)") == 3 and plan.output.count("alone") == 3 + 1
-    assert "runs train alone (model.arch lstm: torch.vmap has no batching rule" in plan.output
+    assert "runs train alone (model.arch lstm: LSTMLM computes one run" in plan.output
     args = ["run", str(study), "--store", str(tmp_path / "st"), "--no-progress"]
     result = CliRunner().invoke(app, [*args, "--set", "train.stack=3"])
     assert result.exit_code == 0, result.output

@@ -131,3 +131,21 @@ def test_status_lists_a_variants_seeds_in_numeric_order(tmp_path, write_run):
     res = CliRunner().invoke(app, ["status", "--store", str(store)], env={"COLUMNS": "120"})
     names = [line.split("│")[1].strip() for line in res.output.splitlines() if line[:1] == "│"]
     assert names == [f"{v}-s{s}" for v in ("post", "pre") for s in (1, 2, 10)], res.output
+
+
+def test_status_lists_the_planned_runs_before_any_has_started(tmp_path):
+    """`ablate run` writes its plan before the first run starts: a Ctrl-C in the seconds of
+    start-up leaves no run directory, and `ablate status NAME` lists the planned runs as
+    pending (not "no study in the store")."""
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+    from ablate.store import RunStore
+
+    store = RunStore(tmp_path / "runs")
+    plan = [{"run_id": f"id{i}", "name": f"run-{i}", "profile": "cpu"} for i in range(3)]
+    store.keep_plan("fresh", plan)
+    for args in (["status", "fresh"], ["status"]):
+        res = CliRunner().invoke(app, [*args, "--store", str(store.root)], env={"COLUMNS": "120"})
+        assert res.exit_code == 0, res.output
+        assert "3 pending" in res.output and all(f"run-{i}" in res.output for i in range(3))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -388,7 +389,8 @@ def test_plan_prints_a_time_per_run_and_for_the_workers_run_will_use(
     args = ["plan", str(path), "--store", str(tmp_path / "runs")]
     first = CliRunner().invoke(app, [*args, "--workers", "2"])
     assert first.exit_code == 0, first.output
-    assert "for the 4 runs to train (with 2 workers, as ablate run will)" in first.output
+    assert "for the 4 runs to train (with 2 workers, as ablate run will; " in first.output
+    assert "of start-up included" in first.output
     assert "4 from a probe of this machine measured" in first.output
     rows = [line for line in first.output.splitlines() if "seed=" in line]
     assert len(rows) == 4 and all(line.rstrip(" │").endswith("s") for line in rows), rows
@@ -397,6 +399,34 @@ def test_plan_prints_a_time_per_run_and_for_the_workers_run_will_use(
     assert _time_lines(again.output) == _time_lines(first.output)
     quiet = CliRunner().invoke(app, [*args, "--no-estimate"])
     assert quiet.exit_code == 0 and "Time:" not in quiet.output
+
+
+def test_plan_adds_the_start_up_and_says_at_what_load_it_measured(
+    make_study, tmp_path, monkeypatch
+):
+    """The total is the start-up (measured once, kept) plus the runs; the probe and the
+    start-up say when they were measured and how busy the machine was then."""
+    import re
+
+    from ablate.execution import estimate
+
+    monkeypatch.setenv("ABLATE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.5, 1.0, 1.0))
+    calls = []
+    monkeypatch.setattr(estimate, "startup_seconds", lambda: calls.append(1) or 61.0)
+    path = make_study(seeds=[0, 1])
+    args = ["plan", str(path), "--store", str(tmp_path / "runs"), "--workers", "1"]
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    # the 2 runs take a fraction of a second each (20 tiny steps): 61 s and a little
+    total = r"Time: about 1m0[12]s for the 2 runs to train \(one at a time; 1m01s of start-up"
+    assert re.search(total, " ".join(res.output.split())), res.output
+    text = " ".join(res.output.split())  # the console wraps long lines
+    probe = r"probe of this machine measured [-\d :]+ at load 3\.5 on \d+ cores"
+    start = r"start-up from a fresh interpreter's imports, measured [-\d :]+ at load 3\.5"
+    assert re.search(probe, text) and re.search(start, text), res.output
+    again = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert calls == [1] and _time_lines(again.output) == _time_lines(res.output)  # kept
 
 
 def _time_lines(output: str) -> list[str]:

@@ -11,7 +11,13 @@ from torch.testing import assert_close
 
 from ablate import registry
 from ablate.config import ModelConfig
-from ablate.model import LSTMLM, TransformerLM, build_model
+from ablate.model import (
+    LSTMLM,
+    TransformerLM,
+    build_model,
+    load_member_state_dict,
+    member_state_dict,
+)
 from ablate.model.transformer import (
     ATTENTIONS,
     BLOCKS,
@@ -21,6 +27,7 @@ from ablate.model.transformer import (
     ALiBiPositions,
     CausalSelfAttention,
     GatedFeedForward,
+    LayerNorm,
     RMSNorm,
     alibi_slopes,
     apply_rope,
@@ -44,6 +51,17 @@ def randomize_(module: nn.Module, std: float = 0.5) -> nn.Module:
     return module
 
 
+def solo(module: nn.Module) -> dict[str, torch.Tensor]:
+    """A model of one member's tensors in torch's own layouts (``nn.Linear``'s ``(out, in)``
+    weights, no member dimension): what the references below are built from."""
+    return member_state_dict(module, 0)
+
+
+def run(module: nn.Module, x: torch.Tensor, *args) -> torch.Tensor:
+    """``module`` of one member on ``x`` without the member dimension, as torch's layers take it."""
+    return module(x.unsqueeze(0), *args)[0]
+
+
 # --- 1. blocks vs torch.nn.TransformerEncoderLayer -----------------------------------------------
 
 
@@ -63,30 +81,31 @@ def test_block_matches_torch_encoder_layer(placement, activation):
         batch_first=True,
         norm_first=placement == "pre",
     ).eval()
-    a = block.attn
+    w = solo(block)
     with torch.no_grad():
         sa = ref.self_attn
-        sa.in_proj_weight.copy_(torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]))
-        sa.in_proj_bias.copy_(torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]))
-        sa.out_proj.weight.copy_(a.out_proj.weight)
-        sa.out_proj.bias.copy_(a.out_proj.bias)
+        qkv = [f"attn.{p}_proj" for p in "qkv"]
+        sa.in_proj_weight.copy_(torch.cat([w[f"{p}.weight"] for p in qkv]))
+        sa.in_proj_bias.copy_(torch.cat([w[f"{p}.bias"] for p in qkv]))
+        sa.out_proj.weight.copy_(w["attn.out_proj.weight"])
+        sa.out_proj.bias.copy_(w["attn.out_proj.bias"])
         for ours, theirs in [
-            (block.ffn.w1, ref.linear1),
-            (block.ffn.w2, ref.linear2),
-            (block.attn_norm, ref.norm1),
-            (block.ffn_norm, ref.norm2),
+            ("ffn.w1", ref.linear1),
+            ("ffn.w2", ref.linear2),
+            ("attn_norm", ref.norm1),
+            ("ffn_norm", ref.norm2),
         ]:
-            theirs.weight.copy_(ours.weight)
-            theirs.bias.copy_(ours.bias)
+            theirs.weight.copy_(w[f"{ours}.weight"])
+            theirs.bias.copy_(w[f"{ours}.bias"])
     x = torch.randn(2, 7, cfg.d_model)
     mask = nn.Transformer.generate_square_subsequent_mask(7)
     with torch.no_grad():
-        assert_close(block(x), ref(x, src_mask=mask, is_causal=True))
+        assert_close(run(block, x), ref(x, src_mask=mask, is_causal=True))
 
 
 def test_final_norm_only_for_pre_norm():
     assert isinstance(TransformerLM(tiny(norm_placement="post"), VOCAB).final_norm, nn.Identity)
-    assert isinstance(TransformerLM(tiny(norm_placement="pre"), VOCAB).final_norm, nn.LayerNorm)
+    assert isinstance(TransformerLM(tiny(norm_placement="pre"), VOCAB).final_norm, LayerNorm)
 
 
 # --- 2. norms ------------------------------------------------------------------------------------
@@ -98,10 +117,21 @@ def test_rmsnorm_matches_torch():
     ref = nn.RMSNorm(16, eps=1e-3)
     with torch.no_grad():
         ours.weight.normal_()
-        ref.weight.copy_(ours.weight)
+        ref.weight.copy_(ours.weight[0])
     # rows of very different scale: eps only matters for the small ones
     x = torch.randn(3, 5, 16) * torch.tensor([3.0, 1.0, 0.01])[:, None, None]
-    assert_close(ours(x), ref(x))
+    assert_close(run(ours, x), ref(x))
+
+
+def test_layernorm_matches_torch():
+    torch.manual_seed(0)
+    ours = randomize_(LayerNorm(tiny(norm_eps=1e-3)))
+    ref = nn.LayerNorm(16, eps=1e-3)
+    with torch.no_grad():
+        ref.weight.copy_(ours.weight[0])
+        ref.bias.copy_(ours.bias[0])
+    x = torch.randn(3, 5, 16) * 4 + 1
+    assert_close(run(ours, x), ref(x))
 
 
 def test_unknown_registry_name_lists_choices():
@@ -144,9 +174,9 @@ def test_sinusoidal_table_matches_formula():
 
 
 def test_sinusoidal_positions_are_added_to_embeddings():
-    pos = POSITIONS["sinusoidal"](tiny())
-    x = torch.randn(2, 5, 16)
-    assert_close(pos.embed(x) - x, sinusoidal_table(5, 16).expand(2, 5, 16))
+    pos = POSITIONS["sinusoidal"](tiny(), 3)
+    x = torch.randn(3, 2, 5, 16)  # (k, B, T, d)
+    assert_close(pos.embed(x) - x, sinusoidal_table(5, 16).expand(3, 2, 5, 16))
 
 
 def rope_at(x: torch.Tensor, m: int) -> torch.Tensor:
@@ -212,15 +242,17 @@ def reference_attention(
     """softmax(Q K^T / sqrt(d) + bias + causal) V, one head at a time."""
     B, T, _ = x.shape
     H, Hkv, D = attn.n_heads, attn.n_kv_heads, attn.head_dim
+    w = solo(attn)
 
-    def project(lin: nn.Linear, heads: int) -> torch.Tensor:
-        return (x @ lin.weight.T + lin.bias).reshape(B, T, heads, D).permute(0, 2, 1, 3)
+    def project(name: str, heads: int) -> torch.Tensor:
+        y = x @ w[f"{name}.weight"].T + w[f"{name}.bias"]
+        return y.reshape(B, T, heads, D).permute(0, 2, 1, 3)
 
-    q, k, v = project(attn.q_proj, H), project(attn.k_proj, Hkv), project(attn.v_proj, Hkv)
+    q, k, v = project("q_proj", H), project("k_proj", Hkv), project("v_proj", Hkv)
     if hasattr(attn, "q_norm"):  # QK-LayerNorm: each head's q and k over head_dim, then RoPE
         ln = torch.nn.functional.layer_norm
-        q = ln(q, (D,), attn.q_norm.weight, attn.q_norm.bias, attn.q_norm.eps)
-        k = ln(k, (D,), attn.k_norm.weight, attn.k_norm.bias, attn.k_norm.eps)
+        q = ln(q, (D,), w["q_norm.weight"], w["q_norm.bias"], attn.q_norm.eps)
+        k = ln(k, (D,), w["k_norm.weight"], w["k_norm.bias"], attn.k_norm.eps)
     if pos == "rope":
         q, k = rope_reference(q), rope_reference(k)
     future = torch.ones(T, T, dtype=torch.bool).triu(1)
@@ -233,7 +265,7 @@ def reference_attention(
         s = s.masked_fill(future, float("-inf"))
         heads.append(torch.softmax(s, dim=-1) @ v[:, g])  # (B, T, D)
     y = torch.cat(heads, dim=-1)  # (B, T, H*D)
-    return y @ attn.out_proj.weight.T + attn.out_proj.bias
+    return y @ w["out_proj.weight"].T + w["out_proj.bias"]
 
 
 @pytest.mark.parametrize("attention", ["plain", "qk_norm"])
@@ -247,7 +279,7 @@ def test_attention_matches_reference(kv_heads, pos, attention):
     positions = POSITIONS[pos](cfg)
     x = torch.randn(2, 6, cfg.d_model)
     with torch.no_grad():
-        ours = attn(x, positions.rotary(6, x.device), positions.attn_bias(6, x.device))
+        ours = run(attn, x, positions.rotary(6, x.device), positions.attn_bias(6, x.device))
         ref = reference_attention(attn, x, pos, [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8])
     assert_close(ours, ref, rtol=1e-4, atol=1e-5)
 
@@ -267,11 +299,11 @@ def test_future_tokens_never_change_past_logits(overrides):
     model = build_model(tiny(init_std=0.2, **overrides), VOCAB).eval()
     idx = torch.randint(0, VOCAB, (2, 8))
     with torch.no_grad():
-        before = model(idx)
+        before = model(idx)[0]
         for t in (0, 3, 7):
             changed = idx.clone()
             changed[:, t] = (idx[:, t] + 1) % VOCAB
-            after = model(changed)
+            after = model(changed)[0]
             assert_close(after[:, :t], before[:, :t], rtol=0, atol=1e-6)
             assert (after[:, t] - before[:, t]).abs().max() > 1e-4
 
@@ -298,10 +330,14 @@ def test_gated_ffn_formula():
     torch.manual_seed(0)
     ffn = randomize_(GatedFeedForward(tiny(activation="swiglu")))
     x = torch.randn(3, 16)
-    w1, w3, w2 = ffn.w1, ffn.w3, ffn.w2
-    h1 = x @ w1.weight.T + w1.bias
-    expected = (h1 * torch.sigmoid(h1) * (x @ w3.weight.T + w3.bias)) @ w2.weight.T + w2.bias
-    assert_close(ffn(x), expected)
+    w = solo(ffn)
+
+    def linear(x, name):
+        return x @ w[f"{name}.weight"].T + w[f"{name}.bias"]
+
+    h1 = linear(x, "w1")
+    expected = linear(h1 * torch.sigmoid(h1) * linear(x, "w3"), "w2")
+    assert_close(run(ffn, x), expected)
 
 
 # --- 9. grouped-query and multi-query attention --------------------------------------------------
@@ -311,23 +347,23 @@ def test_gated_ffn_formula():
 def test_gqa_shrinks_kv_projections(kv_heads):
     attn = CausalSelfAttention(tiny(n_heads=4, n_kv_heads=kv_heads))
     head_dim = 16 // 4
-    assert attn.q_proj.weight.shape == (16, 16)
-    assert attn.k_proj.weight.shape == attn.v_proj.weight.shape == (kv_heads * head_dim, 16)
-    assert attn(torch.randn(2, 5, 16)).shape == (2, 5, 16)
+    w = solo(attn)
+    assert w["q_proj.weight"].shape == (16, 16)
+    assert w["k_proj.weight"].shape == w["v_proj.weight"].shape == (kv_heads * head_dim, 16)
+    assert attn(torch.randn(1, 2, 5, 16)).shape == (1, 2, 5, 16)
 
 
 def test_mqa_equals_mha_with_copied_kv_heads():
     torch.manual_seed(0)
     mqa = randomize_(CausalSelfAttention(tiny(n_heads=4, n_kv_heads=1)), std=0.3).eval()
     mha = CausalSelfAttention(tiny(n_heads=4)).eval()
+    w = solo(mqa)
+    for name in ("k_proj", "v_proj"):  # the one K/V head, copied to each of the four
+        w[f"{name}.weight"] = w[f"{name}.weight"].repeat(4, 1)
+        w[f"{name}.bias"] = w[f"{name}.bias"].repeat(4)
+    load_member_state_dict(mha, 0, w)
     with torch.no_grad():
-        for name in ("q_proj", "out_proj"):
-            getattr(mha, name).load_state_dict(getattr(mqa, name).state_dict())
-        for name in ("k_proj", "v_proj"):
-            src, dst = getattr(mqa, name), getattr(mha, name)
-            dst.weight.copy_(src.weight.repeat(4, 1))
-            dst.bias.copy_(src.bias.repeat(4))
-        x = torch.randn(2, 6, 16)
+        x = torch.randn(1, 2, 6, 16)
         assert_close(mqa(x), mha(x))
 
 
@@ -387,13 +423,13 @@ def test_unbounded_positions_run_at_four_times_max_seq_len(pos):
     model = build_model(tiny(pos_encoding=pos, max_seq_len=8), VOCAB).eval()
     assert model.max_len is None
     with torch.no_grad():
-        assert model(torch.randint(0, VOCAB, (1, 32))).shape == (1, 32, VOCAB)
+        assert model(torch.randint(0, VOCAB, (1, 32))).shape == (1, 1, 32, VOCAB)
 
 
 def test_learned_positions_refuse_longer_sequences():
     model = build_model(tiny(pos_encoding="learned", max_seq_len=8), VOCAB)
     assert model.max_len == 8
-    assert model(torch.randint(0, VOCAB, (1, 8))).shape == (1, 8, VOCAB)
+    assert model(torch.randint(0, VOCAB, (1, 8))).shape == (1, 1, 8, VOCAB)
     with pytest.raises(ValueError, match="sequence length 9 exceeds max_seq_len 8"):
         model(torch.randint(0, VOCAB, (1, 9)))
 
@@ -418,7 +454,7 @@ def test_init_std_and_scaled_residual_projections():
     cfg = tiny(d_model=64, n_heads=4, n_layers=8, d_ff=256, init_std=0.02)
     model = build_model(cfg, 100)
     std = cfg.init_std
-    assert model.head.weight is model.tok_emb.weight
+    assert model.head is None  # tied: the head is the embedding table, transposed
     assert model.tok_emb.weight.std().item() == pytest.approx(std, rel=0.1)
     assert model.blocks[0].attn.q_proj.weight.std().item() == pytest.approx(std, rel=0.1)
     scaled = std / math.sqrt(2 * cfg.n_layers)
@@ -443,7 +479,7 @@ def test_vaswani_init_xavier_linears_and_unit_scale_embeddings():
     captured = {}
     model.blocks[0].register_forward_pre_hook(lambda m, args: captured.update(x=args[0]))
     model(idx)
-    assert_close(captured["x"], model.tok_emb(idx) * 8.0)
+    assert_close(captured["x"], model.tok_emb(idx[None]) * 8.0)
     assert captured["x"].std().item() == pytest.approx(1.0, rel=0.15)
 
 
@@ -458,7 +494,7 @@ def test_sinusoidal_positions_do_not_swamp_gpt2_initialised_tokens():
     captured = {}
     model.blocks[0].register_forward_pre_hook(lambda m, args: captured.update(x=args[0]))
     model(idx)
-    tokens = model.tok_emb(idx) * math.sqrt(d)  # (B, T, d): 0.02 * sqrt(128) = 0.23 per coordinate
+    tokens = model.tok_emb(idx[None]) * math.sqrt(d)  # 0.02 * sqrt(128) = 0.23 per coordinate
     assert_close(captured["x"], tokens + sinusoidal_table(16, d))
     assert tokens.std().item() == pytest.approx(0.02 * math.sqrt(d), rel=0.1)
     # learned positions keep gpt2's unscaled embeddings (nanoGPT's setting)
@@ -466,8 +502,8 @@ def test_sinusoidal_positions_do_not_swamp_gpt2_initialised_tokens():
     model = build_model(cfg, VOCAB)
     model.blocks[0].register_forward_pre_hook(lambda m, args: captured.update(x=args[0]))
     model(idx)
-    pos = model.pos.table(torch.arange(16))
-    assert_close(captured["x"], model.tok_emb(idx) + pos)
+    pos = model.pos.table(torch.arange(16)[None])  # (1, T, d)
+    assert_close(captured["x"], model.tok_emb(idx[None]) + pos)
 
 
 @pytest.mark.parametrize("arch", ["transformer", "lstm"])
@@ -487,7 +523,7 @@ def test_forward_of_every_axis():
             for attention in ATTENTIONS:
                 cfg = tiny(norm=norm, activation=act, attention=attention, bias=False)
                 model = build_model(cfg, VOCAB)
-                assert model(torch.randint(0, VOCAB, (2, 5))).shape == (2, 5, VOCAB)
+                assert model(torch.randint(0, VOCAB, (2, 5))).shape == (1, 2, 5, VOCAB)
                 assert not any(n.endswith("bias") for n, _ in model.named_parameters())
 
 

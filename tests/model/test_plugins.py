@@ -16,7 +16,6 @@ from ablate.cli import app
 from ablate.config import ConfigError, ModelConfig, build_config
 from ablate.model import build_model
 from ablate.model.plugins import _LOADED, _PLUGINS, check_interface, load_plugin
-from ablate.model.transformer import FFNS, NORMS
 from ablate.study import load_study
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -37,21 +36,6 @@ class ScaleNorm(nn.Module):
 '''
 
 
-@pytest.fixture
-def clean_registry():
-    """Undo every registration a test makes (the registries are process-wide)."""
-    before = {id(r): dict(r) for r in (NORMS, FFNS)}
-    loaded, plugins = dict(_LOADED), dict(_PLUGINS)
-    yield
-    for r in (NORMS, FFNS):
-        r.clear()
-        r.update(before[id(r)])
-    _LOADED.clear()
-    _LOADED.update(loaded)
-    _PLUGINS.clear()
-    _PLUGINS.update(plugins)
-
-
 def write_plugin(tmp_path: Path, name: str = "scalenorm", extra: str = "", file="my_norm.py"):
     path = tmp_path / file
     path.write_text(NORM_PLUGIN.format(name=name, extra=extra))
@@ -65,8 +49,9 @@ def test_registered_norm_is_built_and_listed(tmp_path, clean_registry):
     norm = model.blocks[0].attn_norm
     assert type(norm).__name__ == "ScaleNorm"
     x = torch.randn(2, 3, 16)
-    # the formula, written independently of the plugin
-    assert torch.allclose(norm(x), 4.0 * x / x.norm(dim=-1, keepdim=True))
+    # the formula, written independently of the plugin; in the model (of one member: the
+    # plugin is not member-aware) it is called with the member dimension, and sees none
+    assert torch.allclose(norm(x[None])[0], 4.0 * x / x.norm(dim=-1, keepdim=True))
     with pytest.raises(ConfigError) as err:
         build_config({"model.norm": "batchnorm"})
     assert "'layernorm', 'rmsnorm' or 'scalenorm'" in str(err.value)
@@ -87,11 +72,11 @@ def test_register_decorator_in_process(clean_registry):
     cfg = build_config({"model.activation": "relu2_test"}).model
     model = build_model(cfg, 7)
     ffn = model.blocks[0].ffn
-    x = torch.randn(1, 4, cfg.d_model)
+    x = torch.randn(3, 4, cfg.d_model)
     ref = F.linear(
         F.relu(F.linear(x, ffn.w1.weight, ffn.w1.bias)).pow(2), ffn.w2.weight, ffn.w2.bias
     )
-    assert torch.allclose(ffn(x), ref, atol=1e-6)
+    assert torch.allclose(ffn(x[None])[0], ref, atol=1e-6)
     assert ffn.w2 in model.residual_projections()  # gets the scaled init like built-ins
 
 
@@ -269,8 +254,8 @@ def test_an_attention_plugin_subclasses_the_base_and_trains(clean_registry):
 
     try:
         ablate.register("attention", "softcap")(SoftCapAttention)
-        model = build_model(build_config({"model.attention": "softcap"}).model, 11)
-        assert model(torch.zeros(2, 5, dtype=torch.long)).shape == (2, 5, 11)
+        model = build_model(build_config({"model.attention": "softcap"}).model, 11, members=3)
+        assert model(torch.zeros(3, 2, 5, dtype=torch.long)).shape == (3, 2, 5, 11)
         with pytest.raises(ConfigError, match="must subclass .*CausalSelfAttention"):
             check_interface("attention", "x", BlockOfX)
     finally:
@@ -284,6 +269,30 @@ def test_an_unknown_name_says_which_plugins_are_loaded(clean_registry, tmp_path)
     load_plugin(str(write_plugin(tmp_path)))
     with pytest.raises(ConfigError, match="plugins loaded: scalenorm on this axis"):
         build_config({"model.norm": "qnorm"})
+
+
+def test_a_plugin_that_registers_nothing_is_told_so(clean_registry, tmp_path):
+    """A plugin file whose class lacks @ablate.register changes nothing: it is one line
+    saying so, naming the plugin (it was "no plugin loaded on this axis", with the study's
+    plugins: entry right there)."""
+    (tmp_path / "forgot.py").write_text(NORM_PLUGIN.format(name="relu2", extra="").replace(
+        '@ablate.register("norm", "relu2")\n', ""
+    ))  # fmt: skip
+    study = tmp_path / "s.yaml"
+    study.write_text(
+        yaml.safe_dump({"plugins": ["./forgot.py"], "base": {"model.activation": "relu2"}})
+    )
+    res = CliRunner().invoke(app, ["plan", str(study), "--no-estimate"])
+    assert res.exit_code == 2
+    (line,) = res.output.strip().splitlines()
+    assert "plugins[0]: plugin './forgot.py' registers nothing" in line
+    assert "@ablate.register(axis, name)" in line and "no plugin loaded" not in line
+
+
+def test_a_name_registered_on_another_axis_says_which(clean_registry, tmp_path):
+    load_plugin(str(write_plugin(tmp_path, name="relu2")))  # a norm, meant as an activation
+    with pytest.raises(ConfigError, match="register no activation, only norm 'relu2'"):
+        build_config({"model.activation": "relu2"})
 
 
 def test_a_plugin_studys_report_keeps_its_claims_from_another_directory(
@@ -325,3 +334,63 @@ def test_a_plugin_studys_report_keeps_its_claims_from_another_directory(
     assert "relu2-beats-relu" in report
     kept = yaml.safe_load((store / "plugged" / "study.yaml").read_text())
     assert kept["plugins"] == ["./plugins/0_relu2.py"]
+
+
+# --- member-aware plugins: stacked, or alone -----------------------------------------------------
+
+
+class MemberScaleNorm(nn.Module):
+    """ScaleNorm for k members at once: one learned gain per member."""
+
+    member_aware = True
+
+    def __init__(self, cfg, members=1):
+        super().__init__()
+        self.g = nn.Parameter(torch.full((members, 1, 1, 1), cfg.d_model**0.5))
+        self.eps = cfg.norm_eps
+
+    def forward(self, x):  # (k, B, T, d)
+        return self.g * x / x.norm(dim=-1, keepdim=True).clamp_min(self.eps)
+
+
+class ClaimsMembersButHoldsALinear(nn.Module):
+    member_aware = True
+
+    def __init__(self, cfg, members=1):
+        super().__init__()
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+class MixesMembers(MemberScaleNorm):
+    def forward(self, x):
+        return super().forward(x) + x.mean(0, keepdim=True)  # every member reads the others
+
+
+def test_a_member_aware_plugin_stacks_and_one_that_is_not_trains_alone(tmp_path, clean_registry):
+    from ablate.training.stacked.plan import not_stackable
+
+    ablate.register("norm", "scalenorm_k")(MemberScaleNorm)
+    cfg = build_config({"model.norm": "scalenorm_k", "model.d_model": 16, "model.n_heads": 2})
+    assert not_stackable(cfg) is None
+    model = build_model(cfg.model, 11, members=3)
+    assert model.blocks[0].attn_norm.g.shape == (3, 1, 1, 1)
+    assert model(torch.zeros(3, 2, 5, dtype=torch.long)).shape == (3, 2, 5, 11)
+    load_plugin(str(write_plugin(tmp_path)))  # ScaleNorm written for one run
+    one = build_config({"model.norm": "scalenorm", "model.d_model": 16, "model.n_heads": 2})
+    why = "model.norm scalenorm: ScaleNorm computes one run (not member-aware)"
+    assert not_stackable(one) == why
+
+
+@pytest.mark.parametrize(
+    "cls, match",
+    [
+        (ClaimsMembersButHoldsALinear, r"tensor 'proj.weight' has shape \(16, 16\), not 2 members"),
+        (MixesMembers, "member 0's output changed with member 1's input"),
+    ],
+)
+def test_a_wrong_member_aware_claim_is_refused_at_registration(cls, match):
+    with pytest.raises(ConfigError, match=match):
+        check_interface("norm", "x", cls)

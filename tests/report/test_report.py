@@ -9,14 +9,14 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from ablate.claims.comparisons import adjust, compare
+from ablate.claims.comparisons import Comparison, adjust, compare
+from ablate.claims.power import comparison_seeds_needed
 from ablate.claims.stats import (
     bootstrap_diff_ci,
     holm,
     mean_ci,
     one_sample,
     paired_t,
-    seeds_needed,
     summarize,
     tost,
     welch,
@@ -137,10 +137,15 @@ def test_tost_matches_the_hand_computed_one_sided_tests():
     assert math.isnan(tost([1.0], b, 0.01, paired=False))
 
 
+def _paired(diff: float, sd: float) -> Comparison:
+    """A paired comparison of two seeds with the given difference and SD (what power uses)."""
+    return Comparison("a", "b", (0.0, 0.0), (0.0, 0.0), diff=diff, sd=sd, test="paired t")
+
+
 def test_seeds_needed_matches_the_power_of_the_t_test():
     # effect size 1 (diff = sd): a paired t-test at alpha 0.05 needs n = 10 for 80% power
     # (Cohen's tables; G*Power: n = 10, power 0.803). Check with the noncentral t by hand.
-    assert seeds_needed(0.5, 0.5, 0.01, paired=True) == 10
+    assert comparison_seeds_needed(_paired(0.5, 0.5)) == 10
 
     def power(n, d=1.0):
         crit = stats.t.ppf(0.975, n - 1)
@@ -149,9 +154,9 @@ def test_seeds_needed_matches_the_power_of_the_t_test():
 
     assert power(9) < 0.8 <= power(10)
     # near-zero difference: deciding it means showing equivalence, not a difference
-    n_eq = seeds_needed(0.0, 0.005, 0.01, paired=True)  # effect (0.01 - 0)/0.005 = 2, one-sided
+    n_eq = comparison_seeds_needed(_paired(0.0, 0.005))  # effect (0.01 - 0)/0.005 = 2, one-sided
     assert n_eq is not None and 3 <= n_eq <= 5
-    assert seeds_needed(0.1, 0.0, 0.01, paired=True) is None
+    assert comparison_seeds_needed(_paired(0.1, 0.0)) is None
 
 
 def test_verdict_equivalent_within_the_margin():
@@ -170,7 +175,7 @@ def test_verdict_equivalent_within_the_margin():
 
 
 def test_verdict_inconclusive_says_how_many_seeds_would_decide_it():
-    c = compare([1.50, 1.56, 1.47], [1.52, 1.49, 1.55], label_a="pre", label_b="post")
+    c = compare([1.50, 1.56, 1.47], [1.55, 1.58, 1.54], label_a="pre", label_b="post")
     v = verdict(c)
     assert v.kind == "inconclusive" and v.winner is None and v.seeds_needed
     assert f"≈{v.seeds_needed} seeds per variant would decide it" in v.text
@@ -523,3 +528,26 @@ def test_report_is_logged_to_wandb_offline_in_the_study_group(built, tmp_path, m
     assert log_report(study, tables, figures[:1], TrackingConfig()) == "offline"
     runs = list((study.path / ".report-wandb" / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
+
+
+def test_the_quality_table_sets_the_final_train_loss_against_the_val_loss(tmp_path, write_run):
+    """Final train loss: the mean logged train/loss over the last 10% of a run's steps (steps
+    91-100 of 100: logged at 100, and at 95 in one run); the gap is the final val loss minus
+    it."""
+    store = tmp_path / "runs"
+    for seed in range(2):
+        write_run(store, "gap", {"model.norm_placement": "pre"}, seed, "completed", 1.5)
+    first = next(RunStore(store).runs("gap"))
+    first.append_metrics(95, {"train/loss": 1.25})
+    first.append_metrics(90, {"train/loss": 9.0})  # not in the last 10%
+    study = read_study(store, "gap")
+    for r in study.runs.to_dict("records"):
+        run = RunStore(store).run("gap", r["run_id"])
+        logged = {s: v for s, m, v in run.read_metrics() if m == "train/loss"}
+        tail = [logged[100]] + ([1.25] if run.run_id == first.run_id else [])
+        assert r["final_train_loss"] == pytest.approx(np.mean(tail))
+        assert r["train_val_gap"] == pytest.approx(1.5 - np.mean(tail))
+    (path,) = build_reports(["gap"], store=store, out=tmp_path / "r", quiet=True)
+    text = path.read_text()
+    assert "| final train loss | val − train |" in text
+    assert "the last 10% of steps (one batch per log step, dropout on)" in text

@@ -121,6 +121,29 @@ def test_run_id_is_stable_and_ignores_tracking():
     assert len(a.run_id()) == 12
 
 
+@pytest.mark.parametrize("study", ["reference_nanogpt_cpu", "batch_lr_scaling"])
+def test_archived_runs_keep_their_ids(study):
+    """The cpu profiles' archived stores (what their reports prove things about) name every
+    run by the id of its config: a new config value (``data.order: random``) moves none."""
+    import tarfile
+    from pathlib import Path
+
+    import yaml
+
+    archive = Path(__file__).parents[2] / "reports" / study / "archive" / "store.tar.gz"
+    with tarfile.open(archive) as tar:
+        runs = [
+            yaml.safe_load(tar.extractfile(m).read())
+            for m in tar.getmembers()
+            if m.name.endswith("/run.yaml")
+        ]
+    assert len(runs) > 10  # rows (the default) and tokens (batch_lr_scaling) both in there
+    for run in runs:
+        assert RunConfig.model_validate(run["config"]).run_id() == run["meta"]["run_id"]
+    random = build_config({"data.order": "random"})
+    assert random.run_id() != build_config({}).run_id()
+
+
 def test_learned_positions_must_cover_the_context():
     with pytest.raises(ConfigError, match="seq_len"):
         build_config({"data.seq_len": 512, "model.max_seq_len": 256})

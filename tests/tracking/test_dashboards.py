@@ -417,6 +417,24 @@ def test_dashboard_without_login_says_so_and_saves_nothing(norm_pos, tmp_path, m
     assert (views.read_text() if views.exists() else None) == before
 
 
+def test_dashboard_to_a_server_that_never_answers_ends_in_one_line(
+    norm_pos, tmp_path, silent_wandb_server
+):
+    from ablate.report.dashboards import write_specs
+
+    store = norm_pos.path.parent
+    views = store / "norm_pos" / "wandb_views.json"
+    before = views.read_text() if views.exists() else None  # the module's store is shared
+    (tmp_path / "reports" / "norm_pos").mkdir(parents=True)
+    write_specs(norm_pos, [], tmp_path / "reports" / "norm_pos")
+    args = ["dashboard", "norm_pos", "--store", str(store), "--out", str(tmp_path / "reports")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert f"W&B server {silent_wandb_server} did not answer within 1 s" in result.output
+    assert "nothing saved; retry with `ablate dashboard norm_pos`" in result.output
+    assert (views.read_text() if views.exists() else None) == before
+
+
 # --- every key the views name is one the runs log (real offline runs, decoded) -------------
 
 TINY_CLAIMS = [

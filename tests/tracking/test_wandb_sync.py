@@ -324,3 +324,92 @@ def _wandb_steps(run_dir) -> list[tuple[str, int]]:
             step = json.loads(row[STEP])
             out |= {(k, step) for k in row if not k.startswith("_") and k != STEP}
     return sorted(out)
+
+
+def _offline_folder(store, write_run):
+    """A study "s" of one run with a real offline W&B run in its folder (made by W&B in a
+    process of its own: this one's W&B settings stay as they are)."""
+    import subprocess
+    import sys
+
+    write_run(store, "s", {"model.activation": "relu"}, 0, "completed", 2.0)
+    (run,) = RunStore(store).runs("s")
+    make = (
+        "import wandb; r = wandb.init(mode='offline', project='p', "
+        f"dir={str(run.path)!r}, id='r1'); r.log({{'a': 1}}); r.finish()"
+    )
+    subprocess.run([sys.executable, "-c", make], check=True, capture_output=True)
+    (folder,) = run.wandb_dir.glob("offline-run-*")
+    return folder
+
+
+def _ablate(*args, timeout=60):
+    """``python -m ablate ARGS`` in a process of its own: what a user types, with a limit that
+    fails the test instead of hanging it."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "ablate", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_sync_to_a_server_that_never_answers_ends_in_one_line(
+    tmp_path, silent_wandb_server, write_run
+):
+    """With a key and a server that accepts but never answers, `ablate sync` gives up after
+    ABLATE_WANDB_TIMEOUT_S (1 s here) with one line saying what did not happen and how to
+    retry, exit 1, the run not marked synced (W&B's own sync waited until killed)."""
+    store = tmp_path / "runs"
+    folder = _offline_folder(store, write_run)
+    t0 = time.monotonic()
+    res = _ablate("sync", "s", "--store", str(store))
+    assert time.monotonic() - t0 < 30
+    assert res.returncode == 1, res.stdout + res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert f"W&B server {silent_wandb_server} did not answer within 1 s" in line
+    assert "nothing synced; retry with `ablate sync s`" in line
+    assert "ABLATE_WANDB_TIMEOUT_S" in line
+    assert not list(folder.glob("*.synced"))
+
+
+def test_sync_to_a_closed_port_says_so(tmp_path, silent_wandb_server, monkeypatch, write_run):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
+    store = tmp_path / "runs"
+    _offline_folder(store, write_run)
+    res = _ablate("sync", "s", "--store", str(store))
+    assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert f"127.0.0.1:{port} could not be reached" in res.stderr and "nothing synced" in res.stderr
+
+
+def test_a_sync_that_stops_making_progress_is_stopped():
+    """`wandb sync` that goes quiet (a server that dies mid-upload) is stopped after the
+    silence limit: its output passed through until then."""
+    import sys
+
+    from ablate.tracking.sync import run_watched
+
+    quiet = [sys.executable, "-c", "import time; print('syncing', flush=True); time.sleep(60)"]
+    t0 = time.monotonic()
+    assert run_watched(quiet, stall_s=1.0) is None
+    assert time.monotonic() - t0 < 20
+    done = [sys.executable, "-c", "import sys; print('done'); sys.exit(3)"]
+    assert run_watched(done, stall_s=10.0) == 3
+
+
+def test_the_wandb_wait_comes_from_the_environment(monkeypatch):
+    from ablate.config import ConfigError
+    from ablate.tracking.mode import WANDB_TIMEOUT_S, wandb_timeout
+
+    monkeypatch.delenv("ABLATE_WANDB_TIMEOUT_S", raising=False)
+    assert wandb_timeout() == WANDB_TIMEOUT_S
+    monkeypatch.setenv("ABLATE_WANDB_TIMEOUT_S", "2.5")
+    assert wandb_timeout() == 2.5
+    for bad in ("0", "-1", "soon"):
+        monkeypatch.setenv("ABLATE_WANDB_TIMEOUT_S", bad)
+        with pytest.raises(ConfigError, match="ABLATE_WANDB_TIMEOUT_S"):
+            wandb_timeout()

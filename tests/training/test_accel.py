@@ -43,7 +43,7 @@ def test_cpu_rule_matches_what_sdpa_runs(backend, pos, precision):
     cfg = ModelConfig(d_model=32, n_heads=2, pos_encoding=pos)
     attn = CausalSelfAttention(cfg)
     bias = ALiBiPositions(cfg).attn_bias(16, torch.device("cpu")) if pos == "alibi" else None
-    x = torch.randn(2, 16, 32)
+    x = torch.randn(1, 2, 16, 32)  # (k, B, T, d)
     predicted = kernel_problem(
         backend, "cpu", precision=precision, attn_bias=bias is not None, head_dim=16
     )
@@ -165,8 +165,8 @@ def test_nan_in_bf16_activations_is_caught_as_divergence(tmp_path, monkeypatch, 
     real_build = ablate.training.lit.build_model
     seen = {"calls": 0, "dtypes": set()}
 
-    def poisoned_build(cfg, vocab):
-        model = real_build(cfg, vocab)
+    def poisoned_build(cfg, vocab, members=1):
+        model = real_build(cfg, vocab, members)
 
         def hook(module, args, out):
             seen["dtypes"].add(out.dtype)

@@ -10,6 +10,7 @@ from torch.testing import assert_close
 
 from ablate.config import build_config
 from ablate.model import build_model
+from ablate.model.members import Linear
 from ablate.training.adamw import (
     MemberAdamW,
     decay_groups,
@@ -97,12 +98,26 @@ def test_a_stack_equals_torch_adamw_and_clipping_per_member_and_a_masked_member_
         assert not torch.equal(byname[order[0]], dict(models[i].named_parameters())[order[0]])
 
 
+def _solo_layout(model, state: dict) -> dict:
+    """torch's AdamW state over ``model`` (a model of one member) as over a solo model of
+    torch's layers: the member dimension dropped, ``nn.Linear``'s ``(out, in)`` weights."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    order = [names[id(p)] for g in decay_groups(model, 1.0) for p in g["params"]]
+    out = copy.deepcopy(state)
+    for j, name in enumerate(order):
+        owner = model.get_submodule(name.rpartition(".")[0])
+        for key in ("exp_avg", "exp_avg_sq"):
+            t = out["state"][j][key][0]
+            out["state"][j][key] = t.T if isinstance(owner, Linear) and t.dim() == 2 else t
+    return out
+
+
 def test_a_solo_model_is_a_stack_of_one_and_its_state_dict_is_torch_adamws():
     cfg = _cfg(**{"optim.grad_clip": 0.01})
     torch.manual_seed(0)
     model = build_model(cfg.model, 50)
     ref = copy.deepcopy(model)
-    opt = MemberAdamW.for_model(model, cfg)
+    opt = MemberAdamW.for_model(model, [cfg])
     ref_opt, ref_step = _reference(ref, cfg)
     x = torch.randint(0, 50, (4, 16))
     for _ in range(4):
@@ -113,9 +128,13 @@ def test_a_solo_model_is_a_stack_of_one_and_its_state_dict_is_torch_adamws():
             step()
     for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
         assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
-    # a checkpoint round trip (and torch's own AdamW state) loads into a fresh optimizer
-    fresh = MemberAdamW.for_model(copy.deepcopy(model), cfg)
-    fresh.load_state_dict(ref_opt.state_dict())
+    # its state is torch's AdamW's over the solo layout (a checkpoint of a run from before the
+    # member dimension), and such a state loads into a fresh optimizer
+    torch_state = _solo_layout(ref, ref_opt.state_dict())
+    for j, s in opt.state_dict()["state"].items():
+        assert_close(s["exp_avg"], torch_state["state"][j]["exp_avg"], rtol=1e-5, atol=1e-9)
+    fresh = MemberAdamW.for_model(copy.deepcopy(model), [cfg])
+    fresh.load_state_dict(torch_state)
     assert_close(fresh.exp_avg_sq, opt.exp_avg_sq, rtol=1e-5, atol=1e-9)
     assert fresh.at.item() == opt.at.item() == 4
 

@@ -382,7 +382,7 @@ def dead_wandb_server(monkeypatch):
 def test_a_dead_wandb_server_is_tried_once_then_runs_log_offline(
     tmp_path, dead_wandb_server, caplog, wandb_logger
 ):
-    from ablate.tracking.runs import WANDB_INIT_TIMEOUT_S
+    from ablate.tracking.mode import WANDB_TIMEOUT_S
 
     tried, _ = dead_wandb_server
     dirs = []
@@ -394,7 +394,7 @@ def test_a_dead_wandb_server_is_tried_once_then_runs_log_offline(
             dirs.append(Path(logger.experiment.dir))
             logger.experiment.finish()
     assert [m for m, _ in tried] == ["online", "offline", "offline"]
-    assert {t for _, t in tried} == {WANDB_INIT_TIMEOUT_S} and WANDB_INIT_TIMEOUT_S <= 30
+    assert {t for _, t in tried} == {WANDB_TIMEOUT_S} and WANDB_TIMEOUT_S <= 30
     assert caplog.text.count("unreachable") == 1  # one message for the whole process
     for run_id, d in zip(("run1", "run2"), dirs, strict=True):
         assert (tmp_path / "runs" / "s" / run_id / "wandb") in d.parents

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import ablate.training.lit
+import ablate.training.step
 from ablate.config import build_config
 from ablate.data import LMDataModule, unigram_entropy
 from ablate.store import RunStore
@@ -72,6 +73,11 @@ def test_store_gets_config_summary_and_metrics(tmp_path, tiny_run):
         "grad_norm/layer_00",
         "grad_norm/ffn_out_00",  # Xiong et al. Fig. 3: the FFN output weight, per layer
     } <= metrics
+    # the run's clock beside every evaluation: increasing, within the run's own wall time
+    clock = [(s, v) for s, m, v in run.read_metrics() if m == "perf/wall_s"]
+    assert [s for s, _ in clock] == [s for s, m, _ in run.read_metrics() if m == "val/loss"]
+    assert all(a < b for (_, a), (_, b) in zip(clock, clock[1:], strict=False))
+    assert 0 < clock[0][1] and clock[-1][1] <= on_disk["wall_time_s"]
     steps_with_grad = {s for s, m, _ in run.read_metrics() if m == "grad_norm/global"}
     assert 0 in steps_with_grad and 10 in steps_with_grad  # at init and every interval
     assert (run.checkpoint_dir / "last.ckpt").is_file()
@@ -87,7 +93,7 @@ def test_same_seed_same_run_other_seed_differs(tmp_path, tiny_run):
 
 
 def test_non_finite_loss_marks_the_run_diverged(tmp_path, monkeypatch, tiny_run):
-    real = ablate.training.lit.lm_loss
+    real = ablate.training.step.lm_losses
     calls = {"n": 0}
 
     def poisoned(logits, targets):
@@ -95,7 +101,7 @@ def test_non_finite_loss_marks_the_run_diverged(tmp_path, monkeypatch, tiny_run)
         loss = real(logits, targets)
         return loss * float("nan") if calls["n"] > 7 else loss
 
-    monkeypatch.setattr(ablate.training.lit, "lm_loss", poisoned)
+    monkeypatch.setattr(ablate.training.step, "lm_losses", poisoned)
     cfg = build_config({**tiny_run, "train.eval_interval": 100})
     run = RunStore(tmp_path).run("t", cfg.run_id())
     summary = train_run(cfg, run)

@@ -13,8 +13,14 @@ queued runs and waits for the workers, so the same command resumes every run.
 
 A driver killed outright (``kill -9``, the OOM killer) cannot do that: its workers would train
 their queued runs for nobody and then wait forever on the dead pool, holding their memory (and
-GPU). Each worker watches its parent instead; once orphaned it stops its run the same way
-(checkpoint, lease released) and exits, so the same command resumes at once.
+GPU). Each worker watches its driver instead (a pipe only the driver holds open); once the
+driver is gone it stops its run the same way (checkpoint, lease released) and exits, so the
+same command resumes at once.
+
+Start-up: a worker needs torch, Lightning and W&B imported before its first step, seconds of
+CPU. Workers are forked from a forkserver that imported them once (``WORKER_IMPORTS``), and
+``ablate run`` starts that server before it plans the study (:func:`start_early`), so the
+imports run beside the plan instead of after it, once instead of once per worker.
 """
 
 from __future__ import annotations
@@ -23,8 +29,9 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +46,11 @@ from ablate.execution.executors import (
 from ablate.execution.worker import cpu_count
 
 POLL_S = 0.5  # how often the wait loop wakes to call progress.poll()
-PARENT_POLL_S = 0.5  # how often a worker checks that its driver is alive
 ORPHAN_STOP_S = 60.0  # how long an orphaned worker waits for its run's checkpoint
+WORKER_IMPORTS = ("ablate.training.train", "wandb", "wandb.sdk.launch.inputs.internal")
+"""What a worker imports before its first run; the forkserver imports it once for all of them
+(``executors/preload.py``). W&B imports its launch inputs in every process's first
+``wandb.init``, a quarter of a second of CPU."""
 
 
 @dataclass(frozen=True)
@@ -107,11 +117,13 @@ def worker_threads(workers: int) -> int:
 
 
 def plan_workers(
-    tasks: Sequence[RunTask], opts: ExecutorOptions, gpus: Sequence[str]
+    tasks: Sequence[RunTask], opts: ExecutorOptions, gpus: Sequence[str] | None = None
 ) -> list[Slot]:
-    """The worker slots for this study: GPUs only if its runs train on them; at most one
-    worker per task."""
-    gpus = list(gpus) if uses_gpu(tasks) else []
+    """The worker slots for this study: GPUs (``visible_gpus()`` unless given) only if its
+    runs train on them; at most one worker per task."""
+    if not uses_gpu(tasks):
+        gpus = []  # a CPU study never asks torch for devices (the driver need not import it)
+    gpus = list(visible_gpus() if gpus is None else gpus)
     workers = opts.workers if opts.workers is not None else default_workers()
     if workers == "auto":
         workers = auto_workers(tasks, gpus, opts.runs_per_gpu)
@@ -119,10 +131,42 @@ def plan_workers(
     return assign_devices(gpus, workers, opts.runs_per_gpu)
 
 
+def pool_context() -> Any:
+    """The multiprocessing context of the worker pool: a forkserver that imports
+    ``WORKER_IMPORTS`` once, where the platform has one (Linux, macOS), else spawn. A worker
+    forked from it starts with them loaded; it imports nothing else from the driver (unlike
+    fork), and its environment is the driver's of the moment (``_init_worker``)."""
+    import multiprocessing as mp
+
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["ablate.execution.executors.preload"])
+    return ctx
+
+
+def start_early(opts: ExecutorOptions) -> None:
+    """Start the forkserver of the worker pool now, before the study is planned, when its runs
+    may train on a pool (the local executor, not one worker): its imports run beside the plan.
+    A study that ends up training in this process leaves it idle; it ends with this process."""
+    if opts.executor != "local":
+        return
+    try:
+        workers = opts.workers if opts.workers is not None else default_workers()
+    except ConfigError:  # said later, by check(), in its turn
+        return
+    if workers == 1 or (workers == "auto" and cpu_count() < 2):
+        return
+    if pool_context().get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
 def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) -> None:
     if not tasks:
         return
-    slots = plan_workers(tasks, opts, visible_gpus())
+    slots = plan_workers(tasks, opts)
     if len(slots) == 1 and slots[0].memory_fraction is None:
         from ablate.execution.worker import execute_task
 
@@ -153,15 +197,20 @@ def _stop_handler(signum, frame):  # noqa: ARG001 - signal handler signature
         request_stop()
 
 
-def _init_worker(threads: int, stop_event, slots) -> None:
+def _init_worker(threads: int, stop_event, slots, driver, env: dict[str, str]) -> None:
+    """A pool worker's set-up: ``driver``, the read end of a pipe only the driver holds open
+    (its end at EOF: the driver is gone); ``env``, the driver's environment now (a forkserver's
+    children inherit the server's, from before the plan)."""
     global _stop_event
     _stop_event = stop_event
+    os.environ.clear()
+    os.environ.update(env)
     # The terminal's Ctrl-C reaches the whole process group; workers ignore it and are stopped
     # by the parent (SIGUSR1) so each one is interrupted exactly once, while training only.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "SIGUSR1"):
         signal.signal(signal.SIGUSR1, _stop_handler)
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    threading.Thread(target=_watch_driver, args=(driver,), daemon=True).start()
     slot: Slot = slots.get()  # each worker takes one slot, once, before CUDA starts
     if slot.cuda_visible_devices is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = slot.cuda_visible_devices
@@ -172,12 +221,16 @@ def _init_worker(threads: int, stop_event, slots) -> None:
         torch.cuda.set_per_process_memory_fraction(slot.memory_fraction, 0)
 
 
-def _watch_parent(parent: int) -> None:
-    """Wait until this worker's driver is gone (we get re-parented), then stop like a Ctrl-C:
-    SIGUSR1 to ourselves stops the run at its next step boundary (the handler runs on the main
-    thread), and once it saved its checkpoint and released its lease, exit."""
-    while os.getppid() == parent:
-        time.sleep(PARENT_POLL_S)
+def _watch_driver(driver) -> None:
+    """Wait until this worker's driver is gone (its end of the ``driver`` pipe closes: not the
+    worker's parent, which is the forkserver), then stop like a Ctrl-C: SIGUSR1 to ourselves
+    stops the run at its next step boundary (the handler runs on the main thread), and once it
+    saved its checkpoint and released its lease, exit."""
+    try:
+        while not driver.poll(None):  # nothing is ever sent: it returns at EOF
+            pass
+    except (EOFError, OSError):
+        pass
     _orphaned.set()
     if _in_run and hasattr(signal, "SIGUSR1"):
         os.kill(os.getpid(), signal.SIGUSR1)
@@ -240,22 +293,39 @@ def _one_pool(
     tasks: list[RunTask], slots: list[Slot], opts: ExecutorOptions, progress: Progress
 ) -> None:
     """One pool; ``tasks`` loses each task as it is reported (what is left is unfinished)."""
-    import multiprocessing as mp
-    from concurrent.futures.process import BrokenProcessPool
+    stop = pool_context().Event()
+    with worker_pool(slots[: len(tasks)], stop) as pool:
+        _serve(pool, tasks, opts, progress, stop)
 
-    slots = slots[: len(tasks)]
-    threads = worker_threads(len(slots))
-    ctx = mp.get_context("spawn")
-    stop = ctx.Event()
+
+@contextmanager
+def worker_pool(slots: list[Slot], stop: Any) -> Iterator[ProcessPoolExecutor]:
+    """A pool of one worker per slot (``_init_worker``: each takes one slot, the driver's
+    environment of now, ``cores // workers`` torch threads), forked from the warm forkserver;
+    ``stop`` (an Event of :func:`pool_context`) set: queued runs do not start."""
+    ctx = pool_context()
     slot_queue = ctx.Queue()
     for slot in slots:
         slot_queue.put(slot)
-    pool = ProcessPoolExecutor(
-        max_workers=len(slots),
-        mp_context=ctx,
-        initializer=_init_worker,
-        initargs=(threads, stop, slot_queue),
-    )
+    driver, alive = ctx.Pipe(duplex=False)  # `alive` stays here: EOF in a worker = we are gone
+    try:
+        yield ProcessPoolExecutor(
+            max_workers=len(slots),
+            mp_context=ctx,
+            initializer=_init_worker,
+            initargs=(worker_threads(len(slots)), stop, slot_queue, driver, dict(os.environ)),
+        )
+    finally:
+        alive.close()
+        driver.close()
+
+
+def _serve(
+    pool: ProcessPoolExecutor, tasks: list[RunTask], opts: ExecutorOptions, progress: Progress, stop
+) -> None:
+    """Submit ``tasks`` to ``pool`` and report each as it finishes; a Ctrl-C stops the pool."""
+    from concurrent.futures.process import BrokenProcessPool
+
     futures: dict[Future, RunTask] = {}
     try:
         for t in tasks:

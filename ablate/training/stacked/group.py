@@ -1,12 +1,12 @@
 """Train a group of runs as one stacked model in one process.
 
 A study's seeds and LR sweeps are many small runs of one shape; ``train_group`` trains them
-together (``ablate.training.stacked.ops``: ``torch.func.stack_module_state`` + ``vmap``, the
-model code unchanged) while each member stays a run: its own initial weights and data order
-(``stacked.member``: opened as a solo run is), LR schedule, gradient clipping, AdamW state
-(``MemberAdamW``), metrics, divergence and early stopping (``LitRuns``, the solo run's books),
-checkpoint (``stacked.store``), ``summary.json`` (``train.finish_run``) and ``progress.json`` in
-its own ``RunDir``.
+together (one model of k members, ``ablate.model.members``: the solo run's code with a member
+dimension, k = 1 for a solo run) while each member stays a run: its own initial weights and
+data order (``stacked.member``: opened as a solo run is), LR schedule, gradient clipping, AdamW
+state (``MemberAdamW``), metrics, divergence and early stopping (``LitRuns``, the solo run's
+books), checkpoint (``stacked.store``), ``summary.json`` (``train.finish_run``) and
+``progress.json`` in its own ``RunDir``.
 
 Lightning drives the group as it drives a solo run: ``LitStack`` (the members as one
 LightningModule) in a ``Trainer`` from ``train.make_trainer``. What stays here is what one fit
@@ -19,12 +19,12 @@ cannot do, because a fit trains one fixed set of tensors from one step:
   go on in a new fit without it, from their state in memory, as a resume would build them, so
   a finished member no longer costs a forward and backward pass each step.
 
-What stacking keeps equal to a solo run (CPU, fp32): each member computes exactly the solo
-operations on its own tensors (vmap maps ``mm`` to a batched ``bmm``), so losses agree with
-the solo run's to float rounding (a batched matmul adds in another order than the solo one);
-``tests/training/test_stacked.py`` states the tolerance. Not here: ``16-mixed`` (no loss scaler
-per member: refused at plan time) and ``bf16-true``; dropout equal to a solo run's masks (vmap
-draws its own).
+What stacking keeps equal to a solo run: each member computes the solo run's operations on its
+own slice of each tensor, so losses agree with the solo run's to float rounding (some CPU
+kernels round an element by where it lies in the tensor); ``tests/training/test_stacked.py``
+states the tolerance. Dropout masks are drawn once for all members: a member's masks have its
+solo run's distribution, not its values (docs/stacking.md). Not here: ``16-mixed`` (no loss
+scaler per member: refused at plan time) and ``bf16-true``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import warnings
 from contextlib import ExitStack
 from typing import Any
 
@@ -108,15 +107,11 @@ class _StepDone(pl.Callback):
 
 
 def _fit(
-    members: list[Member],
-    device: torch.device,
-    fold: bool,
-    stop: StepBoundaryStop,
-    until: int | None,
+    members: list[Member], device: torch.device, stop: StepBoundaryStop, until: int | None
 ) -> None:
     """One ``Trainer.fit`` of ``members`` (all at one step) until they finish, one of them
     finishes, or step ``until`` (where members further ahead wait); their state handed back."""
-    lit = LitStack(members, device, fold_attention=fold)
+    lit = LitStack(members, device)
     lit.stop_at = until
     dirs = [m.run_dir for m in members]
     trainer = make_trainer(
@@ -139,14 +134,14 @@ def _fit(
     lit.hand_back()
 
 
-def _train(members: list[Member], device: torch.device, fold: bool, stop: StepBoundaryStop) -> None:
+def _train(members: list[Member], device: torch.device, stop: StepBoundaryStop) -> None:
     """Fit until every member is done, each finished member's summary written at once: the
     members furthest behind first, up to the next ones' step; a member that finishes leaves."""
     while training := [m for m in members if not m.done]:
         start = min(m.step for m in training)
         turn = [m for m in training if m.step == start]
         ahead = [m.step for m in training if m.step > start]
-        _fit(turn, device, fold, stop, min(ahead, default=None))
+        _fit(turn, device, stop, min(ahead, default=None))
         if all(m.step == start and not m.done for m in turn):
             raise RuntimeError(f"a stacked fit from step {start} trained no step")
         for m in turn:
@@ -175,8 +170,6 @@ def train_group(
     cfgs: list[RunConfig],
     run_dirs: list[RunDir],
     metas: list[dict[str, Any] | None] | None = None,
-    *,
-    fold_attention: bool = True,
 ) -> list[dict[str, Any]]:
     """Train (or resume) the runs ``cfgs`` into ``run_dirs`` as one stacked group and return
     their summaries, in order. Finished runs (completed, diverged) are skipped.
@@ -185,13 +178,10 @@ def train_group(
     summary.json, metrics.csv, progress.json, checkpoints/last.ckpt; its summary adds
     ``stack`` (the group). An exception fails every unfinished member (``failed``, error.log);
     Ctrl-C stops at a step boundary with a checkpoint each and re-raises KeyboardInterrupt.
-    ``fold_attention``: fold the members into SDPA's batch (default: on).
     """
     check_group(cfgs)
     metas = list(metas or [None] * len(cfgs))
     quiet_lightning()
-    # known and measured (docs/stacking.md): CPU SDPA has no vmap batching rule
-    warnings.filterwarnings("ignore", ".*batching rule for aten::_scaled_dot_product.*")
     t0 = time.time()
     device = _device(cfgs[0])
     stop = StepBoundaryStop()
@@ -205,7 +195,7 @@ def train_group(
                 if m.done:  # killed during its final evaluation
                     finish(m, device)
             with stoppable(stop):
-                _train(members, device, fold_attention, stop)
+                _train(members, device, stop)
     except (KeyboardInterrupt, SystemExit):
         for m in members:
             if not m.finished:  # stays "running": the next run resumes it from its checkpoint

@@ -1,10 +1,10 @@
 """``LitStack``: the members of a stacked group as one LightningModule, and their batches.
 
-The per-step books are ``LitRuns``'s, the same as a solo run's (``ablate.training.lit``); what
-this adds is the numerics of a stack (``stacked.ops.Stack``: the members' parameters stacked,
-one vmapped forward) and the hand-over of each member's state into and out of a fit. Lightning
-drives the fit as it drives a solo run's (``train.make_trainer``), with two differences a stack
-needs:
+Everything a step computes and books is ``LitRuns``'s, the same as a solo run's
+(``ablate.training.lit``), over one model of k members (``ablate.model.stack_models``: member i
+holds member i's own model's weights). What this adds is the hand-over of each member's state
+into and out of a fit. Lightning drives the fit as it drives a solo run's
+(``train.make_trainer``), with two differences a stack needs:
 
 * Its members resume from their own checkpoints, which Lightning cannot restore (it restores
   one checkpoint per fit). So a fit restores no Lightning checkpoint, and ``on_fit_start`` sets
@@ -25,11 +25,11 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from ablate.data import LMDataModule
-from ablate.training.adamw import MemberAdamW, decay_groups, lr_of
+from ablate.model import load_member_state_dict, member_state_dict, stack_models
+from ablate.training.adamw import MemberAdamW, lr_of
 from ablate.training.lit import LitRuns
 from ablate.training.stacked.member import Member
-from ablate.training.stacked.ops import Stack
-from ablate.training.stacked.store import member_checkpoint, state_dict_keys
+from ablate.training.stacked.store import member_checkpoint
 
 
 def start_counters(trainer: pl.Trainer, step: int) -> None:
@@ -52,18 +52,16 @@ def _hyper(m: Member, step: int) -> dict[str, Any]:
 class LitStack(LitRuns):
     """The ``members`` (all at one step) as one module on ``device``."""
 
-    def __init__(self, members: list[Member], device: torch.device, *, fold_attention: bool):
-        cfgs = [m.cfg for m in members]
+    def __init__(self, members: list[Member], device: torch.device):
         super().__init__(
-            cfgs,
+            [m.cfg for m in members],
+            stack_models([m.lit.model.to(device) for m in members]),
             bits_per_token=members[0].dm.is_char,
             member_loggers=[m.loggers() for m in members],
         )
         self.members = members
+        self.clocks = [m.attempt.wall_time for m in members]
         self.start_step = members[0].step
-        models = [m.lit.model.to(device) for m in members]
-        self.stack = Stack(models, fold_attention=fold_attention, compile=cfgs[0].train.compile)
-        self.keys = state_dict_keys(members[0].lit)
         self.loop_states = [m.loop for m in members]
         self.early = [m.early for m in members]
         self.stopped_early = [m.stopped_early for m in members]
@@ -73,50 +71,24 @@ class LitStack(LitRuns):
         start_counters(self.trainer, self.start_step)
 
     def configure_optimizers(self):
-        """The solo runs' optimizer (``MemberAdamW``) over the stacked parameters, in
-        ``decay_groups`` order, with each member's AdamW state."""
-        model = self.members[0].lit.model
-        names = {id(p): n for n, p in model.named_parameters()}
-        decay, other = (g["params"] for g in decay_groups(model, 1.0))
-        order = [self.stack.params[names[id(p)]] for p in [*decay, *other]]
-        self.opt = MemberAdamW(order, self.cfgs, len(decay), stacked=True)
+        """``LitRuns``' optimizer, with each member's AdamW state and step."""
+        opt = super().configure_optimizers()
         for i, m in enumerate(self.members):
             if m.optimizer:
-                self.opt.load_member(i, m.optimizer)
-        self.opt.start_at([self.start_step] * self.k)
-        return self.opt
-
-    def member_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.stack.losses(x, y)
-
-    def eval_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.stack.losses(x, y, shared=True)
-
-    def grad_norms(self) -> dict[str, torch.Tensor]:
-        return self.stack.grad_norms()
-
-    def train(self, mode: bool = True):
-        """The stack's stateless model is no submodule (it lives on the meta device): its mode
-        (dropout) follows this module's."""
-        super().train(mode)
-        self.stack.train(mode)
-        return self
-
-    def on_validation_model_train(self) -> None:
-        # Lightning's default puts back each submodule's mode, which misses the stack's model
-        self.train()
+                opt.load_member(i, m.optimizer)
+        opt.start_at([self.start_step] * self.k)
+        self.opt = opt  # for hand_back, after the fit
+        return opt
 
     def save_members(self, checkpoint: dict, loops: list[dict[str, Any]]) -> None:
         """Each member's checkpoint (``stacked.store.member_checkpoint``), copied off the
         device now, for ``MemberCheckpointIO`` to write into the member's directory."""
-        step = self.global_step
-        assert self.opt is not None
+        step, opt = self.global_step, self.opt
         checkpoint["members"] = [
             member_checkpoint(
-                self.stack.member_tensors(i),
-                self.keys,
+                member_state_dict(self.model, i),
                 step,
-                self.opt.member_state(i, _hyper(m, step)),
+                opt.member_state(i, _hyper(m, step)),
                 loops[i],
             )
             for i, m in enumerate(self.members)
@@ -126,15 +98,11 @@ class LitStack(LitRuns):
     def hand_back(self) -> None:
         """Each member's state after the fit, as a resume would read it: weights into its own
         model (on the training device), AdamW state, loop state, step and how it ended."""
-        assert self.opt is not None
+        opt = self.opt
         step, loops = self.global_step, self.loop_state()
         for i, m in enumerate(self.members):
-            for name, p in m.lit.model.named_parameters():
-                p.copy_(self.stack.params[name][i])
-            for name, b in m.lit.model.named_buffers():
-                if name in self.stack.buffers:
-                    b.copy_(self.stack.buffers[name][i])
-            m.optimizer = self.opt.member_state(i, _hyper(m, step))
+            load_member_state_dict(m.lit.model, 0, member_state_dict(self.model, i))
+            m.optimizer = opt.member_state(i, _hyper(m, step))
             m.loop, m.step = loops[i], step
             m.early, m.stopped_early = self.early[i], self.stopped_early[i]
             m.diverged_step = self.diverged_step[i]
@@ -144,7 +112,7 @@ class LitStack(LitRuns):
         """The stacked training batches from the members' step on, and the shared evaluation
         batches."""
         dms = [m.dm for m in self.members]
-        cuda = self.stack.params[next(iter(self.stack.params))].is_cuda
+        cuda = next(self.model.parameters()).is_cuda
         # a private generator: iterating the loader draws its seed from it, not from torch's
         # global RNG (dropout)
         train = DataLoader(

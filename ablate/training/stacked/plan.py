@@ -6,14 +6,13 @@ here; ``not_stackable`` imports the model to read its class from the registry).
 * ``off``: one run per process (the default);
 * ``N``: runs that share a ``stack_key`` train in groups of at most N members;
 * ``auto``: chosen from the device and the model size (``auto_members``): off on a CPU, where
-  stacking was measured slower (``reports/bench_cpu.md``, section "stacked runs": 3 members
-  stacked are ~1.4x slower than 3 solo runs on 2 cores, because CPU SDPA has no vmap batching
-  rule and the models are already compute-bound); on a GPU as many
-  members as fit in the free memory (``member_bytes`` each, 70% of what is free), at most
-  ``AUTO_CAP``.
+  these models are compute-bound already and one process per core trains more runs an hour
+  (docs/stacking.md); on a GPU as many members as fit in the free memory (``member_bytes``
+  each, 70% of what is free), at most ``AUTO_CAP``.
 
-A run that cannot stack (``not_stackable``: e.g. a model ``torch.vmap`` cannot batch, the LSTM)
-trains alone whatever ``train.stack`` says; the plan lists it alone.
+A run that cannot stack (``not_stackable``: a model class that is not member-aware, the LSTM or
+a plugin written for one run, ``ablate.model.members``) trains alone whatever ``train.stack``
+says; the plan lists it alone.
 """
 
 from __future__ import annotations
@@ -59,9 +58,13 @@ def not_stackable(cfg: RunConfig) -> str | None:
         return "more than one device"
     import ablate.model  # noqa: F401 - defines the built-in classes (torch: not at import)
 
-    unbatchable = getattr(registry.lookup("arch", cfg.model.arch), "unbatchable", None)
-    if unbatchable:
-        return f"model.arch {cfg.model.arch}: {unbatchable}"
+    for axis in registry.AXES:
+        name = getattr(cfg.model, axis)
+        if axis != "arch" and cfg.model.arch != "transformer":
+            continue  # only the transformer builds the other axes' classes
+        cls = registry.lookup(axis, name)
+        if not getattr(cls, "member_aware", False):
+            return f"model.{axis} {name}: {cls.__qualname__} computes one run (not member-aware)"
     if t.precision not in PRECISIONS:
         return f"precision {t.precision}"
     return None

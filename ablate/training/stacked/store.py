@@ -35,33 +35,20 @@ LAST = "last.ckpt"
 
 
 def member_checkpoint(
-    tensors: dict[str, torch.Tensor],
-    keys: dict[str, str],
-    step: int,
-    optimizer: dict,
-    loop: dict[str, Any],
+    state: dict[str, torch.Tensor], step: int, optimizer: dict, loop: dict[str, Any]
 ) -> dict[str, Any]:
-    """The checkpoint dict; ``keys`` maps each ``state_dict`` key to its tensor's name
-    (tied parameters: two keys, one tensor, as ``LitLM.state_dict()`` has them)."""
+    """The checkpoint dict of a member whose tensors are ``state`` (a solo layout,
+    ``ablate.model.member_state_dict``), copied to the CPU here."""
     return {
-        "state_dict": {key: tensors[name] for key, name in keys.items()},
+        "state_dict": {
+            f"model.{name}": t.detach().to("cpu", copy=True, memory_format=torch.contiguous_format)
+            for name, t in state.items()
+        },
         "global_step": int(step),
         "epoch": 0,
         "optimizer_states": [optimizer],
         "stacked": loop,
     }
-
-
-def state_dict_keys(lit: torch.nn.Module) -> dict[str, str]:
-    """``LitLM.state_dict()`` key -> parameter/buffer name in the stack (``model.`` cut)."""
-    model = lit.model
-    ids = {id(t): n for n, t in model.named_parameters()}
-    ids.update({id(t): n for n, t in model.named_buffers()})
-    out = {}
-    for key, t in lit.state_dict(keep_vars=True).items():
-        name = key.removeprefix("model.")
-        out[key] = ids.get(id(t), name)
-    return out
 
 
 class CheckpointWriter:

@@ -1,0 +1,111 @@
+"""The runs the probe times (``ablate.bench.probe``), in a module of their own so that a packed
+row's processes (``ablate.bench.probe_pack``) time the same runs the same way: a solo run
+(``train_run``) or a stacked group (``train_group``) into a temporary store, as ``ablate run``
+trains them, and the tokens/s from two of them (set-up and final evaluation cancel)."""
+
+from __future__ import annotations
+
+import gc
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ablate.config import RunConfig, build_config
+from ablate.store import RunStore
+
+PROFILE_PRECISION = "bf16-mixed"  # what every gpu profile trains at
+CHARS = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"  # tinyshakespeare's
+
+
+def failed(err: BaseException | str) -> str:
+    """A row's error as one line: ``failed: <first line>``."""
+    text = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
+    lines = [s.strip() for s in str(text).strip().splitlines() if s.strip()]
+    return "failed: " + (lines[0] if lines else "unknown error")[:200]
+
+
+def member_configs(cfg: RunConfig, members: int) -> list[RunConfig]:
+    """The group's runs: ``cfg`` at seeds 0..members-1 (a seed study's stack)."""
+    return [
+        cfg.model_copy(update={"train": cfg.train.model_copy(update={"seed": s})})
+        for s in range(members)
+    ]
+
+
+def train(cfg: RunConfig, members: int, root: Path) -> list[dict[str, Any]]:
+    """Train ``cfg`` solo (``members=0``) or as a stacked group into a store at ``root``; the
+    runs' summaries."""
+    from ablate.training.stacked.group import train_group
+    from ablate.training.train import train_run
+
+    store = RunStore(root)
+    if members == 0:
+        return [train_run(cfg, store.run("probe", cfg.run_id()))]
+    cfgs = member_configs(cfg, members)
+    return train_group(cfgs, [store.run("probe", c.run_id()) for c in cfgs])
+
+
+def failure(summaries: list[dict[str, Any]]) -> str | None:
+    """The first run that did not complete, as ``failed: ...``; None when all did."""
+    for s in summaries:
+        if s.get("status") != "completed":
+            return failed(s.get("error") or f"run ended {s.get('status')}")
+    return None
+
+
+def run_length(steps: int) -> dict[str, Any]:
+    """Config keys for a run of ``steps`` steps with no evaluation before the final one."""
+    return {"train.max_steps": steps, "train.eval_interval": 10**6}
+
+
+def timed_runs(
+    flat: dict[str, Any], members: int, window: tuple[int, int], cuda: bool
+) -> dict[str, Any]:
+    """Tokens/s of all members from the wall time of two runs of ``window`` steps (each ends
+    synchronized: its final evaluation reads the loss), so set-up, final evaluation and
+    checkpoint cancel; the peak CUDA memory of the longer; the run's FLOPs per token and
+    attention kernel, and the summaries' own figure (their last log interval).
+
+    Under ``train.compile`` a run of the short length comes first, from a clean dynamo cache:
+    it compiles the training and evaluation graphs, which the two timed runs in this process
+    reuse (a second run compiles nothing: ``tests/training/test_compile.py``), so compiling is
+    in neither of them; ``compile_s`` is that run's wall time over the short timed one's."""
+    from ablate.bench.machine import sync
+
+    compiled = flat.get("train.compile", False)
+    if compiled:
+        import torch._dynamo as dynamo
+
+        dynamo.reset()  # each compiled row compiles its own graphs, none left over
+    walls, summaries = [], []
+    for steps in ((window[0],) if compiled else ()) + tuple(window):
+        cfg = build_config(flat | run_length(steps))
+        if cuda:
+            gc.collect()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        with tempfile.TemporaryDirectory(prefix="ablate-probe-") as root:
+            t = time.perf_counter()
+            summaries = train(cfg, members, Path(root))
+            sync()
+            walls.append(time.perf_counter() - t)
+        if error := failure(summaries):
+            return {"error": error}
+    d = build_config(flat).data
+    tokens = (window[1] - window[0]) * max(members, 1) * d.batch_size * d.seq_len
+    out = {"compile_s": walls[0] - walls[1]} if compiled else {}
+    walls = walls[-2:]
+    out |= {
+        "tokens_per_s": tokens / (walls[1] - walls[0]) if walls[1] > walls[0] else None,
+        "wall_s": walls,
+        "summary_tokens_per_s": sum(s.get("tokens_per_s") or 0.0 for s in summaries),
+        "flops_per_token": summaries[0]["flops_per_token"],
+        "attn_kernel": summaries[0].get("attn_kernel"),
+        "attn_backend": cfg.train.attn_backend,
+    }
+    if cuda:
+        out["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    return out
