@@ -102,4 +102,6 @@ def claims_figure(study: StudyData, checks: list[ClaimCheck], out: Path) -> Figu
         "per-seed values against the tested value (dashed); for a one-arm claim, each part's "
         "seeds against its reference (dashed)."
     )
+    if any(ch.claim.expect in TREND for ch in drawable):
+        caption += " A trend: its per-seed slopes per decade of training FLOPs against 0 (dashed)."
     return FigureFile(path, "Each claim on its own seeds", caption, seeds="each panel's own")

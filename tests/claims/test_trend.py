@@ -305,6 +305,8 @@ def test_the_report_shows_the_slope_the_figure_the_extrapolation_and_every_rung(
     assert "large (51,000 parameters, 38,400 tokens, 3.16e+13 training FLOPs)" in text
     assert "`rung` (small, medium, large)" in text  # in order of compute, not of name
     assert (path.parent / "trend_gap-grows.png").is_file()
+    assert (path.parent / "claims.png").is_file()  # the slopes against 0, beside the table
+    assert "A trend: its per-seed slopes per decade of training FLOPs against 0" in text
     assert "![Trend gap-grows: gap norm_placement=post − pre against training compute]" in text
     claims = (path.parent / "claims.csv").read_text()
     assert "gap-grows" in claims and "EXTRAPOLATION" in claims
