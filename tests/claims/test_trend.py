@@ -180,9 +180,7 @@ def test_slope_tests_are_the_one_sample_t_and_the_sign_flip_test_of_the_slopes()
     # by hand: the sum 1.23 is reached only as observed and with -0.05 flipped (1.33), and
     # mirrored: 4 of 64 patterns
     assert c.p_flip == pytest.approx(4 / 64)
-    tost = max(
-        _enumerated_flip_p(slopes, -0.5, "greater"), _enumerated_flip_p(slopes, 0.5, "less")
-    )
+    tost = max(_enumerated_flip_p(slopes, -0.5, "greater"), _enumerated_flip_p(slopes, 0.5, "less"))
     assert c.p_flip_tost == pytest.approx(tost) and c.p_flip_tost == pytest.approx(1 / 64)
 
 
