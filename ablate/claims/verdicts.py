@@ -15,7 +15,9 @@ from ablate.claims.checks import PENDING, UNTESTED, ClaimCheck, settled
 from ablate.claims.comparisons import STREAMS_DIFFER, Comparison
 from ablate.claims.interaction import numbers_text
 from ablate.claims.power import comparison_seeds_needed
+from ablate.claims.spec import EQUIVALENCE, TREND
 from ablate.claims.stats import ALPHA, EXACT_MAX_N, EXACT_MAX_SPLITS
+from ablate.claims.trend import numbers_text as trend_text
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,9 @@ def numbers(check: ClaimCheck, unit: str) -> str:
             text += f"; {c.test} p={fmt_num(c.p)}"
         text += f"; {c.correction} {fmt_p(c.p_adj)}{flip_text(c)}"
         return f"{text} {_where(check)}".rstrip()
+    if claim.expect in TREND:
+        text = trend_text(c, unit, fmt_num, fmt_p) + flip_text(c, claim.expect == "flat")
+        return f"{text} {_where(check)}".rstrip()
     if claim.by:
         text = numbers_text(c, unit, fmt_num, fmt_p) + flip_text(c, claim.expect == "equal")
         return f"{text} {_where(check)}".rstrip()
@@ -282,7 +287,7 @@ def holm_ps(check: ClaimCheck) -> str:
     """The Holm p of a claim's t-test and exact test in a few words; an equivalence's
     difference test and TOST both (either may decide it)."""
     c = check.comparison
-    equiv = check.claim.expect in ("equivalent", "equal")
+    equiv = check.claim.expect in EQUIVALENCE
 
     def two(p: float, tost: float) -> str:
         return f"Holm {fmt_p(p)}" + (f" (TOST {fmt_p(tost)})" if equiv else "")

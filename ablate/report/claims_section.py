@@ -19,6 +19,7 @@ from ablate.claims.fit import lr_fit
 from ablate.claims.standing import Standing, claim_standings
 from ablate.claims.verdicts import numbers, outcome_text, paper_text, seeds_used
 from ablate.data.reuse import DataReuse, describe
+from ablate.report.ladder import rungs_text
 from ablate.report.render import Block
 from ablate.study.results import DTYPE_PREFIX, REUSE_PREFIX, StudyData
 
@@ -207,6 +208,8 @@ def scale_text(study: StudyData, *, lead: bool = True) -> str:
         f"{_span(r['cfg.batch_size'])} x {_span(r['cfg.seq_len'])} tokens ({_span(tokens)} "
         f"training tokens per run), AdamW{lr}{_precision_text(r)}{_reuse_text(r)}"
     )
+    rungs = rungs_text(r)  # a scale ladder: every rung
+    figures += f"; {rungs}" if rungs else ""
     if not lead:
         return figures
     return (
