@@ -251,6 +251,24 @@ def outcome_text(check: ClaimCheck) -> str:
     return text
 
 
+def paper_said(check: ClaimCheck, unit: str = "nats") -> str:
+    """What the paper reports for the claim (``claim.paper``), its numbers, setting and source,
+    with no run's number; "" when the claim has no ``paper:``."""
+    paper = check.claim.paper
+    if paper is None:
+        return ""
+    numbers = f"{paper.a:g} vs {paper.b:g} {paper.unit}" if paper.a is not None else ""
+    optimizer = f"with {paper.optimizer}" if paper.optimizer else ""
+    where = "; ".join(x for x in (numbers, optimizer, paper.setting, paper.source) if x)
+    eff = paper.effect
+    if eff is None:
+        return f"the paper: {where}" if where else ""
+    better = check.claim.a if eff < 0 else check.claim.b
+    who = ", ".join(str(v) for v in better.values() if not isinstance(v, list)) or "a"
+    size = f"{fmt_num(abs(eff))}-{unit.rstrip('s')} advantage of {who}" if eff else "no difference"
+    return f"the paper's {size} ({where})" if where else f"the paper's {size}"
+
+
 def paper_text(check: ClaimCheck, unit: str = "nats") -> str:
     """The runs' 95% interval against the effect the paper reports (``claim.paper``): inside
     it, or excluded at this scale (smaller, larger or the other way here); "" when the paper
@@ -261,12 +279,7 @@ def paper_text(check: ClaimCheck, unit: str = "nats") -> str:
     if check.claim.metric == "lr_exponent" or not math.isfinite(c.ci_lo):
         return ""
     eff = paper.effect
-    better = check.claim.a if eff < 0 else check.claim.b
-    who = ", ".join(str(v) for v in better.values() if not isinstance(v, list)) or "a"
-    numbers = f"{paper.a:g} vs {paper.b:g} {paper.unit}" if paper.a is not None else ""
-    where = "; ".join(x for x in (numbers, paper.setting, paper.source) if x)
-    size = f"{fmt_num(abs(eff))}-{unit.rstrip('s')} advantage of {who}" if eff else "no difference"
-    said = f"the paper's {size} ({where})" if where else f"the paper's {size}"
+    said = paper_said(check, unit)
     ci = f"95% CI [{fmt_num(c.ci_lo)}, {fmt_num(c.ci_hi)}]"
     if c.ci_lo <= eff <= c.ci_hi:
         return f"{said} lies inside this {ci}"

@@ -201,9 +201,9 @@ def test_seeds_needed_power_equals_a_simulation_of_the_tests(n, delta, sd, margi
 
 
 def test_the_papers_numbers_are_data_the_line_holds_its_interval_against(tmp_path):
-    from ablate.claims.paper import parse_paper
+    from ablate.claims.paper import Paper, parse_paper
     from ablate.claims.spec import claim_fingerprint
-    from ablate.claims.verdicts import paper_text
+    from ablate.claims.verdicts import paper_said, paper_text
     from ablate.config import ConfigError
 
     paper = parse_paper({"a": 18.66, "b": 19.34, "unit": "ppl"}, "claims[0].paper", tmp_path)
@@ -218,6 +218,11 @@ def test_the_papers_numbers_are_data_the_line_holds_its_interval_against(tmp_pat
     )
     inside = ClaimCheck(claim, replace(c, ci_lo=-0.05, ci_hi=0.01))
     assert paper_text(inside).endswith("lies inside this 95% CI [-0.05, 0.01]")
+    # what the paper says, with no run's number (claims.md's column across scales)
+    assert paper_said(check) == "the paper's 0.0358-nat advantage of alibi (18.66 vs 19.34 ppl)"
+    sgd = ClaimCheck(replace(claim, paper=Paper(optimizer="SGD", setting="ResNet-50")), c)
+    assert paper_said(sgd) == "the paper: with SGD; ResNet-50"
+    assert paper_said(ClaimCheck(replace(claim, paper=None), c)) == ""
     for raw, key in (
         ({"a": 18.66}, "claims[0].paper"),
         ({"a": 1, "b": 2, "unit": "bleu"}, "claims[0].paper.unit"),
