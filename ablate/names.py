@@ -30,7 +30,7 @@ def fmt_value(value: Any) -> str:
 def short_names(keys: Iterable[str]) -> dict[str, str]:
     """``model.norm_placement`` -> ``norm_placement`` unless two axes share the last part."""
     keys = list(keys)
-    last = [k.rsplit(".", 1)[1] for k in keys]
+    last = [k.rsplit(".", 1)[-1] for k in keys]
     return {k: (s if last.count(s) == 1 else k) for k, s in zip(keys, last, strict=True)}
 
 
@@ -89,10 +89,19 @@ def length_multiple(column: str) -> float:
     return float(column[len(LENGTH_PREFIX) : -1])
 
 
+ORDER_ATTR = "value_order"
+"""``DataFrame.attrs[ORDER_ATTR]``: ``{axis: its values in display order}`` for an axis whose
+labels would sort wrong (a ladder's rungs, ordered by compute); pandas carries a frame's
+``attrs`` to its columns and subsets."""
+
+
 def value_order(values) -> list[Any]:
-    """Distinct values of an axis (a pandas Series) in display order: numbers ascending, else
-    sorted labels."""
+    """Distinct values of an axis (a pandas Series) in display order: the order its frame's
+    ``attrs`` give (:data:`ORDER_ATTR`), else numbers ascending, else sorted labels."""
     vals = list(dict.fromkeys(v for v in values.tolist()))
+    hint = (getattr(values, "attrs", None) or {}).get(ORDER_ATTR, {}).get(values.name)
+    if hint:
+        return [v for v in hint if v in vals] + [v for v in vals if v not in hint]
     if all(isinstance(v, int | float) and not isinstance(v, bool) for v in vals if v is not None):
         return sorted(vals, key=lambda v: (v is None, v if v is not None else 0))
     return sorted(vals, key=lambda v: (v is None, format_value(v)))

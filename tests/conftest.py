@@ -284,11 +284,29 @@ SYNTHETIC_BASE = {
 
 
 def _write_synthetic_run(
-    store, study, axes, seed, status, final, *, layers=4, lengths=None, div_step=None
+    store,
+    study,
+    axes,
+    seed,
+    status,
+    final,
+    *,
+    layers=4,
+    lengths=None,
+    div_step=None,
+    config=None,
+    fields=None,
 ):
-    """One run as the runner would leave it: run.yaml, summary.json, metrics.csv."""
+    """One run as the runner would leave it: run.yaml, summary.json, metrics.csv. ``config``:
+    more config keys (e.g. a ladder rung's shape, not an axis key); ``fields``: more summary
+    fields (e.g. ``flops_per_token``)."""
     cfg = build_config(
-        {**SYNTHETIC_BASE, **{k: v for k, v in axes.items() if "." in k}, "train.seed": seed}
+        {
+            **SYNTHETIC_BASE,
+            **{k: v for k, v in axes.items() if "." in k},
+            **(config or {}),
+            "train.seed": seed,
+        }
     )
     variant = "-".join(str(v) for v in axes.values())
     run = RunStore(store).run(study, cfg.run_id())
@@ -329,7 +347,7 @@ def _write_synthetic_run(
             summary["val_loss_at_length"] = lengths
     elif status == "diverged":
         summary.update(steps=div_step, diverged_step=div_step, final_val_loss=None)
-    run.write_summary(summary)
+    run.write_summary(summary | (fields or {}))
 
 
 def _norm_pos_store(root: Path) -> Path:

@@ -38,9 +38,10 @@ from ablate.claims.fit import init_ffn_grad_slope, lr_fit
 from ablate.claims.interaction import AS_PAIRED, cells, interaction_comparison
 from ablate.claims.one_sample import Part, contradicted, intersection, part_of
 from ablate.claims.power import SeedsNeeded, seeds_to_decide
-from ablate.claims.spec import FITTED, ONE_SAMPLE, Claim
+from ablate.claims.spec import FITTED, ONE_SAMPLE, TREND, TREND_AS_PAIRED, Claim
 from ablate.claims.standing import confirm_mask, latest_attempt
 from ablate.claims.stats import exact_floor, holm, permutation_p, permutation_tost
+from ablate.claims.trend import trend_comparison
 from ablate.names import axis_column, format_value
 
 SLOPE = "ffn_grad_slope@init"
@@ -256,6 +257,8 @@ def _test_claim(check: ClaimCheck, runs: pd.DataFrame, explore: pd.DataFrame, st
         _exponent_check(check, base, study.varying_axes, m)
     elif claim.expect in (*ONE_SAMPLE, "all"):
         _one_sample_check(check, base, explore)
+    elif claim.expect in TREND:
+        check.comparison = trend_comparison(base, claim, metric_column(claim), m)
     elif claim.by:
         check.comparison = interaction_comparison(base, claim, metric_column(claim), m)
     else:
@@ -348,14 +351,24 @@ def _by_one_test(claim: Claim, c: Comparison, p: float, p_tost: float, alpha: fl
     return INCONCLUSIVE, ""
 
 
+def as_paired(claim: Claim) -> Claim:
+    """The paired claim ``claim`` decides as: a trend on its per-seed slopes (grows as worse,
+    shrinks as better, flat as equivalent), an interaction on its per-seed difference of
+    differences; any other claim as itself."""
+    if claim.expect in TREND:
+        return replace(claim, expect=TREND_AS_PAIRED[claim.expect])
+    if claim.by:
+        return replace(claim, expect=AS_PAIRED[claim.expect])
+    return claim
+
+
 def decide_claim(check: ClaimCheck, alpha: float) -> None:
     """The claim's outcome at level ``alpha`` from its (family-corrected) comparison, by the
     t-test and by the exact test (module doc), and the seeds that would decide it."""
     c, claim = check.comparison, check.claim
     if c is None or check.detail.startswith(NOT_BRACKETED):
         return
-    if claim.by:  # an interaction decides as a paired claim on its difference of differences
-        claim = replace(claim, expect=AS_PAIRED[claim.expect])
+    claim = as_paired(claim)
     if claim.expect == "diverges":
         _diverges(check, c)
         return
@@ -448,10 +461,9 @@ def claim_need(check: ClaimCheck, alpha: float) -> SeedsNeeded | None:
     n = max(p.n for p in ref.parts) if ref.parts else max(ref.comparison.n_a, ref.comparison.n_b)
     which = "over all" if pooled is not None else "over the"
     sd_from = f" (difference and sd both {which} {n} seeds of its arms)"
-    claim = replace(check.claim, expect=AS_PAIRED[check.claim.expect]) if check.claim.by else None
     return seeds_to_decide(
         replace(c, sd=ref.comparison.sd, diff=ref.comparison.diff),
-        claim or check.claim,
+        as_paired(check.claim),
         alpha,
         parts=ref.parts,
         sd_from=sd_from,

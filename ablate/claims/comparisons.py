@@ -136,26 +136,52 @@ def _pairable(
     return np.array([da[s] for s in seeds]), np.array([db[s] for s in seeds])
 
 
+@dataclass(frozen=True)
+class Arm:
+    """One side of a :func:`compare`: its metric values (the non-finite ones are left out), the
+    seed of each value (None: not known, so never paired) and how many of its runs diverged."""
+
+    values: Sequence[float]
+    label: str = "a"
+    seeds: Sequence[Any] | None = None
+    diverged: int = 0
+
+
+def _as_arm(x: Arm | Sequence[float], side: str, loose: dict[str, Any]) -> Arm:
+    """``x`` as an :class:`Arm`; plain values take ``label_<side>``, ``seeds_<side>`` and
+    ``diverged_<side>`` from ``loose`` (the per-side keywords of older callers)."""
+    if isinstance(x, Arm):
+        return x
+    return Arm(
+        x,
+        loose.pop(f"label_{side}", side),
+        loose.pop(f"seeds_{side}", None),
+        loose.pop(f"diverged_{side}", 0),
+    )
+
+
 def compare(
-    a: Sequence[float],
-    b: Sequence[float],
+    a: Arm | Sequence[float],
+    b: Arm | Sequence[float],
     *,
-    label_a: str = "a",
-    label_b: str = "b",
-    seeds_a: Sequence[Any] | None = None,
-    seeds_b: Sequence[Any] | None = None,
-    diverged_a: int = 0,
-    diverged_b: int = 0,
     margin: float = 0.01,
     seed: int = SEED,
     axis: str = "",
     context: dict[str, Any] | None = None,
     key: tuple = (),
+    **loose: Any,
 ) -> Comparison:
     """``mean(a) - mean(b)``: a paired t-test and interval when both arms have the same finite
-    seeds (``seeds_a``/``seeds_b`` give each value's seed), else Welch; TOST at ``±margin``;
-    and the percentile bootstrap CI as a secondary number. p_adj is filled by :func:`adjust`."""
-    pairs = _pairable(a, b, seeds_a, seeds_b)
+    seeds (each :class:`Arm`'s ``seeds`` give its values' seeds), else Welch; TOST at
+    ``±margin``; and the percentile bootstrap CI as a secondary number. p_adj is filled by
+    :func:`adjust`. Plain values are an arm labelled ``"a"``/``"b"``; ``loose`` takes the
+    per-side keywords (``label_a``, ``seeds_a``, ``diverged_a``, ``_b`` alike) that callers
+    passing plain values still use."""
+    arm_a, arm_b = _as_arm(a, "a", loose), _as_arm(b, "b", loose)
+    if loose:
+        raise TypeError(f"compare() got unexpected keyword(s) {', '.join(sorted(loose))}")
+    a, b = arm_a.values, arm_b.values
+    pairs = _pairable(a, b, arm_a.seeds, arm_b.seeds)
     x, y = finite(a), finite(b)
     if pairs is not None:
         x, y = pairs
@@ -168,12 +194,12 @@ def compare(
     if pairs is not None:  # the per-seed differences: a test that holds without normality
         flip, flip_tost = sign_flip_p(x - y), sign_flip_tost(x - y, margin)
     return Comparison(
-        label_a=label_a,
-        label_b=label_b,
+        label_a=arm_a.label,
+        label_b=arm_b.label,
         a=tuple(float(v) for v in x),
         b=tuple(float(v) for v in y),
-        diverged_a=diverged_a,
-        diverged_b=diverged_b,
+        diverged_a=arm_a.diverged,
+        diverged_b=arm_b.diverged,
         diff=res.diff,
         ci_lo=res.lo,
         ci_hi=res.hi,
@@ -214,23 +240,38 @@ def adjust(comps: Sequence[Comparison], method: str = "holm") -> list[Comparison
     ]
 
 
-def compare_groups(ga: pd.DataFrame, gb: pd.DataFrame, metric: str, **kwargs: Any) -> Comparison:
+def compare_groups(
+    ga: pd.DataFrame,
+    gb: pd.DataFrame,
+    metric: str,
+    *,
+    label_a: str = "a",
+    label_b: str = "b",
+    **kwargs: Any,
+) -> Comparison:
     """:func:`compare` on two groups of runs of the runs table: completed runs give the values
     (with their seeds, so equal seed sets are paired), diverged runs are counted, and the run
-    ids identify the comparison (``key``)."""
-    da, db = ga[ga["status"] == "completed"], gb[gb["status"] == "completed"]
+    ids identify the comparison (``key``). ``kwargs`` go to :func:`compare`."""
     same_stream = token_streams(ga) == token_streams(gb) or gb.empty
     comp = compare(
-        pd.to_numeric(da[metric], errors="coerce").tolist() if metric in da else [],
-        pd.to_numeric(db[metric], errors="coerce").tolist() if metric in db else [],
-        seeds_a=da["seed"].tolist() if same_stream else None,
-        seeds_b=db["seed"].tolist() if same_stream else None,
-        diverged_a=int((ga["status"] == "diverged").sum()),
-        diverged_b=int((gb["status"] == "diverged").sum()),
+        _group_arm(ga, metric, label_a, same_stream),
+        _group_arm(gb, metric, label_b, same_stream),
         key=(metric, tuple(sorted(map(str, ga["run_id"]))), tuple(sorted(map(str, gb["run_id"])))),
         **kwargs,
     )
     return comp if same_stream else replace(comp, pairing=STREAMS_DIFFER)
+
+
+def _group_arm(g: pd.DataFrame, metric: str, label: str, with_seeds: bool) -> Arm:
+    """A group of runs as an :class:`Arm`: its completed runs' ``metric`` (and seeds, when the
+    two groups share their token streams), its diverged runs counted."""
+    done = g[g["status"] == "completed"]
+    return Arm(
+        pd.to_numeric(done[metric], errors="coerce").tolist() if metric in done else [],
+        label,
+        done["seed"].tolist() if with_seeds else None,
+        int((g["status"] == "diverged").sum()),
+    )
 
 
 def token_streams(g: pd.DataFrame) -> set[Any]:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ablate.claims.comparisons import Comparison, compare
+from ablate.claims.comparisons import Arm, Comparison, compare
 from ablate.claims.spec import Claim
 from ablate.names import axis_column, format_value
 
@@ -97,14 +97,9 @@ def interaction_comparison(runs: pd.DataFrame, claim: Claim, col: str, margin: f
     seeds = [int(s) for s in table.index]
     l1, l2 = by_labels(claim)
     comp = compare(
-        table["d"].tolist(),
-        [0.0] * len(seeds),
-        seeds_a=seeds,
-        seeds_b=seeds,
-        label_a=f"effect at {l1} − effect at {l2}",
-        label_b="0",
+        Arm(table["d"].tolist(), f"effect at {l1} − effect at {l2}", seeds, diverged=lost),
+        Arm([0.0] * len(seeds), "0", seeds),
         margin=margin,
-        diverged_a=lost,
         key=("interaction", claim.id),
     )
     context = {

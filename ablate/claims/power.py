@@ -183,6 +183,9 @@ def _claim_design(c: Comparison, claim: Claim) -> tuple[str, str, int, int]:
     """(power design, what the seeds count, current seeds, published values) of a claim."""
     if claim.metric == "lr_exponent":
         return "one-sample", "seeds (one fitted exponent per seed)", c.n_a, 0
+    if c.key[:1] == ("trend",):  # one slope per seed, over every rung
+        cells = "the four cells" if claim.by else "both arms"
+        return "one-sample", f"seeds (each training {cells} at every rung, paired)", c.n_a, 0
     if claim.by:  # one difference of differences per seed
         return "one-sample", "seeds (each training the four cells, paired by seed)", c.n_a, 0
     if len(claim.external) == 1:

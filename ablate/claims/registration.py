@@ -34,7 +34,8 @@ from typing import Any
 
 import yaml
 
-from ablate.claims.spec import FITTED, Claim, claim_fingerprint
+from ablate.claims.spec import FITTED, TREND, Claim, claim_fingerprint
+from ablate.claims.trend import TEST as TREND_TEST
 from ablate.errors import ConfigError
 
 FOLDER = "registrations"
@@ -57,6 +58,10 @@ def registration_path(study_path: str | Path, profile: str | None = None) -> Pat
 
 def test_name(claim: Claim) -> str:
     """The test that decides ``claim``, in words (as the report computes it)."""
+    if claim.expect in TREND:
+        return f"{TREND_TEST} (a slope per seed over the rungs)" + (
+            " + TOST" if claim.expect == "flat" else ""
+        )
     if claim.by:
         return "paired t of the per-seed difference of differences" + (
             " + TOST" if claim.expect == "equal" else ""

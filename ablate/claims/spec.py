@@ -47,6 +47,11 @@ of the arm's per-run metric against ``value`` (``below`` with a ``margin``: belo
 the effect of ``a`` vs ``b`` (one value per axis, the same axes) is smaller/larger/equal at
 ``v1`` than at ``v2``, tested on the per-seed difference of differences
 (:mod:`ablate.claims.interaction`).
+``expect: grows`` / ``shrinks`` / ``flat`` in a study with a scale ladder is a trend: the gap
+``a - b`` (or an interaction's, with ``by:``) regressed per seed on log10 training FLOPs across
+the rungs, its slope per decade tested (:mod:`ablate.claims.trend`); ``flat`` states its
+``margin`` (nats per decade). In a ladder study every other claim compares its arms at one rung
+(``where: {rung: ...}``).
 """
 
 from __future__ import annotations
@@ -72,11 +77,25 @@ KINDS = (
     "smaller",
     "larger",
     "equal",
+    "grows",
+    "shrinks",
+    "flat",
 )
 INTERACTION = ("smaller", "larger", "equal")
 """Interaction kinds: the effect of ``a`` vs ``b`` is smaller/larger/equal at ``by``'s first
 value than at its second (:mod:`ablate.claims.interaction`)."""
 ONE_SAMPLE = ("above", "below")
+TREND = ("grows", "shrinks", "flat")
+"""Trend kinds: the gap ``metric(a) - metric(b)`` (or an interaction's difference of
+differences) rises / falls / stays within ``±margin`` per decade of training compute across a
+ladder's rungs (:mod:`ablate.claims.trend`)."""
+TREND_AS_PAIRED = {"grows": "worse", "shrinks": "better", "flat": "equivalent"}
+"""A trend decides like a paired claim on its per-seed slopes: "grows" wants a positive slope
+as "worse" wants a positive ``a - b``; "flat" is an equivalence."""
+EQUIVALENCE = ("equivalent", "equal", "flat")
+"""Kinds that TOST decides: an equivalence, an interaction's equal, a flat trend."""
+RUNG = "rung"
+"""The axis of a scale ladder's rungs (:mod:`ablate.study.ladder`)."""
 KEYS = (
     "id",
     "text",
@@ -303,10 +322,10 @@ def _by(
     """An interaction's ``by: {axis: [v1, v2]}``, checked with its arms: ``a`` and ``b`` one
     value each on the same axes, ``by`` another axis with two of its values, none in ``where``."""
     at = f"{where}.by"
-    if ("by" in raw) != (expect in INTERACTION):
+    if ("by" in raw) != (expect in INTERACTION) and expect not in TREND:
         kinds = "/".join(INTERACTION)
         raise ConfigError(f"expect: {kinds} and by: go together", key=at, source=source)
-    if expect not in INTERACTION:
+    if "by" not in raw:
         return {}
     if metric in FITTED or raw.get("value") is not None:
         raise ConfigError(

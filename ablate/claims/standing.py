@@ -30,7 +30,7 @@ from ablate.claims.registration import (
     read_registration,
     registration_path,
 )
-from ablate.claims.spec import claim_fingerprint
+from ablate.claims.spec import EQUIVALENCE, claim_fingerprint
 from ablate.errors import ConfigError
 from ablate.names import axis_column
 from ablate.store import FINISHED
@@ -281,6 +281,6 @@ def _tost_or_p(check) -> str:
     c = check.comparison
     if c is None:
         return check.detail or "no test"
-    if check.claim.expect in ("equivalent", "equal"):
+    if check.claim.expect in EQUIVALENCE:
         return f"TOST Holm p={c.p_tost_adj:.2g}, exact TOST Holm p={c.p_flip_tost_adj:.2g}"
     return f"Holm p={c.p_adj:.2g}, exact Holm p={c.p_flip_adj:.2g}"

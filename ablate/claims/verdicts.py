@@ -15,7 +15,9 @@ from ablate.claims.checks import PENDING, UNTESTED, ClaimCheck, settled
 from ablate.claims.comparisons import STREAMS_DIFFER, Comparison
 from ablate.claims.interaction import numbers_text
 from ablate.claims.power import comparison_seeds_needed
+from ablate.claims.spec import EQUIVALENCE, TREND
 from ablate.claims.stats import ALPHA, EXACT_MAX_N, EXACT_MAX_SPLITS
+from ablate.claims.trend import numbers_text as trend_text
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,9 @@ def numbers(check: ClaimCheck, unit: str) -> str:
             text += f"; {c.test} p={fmt_num(c.p)}"
         text += f"; {c.correction} {fmt_p(c.p_adj)}{flip_text(c)}"
         return f"{text} {_where(check)}".rstrip()
+    if claim.expect in TREND:
+        text = trend_text(c, unit, fmt_num, fmt_p) + flip_text(c, claim.expect == "flat")
+        return f"{text} {_where(check)}".rstrip()
     if claim.by:
         text = numbers_text(c, unit, fmt_num, fmt_p) + flip_text(c, claim.expect == "equal")
         return f"{text} {_where(check)}".rstrip()
@@ -246,6 +251,24 @@ def outcome_text(check: ClaimCheck) -> str:
     return text
 
 
+def paper_said(check: ClaimCheck, unit: str = "nats") -> str:
+    """What the paper reports for the claim (``claim.paper``), its numbers, setting and source,
+    with no run's number; "" when the claim has no ``paper:``."""
+    paper = check.claim.paper
+    if paper is None:
+        return ""
+    numbers = f"{paper.a:g} vs {paper.b:g} {paper.unit}" if paper.a is not None else ""
+    optimizer = f"with {paper.optimizer}" if paper.optimizer else ""
+    where = "; ".join(x for x in (numbers, optimizer, paper.setting, paper.source) if x)
+    eff = paper.effect
+    if eff is None:
+        return f"the paper: {where}" if where else ""
+    better = check.claim.a if eff < 0 else check.claim.b
+    who = ", ".join(str(v) for v in better.values() if not isinstance(v, list)) or "a"
+    size = f"{fmt_num(abs(eff))}-{unit.rstrip('s')} advantage of {who}" if eff else "no difference"
+    return f"the paper's {size} ({where})" if where else f"the paper's {size}"
+
+
 def paper_text(check: ClaimCheck, unit: str = "nats") -> str:
     """The runs' 95% interval against the effect the paper reports (``claim.paper``): inside
     it, or excluded at this scale (smaller, larger or the other way here); "" when the paper
@@ -256,12 +279,7 @@ def paper_text(check: ClaimCheck, unit: str = "nats") -> str:
     if check.claim.metric == "lr_exponent" or not math.isfinite(c.ci_lo):
         return ""
     eff = paper.effect
-    better = check.claim.a if eff < 0 else check.claim.b
-    who = ", ".join(str(v) for v in better.values() if not isinstance(v, list)) or "a"
-    numbers = f"{paper.a:g} vs {paper.b:g} {paper.unit}" if paper.a is not None else ""
-    where = "; ".join(x for x in (numbers, paper.setting, paper.source) if x)
-    size = f"{fmt_num(abs(eff))}-{unit.rstrip('s')} advantage of {who}" if eff else "no difference"
-    said = f"the paper's {size} ({where})" if where else f"the paper's {size}"
+    said = paper_said(check, unit)
     ci = f"95% CI [{fmt_num(c.ci_lo)}, {fmt_num(c.ci_hi)}]"
     if c.ci_lo <= eff <= c.ci_hi:
         return f"{said} lies inside this {ci}"
@@ -282,7 +300,7 @@ def holm_ps(check: ClaimCheck) -> str:
     """The Holm p of a claim's t-test and exact test in a few words; an equivalence's
     difference test and TOST both (either may decide it)."""
     c = check.comparison
-    equiv = check.claim.expect in ("equivalent", "equal")
+    equiv = check.claim.expect in EQUIVALENCE
 
     def two(p: float, tost: float) -> str:
         return f"Holm {fmt_p(p)}" + (f" (TOST {fmt_p(tost)})" if equiv else "")

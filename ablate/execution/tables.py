@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ablate.config import ConfigError
+from ablate.execution.ladder import print_ladder
 from ablate.execution.progress import fmt_duration
 from ablate.store import DAMAGED, FINISHED, RunDir, RunStore, run_damage, run_state
 from ablate.store.rundir import ERROR_FILE
@@ -376,6 +377,8 @@ def _print_plan(
         rows.append([cells[col.header] for col in cols])
     title = escape(f"{len(study.runs)} runs -> {runs_store.root}")
     print_rows(console, title, cols, rows)
+    if study.ladder is not None:
+        print_ladder(study, console)
     for line in stack_lines:
         console.print(escape(line), soft_wrap=True)
     console.print(escape(reuse_line(study)), soft_wrap=True)

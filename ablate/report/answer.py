@@ -20,6 +20,7 @@ from ablate.claims.checks import (
     ClaimCheck,
     settled,
 )
+from ablate.claims.spec import EQUIVALENCE, TREND
 from ablate.claims.standing import confirm_mask
 from ablate.claims.stats import mean_ci
 from ablate.claims.verdicts import fmt_num, fmt_p, holm_ps, paper_text
@@ -106,7 +107,7 @@ def claim_row(check: ClaimCheck) -> dict:
             "95% CI": f"[{fmt_num(c.ci_lo)}, {fmt_num(c.ci_hi)}]",
         }
     p, exact = _p(c.p_adj), _p(c.p_flip_adj)
-    if check.claim.expect in ("equivalent", "equal"):  # TOST decides equivalence
+    if check.claim.expect in EQUIVALENCE:  # TOST decides equivalence
         p = f"{_p(c.p_tost_adj)} (TOST), {p} (difference)"
         exact = f"{_p(c.p_flip_tost_adj)} (TOST), {exact} (difference)"
     if c.exact:
@@ -161,7 +162,9 @@ def headline(check: ClaimCheck, unit: str) -> str:
         return f"{c.label_a}: diverged in {c.diverged_a}/{c.total_a} finished seeds"
     else:
         ci = f"95% CI [{fmt_num(c.ci_lo)}, {fmt_num(c.ci_hi)}]"
-        if claim.by:
+        if claim.expect in TREND:  # the slope of the gap per decade of training FLOPs
+            effect = f"{c.label_a}: {fmt_num(c.diff)} {unit} ({ci})"
+        elif claim.by:
             effect = f"difference of differences {fmt_num(c.diff)} {unit} ({ci})"
         elif claim.metric == "lr_exponent":
             lo, hi = claim.value + c.ci_lo, claim.value + c.ci_hi

@@ -29,6 +29,7 @@ from ablate.report.claims_section import claims_frame
 from ablate.report.dashboards import write_specs
 from ablate.report.index import CLAIMS_CSV, write_index
 from ablate.report.keep import PARTIAL_DIR, keep_reason
+from ablate.report.ladder import trend_figures
 from ablate.report.plots import make_figures
 from ablate.report.render import Block, to_html, to_markdown
 from ablate.report.repro import REPRODUCE_CSV, reproduced
@@ -71,6 +72,7 @@ def _build(study: StudyData, out: Path, force: bool) -> tuple[Path, str | None]:
         if len(claims):
             claims.to_csv(tmp / CLAIMS_CSV, index=False)
         figures = make_figures(study, tmp) + axis_figures(study, tmp)
+        figures += trend_figures(study, checks, tmp)
         by_claim = claims_figure(study, checks, tmp)  # each claim on its own seeds
         confirmatory = dict(zip(claims["id"], claims["confirmatory"], strict=True))
         blocks = build_blocks(study, verdicts, figures, checks, confirmatory, by_claim)

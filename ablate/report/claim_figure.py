@@ -4,10 +4,11 @@ One panel per claim, next to the claims table, from the claim's own comparison (
 seeds: the confirmation seeds when it has them), so the figure beside an inconclusive claim
 never shows another seed set than the claim's. A two-arm claim: each arm's seeds as dots, a
 grey line joining a seed's two values when the arms are paired, the mean with its 95%
-t-interval; a published arm as its values; a fitted exponent or an interaction: its per-seed
-values against the value it is tested against (dashed); a one-arm claim or an intersection:
-each part's seeds against its reference. The panel's title names the claim, its outcome and
-its seeds. The pooled views (every seed of the study) are the Figures section's.
+t-interval; a published arm as its values; a fitted exponent, an interaction or a trend: its
+per-seed values (a trend's: slopes per decade of compute) against the value it is tested
+against (dashed); a one-arm claim or an intersection: each part's seeds against its
+reference. The panel's title names the claim, its outcome and its seeds. The pooled views
+(every seed of the study) are the Figures section's.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from ablate.claims.checks import ClaimCheck  # noqa: E402
+from ablate.claims.spec import TREND  # noqa: E402
 from ablate.claims.stats import mean_ci  # noqa: E402
 from ablate.report.answer import claim_seeds  # noqa: E402
 from ablate.report.plots import DPI, FigureFile  # noqa: E402
@@ -49,11 +51,12 @@ def _panel(ax, check: ClaimCheck) -> bool:
             ax.hlines(part.ref, i - 0.3, i + 0.3, colors="0.3", linestyles="dashed")
         ax.set_xticks(range(len(check.parts)), [p.label for p in check.parts], fontsize=7)
         return True
-    constant = claim.by or claim.metric == "lr_exponent" or len(claim.external) == 1
+    trend = claim.expect in TREND
+    constant = trend or claim.by or claim.metric == "lr_exponent" or len(claim.external) == 1
     if constant:  # per-seed values against a constant: 0, the exponent, one published value
         _arm(ax, 0, list(c.a), "C0")
         ax.axhline(c.b[0] if c.b else 0.0, color="0.3", ls="dashed", lw=1)
-        what = "difference of differences" if claim.by else c.label_a
+        what = "difference of differences" if claim.by and not trend else c.label_a
         ax.set_xticks([0], [what], fontsize=7)
         return True
     if c.paired:
@@ -78,7 +81,8 @@ def claims_figure(study: StudyData, checks: list[ClaimCheck], out: Path) -> Figu
         ax.set_title(
             f"{check.claim.id}\n{check.outcome}; {claim_seeds(check)}", fontsize=8, loc="left"
         )
-        ax.set_ylabel(check.claim.metric, fontsize=8)
+        per = " (slope per decade)" if check.claim.expect in TREND else ""
+        ax.set_ylabel(f"{check.claim.metric}{per}", fontsize=8)
         ax.tick_params(axis="x", labelrotation=0)
         ax.grid(axis="y", alpha=0.3)
     for ax in list(axes.flat)[len(drawable) :]:
@@ -98,4 +102,6 @@ def claims_figure(study: StudyData, checks: list[ClaimCheck], out: Path) -> Figu
         "per-seed values against the tested value (dashed); for a one-arm claim, each part's "
         "seeds against its reference (dashed)."
     )
+    if any(ch.claim.expect in TREND for ch in drawable):
+        caption += " A trend: its per-seed slopes per decade of training FLOPs against 0 (dashed)."
     return FigureFile(path, "Each claim on its own seeds", caption, seeds="each panel's own")

@@ -17,8 +17,9 @@ import pandas as pd
 from ablate.claims.checks import ClaimCheck
 from ablate.claims.fit import lr_fit
 from ablate.claims.standing import Standing, claim_standings
-from ablate.claims.verdicts import numbers, outcome_text, paper_text, seeds_used
+from ablate.claims.verdicts import numbers, outcome_text, paper_said, paper_text, seeds_used
 from ablate.data.reuse import DataReuse, describe
+from ablate.report.ladder import rungs_text
 from ablate.report.render import Block
 from ablate.study.results import DTYPE_PREFIX, REUSE_PREFIX, StudyData
 
@@ -62,6 +63,7 @@ def claims_frame(study: StudyData, checks: list[ClaimCheck], unit: str) -> pd.Da
                 "exact test outcome": ch.exact_outcome,
                 "exact test": ch.comparison.exact if ch.comparison is not None else "",
                 "numbers": numbers(ch, unit),
+                "paper": paper_said(ch, unit),
                 "against the paper": paper_text(ch, unit),
                 "seeds needed": ch.seeds_needed.text() if ch.seeds_needed else "",
                 "registration": standings[ch.claim.id].text,
@@ -80,6 +82,7 @@ CLAIM_COLUMNS = "study id claim expect metric outcome".split() + [
     "exact test outcome",
     "exact test",
     "numbers",
+    "paper",
     "against the paper",
     "seeds needed",
     "registration",
@@ -207,6 +210,8 @@ def scale_text(study: StudyData, *, lead: bool = True) -> str:
         f"{_span(r['cfg.batch_size'])} x {_span(r['cfg.seq_len'])} tokens ({_span(tokens)} "
         f"training tokens per run), AdamW{lr}{_precision_text(r)}{_reuse_text(r)}"
     )
+    rungs = rungs_text(r)  # a scale ladder: every rung
+    figures += f"; {rungs}" if rungs else ""
     if not lead:
         return figures
     return (

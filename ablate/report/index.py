@@ -50,6 +50,13 @@ def _frames(folder: Path) -> dict[str, pd.DataFrame]:
     }
 
 
+def said(row: dict) -> str:
+    """A claim's text and what its paper reports (its ``paper`` column: numbers, setting,
+    source), or that the study gives the paper no number."""
+    paper = row.get("paper") or "no paper number in the study"
+    return f"{row['claim']} ({paper})".replace("|", "/")
+
+
 UNDECIDED = ("inconclusive", "pending", "not run")
 
 
@@ -75,8 +82,8 @@ def scales_table(
     """Per claim, its outcome here and in the reports of folder ``sub`` (e.g. ``gpu/``: the
     same studies at another scale), flagged where both decided it and they disagree."""
     lines = [
-        f"| study | claim | here | in {sub}/ | agree |",
-        "|" + " --- |" * 5,
+        f"| study | claim | what it says, and the paper's number | here | in {sub}/ | agree |",
+        "|" + " --- |" * 6,
     ]
     for name in sorted(set(frames) | set(other)):
         here = {r["id"]: r for r in frames.get(name, pd.DataFrame()).to_dict("records")}
@@ -86,7 +93,9 @@ def scales_table(
             b = there.get(cid, {}).get("outcome", "not run")
             agree = agreement(a, b, sub)
             link = f"[{name}]({name}/report.md)" if name in frames else name
-            lines.append(f"| {link} | {cid} | {a} | {b} | {agree} |")
+            lines.append(
+                f"| {link} | {cid} | {said(here.get(cid) or there[cid])} | {a} | {b} | {agree} |"
+            )
     return lines
 
 

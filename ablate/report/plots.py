@@ -95,8 +95,6 @@ def _line_facets(
     *,
     x: str,
     y: str,
-    hue: str | None,
-    hue_order: list | None,
     col: str | None,
     n_col: int,
     aspect: float,
@@ -104,14 +102,13 @@ def _line_facets(
     **kwargs,
 ) -> sns.FacetGrid:
     """The opening the line figures share: a seaborn line plot per ``col`` value (wrapped after
-    three panels), each panel titled and gridded. ``kwargs`` go to ``sns.relplot``."""
+    three panels), each panel titled and gridded. ``kwargs`` (``hue``, ``hue_order``, ...) go
+    to ``sns.relplot``."""
     g = sns.relplot(
         data=df,
         kind="line",
         x=x,
         y=y,
-        hue=hue,
-        hue_order=hue_order,
         col=col,
         col_wrap=min(3, n_col) if col and n_col > 1 else None,
         height=3.4,

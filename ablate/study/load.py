@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ablate.claims.spec import Claim, parse_claims, parse_margin
+from ablate.claims.spec import RUNG, Claim, parse_claims, parse_margin
+from ablate.claims.trend import check_ladder_claims
 from ablate.study.plan import PlannedRun, Study, apply_profile, expand
 from ablate.study.preflight import check_runs, gpu_available
 from ablate.study.spec import choose_profile, parse_spec, read_spec
@@ -47,7 +48,11 @@ def load_study(
     runs, resolved = expand(plan, source, extra_seeds=extra_seeds, check_data=check_data)
     check_runs(resolved, source, data=check_data, device=check_device)
     replaced = (profile, plan.profile.claims) if profile else None
-    claims, margin = _claims(raw, source, plan.grid, spec.variant_names, runs, replaced)
+    rungs = plan.ladder.names if plan.ladder is not None else []
+    axes = ({RUNG: rungs} if rungs else {}) | (
+        {"variant": spec.variant_names} if spec.variant_names else {}
+    )
+    claims, margin = _claims(raw, source, axes | dict(plan.grid), runs, replaced)
     return Study(
         name=spec.name,
         description=spec.description.strip(),
@@ -62,6 +67,7 @@ def load_study(
         equivalence_margin=margin,
         seen_seeds=spec.seen_seeds,
         tier=plan.profile.tier,
+        ladder=plan.ladder,
     )
 
 
@@ -82,14 +88,15 @@ def _import_plugins(
 def _claims(
     raw: dict[str, Any],
     source: Path,
-    grid: dict[str, list[Any]],
-    variant_names: list[str],
+    axes: dict[str, list[Any]],
     runs: list[PlannedRun],
     profile: tuple[str, dict[str, dict[str, Any]]] | None = None,
 ) -> tuple[list[Claim], float]:
-    """(claims, equivalence margin), validated against the study's axes, with the profile's
-    replacements (``profile``: its name and ``claims:``) applied (ablate.claims.spec)."""
-    axes = ({"variant": variant_names} if variant_names else {}) | dict(grid)
+    """(claims, equivalence margin), validated against the study's ``axes`` (its rungs,
+    variants and grid), with the profile's replacements (``profile``: its name and
+    ``claims:``) applied (ablate.claims.spec)."""
     lengths = {float(x) for x in runs[0].config.train.eval_lengths} if runs else None
     margin = parse_margin(raw.get("equivalence_margin"), source)
-    return parse_claims(raw.get("claims"), source, axes, lengths, profile), margin
+    claims = parse_claims(raw.get("claims"), source, axes, lengths, profile)
+    check_ladder_claims(claims, source, axes)
+    return claims, margin

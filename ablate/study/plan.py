@@ -2,10 +2,11 @@
 validated ``RunConfig`` with a readable name and a content-addressed run id.
 
 Precedence, lowest first: defaults < base < profile < variant < the profile's value for that
-variant < grid point < seed < derived < ``--set``. A derived key may not also be set by
-base/profile/variant/grid (it would be silently overwritten); ``--set`` wins over a derived
-value. A profile's ``derived`` replaces the top-level rule for the same key and its ``seeds``
-replace the top-level list.
+variant < rung < grid point < seed < the ladder's step rule < derived < ``--set``. A derived
+key may not also be set by base/profile/variant/rung/grid (it would be silently overwritten);
+``--set`` wins over a derived value. A ladder (:mod:`ablate.study.ladder`) crosses its rungs
+with the variants and the grid. A profile's ``derived`` replaces the top-level rule for the
+same key, and its ``seeds`` (and ``ladder``) replace the top-level ones.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ablate.config import RunConfig
 from ablate.errors import ConfigError
 from ablate.names import fmt_value, short_names
 from ablate.registry import AXES, BUILTINS
+from ablate.study.ladder import RUNG, Ladder, check_ladder, check_sizes
 from ablate.study.resolve import resolve
 from ablate.study.spec import Derived, Layer, Profile, Reference, StudySpec, overrides_layer
 
@@ -96,6 +98,8 @@ class Study:
     """Seeds looked at outside the store (``seen_seeds:``); ``--confirm`` skips them."""
     tier: int | None = None
     """The profile's ``tier``: the GPU window its runs train in (``ablate plan --flops``)."""
+    ladder: Ladder | None = None
+    """The rungs every arm trains at (:mod:`ablate.study.ladder`); None: no ladder."""
 
     def meta(self, run: PlannedRun) -> dict[str, Any]:
         meta = run.meta(self.name, self.profile)
@@ -121,6 +125,8 @@ class Plan:
     """The key path of the seeds list in use (``seeds`` or ``profiles.<name>.seeds``)."""
     derived: Derived
     overrides: Layer
+    ladder: Ladder | None = None
+    """The profile's ladder, else the study's."""
 
 
 def apply_profile(
@@ -141,6 +147,7 @@ def apply_profile(
         seeds_where=seeds_where,
         derived={**spec.derived, **prof.derived},
         overrides=overrides_layer(overrides),
+        ladder=prof.ladder or spec.ladder,
     )
     _check_plan(plan, source)
     return plan
@@ -168,6 +175,12 @@ def _check_plan(plan: Plan, source: Path) -> None:
                 raise ConfigError(
                     f"is derived, so it cannot also be set in {label}", key=where, source=source
                 )
+    if plan.ladder is not None:
+        rungs = [
+            (f"{plan.ladder.where}.rungs[{i}].set", v.values)
+            for i, (_, v) in enumerate(plan.ladder.rungs)
+        ]
+        check_ladder(plan.ladder, [*setters, *rungs, ("derived", plan.derived)], plan.grid, source)
 
 
 # --- variants x grid x seeds -------------------------------------------------------------------
@@ -193,29 +206,64 @@ def expand(
     checked: set[str] = set()
     by_name: dict[str, PlannedRun] = {}
     by_id: dict[str, PlannedRun] = {}
-    for vname, vlayer in plan.variants or [(None, Layer())]:
-        for point in points:
-            parts = [vname] if vname is not None else []
-            parts += [f"{short[k]}={fmt_value(v)}" for k, v in point.items()]
-            label = ",".join(parts) or "base"
-            extra = list((extra_seeds or {}).get(label, []))
-            for seed in [*(plan.seeds if plan.seeds is not None else [None]), *extra]:
-                layers = _run_layers(plan, vname, vlayer, point, seed)
-                cfg, where = resolve(layers, plan.derived, plan.overrides, source, label)
-                resolved.append((cfg, lambda k, w=where: w.get(k, k)))
-                if check_data:
-                    check_dataset(cfg.data.dataset, where.get("data.dataset"), source, checked)
-                run = _planned_run(cfg, vname, point, label, named=bool(parts))
-                _check_unique(run, by_name, by_id, "variants" if plan.variants else "grid", source)
-                runs.append(run)
+    rungs = plan.ladder.rungs if plan.ladder is not None else [(None, Layer())]
+    for rung, rlayer in rungs:
+        size = _rung_size(plan, rlayer, source, f"{RUNG}={rung}") if rung is not None else None
+        for vname, vlayer in plan.variants or [(None, Layer())]:
+            for point in points:
+                parts = [f"{RUNG}={rung}"] if rung is not None else []
+                parts += [vname] if vname is not None else []
+                parts += [f"{short[k]}={fmt_value(v)}" for k, v in point.items()]
+                label = ",".join(parts) or "base"
+                extra = list((extra_seeds or {}).get(label, []))
+                axes = ({RUNG: rung} if rung is not None else {}) | (
+                    {"variant": vname} if vname is not None else {}
+                )
+                for seed in [*(plan.seeds if plan.seeds is not None else [None]), *extra]:
+                    layers = _run_layers(plan, vname, vlayer, point, seed, rlayer)
+                    cfg, where = _resolve_run(plan, layers, source, label, size)
+                    resolved.append((cfg, lambda k, w=where: w.get(k, k)))
+                    if check_data:
+                        check_dataset(cfg.data.dataset, where.get("data.dataset"), source, checked)
+                    run = _planned_run(cfg, axes, point, label, named=bool(parts))
+                    varied = "variants" if plan.variants else "grid"
+                    _check_unique(run, by_name, by_id, varied, source)
+                    runs.append(run)
+    if plan.ladder is not None:
+        check_sizes(plan.ladder, runs, source)
     return runs, resolved
 
 
+def _rung_size(plan: Plan, rung: Layer, source: Path, label: str) -> RunConfig:
+    """The config a rung's size is counted on: the study's base, profile and rung alone."""
+    layers = [plan.base, plan.profile.layer, rung]
+    return resolve(layers, plan.derived, plan.overrides, source, label)[0]
+
+
+def _resolve_run(
+    plan: Plan, layers: list[Layer], source: Path, label: str, size: RunConfig | None
+) -> tuple[RunConfig, dict[str, str]]:
+    """One run's config and who set what; on a ladder, resolved once for its batch shape,
+    then again with the ladder's rule setting ``train.max_steps`` (before the derived rules)
+    for the rung's ``size``."""
+    cfg, where = resolve(layers, plan.derived, plan.overrides, source, label)
+    if plan.ladder is None or size is None:
+        return cfg, where
+    layers = [*layers, plan.ladder.layer(size, cfg)]
+    return resolve(layers, plan.derived, plan.overrides, source, label)
+
+
 def _run_layers(
-    plan: Plan, vname: str | None, vlayer: Layer, point: dict[str, Any], seed: int | None
+    plan: Plan,
+    vname: str | None,
+    vlayer: Layer,
+    point: dict[str, Any],
+    seed: int | None,
+    rung: Layer | None = None,
 ) -> list[Layer]:
     """The layers of one run, lowest precedence first (derived values and ``--set`` aside)."""
     layers = [plan.base, plan.profile.layer, vlayer, plan.profile.variants.get(vname, Layer())]
+    layers.append(rung or Layer())
     grid_layer = Layer()
     for key, value in point.items():
         grid_layer.add(key, value, f"grid.{key}")
@@ -230,14 +278,15 @@ def _run_layers(
 
 
 def _planned_run(
-    cfg: RunConfig, vname: str | None, point: dict[str, Any], label: str, *, named: bool
+    cfg: RunConfig, axes: dict[str, Any], point: dict[str, Any], label: str, *, named: bool
 ) -> PlannedRun:
-    """``named``: the run has a variant or grid point to name it by (else just its seed)."""
+    """``named``: the run has a rung, variant or grid point to name it by (else just its
+    seed); ``axes``: its rung and variant, when the study has them."""
     seed = cfg.train.seed
     return PlannedRun(
         name=f"{label},seed={seed}" if named else f"seed={seed}",
         variant=label,
-        axes=({"variant": vname} if vname is not None else {}) | dict(point),
+        axes=dict(axes) | dict(point),
         seed=seed,
         config=cfg,
         run_id=planned_run_id(cfg),

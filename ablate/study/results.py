@@ -35,10 +35,13 @@ import pandas as pd
 import yaml
 
 from ablate.claims.arms import claim_arm_axes
+from ablate.claims.spec import RUNG
+from ablate.claims.trend import rung_order
 from ablate.config import ConfigError, DataConfig
 from ablate.names import (
     ID_COLUMNS,
     LENGTH_PREFIX,
+    ORDER_ATTR,
     axis_column,
     format_value,
     length_multiple,
@@ -381,6 +384,8 @@ def read_study(
             continue
         if runs[col].map(lambda v: v is None or isinstance(v, int | float)).all():
             runs[col] = pd.to_numeric(runs[col], errors="coerce").astype(float)
+    if RUNG in runs:  # a ladder's rungs in order of compute, not of their names
+        runs.attrs[ORDER_ATTR] = {RUNG: rung_order(runs)}
     runs = sort_runs(runs, axis_keys)
     metrics = _metrics_frame(run_dirs, runs, axis_keys)
     runs["final_train_loss"] = runs["run_id"].map(final_train_loss(metrics, runs))

@@ -29,6 +29,9 @@ A study file::
     seen_seeds: [3, 4]              # trained and looked at elsewhere: --confirm skips them
     derived:                        # values computed from the resolved config of each run
       train.max_steps: "2_000_000 // (data.batch_size * data.seq_len)"
+    ladder:                         # optional: every arm at >= 3 sizes (ablate/study/ladder.py)
+      rungs: [{name: small, set: {model.n_layers: 2}}, ...]
+      tokens_per_param: 4           # or steps: S; the rule sets train.max_steps
     profiles:                       # named partial configs chosen with --profile
       cpu: {train.max_steps: 800, seeds: [0]}
       gpu:
@@ -37,6 +40,7 @@ A study file::
         variants: {lstm: {model.d_model: 1024}}   # per-variant values for this profile
         tier: 1                     # the GPU window it trains in (``ablate plan --flops``)
         reference: {value: 1.4697, label: ...}    # this scale's published value (or null)
+        ladder: {rungs: [...], steps: 2000}       # this scale's rungs (replaces the study's)
         claims: {equals-x: {b: {values: [1.4697], label: ..., source: ...}}}  # per claim:
                                     # this scale's literature arm (ablate/claims/spec.py)
     default_profile: auto           # used when --profile is not given: a profile's name, or
@@ -55,19 +59,19 @@ from __future__ import annotations
 
 import ast
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
 
-from ablate.config import check_key, field_adapter, flatten, load_yaml, parse_override
+from ablate.config import check_key, flatten, load_yaml, parse_override
 from ablate.errors import ConfigError, check_known, suggest
 from ablate.names import fmt_value
 from ablate.study.expressions import parse_expression
+from ablate.study.ladder import Ladder, parse_ladder
+from ablate.study.layers import NAME, Layer, check_value, parse_layer
 
 TOP_LEVEL = (
     "name",
@@ -85,14 +89,13 @@ TOP_LEVEL = (
     "profiles",
     "default_profile",
     "plugins",
+    "ladder",
 )
 VARIANT_KEYS = ("name", "set")
-PROFILE_EXTRAS = ("derived", "seeds", "variants", "tier", "reference", "claims")
+PROFILE_EXTRAS = ("derived", "seeds", "variants", "tier", "reference", "claims", "ladder")
 AUTO_PROFILE = "auto"
 """``default_profile: auto``: the profile on ``gpu`` where CUDA is visible, else the cpu one."""
 """What a profile may hold besides config keys."""
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
-"""A study or profile name: it names a folder or is typed on the command line."""
 
 Derived = dict[str, tuple[ast.Expression, str]]
 """``{config key: (parsed expression, key path in the study)}``."""
@@ -156,41 +159,6 @@ def parse_reference(raw: Any, source: Path, where: str = "reference") -> Referen
     if not isinstance(label, str) or not label.strip():
         raise ConfigError("must be a non-empty string", key=f"{where}.label", source=source)
     return Reference(float(value), label.strip())
-
-
-# --- config values, with where each was set ------------------------------------------------------
-
-
-@dataclass
-class Layer:
-    """Values set by one part of the study, with the key path each came from."""
-
-    values: dict[str, Any] = field(default_factory=dict)
-    where: dict[str, str] = field(default_factory=dict)
-
-    def add(self, key: str, value: Any, where: str) -> None:
-        self.values[key] = value
-        self.where[key] = where
-
-
-def check_value(key: str, value: Any, where: str, source: Path) -> Any:
-    """Type and range of one value for ``key`` (cross-field rules are checked per run)."""
-    try:
-        return field_adapter(key).validate_python(value)
-    except ValidationError as err:
-        e = err.errors()[0]
-        msg = e["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"{msg} (got {value!r})", key=where, source=source) from None
-
-
-def parse_layer(raw: Any, prefix: str, source: Path) -> Layer:
-    """A partial config at key path ``prefix`` (nested sections and/or dotted keys), checked."""
-    layer = Layer()
-    for key, value in flatten(raw, source, where=prefix).items():
-        where = f"{prefix}.{key}" if prefix else key
-        check_value(key, value, where, source)
-        layer.add(key, value, where)
-    return layer
 
 
 def overrides_layer(overrides: Sequence[str]) -> Layer:
@@ -324,6 +292,8 @@ class Profile:
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Claim id -> the keys this profile replaces (its literature arm), checked by
     :func:`ablate.claims.spec.profile_claims` where the claims are parsed."""
+    ladder: Ladder | None = None
+    """This scale's rungs and token rule (:mod:`ablate.study.ladder`), replacing the study's."""
 
 
 def parse_profiles(raw: Any, source: Path, variant_names: list[str]) -> dict[str, Profile]:
@@ -352,6 +322,7 @@ def parse_profiles(raw: Any, source: Path, variant_names: list[str]) -> dict[str
             reference=parse_reference(extra.get("reference"), source, f"{where}.reference"),
             sets_reference="reference" in extra,
             claims=_claim_overrides(extra.get("claims"), f"{where}.claims", source),
+            ladder=parse_ladder(extra.get("ladder"), f"{where}.ladder", source),
         )
     return out
 
@@ -428,6 +399,8 @@ class StudySpec:
     seen_seeds: tuple[int, ...] = ()
     """Seeds trained and looked at outside the store (an earlier store, a deleted run):
     ``--confirm`` never picks them, so a confirmation seed is one nobody has seen."""
+    ladder: Ladder | None = None
+    """The rungs every arm trains at and the token rule (:mod:`ablate.study.ladder`)."""
 
     @property
     def variant_names(self) -> list[str]:
@@ -475,6 +448,7 @@ def parse_spec(raw: dict[str, Any], source: Path) -> StudySpec:
         profiles=profiles,
         default_profile=default_profile,
         seen_seeds=tuple(parse_seeds(raw.get("seen_seeds"), source, "seen_seeds") or ()),
+        ladder=parse_ladder(raw.get("ladder"), "ladder", source),
     )
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -121,11 +121,41 @@ def _column(values: list[float], device: torch.device) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32, device=device).view(-1, 1)
 
 
-def _update(flat, grad, m, v, t, at, on, table, hyper, n_decay: int, eps: float) -> None:
+class Hyper(NamedTuple):
+    """The members' AdamW hyperparameters as ``(k, 1)`` device columns (``max_norm``: None
+    when no member clips), and the ``eps`` they share."""
+
+    weight_decay: torch.Tensor
+    beta1: torch.Tensor
+    beta2: torch.Tensor
+    max_norm: torch.Tensor | None
+    eps: float
+
+
+class AdamState(NamedTuple):
+    """What a step changes besides the parameters: the moments (k, N), the AdamW steps taken
+    ``t`` and each member's global step ``at`` (the LR table's index), both (k, 1)."""
+
+    exp_avg: torch.Tensor
+    exp_avg_sq: torch.Tensor
+    t: torch.Tensor
+    at: torch.Tensor
+
+
+def _update(
+    flat: torch.Tensor,
+    grad: torch.Tensor,
+    state: AdamState,
+    on: torch.Tensor,
+    table: torch.Tensor,
+    hyper: Hyper,
+    n_decay: int,
+) -> None:
     """Clip, then AdamW, in place, as elementwise operations on the ``(k, N)`` tensors (where
     there is no fused kernel, or ``optim.fused: false``); ``on`` (k, 1): the members that
-    update."""
-    wd, b1, b2, max_norm = hyper
+    update; ``table``: each member's LR per global step."""
+    m, v, t, at = state
+    wd, b1, b2, max_norm, eps = hyper
     grad = torch.where(on, grad, 0.0)  # a masked member's (maybe non-finite) gradient: zero
     if max_norm is not None:
         total = torch.linalg.vector_norm(grad, dim=1, keepdim=True)
@@ -180,13 +210,13 @@ class MemberAdamW(torch.optim.Optimizer):
         self.at = torch.zeros(k, 1, dtype=torch.long, device=dev)  # each member's global step
         self.active = torch.ones(k, 1, dtype=torch.bool, device=dev)
         clips = [c.optim.grad_clip for c in cfgs]
-        self.hyper = (
+        self.hyper = Hyper(
             _column([c.optim.weight_decay for c in cfgs], dev),
             _column([c.optim.beta1 for c in cfgs], dev),
             _column([c.optim.beta2 for c in cfgs], dev),
             _column([c or math.inf for c in clips], dev) if any(clips) else None,
+            cfgs[0].optim.eps,
         )
-        self.eps = cfgs[0].optim.eps
         # the fused kernel takes its hyperparameters as host numbers: one call per member
         self.betas = [(c.optim.beta1, c.optim.beta2) for c in cfgs]
         self.table = torch.tensor([lr_table(c) for c in cfgs], device=dev)
@@ -227,10 +257,8 @@ class MemberAdamW(torch.optim.Optimizer):
         if self.fused:
             self._fused(grad, n_decay)
         else:
-            _update(
-                self.flat, grad, self.exp_avg, self.exp_avg_sq, self.t, self.at,
-                self.active, self.table, self.hyper, n_decay, self.eps,
-            )  # fmt: skip
+            state = AdamState(self.exp_avg, self.exp_avg_sq, self.t, self.at)
+            _update(self.flat, grad, state, self.active, self.table, self.hyper, n_decay)
         return loss
 
     def _fused(self, grad: torch.Tensor, n_decay: int) -> None:
@@ -244,8 +272,8 @@ class MemberAdamW(torch.optim.Optimizer):
         self.t.add_(live)
         lr = self.table.gather(1, self.at)
         self.at.add_(1).clamp_(max=self.table.shape[1] - 1)
-        self.flat[:, :n_decay].mul_(1 - lr * live * self.hyper[0])
-        max_norm = self.hyper[3]
+        self.flat[:, :n_decay].mul_(1 - lr * live * self.hyper.weight_decay)
+        max_norm = self.hyper.max_norm
         scale = None
         if max_norm is not None:
             total = torch.linalg.vector_norm(grad, dim=1, keepdim=True)
@@ -255,7 +283,7 @@ class MemberAdamW(torch.optim.Optimizer):
             torch._fused_adamw_(
                 [self.flat[i]], [grad[i]], [self.exp_avg[i]], [self.exp_avg_sq[i]], [],
                 [self.t[i, 0]], lr=lr[i, 0], beta1=b1, beta2=b2, weight_decay=0.0,
-                eps=self.eps, amsgrad=False, maximize=False,
+                eps=self.hyper.eps, amsgrad=False, maximize=False,
                 grad_scale=None if scale is None else scale[i, 0], found_inf=skip[i, 0],
             )  # fmt: skip
 

@@ -4,7 +4,7 @@ Lightning's ``Trainer`` drives every run, solo or a stacked group: its loop, pre
 validation cadence, checkpoints, callbacks, loggers and stop requests. ``LitRuns`` holds the
 model of its k members (``ablate.model``: every tensor leads with the member dimension) and
 calls the one training step (``ablate.training.step.train_step``) once per batch; it is the one
-place that keeps the per-step books of each member: the training loss summed over the log
+place that keeps the per-step metrics of each member: the training loss summed over the log
 interval, the LR, tokens/s net of evaluation time, the step of the first non-finite loss,
 gradient norms, validation loss/ppl/bpc and early stopping. Its subclasses only say where the
 members come from and go: ``LitLM`` here (a solo run, with Lightning's own checkpoint), and

@@ -3,7 +3,7 @@
 ``make_trainer`` builds the one ``Trainer`` set-up of every run, solo (``train_run``) or a
 stacked group's (``ablate.training.stacked.group``): checkpoints on an interval, on an
 exception and at the end; ``progress.json``; stop requests at step boundaries. The per-step
-books are ``ablate.training.lit.LitRuns``'s, the final evaluation ``finish_run``'s.
+metrics are ``ablate.training.lit.LitRuns``'s, the final evaluation ``finish_run``'s.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pytest
 from scipy.stats import permutation_test
 
 from ablate.claims.checks import ClaimCheck, confirmatory_family, decide_claim
-from ablate.claims.comparisons import compare
+from ablate.claims.comparisons import Arm, compare
 from ablate.claims.history import (
     CLOSER,
     history_attempts,
@@ -47,7 +47,7 @@ def test_a_verdict_is_plain_only_where_the_exact_test_reaches_it_too():
     # exact sign-flip test cannot go below 2/2^5 = 0.0625
     a, b = [1.0, 1.2, 0.9, 1.5, 1.1], [0.2, 0.5, 0.1, 0.9, 0.3]
     claim = Claim(id="x", text="a is worse", expect="worse")
-    check = ClaimCheck(claim, compare(a, b, seeds_a=range(5), seeds_b=range(5)))
+    check = ClaimCheck(claim, compare(Arm(a, seeds=range(5)), Arm(b, seeds=range(5))))
     confirmatory_family([check])
     decide_claim(check, 0.05)
     c = check.comparison
@@ -57,7 +57,7 @@ def test_a_verdict_is_plain_only_where_the_exact_test_reaches_it_too():
     assert "5 seeds cannot go below p=0.062" in check.why
     # both tests decide at six seeds (2/2^6 = 0.031): the seeds needed say so
     assert exact_seeds_needed(0.05) == 6 and check.seeds_needed.n == 6
-    six = ClaimCheck(claim, compare([*a, 1.3], [*b, 0.4], seeds_a=range(6), seeds_b=range(6)))
+    six = ClaimCheck(claim, compare(Arm([*a, 1.3], seeds=range(6)), Arm([*b, 0.4], seeds=range(6))))
     confirmatory_family([six])
     decide_claim(six, 0.05)
     assert six.comparison.p_flip == pytest.approx(2 / 64) and six.outcome == "reproduces"
@@ -201,9 +201,9 @@ def test_seeds_needed_power_equals_a_simulation_of_the_tests(n, delta, sd, margi
 
 
 def test_the_papers_numbers_are_data_the_line_holds_its_interval_against(tmp_path):
-    from ablate.claims.paper import parse_paper
+    from ablate.claims.paper import Paper, parse_paper
     from ablate.claims.spec import claim_fingerprint
-    from ablate.claims.verdicts import paper_text
+    from ablate.claims.verdicts import paper_said, paper_text
     from ablate.config import ConfigError
 
     paper = parse_paper({"a": 18.66, "b": 19.34, "unit": "ppl"}, "claims[0].paper", tmp_path)
@@ -218,6 +218,11 @@ def test_the_papers_numbers_are_data_the_line_holds_its_interval_against(tmp_pat
     )
     inside = ClaimCheck(claim, replace(c, ci_lo=-0.05, ci_hi=0.01))
     assert paper_text(inside).endswith("lies inside this 95% CI [-0.05, 0.01]")
+    # what the paper says, with no run's number (claims.md's column across scales)
+    assert paper_said(check) == "the paper's 0.0358-nat advantage of alibi (18.66 vs 19.34 ppl)"
+    sgd = ClaimCheck(replace(claim, paper=Paper(optimizer="SGD", setting="ResNet-50")), c)
+    assert paper_said(sgd) == "the paper: with SGD; ResNet-50"
+    assert paper_said(ClaimCheck(replace(claim, paper=None), c)) == ""
     for raw, key in (
         ({"a": 18.66}, "claims[0].paper"),
         ({"a": 1, "b": 2, "unit": "bleu"}, "claims[0].paper.unit"),
@@ -235,7 +240,7 @@ def test_a_rule_stated_for_another_optimizer_is_not_contradicted_here():
     alphas = [-0.30, -0.25, -0.28, -0.22, -0.31, -0.27]
     sgd = Paper(optimizer="SGD", setting="ResNet-50 on ImageNet")
     claim = Claim("linear", "t", "equivalent", metric="lr_exponent", value=1.0, paper=sgd)
-    comp = compare(alphas, [1.0] * 6, seeds_a=range(6), seeds_b=range(6), margin=0.15)
+    comp = compare(Arm(alphas, seeds=range(6)), Arm([1.0] * 6, seeds=range(6)), margin=0.15)
     check = ClaimCheck(claim, comp)
     confirmatory_family([check])
     decide_claim(check, 0.05)

@@ -21,7 +21,7 @@ from ablate.claims.checks import (
     confirmatory_family,
     decide_claim,
 )
-from ablate.claims.comparisons import PAIRED, STREAMS_DIFFER, compare
+from ablate.claims.comparisons import PAIRED, STREAMS_DIFFER, Arm, compare
 from ablate.claims.outcomes import analyse
 from ablate.claims.power import (
     beyond_power,
@@ -240,7 +240,7 @@ def test_a_claim_reversed_from_an_axis_comparison_counts_once(tmp_path, write_ru
     assert check.comparison.family == 1 and check.comparison.p_adj == check.comparison.p
     # two claims that are one test in opposite directions: still one test
     twin = [ClaimCheck(Claim("a", "a", "better")), ClaimCheck(Claim("b", "b", "better"))]
-    c = compare([1.5, 1.6, 1.55], [1.8, 1.9, 1.85], seeds_a=[0, 1, 2], seeds_b=[0, 1, 2])
+    c = compare(Arm([1.5, 1.6, 1.55], seeds=[0, 1, 2]), Arm([1.8, 1.9, 1.85], seeds=[0, 1, 2]))
     twin[0].comparison = c.__class__(**{**c.__dict__, "key": ("m", ("r1",), ("r2",))})
     twin[1].comparison = c.__class__(**{**c.__dict__, "key": ("m", ("r2",), ("r1",))})
     confirmatory_family(twin)
@@ -249,7 +249,9 @@ def test_a_claim_reversed_from_an_axis_comparison_counts_once(tmp_path, write_ru
 
 def _equiv_outcome(a, b, margin=0.01):
     check = ClaimCheck(Claim("e", "e", "equivalent", margin=margin))
-    check.comparison = compare(a, b, seeds_a=range(len(a)), seeds_b=range(len(b)), margin=margin)
+    check.comparison = compare(
+        Arm(a, seeds=range(len(a))), Arm(b, seeds=range(len(b))), margin=margin
+    )
     confirmatory_family([check])
     decide_claim(check, ALPHA)
     return check
@@ -274,10 +276,10 @@ def test_equivalence_outcomes_with_a_margin():
 def test_seeds_needed_is_never_fewer_than_the_seeds_that_failed():
     # a one-sample exponent: seeds, not seeds per arm; at least n + 1
     alphas = [0.1, 0.9, 0.4]
-    c = compare(alphas, [0.5] * 3, seeds_a=[0, 1, 2], seeds_b=[0, 1, 2], margin=0.1)
+    c = compare(Arm(alphas, seeds=[0, 1, 2]), Arm([0.5] * 3, seeds=[0, 1, 2]), margin=0.1)
     need = claim_seeds_needed(c, Claim("x", "x", "better", metric="lr_exponent", value=0.5))
     assert need.unit.startswith("seeds (one fitted exponent") and "per arm" not in need.unit
-    c = compare([1.0, 1.3, 1.1], [1.25, 1.2, 1.5], seeds_a=[0, 1, 2], seeds_b=[0, 1, 2])
+    c = compare(Arm([1.0, 1.3, 1.1], seeds=[0, 1, 2]), Arm([1.25, 1.2, 1.5], seeds=[0, 1, 2]))
     big = c.__class__(**{**c.__dict__, "family": 1, "diff": -0.5})  # a huge assumed effect
     need = claim_seeds_needed(big, Claim("y", "y", "better"))
     assert need.n >= 4 and need.unit == "seeds per arm (paired by seed)"

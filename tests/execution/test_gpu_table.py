@@ -16,6 +16,7 @@ from ablate.cli import app
 from ablate.config import RunConfig
 from ablate.data.datasets import resolve_dataset
 from ablate.data.token_cache import token_splits
+from ablate.execution import flops
 from ablate.execution.flops import (
     device_minutes,
     largest_task,
@@ -187,10 +188,13 @@ def test_each_gpu_profile_states_its_tier_and_flops_as_the_plan_computes_them():
         assert stated == computed, study.name
 
 
-def test_plan_flops_costs_a_gpu_profile_at_a_measured_rate_without_a_gpu():
-    res = CliRunner().invoke(
-        app, ["plan", "studies/reference_nanogpt_cpu.yaml", "--profile", "gpu", "--flops"]
-    )
+def test_plan_flops_costs_a_gpu_profile_at_a_measured_rate_without_a_gpu(monkeypatch):
+    plan = ["plan", "studies/reference_nanogpt_cpu.yaml", "--profile", "gpu", "--flops"]
+    res = CliRunner().invoke(app, plan)  # the shipped CUDA probe's rate comes first
+    assert res.exit_code == 0, res.output
+    assert "measured: the CUDA probe" in res.output
+    monkeypatch.setattr(flops, "probe_rate", lambda: None)  # no probe: the pilot's rate
+    res = CliRunner().invoke(app, plan)
     assert res.exit_code == 0, res.output
     # 3 runs x 5000 steps x 64 x 256 tokens x flops_per_token of the 6L/384d reference model
     assert "17.44 PFLOP" in res.output and "measured: the GPU pilot's 2 solo runs" in res.output

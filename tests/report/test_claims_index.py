@@ -8,12 +8,13 @@ from ablate.report.claims_section import CLAIM_COLUMNS
 from ablate.report.index import write_index
 
 
-def _claims(folder, study, outcomes, confirmatory=True, scale="CPU scale: 1 parameters"):
+def _claims(folder, study, outcomes, confirmatory=True, scale="CPU scale: 1 parameters", paper=""):
     rows = [
         {c: "" for c in CLAIM_COLUMNS}
         | {"study": study, "id": cid, "claim": f"{cid} text", "outcome": outcome}
         | {"numbers": f"{cid} numbers", "confirmatory": confirmatory, "scale": scale}
         | {"registration": "registered in abc1234", "decided on": "decided on 3 seeds"}
+        | {"paper": paper}
         for cid, outcome in outcomes.items()
     ]
     (folder / study).mkdir(parents=True)
@@ -23,7 +24,9 @@ def _claims(folder, study, outcomes, confirmatory=True, scale="CPU scale: 1 para
 def test_the_index_lists_every_report_and_compares_scales(tmp_path):
     reports = tmp_path / "reports"
     _claims(reports, "norm", {"a": "reproduces", "b": "inconclusive"})
-    _claims(reports, "pos", {"c": "contradicted"}, confirmatory=False)
+    _claims(
+        reports, "pos", {"c": "contradicted"}, confirmatory=False, paper="the paper's 0.1-nat gap"
+    )
     (reports / "old_study").mkdir()  # a report built before claims.csv: not listed
     assert write_index(reports) == reports / "claims.md"
     page = (reports / "claims.md").read_text()
@@ -42,10 +45,14 @@ def test_the_index_lists_every_report_and_compares_scales(tmp_path):
     )
     page = (reports / "claims.md").read_text()
     assert "## Against the reports in [gpu/](gpu/claims.md)" in page
-    assert "| [norm](norm/report.md) | a | reproduces | reproduces | yes |" in page
-    row = "| [norm](norm/report.md) | b | inconclusive | contradicted | decided in gpu/ only |"
+    no_paper = "no paper number in the study"
+    assert (
+        f"| [norm](norm/report.md) | a | a text ({no_paper}) | reproduces | reproduces | yes |"
+        in page
+    )
+    row = f"| b | b text ({no_paper}) | inconclusive | contradicted | decided in gpu/ only |"
     assert row in page
-    assert "| [pos](pos/report.md) | c | contradicted | reproduces | **no** |" in page
+    assert "| c | c text (the paper's 0.1-nat gap) | contradicted | reproduces | **no** |" in page
 
 
 def test_scales_agree_by_what_they_say_not_by_their_evidence():

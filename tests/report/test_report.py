@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from ablate.claims.comparisons import Comparison, adjust, compare
+from ablate.claims.comparisons import Arm, Comparison, adjust, compare
 from ablate.claims.power import comparison_seeds_needed
 from ablate.claims.stats import (
     bootstrap_diff_ci,
@@ -113,11 +113,23 @@ def test_welch_interval_uses_the_satterthwaite_df():
 
 def test_compare_pairs_by_seed_only_when_both_arms_share_the_seeds():
     a, b = [1.0, 2.0, 4.0], [0.5, 1.0, 2.5]
-    c = compare(a[::-1], b, seeds_a=[2, 1, 0], seeds_b=[0, 1, 2])  # aligned by seed, not order
+    # aligned by seed, not order
+    c = compare(Arm(a[::-1], seeds=[2, 1, 0]), Arm(b, seeds=[0, 1, 2]))
     assert c.test == "paired t" and c.p == pytest.approx(0.074180, abs=1e-6)
-    c = compare(a, b, seeds_a=[0, 1, 2], seeds_b=[0, 1, 3])
+    c = compare(Arm(a, seeds=[0, 1, 2]), Arm(b, seeds=[0, 1, 3]))
     assert c.test == "Welch t" and c.p == pytest.approx(stats.ttest_ind(a, b, equal_var=False)[1])
     assert compare(a, b).test == "Welch t"  # seeds unknown
+
+
+def test_compare_takes_per_side_keywords_for_plain_values():
+    a, b = [1.0, 2.0, 4.0], [0.5, 1.0, 2.5]
+    loose = compare(a, b, label_a="x", label_b="y", seeds_a=[0, 1, 2], seeds_b=[0, 1, 2])
+    arms = compare(Arm(a, "x", [0, 1, 2]), Arm(b, "y", [0, 1, 2]))
+    assert loose == arms and loose.test == "paired t"
+    assert (loose.label_a, loose.label_b) == ("x", "y")
+    assert compare(a, b, diverged_b=2).diverged_b == 2
+    with pytest.raises(TypeError, match="seed_a"):
+        compare(a, b, seed_a=[0, 1, 2])
 
 
 def test_holm_matches_the_hand_computed_adjustment():
@@ -161,12 +173,8 @@ def test_seeds_needed_matches_the_power_of_the_t_test():
 
 def test_verdict_equivalent_within_the_margin():
     c = compare(
-        [1.500, 1.503, 1.498],
-        [1.501, 1.502, 1.500],
-        seeds_a=[0, 1, 2],
-        seeds_b=[0, 1, 2],
-        label_a="pre",
-        label_b="post",
+        Arm([1.500, 1.503, 1.498], "pre", [0, 1, 2]),
+        Arm([1.501, 1.502, 1.500], "post", [0, 1, 2]),
         margin=0.01,
     )
     v = verdict(c)
@@ -175,7 +183,7 @@ def test_verdict_equivalent_within_the_margin():
 
 
 def test_verdict_inconclusive_says_how_many_seeds_would_decide_it():
-    c = compare([1.50, 1.56, 1.47], [1.55, 1.58, 1.54], label_a="pre", label_b="post")
+    c = compare(Arm([1.50, 1.56, 1.47], "pre"), Arm([1.55, 1.58, 1.54], "post"))
     v = verdict(c)
     assert v.kind == "inconclusive" and v.winner is None and v.seeds_needed
     assert f"≈{v.seeds_needed} seeds per variant would decide it" in v.text
@@ -183,7 +191,7 @@ def test_verdict_inconclusive_says_how_many_seeds_would_decide_it():
 
 
 def test_verdict_names_a_clear_winner_with_the_t_interval():
-    c = compare([1.50, 1.52, 1.48], [1.81, 1.80, 1.83], label_a="pre", label_b="post")
+    c = compare(Arm([1.50, 1.52, 1.48], "pre"), Arm([1.81, 1.80, 1.83], "post"))
     v = verdict(c, where="at warmup=0")
     assert v.kind == "better" and v.winner == "pre"
     assert v.text.startswith("pre beats post by 0.313 nats (95% CI [")
@@ -204,11 +212,11 @@ def test_holm_turns_a_nominal_winner_inconclusive():
 
 
 def test_verdict_on_diverged_runs():
-    c = compare([1.5, 1.6, 1.55], [], label_a="pre", label_b="post", diverged_b=3)
+    c = compare(Arm([1.5, 1.6, 1.55], "pre"), Arm([], "post", diverged=3))
     v = verdict(c, where="at warmup_ratio=0")
     assert v.kind == "diverged" and v.winner == "pre"
     assert v.text == "post diverged in 3/3 seeds (pre: 0/3) at warmup_ratio=0"
-    partial = verdict(compare([1.5, 1.6], [1.5, 1.6, 1.55], label_a="a", label_b="b", diverged_a=1))
+    partial = verdict(compare(Arm([1.5, 1.6], diverged=1), [1.5, 1.6, 1.55]))
     assert "a diverged in 1/3 seeds" in partial.text
     assert verdict(compare([1.5], [1.6, 1.7])).kind == "too_few"
 

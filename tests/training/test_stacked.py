@@ -153,7 +153,7 @@ def _columns(run_dir) -> dict[str, dict[int, float]]:
 def test_metrics_csv_of_a_stacked_member_diffs_clean_against_its_solo_run(tmp_path, cfgs_of):
     """The same metric columns at the same steps, values within float rounding, for a member
     that completes, one that diverges and one that stops early (each leaves the stack at another
-    step): the books are one implementation, whichever way a run trains."""
+    step): the metric bookkeeping is one implementation, whichever way a run trains."""
     train = {"early_stopping_patience": 1, "eval_interval": 4, "log_interval": 2, "eval_batches": 1}
     every = {f"train.{k}": v for k, v in train.items()}
     cfgs = cfgs_of(

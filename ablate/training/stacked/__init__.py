@@ -2,8 +2,8 @@
 
 ``plan``: which runs stack and how many members a group gets (torch-free, read at plan time);
 ``lit``: the group as one LightningModule (one model of k members, ``ablate.model.members``,
-and the solo run's step and books, ``training.lit.LitRuns``); ``member``: a member's store,
-data and state between fits; ``group``: ``train_group``, the fits of a group; ``store``: member
-checkpoints.
+and the solo run's step and per-step metrics, ``training.lit.LitRuns``); ``member``: a
+member's store, data and state between fits; ``group``: ``train_group``, the fits of a group;
+``store``: member checkpoints.
 A member's W&B run is ``ablate.tracking.runs``.
 """

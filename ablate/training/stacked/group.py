@@ -5,7 +5,7 @@ together (one model of k members, ``ablate.model.members``: the solo run's code 
 dimension, k = 1 for a solo run) while each member stays a run: its own initial weights and
 data order (``stacked.member``: opened as a solo run is), LR schedule, gradient clipping, AdamW
 state (``MemberAdamW``), metrics, divergence and early stopping (``LitRuns``, the solo run's
-books), checkpoint (``stacked.store``), ``summary.json`` (``train.finish_run``) and
+code), checkpoint (``stacked.store``), ``summary.json`` (``train.finish_run``) and
 ``progress.json`` in its own ``RunDir``.
 
 Lightning drives the group as it drives a solo run: ``LitStack`` (the members as one
@@ -131,7 +131,7 @@ def _fit(
         if isinstance(err.__context__, KeyboardInterrupt):
             raise KeyboardInterrupt from None
         raise
-    lit.hand_back()
+    lit.copy_to_members()
 
 
 def _train(members: list[Member], device: torch.device, stop: StepBoundaryStop) -> None:

@@ -1,6 +1,6 @@
 """``LitStack``: the members of a stacked group as one LightningModule, and their batches.
 
-Everything a step computes and books is ``LitRuns``'s, the same as a solo run's
+Everything a step computes and records is ``LitRuns``'s, the same as a solo run's
 (``ablate.training.lit``), over one model of k members (``ablate.model.stack_models``: member i
 holds member i's own model's weights). What this adds is the hand-over of each member's state
 into and out of a fit. Lightning drives the fit as it drives a solo run's
@@ -77,7 +77,7 @@ class LitStack(LitRuns):
             if m.optimizer:
                 opt.load_member(i, m.optimizer)
         opt.start_at([self.start_step] * self.k)
-        self.opt = opt  # for hand_back, after the fit
+        self.opt = opt  # for copy_to_members, after the fit
         return opt
 
     def save_members(self, checkpoint: dict, loops: list[dict[str, Any]]) -> None:
@@ -95,7 +95,7 @@ class LitStack(LitRuns):
         ]
 
     @torch.no_grad()
-    def hand_back(self) -> None:
+    def copy_to_members(self) -> None:
         """Each member's state after the fit, as a resume would read it: weights into its own
         model (on the training device), AdamW state, loop state, step and how it ended."""
         opt = self.opt

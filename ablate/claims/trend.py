@@ -1,0 +1,307 @@
+"""Trend claims: does the gap between two arms grow, shrink or stay flat as training compute
+grows along a scale ladder (:mod:`ablate.study.ladder`)? ::
+
+    - id: post-ln-penalty-grows
+      expect: grows                       # grows | shrinks | flat
+      a: {model.norm_placement: post}     # the gap is metric(a) - metric(b) at each rung ...
+      b: {model.norm_placement: pre}
+      margin: 0.01                        # nats per decade of training FLOPs (flat: required)
+      # by: {axis: [v1, v2]}              # ... or an interaction's difference of differences
+
+The gap of seed ``s`` at rung ``r`` is ``g[s, r] = m(a, r)_s - m(b, r)_s`` (both arms trained on
+seed ``s``: paired), or with ``by:`` the interaction's difference of differences at that rung
+(:mod:`ablate.claims.interaction`). The rung's compute is ``x[r] = log10`` of its training FLOPs
+(each run's ``flops_per_token x steps x batch_size x seq_len``, the mean over the claim's runs
+at the rung; evaluation left out). Per seed, the ordinary least-squares slope of ``g[s, .]`` on
+``x`` is that seed's trend in nats per decade of compute. Two tests decide the claim, as every
+claim (:mod:`ablate.claims.checks`; :func:`slope_tests`): the one-sample t of the seeds' slopes
+against 0 (n - 1 degrees of freedom, its 95% t-interval; for ``flat`` TOST at ``±margin`` per
+decade), and its exact counterpart, the sign-flip test of the slopes against 0 (under no trend
+each seed's slope is symmetric about 0, so its sign is a fair coin; for ``flat`` two one-sided
+sign-flip tests of the slopes against ``±margin``), which needs no normality and cannot go
+below ``2/2^n``. Each sits in its test kind's Holm family over the study's claims. ``grows``
+reproduces when the mean slope is significantly above 0 (the gap ``a - b`` rises with compute:
+write the arm you expect to fall behind as ``a``), ``shrinks`` below 0, ``flat`` decides like
+an equivalence (equivalent / different / different but within margin / inconclusive); a slope
+equivalent to 0 contradicts grows and shrinks. Where only one test supports an outcome the
+claim says which ("reproduces by t-test only").
+
+Why per-seed slopes and not a mixed model (``statsmodels`` ``MixedLM``, random intercept and
+slope per seed): every seed trains every cell at every rung, so the design is balanced and all
+seeds share the same x. Then the mean of the per-seed OLS slopes *is* the mixed model's
+fixed-effect slope (GLS and OLS coincide), and the one-sample t on the slopes is its exact
+small-sample test; the mixed model would instead estimate two variance components by REML from
+3-8 seeds (often on the boundary, with convergence warnings) and test with a Wald z that is
+too liberal at that n. The slopes also reuse the paired machinery every claim has: the exact
+sign-flip test, TOST and the seeds-needed power (:mod:`ablate.claims.power`, one number per
+seed). The price: a seed that misses a cell at some rung (a diverged run) is left out whole,
+and counted, rather than contributing its other rungs.
+
+The report's extrapolation (:func:`extrapolate`) is each seed's fitted line carried one rung
+spacing (the mean step in ``x``) past the largest rung, with the t-interval over seeds: a
+prediction from the fitted line, never a measurement, and labelled so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ablate.claims.comparisons import Comparison, compare
+from ablate.claims.interaction import cells
+from ablate.claims.spec import FITTED, RUNG, TREND, TREND_AS_PAIRED, Claim
+from ablate.claims.stats import mean_ci
+from ablate.errors import ConfigError
+from ablate.names import axis_column, format_value
+
+AS_PAIRED = TREND_AS_PAIRED
+KEY = "trend"
+"""``Comparison.key[0]`` of a trend's test."""
+TEST = "one-sample t of the per-seed slopes of the gap on log10 training FLOPs"
+UNIT = "per decade of training FLOPs"
+
+__all__ = [
+    "AS_PAIRED",
+    "TREND",
+    "check_ladder_claims",
+    "slope_tests",
+    "trend_comparison",
+    "train_flops",
+]
+
+
+def check_ladder_claims(claims: list[Claim], source: Path, axes: dict[str, list[Any]]) -> None:
+    """What a ladder asks of a study's claims, checked at plan time (one line naming
+    ``claims[i].<key>``): a trend spans a ladder of at least 3 rungs, compares two arms of the
+    study (or an interaction) with no rung in ``a``/``b``/``where``/``by``, and a ``flat`` one
+    states its margin (nats per decade of training FLOPs); every other claim of a ladder study
+    compares its arms at one rung, since pooling the rungs would average models of different
+    sizes (``where: {rung: ...}``, a rung in each arm, or ``by:`` over two rungs)."""
+    for i, claim in enumerate(claims):
+        where = f"claims[{i}]"
+        if claim.expect in TREND:
+            _check_trend(claim, where, source, axes)
+        elif RUNG in axes and RUNG not in claim.by:
+            arms = [claim.a, *([claim.b] if claim.b else []), *(p.a for p in claim.parts)]
+            if not all(RUNG in {**claim.where, **arm} for arm in arms):
+                raise ConfigError(
+                    f"a ladder study compares arms at one rung: add {RUNG} to where (e.g. "
+                    f"where: {{{RUNG}: {axes[RUNG][-1]}}}); only a trend claim (expect: "
+                    "grows/shrinks/flat) spans the rungs",
+                    key=f"{where}.where",
+                    source=source,
+                )
+
+
+def _check_trend(claim: Claim, where: str, source: Path, axes: dict[str, list[Any]]) -> None:
+    if len(axes.get(RUNG) or []) < 3:
+        raise ConfigError(
+            f"expect: {claim.expect} is a trend over a ladder's rungs: the study needs "
+            "ladder: with at least 3 rungs",
+            key=f"{where}.expect",
+            source=source,
+        )
+    if claim.metric in FITTED or claim.external:
+        raise ConfigError(
+            "a trend compares per-run metrics of two arms of the study at every rung",
+            key=f"{where}.{'metric' if claim.metric in FITTED else 'b'}",
+            source=source,
+        )
+    for key in ("a", "b", "where", "by"):
+        if RUNG in getattr(claim, key):
+            raise ConfigError(
+                f"a trend spans every rung: {RUNG} cannot be in {key}",
+                key=f"{where}.{key}.{RUNG}",
+                source=source,
+            )
+    if claim.expect == "flat" and claim.margin is None:
+        raise ConfigError(
+            "a flat trend states its margin: the slope (nats per decade of training FLOPs) "
+            "that counts as flat",
+            key=f"{where}.margin",
+            source=source,
+        )
+
+
+def train_flops(runs: pd.DataFrame) -> pd.Series:
+    """Training FLOPs of each run: ``flops_per_token x steps x batch_size x seq_len`` (the
+    model's own accounting, as its ``summary.json`` records it); NaN where unknown."""
+    cols = ("flops_per_token", "steps", "cfg.batch_size", "cfg.seq_len")
+    if not all(c in runs for c in cols):
+        return pd.Series(np.nan, index=runs.index)
+    out = pd.Series(1.0, index=runs.index)
+    for c in cols:
+        out = out * pd.to_numeric(runs[c], errors="coerce")
+    return out
+
+
+def rung_order(runs: pd.DataFrame) -> list[Any]:
+    """The rungs of ``runs`` in order of their mean training FLOPs (unknown last)."""
+    flops = train_flops(runs).groupby(runs[RUNG].to_numpy()).mean()
+    return list(flops.sort_values(na_position="last").index)
+
+
+def _signed_cells(claim: Claim) -> list[tuple[float, dict[str, Any]]]:
+    """The cells whose signed sum is the gap: ``a - b``, or an interaction's
+    ``(a, b1) - (b, b1) - (a, b2) + (b, b2)``."""
+    if claim.by:
+        return list(zip((1.0, -1.0, -1.0, 1.0), cells(claim), strict=True))
+    return [(1.0, {**claim.where, **claim.a}), (-1.0, {**claim.where, **claim.b})]
+
+
+def _select(runs: pd.DataFrame, sel: dict[str, Any]) -> pd.DataFrame:
+    mask = pd.Series(True, index=runs.index)
+    for key, val in sel.items():
+        col = axis_column(key)
+        mask &= runs[col] == val if col in runs else False
+    return runs[mask]
+
+
+def rung_gaps(runs: pd.DataFrame, claim: Claim, col: str) -> tuple[pd.DataFrame, pd.Series, int]:
+    """(one row per seed that finished every cell finite at every rung, one column per rung
+    in order of compute: the gap; ``x``: log10 training FLOPs per rung, same order; the number
+    of seeds left out because a cell is missing or not finite at some rung)."""
+    if RUNG not in runs:
+        return pd.DataFrame(), pd.Series(dtype=float), 0
+    flops = train_flops(runs)
+    gaps: dict[str, pd.Series] = {}
+    x: dict[str, float] = {}
+    seen: set = set()
+    for rung in dict.fromkeys(runs[RUNG].dropna()):
+        at = runs[runs[RUNG] == rung]
+        total, used = None, []
+        for sign, sel in _signed_cells(claim):
+            g = _select(at, sel)
+            seen |= set(g["seed"])
+            done = g[g["status"] == "completed"]
+            vals = pd.to_numeric(done[col], errors="coerce") if col in done else pd.Series()
+            s = pd.Series(sign * vals.to_numpy(dtype=float), index=done["seed"].to_numpy())
+            total = s if total is None else total.add(s)  # NaN where a seed lacks a cell
+            used.append(flops[done.index])
+        fl = pd.concat(used)
+        fl = fl[np.isfinite(fl)]
+        if total is not None and len(fl):
+            gaps[rung] = total
+            x[rung] = math.log10(float(fl.mean()))
+    xs = pd.Series(x, dtype=float).sort_values()
+    table = pd.concat([gaps[r] for r in xs.index], axis=1, keys=list(xs.index)) if x else None
+    if table is None:
+        return pd.DataFrame(), xs, len(seen)
+    table = table[np.isfinite(table.to_numpy(dtype=float)).all(axis=1)].sort_index()
+    return table, xs, len(seen - set(table.index))
+
+
+def seed_lines(table: pd.DataFrame, x: pd.Series) -> pd.DataFrame:
+    """Per seed (rows of ``table``): the OLS ``slope`` of its gaps on ``x`` (per decade) and
+    the ``intercept`` at ``x = 0``: ``slope = sum((x - mean x)(g - mean g)) / sum((x -
+    mean x)^2)``."""
+    xv = x.to_numpy(dtype=float)
+    g = table.to_numpy(dtype=float)
+    dx = xv - xv.mean()
+    slope = (g - g.mean(axis=1, keepdims=True)) @ dx / float(dx @ dx)
+    intercept = g.mean(axis=1) - slope * xv.mean()
+    return pd.DataFrame({"slope": slope, "intercept": intercept}, index=table.index)
+
+
+def next_rung(x: pd.Series) -> float:
+    """log10 FLOPs one rung up: one mean rung spacing past the largest rung."""
+    xv = x.to_numpy(dtype=float)
+    return float(xv[-1] + (xv[-1] - xv[0]) / (len(xv) - 1))
+
+
+def extrapolate(lines: pd.DataFrame, at: float) -> tuple[float, float, float]:
+    """(mean, lo, hi): the seeds' fitted gaps at log10 FLOPs ``at`` with the 95% t-interval
+    over seeds: an extrapolation of the fitted lines, not a measurement."""
+    return mean_ci(lines["intercept"] + lines["slope"] * at)
+
+
+def gap_label(claim: Claim) -> str:
+    """``norm_placement=post − pre`` (or an interaction's difference of differences)."""
+    if claim.by:
+        ((axis, (v1, v2)),) = claim.by.items()
+        name = axis.split(".")[-1]
+        arms = _arms(claim)
+        return f"({arms}) at {name}={format_value(v1)} − at {format_value(v2)}"
+    return _arms(claim)
+
+
+def _arms(claim: Claim) -> str:
+    keys = list(claim.a)
+    a = ", ".join(f"{k.split('.')[-1]}={format_value(claim.a[k])}" for k in keys)
+    b = ", ".join(format_value(claim.b[k]) for k in keys)
+    return f"{a} − {b}"
+
+
+def slope_tests(
+    slopes: Sequence[float], seeds: Sequence[int], margin: float, label: str, key: tuple = ()
+) -> Comparison:
+    """A trend's two tests on its per-seed ``slopes`` (module doc): the one-sample t against 0
+    with its 95% t-interval and TOST at ``±margin``, and the exact sign-flip test of the slopes
+    against 0 with two one-sided sign-flip tests at ``±margin`` (``p_flip``, ``p_flip_tost``).
+    Written as the slopes paired with zeros, so a slope is a seed's difference and every
+    claim's machinery (Holm per test kind, the outcome by each test, seeds needed) applies."""
+    comp = compare(
+        list(slopes),
+        [0.0] * len(slopes),
+        seeds_a=seeds,
+        seeds_b=seeds,
+        label_a=label,
+        label_b="0",
+        margin=margin,
+        key=key,
+    )
+    return replace(comp, test="one-sample t") if comp.paired else comp
+
+
+def trend_comparison(runs: pd.DataFrame, claim: Claim, col: str, margin: float) -> Comparison:
+    """The claim's tests on ``runs`` (already under ``where``): :func:`slope_tests` of the
+    per-seed slopes, with the rungs, each seed's line and the extrapolation in ``context``."""
+    table, x, lost = rung_gaps(runs, claim, col)
+    ok = len(x) >= 3 and len(table) > 0
+    lines = seed_lines(table, x) if ok else pd.DataFrame({"slope": [], "intercept": []})
+    seeds = [int(s) for s in lines.index]
+    label = f"slope of {gap_label(claim)} per decade"
+    comp = slope_tests(lines["slope"].tolist(), seeds, margin, label, key=(KEY, claim.id))
+    nxt = next_rung(x) if ok else math.nan
+    context = {
+        "gap": gap_label(claim),
+        "rungs": list(x.index),
+        "x": [float(v) for v in x],
+        "gap_means": [float(table[r].mean()) for r in x.index] if ok else [],
+        "seeds": seeds,
+        "lost": lost,
+        "lines": lines,
+        "table": table,
+        "next_x": nxt,
+        "next": extrapolate(lines, nxt) if ok and len(lines) else (math.nan,) * 3,
+    }
+    return replace(comp, context=context)
+
+
+def numbers_text(c: Comparison, unit: str, fmt_num, fmt_p) -> str:
+    """The claim's numbers in words: the slope per decade with its CI and tests, the mean gap
+    at each rung, and the extrapolated gap one rung up, labelled as an extrapolation."""
+    ctx = c.context
+    if len(ctx.get("x", [])) < 3:
+        return f"fewer than 3 rungs with finished runs of both arms ({len(ctx.get('x', []))})"
+    rungs = ", ".join(
+        f"{r} ({10**x:.3g} FLOPs) {fmt_num(g)}"
+        for r, x, g in zip(ctx["rungs"], ctx["x"], ctx["gap_means"], strict=True)
+    )
+    m, lo, hi = ctx["next"]
+    lost = f"; {ctx['lost']} seed(s) left out: a cell missing or diverged" if ctx["lost"] else ""
+    return (
+        f"gap {ctx['gap']}: slope {fmt_num(c.diff)} {unit} {UNIT} (95% CI "
+        f"[{fmt_num(c.ci_lo)}, {fmt_num(c.ci_hi)}], {c.n_a} seeds, each training every cell at "
+        f"{len(ctx['x'])} rungs; {TEST} {fmt_p(c.p)}, {c.correction} {fmt_p(c.p_adj)}; TOST "
+        f"±{c.margin:g} per decade: {c.correction} {fmt_p(c.p_tost_adj, 'p')}); mean gap per "
+        f"rung: {rungs}; EXTRAPOLATION (the fitted lines one rung spacing past "
+        f"{ctx['rungs'][-1]}, not measured): {fmt_num(m)} [{fmt_num(lo)}, {fmt_num(hi)}] at "
+        f"{10 ** ctx['next_x']:.3g} FLOPs{lost}"
+    )
