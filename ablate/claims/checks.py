@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from ablate.claims.comparisons import FINISHED, Comparison, compare, compare_groups
+from ablate.claims.comparisons import FINISHED, Arm, Comparison, compare, compare_groups
 from ablate.claims.fit import init_ffn_grad_slope, lr_fit
 from ablate.claims.interaction import AS_PAIRED, cells, interaction_comparison
 from ablate.claims.one_sample import Part, contradicted, intersection, part_of
@@ -178,12 +178,8 @@ def _exponent_check(check: ClaimCheck, base: pd.DataFrame, axes: list[str], m: f
     alphas = {s: a for s, a in fit.alphas.items() if math.isfinite(a)}
     seeds = list(alphas)
     check.comparison = compare(
-        list(alphas.values()),
-        [claim.value] * len(seeds),
-        seeds_a=seeds,
-        seeds_b=seeds,
-        label_a="alpha",
-        label_b=f"{claim.value:g}",
+        Arm(list(alphas.values()), "alpha", seeds),
+        Arm([claim.value] * len(seeds), f"{claim.value:g}", seeds),
         margin=m,
     )
     # one fitted exponent per seed against a constant: a one-sample t-test, not a paired one
@@ -209,15 +205,12 @@ def _arm_check(
         done = ga[ga["status"] == "completed"]
         values = pd.to_numeric(done[col], errors="coerce").tolist()
         one = len(claim.external) == 1  # one published number: a fixed value, one-sample
+        seeds = done["seed"].tolist() if one else None
+        diverged = int((ga["status"] == "diverged").sum())
         check.comparison = compare(
-            values,
-            list(claim.external) * (len(values) if one else 1),
-            seeds_a=done["seed"].tolist() if one else None,
-            seeds_b=done["seed"].tolist() if one else None,
-            label_a=la,
-            label_b=published_label(claim),
+            Arm(values, la, seeds, diverged),
+            Arm(list(claim.external) * (len(values) if one else 1), published_label(claim), seeds),
             margin=m,
-            diverged_a=int((ga["status"] == "diverged").sum()),
         )
         if one:
             check.comparison = replace(check.comparison, test="one-sample t")

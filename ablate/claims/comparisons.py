@@ -147,17 +147,9 @@ class Arm:
     diverged: int = 0
 
 
-def _as_arm(x: Arm | Sequence[float], side: str, loose: dict[str, Any]) -> Arm:
-    """``x`` as an :class:`Arm`; plain values take ``label_<side>``, ``seeds_<side>`` and
-    ``diverged_<side>`` from ``loose`` (the per-side keywords of older callers)."""
-    if isinstance(x, Arm):
-        return x
-    return Arm(
-        x,
-        loose.pop(f"label_{side}", side),
-        loose.pop(f"seeds_{side}", None),
-        loose.pop(f"diverged_{side}", 0),
-    )
+def _as_arm(x: Arm | Sequence[float], side: str) -> Arm:
+    """``x`` as an :class:`Arm` (plain values: an arm labelled ``side``, seeds unknown)."""
+    return x if isinstance(x, Arm) else Arm(x, side)
 
 
 def compare(
@@ -169,17 +161,13 @@ def compare(
     axis: str = "",
     context: dict[str, Any] | None = None,
     key: tuple = (),
-    **loose: Any,
 ) -> Comparison:
     """``mean(a) - mean(b)``: a paired t-test and interval when both arms have the same finite
     seeds (each :class:`Arm`'s ``seeds`` give its values' seeds), else Welch; TOST at
     ``±margin``; and the percentile bootstrap CI as a secondary number. p_adj is filled by
-    :func:`adjust`. Plain values are an arm labelled ``"a"``/``"b"``; ``loose`` takes the
-    per-side keywords (``label_a``, ``seeds_a``, ``diverged_a``, ``_b`` alike) that callers
-    passing plain values still use."""
-    arm_a, arm_b = _as_arm(a, "a", loose), _as_arm(b, "b", loose)
-    if loose:
-        raise TypeError(f"compare() got unexpected keyword(s) {', '.join(sorted(loose))}")
+    :func:`adjust`. Plain values are an arm labelled ``"a"``/``"b"`` whose seeds are not
+    known."""
+    arm_a, arm_b = _as_arm(a, "a"), _as_arm(b, "b")
     a, b = arm_a.values, arm_b.values
     pairs = _pairable(a, b, arm_a.seeds, arm_b.seeds)
     x, y = finite(a), finite(b)

@@ -35,7 +35,6 @@ from typing import Any
 import yaml
 
 from ablate.claims.spec import FITTED, TREND, Claim, claim_fingerprint
-from ablate.claims.trend import TEST as TREND_TEST
 from ablate.errors import ConfigError
 
 FOLDER = "registrations"
@@ -59,6 +58,9 @@ def registration_path(study_path: str | Path, profile: str | None = None) -> Pat
 def test_name(claim: Claim) -> str:
     """The test that decides ``claim``, in words (as the report computes it)."""
     if claim.expect in TREND:
+        # trend's statistics import scipy and pandas: not at planning time (start-up)
+        from ablate.claims.trend import TEST as TREND_TEST
+
         return f"{TREND_TEST} (a slope per seed over the rungs)" + (
             " + TOST" if claim.expect == "flat" else ""
         )

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ablate.claims.comparisons import Comparison, compare
+from ablate.claims.comparisons import Arm, Comparison, compare
 from ablate.claims.interaction import cells
 from ablate.claims.spec import FITTED, RUNG, TREND, TREND_AS_PAIRED, Claim
 from ablate.claims.stats import mean_ci
@@ -247,12 +247,8 @@ def slope_tests(
     Written as the slopes paired with zeros, so a slope is a seed's difference and every
     claim's machinery (Holm per test kind, the outcome by each test, seeds needed) applies."""
     comp = compare(
-        list(slopes),
-        [0.0] * len(slopes),
-        seeds_a=seeds,
-        seeds_b=seeds,
-        label_a=label,
-        label_b="0",
+        Arm(list(slopes), label, seeds),
+        Arm([0.0] * len(slopes), "0", seeds),
         margin=margin,
         key=key,
     )

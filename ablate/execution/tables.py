@@ -27,7 +27,6 @@ from rich.table import Table
 from rich.text import Text
 
 from ablate.config import ConfigError
-from ablate.execution.ladder import print_ladder
 from ablate.execution.progress import fmt_duration
 from ablate.store import DAMAGED, FINISHED, RunDir, RunStore, run_damage, run_state
 from ablate.store.rundir import ERROR_FILE
@@ -378,6 +377,9 @@ def _print_plan(
     title = escape(f"{len(study.runs)} runs -> {runs_store.root}")
     print_rows(console, title, cols, rows)
     if study.ladder is not None:
+        # the rung table costs the runs' FLOPs (torch): imported only for a ladder
+        from ablate.execution.ladder import print_ladder
+
         print_ladder(study, console)
     for line in stack_lines:
         console.print(escape(line), soft_wrap=True)

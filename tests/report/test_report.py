@@ -121,17 +121,6 @@ def test_compare_pairs_by_seed_only_when_both_arms_share_the_seeds():
     assert compare(a, b).test == "Welch t"  # seeds unknown
 
 
-def test_compare_takes_per_side_keywords_for_plain_values():
-    a, b = [1.0, 2.0, 4.0], [0.5, 1.0, 2.5]
-    loose = compare(a, b, label_a="x", label_b="y", seeds_a=[0, 1, 2], seeds_b=[0, 1, 2])
-    arms = compare(Arm(a, "x", [0, 1, 2]), Arm(b, "y", [0, 1, 2]))
-    assert loose == arms and loose.test == "paired t"
-    assert (loose.label_a, loose.label_b) == ("x", "y")
-    assert compare(a, b, diverged_b=2).diverged_b == 2
-    with pytest.raises(TypeError, match="seed_a"):
-        compare(a, b, seed_a=[0, 1, 2])
-
-
 def test_holm_matches_the_hand_computed_adjustment():
     # sorted p: 0.01, 0.03, 0.04 -> 3·0.01 = 0.03, 2·0.03 = 0.06, max(0.06, 1·0.04) = 0.06
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
