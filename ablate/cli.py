@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from ablate.config import ConfigError
 from ablate.execution.executors import ExecutorFailed
 from ablate.store import StoreWriteError
 
+
+class Commands(TyperGroup):
+    """The commands in the order of the flow: ``run`` (a group: the study's runs and its
+    modes, registered after the plain commands) right after ``train``."""
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:
+        first = {"train": 0, "run": 1}
+        return sorted(super().list_commands(ctx), key=lambda name: first.get(name, 2))
+
+
 app = typer.Typer(
+    cls=Commands,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -94,161 +107,322 @@ def train(
         raise typer.Exit(1)
 
 
-ExecOpt = Annotated[
-    str, typer.Option("--executor", "-e", help="Where runs train: local, ray or slurm.")
-]
+# --- ablate run: the study's runs, or one of its modes (`ablate run MODE STUDY`) ---------------
 
 
-@app.command()
-def run(
-    study: Annotated[Path, typer.Argument(help="Study YAML, e.g. studies/norm_placement.yaml.")],
-    profile: ProfileOpt = None,
-    set_: SetOpt = None,
-    store: StoreOpt = Path("runs"),
-    workers: Annotated[
-        str | None,
-        typer.Option(
-            help="local: runs trained at once, or auto (default: one per core on a CPU, "
-            "GPUs x runs-per-gpu on GPUs; $ABLATE_DEFAULT_WORKERS overrides the default)."
-        ),
-    ] = None,
-    no_progress: NoProgressOpt = False,
-    executor: ExecOpt = "local",
-    runs_per_gpu: Annotated[
-        int, typer.Option(help="Runs packed on one GPU, each with 1/k of its memory.")
-    ] = 1,
-    gpus_per_run: Annotated[int, typer.Option(help="ray/slurm: GPUs one run uses.")] = 1,
-    ray_address: Annotated[
-        str | None, typer.Option(help="ray: auto or HOST:PORT of a cluster (default: start one).")
-    ] = None,
-    max_retries: Annotated[
-        int, typer.Option(help="ray/local: re-queue runs whose worker or node died, this often.")
-    ] = 3,
-    slurm_partition: Annotated[str | None, typer.Option(help="slurm: partition.")] = None,
-    slurm_time: Annotated[
-        str, typer.Option(help="slurm: time per job (minutes or H:MM:SS), then requeued.")
-    ] = "60",
-    slurm_array_parallelism: Annotated[
-        int, typer.Option(help="slurm: array tasks running at once.")
-    ] = 64,
-    slurm_opt: Annotated[
-        list[str] | None,
-        typer.Option(help="slurm: extra #SBATCH option key=value (repeatable)."),
-    ] = None,
-    slurm_cluster: Annotated[
-        str | None,
-        typer.Option(
-            help="slurm: slurm (default: needs sbatch on PATH) or local (jobs as local processes)."
-        ),
-    ] = None,
-    lease_grace: Annotated[
-        float | None, typer.Option(help="Seconds without heartbeat before a run is taken over.")
-    ] = None,
-    plugin: PluginOpt = None,
-    rerun_stale: Annotated[
-        bool,
-        typer.Option(
-            "--rerun-stale", help="Retrain runs made by other model/training code (moved aside)."
-        ),
-    ] = False,
-    until_decided: Annotated[
-        bool,
-        typer.Option(
-            "--until-decided",
-            help="Sequential looks on the claims: add seeds to inconclusive claims' arms, "
-            "spending alpha (O'Brien-Fleming), until decided or --max-looks.",
-        ),
-    ] = False,
-    max_looks: Annotated[
-        str, typer.Option(help="With --until-decided: planned looks at most (>= 1).")
-    ] = "3",
-    seeds_per_look: Annotated[
-        str | None,
-        typer.Option(help="With --until-decided: seeds added per look (default: the first's)."),
-    ] = None,
-    confirm: Annotated[
-        str | None,
-        typer.Option(
-            "--confirm",
-            help="Train N (default 3: --confirm alone) fresh seeds for the claims' arms only, "
-            "marked confirm.",
-        ),
-    ] = None,
-    smoke: Annotated[
-        bool,
-        typer.Option(
-            help="2 CPU steps of every variant into a throwaway store; exit 1 on a failure."
-        ),
-    ] = False,
-    unregistered: Annotated[
-        bool,
-        typer.Option(
-            help="--confirm / --until-decided without a committed registration "
-            "(the report calls the outcome exploratory)."
-        ),
-    ] = False,
-) -> None:
-    """Expand a study into runs and train every run not yet finished (resumable)."""
-    from ablate.execution.executors import ExecutorOptions
-    from ablate.execution.runner import run_study
+class RunModes(TyperGroup):
+    """``ablate run STUDY`` trains the study (the default command, shown by ``ablate run
+    --help`` with the modes under it); ``ablate run MODE STUDY`` is one of its modes. The old
+    spellings ``--smoke``, ``--confirm [N]`` and ``--until-decided`` still pick their mode."""
 
-    if smoke:
-        from ablate.execution.smoke import smoke_study
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, route_run(args, set(self.commands)))
+
+
+def route_run(args: list[str], modes: set[str]) -> list[str]:
+    """``ablate run``'s arguments with the command to run first: a mode named first, else the
+    mode an old flag names, else the study (``--help`` too: it lists the modes)."""
+    if not args:
+        return [STUDY_COMMAND, "--help"]
+    if args[0] in modes:
+        return args
+    if "--until-decided" in args:
+        return ["until-decided", *(a for a in args if a != "--until-decided")]
+    if "--smoke" in args:
+        return ["smoke", *(a for a in args if a != "--smoke")]
+    if "--confirm" in args:
+        i = args.index("--confirm")
+        value = args[i + 1] if i + 1 < len(args) else "-"
+        if value.startswith("-") or value.endswith((".yaml", ".yml")):  # --confirm alone
+            value, rest = DEFAULT_CONFIRM, args[:i] + args[i + 1 :]
+        else:
+            rest = args[:i] + args[i + 2 :]
+        return ["confirm", *rest, *([] if value == DEFAULT_CONFIRM else ["--seeds", value])]
+    return [STUDY_COMMAND, *args]
+
+
+STUDY_COMMAND = "study"
+"""The hidden name of ``ablate run STUDY`` (the default command of the group)."""
+
+
+class _TopContext(typer.Context):
+    @property
+    def command_path(self) -> str:  # `ablate run`, not `ablate run study`
+        return super().command_path.strip()
+
+
+class RunStudyCommand(TyperCommand):
+    """``ablate run STUDY``: its usage and help read as ``ablate run``'s; ``--help`` adds the
+    modes and, after ``--executor NAME``, that executor's ``--executor-opt`` keys."""
+
+    context_class = _TopContext
+
+    def make_context(self, info_name, args, parent=None, **extra) -> typer.Context:
+        return super().make_context(None, args, parent=parent, **extra)
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        ctx.meta["ablate.args"] = list(args)  # --help shows the options of the --executor given
+        return super().parse_args(ctx, args)
+
+    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+        super().format_help(ctx, formatter)
+        modes = ctx.parent.command.commands if ctx.parent else {}
+        rows = [(name, cmd.get_short_help_str(80)) for name, cmd in modes.items() if not cmd.hidden]
+        print_panel("Modes: ablate run MODE STUDY [OPTIONS] (ablate run MODE --help)", rows)
+        name = executor_given(ctx.meta.get("ablate.args", []))
+        if name is None:
+            return
+        from ablate.execution.executors import options_help
 
         try:
-            rows = smoke_study(study, profile=profile, overrides=set_ or [])
+            rows = [(key, _with_default(doc, dflt)) for key, dflt, doc in options_help(name)]
         except ConfigError as err:
             fail(err)
-        if any(r["status"] != "completed" for r in rows):
-            raise typer.Exit(1)
-        return
+        print_panel(f"{name} options: --executor {name} --executor-opt KEY=VALUE", rows)
+
+
+def _with_default(doc: str, default: str) -> str:
+    return doc if default == "-" else f"{doc} [default: {default}]"
+
+
+def executor_given(args: list[str]) -> str | None:
+    """The value of ``--executor``/``-e`` in ``args`` (None: not given)."""
+    for i, flag in enumerate(args):
+        if flag in ("--executor", "-e") and i + 1 < len(args):
+            return args[i + 1]
+        if flag.startswith("--executor="):
+            return flag.partition("=")[2]
+    return None
+
+
+def print_panel(title: str, rows: list[tuple[str, str]]) -> None:
+    """A help section after typer's own, in its style."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.panel import Panel
+    from rich.table import Table
+
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column()
+    for key, text in rows:
+        table.add_row(escape(key), escape(text))
+    Console().print(Panel(table, title=title, title_align="left", border_style="dim"))
+
+
+run_app = typer.Typer(
+    cls=RunModes,
+    no_args_is_help=True,
+    help="Train a study's runs (ablate run STUDY), or one of its modes (ablate run MODE STUDY).",
+)
+app.add_typer(run_app, name="run")
+
+ExecOpt = Annotated[
+    str,
+    typer.Option(
+        "--executor", "-e", help="Where runs train: local, ray, slurm (or an installed plugin's)."
+    ),
+]
+ExecutorOptOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--executor-opt",
+        "-x",
+        help="An option of the executor: KEY=VALUE (repeatable; `ablate run --executor NAME "
+        "--help` lists them).",
+    ),
+]
+WorkersOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="local: runs trained at once, or auto (default: one per core on a CPU, "
+        "GPUs x runs-per-gpu on GPUs; $ABLATE_DEFAULT_WORKERS overrides the default)."
+    ),
+]
+RunsPerGpuOpt = Annotated[
+    int | None,
+    typer.Option(help="local, ray: runs packed on one GPU, each with 1/k of its memory."),
+]
+RerunStaleOpt = Annotated[
+    bool,
+    typer.Option(
+        "--rerun-stale", help="Retrain runs made by other model/training code (moved aside)."
+    ),
+]
+UnregisteredOpt = Annotated[
+    bool,
+    typer.Option(
+        "--unregistered",
+        help="Without a committed registration (the report calls the outcome exploratory).",
+    ),
+]
+StudyArg = Annotated[Path, typer.Argument(help="Study YAML, e.g. studies/norm_placement.yaml.")]
+
+
+def _train(start: Callable[[], list[dict[str, Any]]]) -> None:
+    """Run one of ``ablate run``'s modes: bad input is one line (exit 2), a full disk or dying
+    workers one line (exit 1), Ctrl-C exit 130, a failed run exit 1."""
     try:
-        opts = ExecutorOptions.parse(
-            executor=executor,
-            workers=workers,
-            runs_per_gpu=runs_per_gpu,
-            gpus_per_run=gpus_per_run,
-            ray_address=ray_address,
-            max_retries=max_retries,
-            slurm_partition=slurm_partition,
-            slurm_time=slurm_time,
-            slurm_array_parallelism=slurm_array_parallelism,
-            slurm_opts=slurm_opt or [],
-            slurm_cluster=slurm_cluster,
-            lease_grace_s=lease_grace,
-        )
-        kwargs = dict(
-            profile=profile,
-            overrides=set_ or [],
-            store=store,
-            progress=not no_progress,
-            executor=opts,
-            plugins=plugin or [],
-            rerun_stale=rerun_stale,
-        )
-        if until_decided:
-            from ablate.execution.decide import run_until_decided
-
-            results = run_until_decided(
-                study,
-                **_sequential_options(max_looks, seeds_per_look, confirm),
-                unregistered=unregistered,
-                **kwargs,
-            )
-        elif confirm is not None:
-            from ablate.execution.confirm import check_n, run_confirm
-
-            n = None if confirm == DEFAULT_CONFIRM else check_n(confirm)
-            results = run_confirm(study, n, unregistered=unregistered, **kwargs)
-        else:
-            results = run_study(study, **kwargs)
+        results = start()
     except ConfigError as err:
         fail(err)
-    except (StoreWriteError, ExecutorFailed) as err:  # a full disk, dying workers: one line
+    except (StoreWriteError, ExecutorFailed) as err:
         fail(err, 1)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
     if any(r.get("status") == "failed" for r in results):
+        raise typer.Exit(1)
+
+
+def _executor(
+    name: str, pairs: list[str] | None, workers: str | None, runs_per_gpu: int | None
+) -> Any:
+    """The executor's options from the command line (a bad one is a ConfigError naming it)."""
+    from ablate.execution.executors import parse_options
+
+    return parse_options(name, pairs or [], workers=workers, runs_per_gpu=runs_per_gpu)
+
+
+def _run_options(
+    profile: str | None,
+    set_: list[str] | None,
+    store: Path,
+    no_progress: bool,
+    plugin: list[str] | None,
+    rerun_stale: bool,
+) -> dict[str, Any]:
+    """The keyword arguments of ``run_study`` (``runner.run_options``) but the executor."""
+    return {
+        "profile": profile,
+        "overrides": set_ or [],
+        "store": store,
+        "progress": not no_progress,
+        "plugins": plugin or [],
+        "rerun_stale": rerun_stale,
+    }
+
+
+@run_app.command(STUDY_COMMAND, cls=RunStudyCommand, hidden=True)
+def run(
+    study: StudyArg,
+    profile: ProfileOpt = None,
+    set_: SetOpt = None,
+    store: StoreOpt = Path("runs"),
+    executor: ExecOpt = "local",
+    executor_opt: ExecutorOptOpt = None,
+    workers: WorkersOpt = None,
+    runs_per_gpu: RunsPerGpuOpt = None,
+    plugin: PluginOpt = None,
+    rerun_stale: RerunStaleOpt = False,
+    no_progress: NoProgressOpt = False,
+) -> None:
+    """Expand a study into runs and train every run not yet finished (resumable)."""
+    from ablate.execution.runner import run_study
+
+    _train(
+        lambda: run_study(
+            study,
+            executor=_executor(executor, executor_opt, workers, runs_per_gpu),
+            **_run_options(profile, set_, store, no_progress, plugin, rerun_stale),
+        )
+    )
+
+
+@run_app.command("confirm")
+def run_confirm(
+    study: StudyArg,
+    seeds: Annotated[
+        str | None,
+        typer.Option(
+            help="Seeds per arm: the registration's number (default: the registered seeds), or "
+            "with --unregistered N fresh ones (default 3)."
+        ),
+    ] = None,
+    unregistered: UnregisteredOpt = False,
+    profile: ProfileOpt = None,
+    set_: SetOpt = None,
+    store: StoreOpt = Path("runs"),
+    executor: ExecOpt = "local",
+    executor_opt: ExecutorOptOpt = None,
+    workers: WorkersOpt = None,
+    runs_per_gpu: RunsPerGpuOpt = None,
+    plugin: PluginOpt = None,
+    rerun_stale: RerunStaleOpt = False,
+    no_progress: NoProgressOpt = False,
+) -> None:
+    """Train the registered confirmation seeds of the claims' arms only (`ablate register`
+    first), each run marked confirm."""
+    from ablate.execution.confirm import check_n
+    from ablate.execution.confirm import run_confirm as confirm
+
+    _train(
+        lambda: confirm(
+            study,
+            None if seeds is None else check_n(seeds, "--seeds"),
+            unregistered=unregistered,
+            executor=_executor(executor, executor_opt, workers, runs_per_gpu),
+            **_run_options(profile, set_, store, no_progress, plugin, rerun_stale),
+        )
+    )
+
+
+@run_app.command("until-decided")
+def run_until_decided(
+    study: StudyArg,
+    confirm: Annotated[
+        str | None,
+        typer.Option(
+            "--confirm",
+            help="The first look on N fresh confirmation seeds (--confirm alone: the "
+            "registered ones; a registered design needs it), every added seed one too.",
+        ),
+    ] = None,
+    max_looks: Annotated[str, typer.Option(help="Planned looks at most (>= 1).")] = "3",
+    seeds_per_look: Annotated[
+        str | None, typer.Option(help="Seeds added per look (default: the first look's).")
+    ] = None,
+    unregistered: UnregisteredOpt = False,
+    profile: ProfileOpt = None,
+    set_: SetOpt = None,
+    store: StoreOpt = Path("runs"),
+    executor: ExecOpt = "local",
+    executor_opt: ExecutorOptOpt = None,
+    workers: WorkersOpt = None,
+    runs_per_gpu: RunsPerGpuOpt = None,
+    plugin: PluginOpt = None,
+    rerun_stale: RerunStaleOpt = False,
+    no_progress: NoProgressOpt = False,
+) -> None:
+    """Sequential looks on the claims: add seeds to inconclusive claims' arms, spending alpha
+    (O'Brien-Fleming), until decided or --max-looks."""
+    from ablate.execution.decide import run_until_decided as decide
+
+    _train(
+        lambda: decide(
+            study,
+            **_sequential_options(max_looks, seeds_per_look, confirm),
+            unregistered=unregistered,
+            executor=_executor(executor, executor_opt, workers, runs_per_gpu),
+            **_run_options(profile, set_, store, no_progress, plugin, rerun_stale),
+        )
+    )
+
+
+@run_app.command("smoke")
+def run_smoke(
+    study: StudyArg,
+    profile: ProfileOpt = None,
+    set_: SetOpt = None,
+    plugin: PluginOpt = None,
+) -> None:
+    """2 CPU steps of every variant into a throwaway store; exit 1 on a failure."""
+    from ablate.execution.smoke import smoke_study
+
+    try:
+        rows = smoke_study(study, profile=profile, overrides=set_ or [], plugins=plugin or [])
+    except ConfigError as err:
+        fail(err)
+    if any(r["status"] != "completed" for r in rows):
         raise typer.Exit(1)
 
 
@@ -288,7 +462,8 @@ def register(
         int, typer.Option(help="Confirmation seeds per arm (per look with --looks).")
     ] = 3,
     looks: Annotated[
-        int | None, typer.Option(min=1, help="A sequential design (--until-decided): K looks.")
+        int | None,
+        typer.Option(min=1, help="A sequential design (ablate run until-decided): K looks."),
     ] = None,
     note: Annotated[str, typer.Option(help="Why this design (e.g. its power, its budget).")] = "",
     profile: ProfileOpt = None,
@@ -297,7 +472,7 @@ def register(
     plugin: PluginOpt = None,
 ) -> None:
     """Write the study's registration (claims, margins, the confirmation design and its fresh
-    seeds) beside it; commit it before `ablate run --confirm`."""
+    seeds) beside it; commit it before `ablate run confirm`."""
     from ablate.execution.confirm import register_study
 
     try:
@@ -357,7 +532,7 @@ def plan(
         str | None,
         typer.Option(
             "--confirm",
-            help="Only the runs `ablate run --confirm [N]` would train, and their time "
+            help="Only the runs `ablate run confirm [--seeds N]` would train, and their time "
             "(--confirm alone: the registered seeds).",
         ),
     ] = None,
@@ -374,14 +549,12 @@ def plan(
             if flops:
                 raise ConfigError("prices a whole study; --confirm times one here", key="--flops")
             from ablate.execution.confirm import check_n, plan_confirmations
+            from ablate.execution.runner import StudyArgs
 
             plan_confirmations(
-                studies,
+                [StudyArgs(p, profile, tuple(set_ or []), tuple(plugin or [])) for p in studies],
                 None if confirm == DEFAULT_CONFIRM else check_n(confirm),
                 store=store,
-                profile=profile,
-                overrides=set_ or [],
-                plugins=plugin or [],
                 unregistered=unregistered,
                 estimate=not no_estimate,
                 workers=workers,

@@ -4,10 +4,11 @@ A 24-run tiny study (``STUDY``, on a generated corpus) is trained by the real CL
 in a subprocess) into fresh stores, per executor once undisturbed and once while a thread
 follows a seeded schedule of ``kill -9``s of a worker or of the driver, the same command started
 again whenever the driver is gone: ``local`` (``--workers 4``) and ``ray`` (a local cluster
-started as a user starts one, the study sent with ``--ray-address``). Everything is counted from
-the store and ``/proc``: *lost*, *trained twice* (every ``summary.json`` read each 0.2 s),
-*stuck* (a lease held once our processes are gone), *left behind* (processes of a killed driver
-alive 15 s later), and the final losses against the undisturbed store.
+started as a user starts one, the study sent with ``--executor-opt address=...``).
+Everything is counted from the store and ``/proc``: *lost*, *trained twice* (every
+``summary.json`` read each 0.2 s), *stuck* (a lease held once our processes are gone), *left
+behind* (processes of a killed driver alive 15 s later), and the final losses against the
+undisturbed store.
 """
 
 from __future__ import annotations
@@ -282,7 +283,7 @@ def ray_cluster(cpus: int, folder: Path):
 def _measure(name: str, study: Path, folder: Path, ids: list[str], plan: ChaosPlan) -> dict:
     """One executor: the study undisturbed, then under chaos, each into a fresh store."""
     with ray_cluster(plan.workers, folder) if name == "ray" else nullcontext() as address:
-        ex = ["--executor", "ray", "--ray-address", address] if address else []
+        ex = ["--executor", "ray", "--executor-opt", f"address={address}"] if address else []
         ex = ex or ["--workers", str(plan.workers)]
         log_file = folder / f"{name}.log"
         stores = {k: folder / f"{name}-{k}" for k in ("calm", "chaos")}
@@ -365,9 +366,10 @@ def section(results: dict[str, Any]) -> str:
         "",
         f"A {n}-run tiny study ({plan['max_steps']} steps, a checkpoint every 20) trained by "
         f"the real CLI with {plan['workers']} local workers and on a local Ray cluster "
-        f"(`--ray-address`), once undisturbed and once while a thread `kill -9`s ({kills}, one "
-        f"every {plan['interval_s'][0]:.0f}-{plan['interval_s'][1]:.0f} s, seeded), the command "
-        "started again whenever the driver is gone. Counted from the store and /proc: *lost* "
+        f"(`--executor-opt address=...`), once undisturbed and once while a thread `kill -9`s "
+        f"({kills}, one every {plan['interval_s'][0]:.0f}-{plan['interval_s'][1]:.0f} s, "
+        "seeded), the command started again whenever the driver is gone. Counted from the "
+        "store and /proc: *lost* "
         "(not finished), *twice* (finished twice, or started again after finishing), *stuck* "
         "(lease held once our processes are gone), *left behind* (a killed driver's processes "
         "alive 15 s later). The first four must be 0.",

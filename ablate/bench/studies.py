@@ -33,6 +33,7 @@ def timed_studies(base: dict[str, Any], seeds: list[int], settings: dict, log) -
     each into a fresh store: a row per setting, and each setting's final losses by run id."""
     import yaml
 
+    from ablate.execution.executors.local import LocalOptions
     from ablate.execution.runner import run_study
 
     rows, finals = [], []
@@ -44,7 +45,11 @@ def timed_studies(base: dict[str, Any], seeds: list[int], settings: dict, log) -
             t = time.perf_counter()
             over = [f"train.stack={stack}"]
             got = run_study(
-                path, store=Path(tmp) / f"s{i}", workers=workers, overrides=over, progress=False
+                path,
+                store=Path(tmp) / f"s{i}",
+                executor=LocalOptions(workers=workers),
+                overrides=over,
+                progress=False,
             )
             wall = time.perf_counter() - t
             speeds = [r["tokens_per_s"] for r in got if r.get("tokens_per_s")]

@@ -1,5 +1,5 @@
 """Stage 2: where runs train. The runner plans a study, skips finished runs and hands the rest to
 an executor (``executors``: local pool, Ray, SLURM); each run trains in ``worker.execute_run``
-under its lease. Live progress lines, the smoke test, ``--until-decided`` and ``ablate train``
-live here too.
+under its lease. Live progress lines, the modes of ``ablate run`` (smoke, confirm,
+until-decided) and ``ablate train`` live here too.
 """

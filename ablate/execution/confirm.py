@@ -1,4 +1,4 @@
-"""``ablate run STUDY --confirm N``: fresh seeds for the arms of a study's claims.
+"""``ablate run confirm STUDY``: fresh seeds for the arms of a study's claims.
 
 A claim written after its runs were seen can only be confirmed on data it has not seen. This
 trains ``N`` seeds the study never used (not in its ``seeds`` list, not in any run of the
@@ -12,7 +12,7 @@ The design is fixed before the data: ``ablate register`` (:func:`register_study`
 seeds never seen (not in the study's ``seeds`` or ``seen_seeds``, no run of the study in the
 store) and writes them into the study's registration (:mod:`ablate.claims.registration`, with
 the pilot: what the exploratory runs say, :func:`ablate.claims.outcomes.pilot`), which the user
-commits. ``--confirm`` then trains exactly the registered seeds, and only when the
+commits. ``ablate run confirm`` then trains exactly the registered seeds, and only when the
 registration matches the study and is committed; ``--unregistered`` trains fresh seeds without
 one, and the report calls the outcome exploratory. Each confirmation run's meta names the
 registration commit it ran under (``registration``), so the report can group the attempts.
@@ -20,9 +20,10 @@ registration commit it ran under (``registration``), so the report can group the
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate.claims.arms import claim_arms
 from ablate.claims.registration import (
@@ -38,6 +39,9 @@ from ablate.claims.registration import (
 from ablate.config import ConfigError
 from ablate.store import RunStore
 from ablate.study import Study, load_study
+
+if TYPE_CHECKING:
+    from ablate.execution.runner import StudyArgs
 
 DEFAULT_CONFIRM = 3
 
@@ -266,55 +270,42 @@ def plan_confirm(
 
 
 def confirmation_study(
-    study_path: str | Path,
-    n: int | None,
-    *,
-    store: str | Path,
-    profile: str | None = None,
-    overrides: Sequence[str] = (),
-    plugins: Sequence[str] = (),
-    unregistered: bool = False,
+    args: StudyArgs, n: int | None, store: str | Path, unregistered: bool = False
 ) -> tuple[Study, str]:
-    """(the study with only the runs ``ablate run --confirm`` would train, the registration
-    they run under): what ``ablate plan --confirm`` lists and times. Errors as
-    :func:`plan_confirm`."""
-    from ablate.execution.runner import plan_runs
+    """(the study with only the runs ``ablate run confirm`` trains, the registration they run
+    under): what ``ablate plan --confirm`` lists and times and what :func:`run_confirm` hands
+    to the runner. Errors as :func:`plan_confirm`."""
+    from ablate.execution.runner import only_seeds, plan_runs
 
     _, _, per_variant, tag = plan_confirm(
-        study_path,
+        args.path,
         n,
         store=store,
-        profile=profile,
-        overrides=overrides,
-        plugins=plugins,
+        profile=args.profile,
+        overrides=args.overrides,
+        plugins=args.plugins,
         unregistered=unregistered,
     )
-    return plan_runs(study_path, profile, overrides, plugins, None, per_variant), tag
+    return only_seeds(plan_runs(args, per_variant), per_variant), tag
 
 
 def plan_confirmations(
-    study_paths: Sequence[str | Path],
+    studies: Sequence[StudyArgs],
     n: int | None,
     *,
     store: str | Path,
-    profile: str | None = None,
-    overrides: Sequence[str] = (),
-    plugins: Sequence[str] = (),
     unregistered: bool = False,
     estimate: bool = True,
     workers: str | int | None = None,
     remeasure: bool = False,
 ) -> list[Study]:
-    """``ablate plan --confirm``: print, for each study, the runs ``ablate run --confirm``
-    would train, which seeds and registration, and (``estimate``) their time."""
+    """``ablate plan --confirm``: print, for each study, the runs ``ablate run confirm`` would
+    train, which seeds and registration, and (``estimate``) their time."""
     from ablate.execution.tables import show_plans
 
     plans = []
-    for path in study_paths:
-        study, tag = confirmation_study(
-            path, n, store=store, profile=profile, overrides=overrides, plugins=plugins,
-            unregistered=unregistered,
-        )  # fmt: skip
+    for args in studies:
+        study, tag = confirmation_study(args, n, store, unregistered)
         plans.append((study, _confirm_note(study, tag)))
     show_plans(plans, store, estimate, workers, remeasure)
     return [study for study, _ in plans]
@@ -327,42 +318,21 @@ def _confirm_note(study: Study, tag: str) -> str:
     arms = len({r.variant for r in study.runs})
     under = "no registration (exploratory)" if tag == "unregistered" else f"registration {tag}"
     return (
-        f"The confirmation `ablate run --confirm` trains: seeds {', '.join(map(str, seeds))} "
+        f"The confirmation `ablate run confirm` trains: seeds {', '.join(map(str, seeds))} "
         f"for each of the {arms} claim arm(s), under {under}."
     )
 
 
 def run_confirm(
-    study_path: str | Path,
-    n: int | None = None,
-    *,
-    store: str | Path = "runs",
-    profile: str | None = None,
-    overrides: Sequence[str] = (),
-    plugins: Sequence[str] = (),
-    unregistered: bool = False,
-    **kwargs: Any,
+    study_path: str | Path, n: int | None = None, *, unregistered: bool = False, **options: Any
 ) -> list[dict[str, Any]]:
     """Train the registered confirmation seeds for the claims' arms (module doc); returns their
-    summaries. ``kwargs`` go to :func:`ablate.execution.runner.run_study` (workers, ...)."""
-    from ablate.execution.runner import run_study
+    summaries. ``options``: :func:`ablate.execution.runner.run_options`' (store, workers, ...)."""
+    from ablate.execution.runner import run_options, train_planned
 
-    _, _, per_variant, tag = plan_confirm(
-        study_path,
-        n,
-        store=store,
-        profile=profile,
-        overrides=overrides,
-        plugins=plugins,
-        unregistered=unregistered,
-    )
-    return run_study(
-        study_path,
-        store=store,
-        profile=profile,
-        overrides=overrides,
-        plugins=plugins,
-        confirm_seeds=per_variant,
-        registration=tag,
-        **kwargs,
-    )
+    args, how = run_options(study_path, **options)
+    how.executor.start_early()
+    study, tag = confirmation_study(args, n, how.store, unregistered)
+    mode = ("confirm", *(["--seeds", str(n)] if n is not None else []))
+    mode += ("--unregistered",) if unregistered else ()
+    return train_planned(study, args, dataclasses.replace(how, confirmation=tag, mode=mode))

@@ -1,4 +1,4 @@
-"""``ablate run STUDY --until-decided``: a group-sequential design on the study's claims.
+"""``ablate run until-decided STUDY``: a group-sequential design on the study's claims.
 
 Only claims are tested (exploratory axis comparisons never add seeds). The design is fixed before
 the first look: at most ``max_looks`` looks, the first on the study's seeds (or, with
@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ablate.claims.arms import claim_arms
 from ablate.claims.looks import (
@@ -50,9 +50,15 @@ from ablate.claims.sequential import look_levels
 from ablate.claims.stats import ALPHA
 from ablate.config import ConfigError
 from ablate.execution.confirm import check_n, confirm_seeds, store_seeds, study_inputs
-from ablate.execution.runner import run_study
+from ablate.execution.runner import (
+    StudyArgs,
+    only_seeds,
+    plan_runs,
+    run_options,
+    train_planned,
+)
 from ablate.store.rundir import DECISIONS_FILE, write_decisions
-from ablate.study import Study, load_study
+from ablate.study import Study
 from ablate.study.results import StudyData, read_study
 
 DEFAULT_MAX_LOOKS = 3
@@ -71,68 +77,50 @@ def _first_seeds(plan: Study, store: Path, confirm, registered: Sequence[int] = 
 def run_until_decided(
     study_path: str | Path,
     *,
-    profile: str | None = None,
-    overrides: Sequence[str] = (),
-    store: str | Path = "runs",
-    workers: int | Literal["auto"] | None = None,
     max_looks: int = DEFAULT_MAX_LOOKS,
     seeds_per_look: int | None = None,
     alpha: float = ALPHA,
     confirm: int | None = None,
-    progress: bool = True,
-    executor=None,
-    plugins: Sequence[str] = (),
-    rerun_stale: bool = False,
-    outcomes: Outcomes = claim_outcomes,
     unregistered: bool = False,
+    outcomes: Outcomes = claim_outcomes,
+    **options: Any,
 ) -> list[dict[str, Any]]:
     """Run the design of the module doc to its end (or resume it); returns the summaries of the
     last look's runs. ``confirm``: the first look is that many fresh confirmation seeds (``ablate
-    run --confirm N --until-decided``) and every added seed is a confirmation run too. The
+    run until-decided --confirm N``) and every added seed is a confirmation run too. The
     design must be the committed registration's
     (:func:`ablate.claims.registration.sequential_seeds`), on its registered seeds (so
-    ``confirm`` is required), unless ``unregistered`` (the outcome is then exploratory)."""
-    store, study_path = Path(store), Path(study_path)
-    plan = load_study(study_path, profile, overrides, plugins=plugins)  # nothing written on error
+    ``confirm`` is required), unless ``unregistered`` (the outcome is then exploratory).
+    ``options``: :func:`ablate.execution.runner.run_options`' (store, executor, ...)."""
+    args, how = run_options(study_path, **options)
+    plan = plan_runs(args)  # nothing written on error
     confirm = None if confirm is None else check_n(confirm)
-    registered, tag = [], "unregistered"
-    if not unregistered:
-        if confirm is None:  # the study's own seeds are not the registered ones
-            raise ConfigError(
-                "a registered design trains its registered seeds: add --confirm N (or "
-                "--unregistered: the outcome is then exploratory)",
-                key="--until-decided",
-                source=study_path,
-            )
-        registered, tag = sequential_seeds(
-            study_path,
-            plan.name,
-            plan.profile,
-            plan.claims,
-            plan.equivalence_margin,
-            max_looks,
-            seeds_per_look,
-            study_inputs(study_path, profile, overrides, plugins),
-        )
+    registered, tag = _registered(plan, args, confirm, unregistered, max_looks, seeds_per_look)
     check_design(max_looks, seeds_per_look, alpha, plan.claims, plan.path)
-    first = _first_seeds(plan, store, confirm, registered)
+    first = _first_seeds(plan, how.store, confirm, registered)
     design = sequential_design(first, max_looks, seeds_per_look, alpha, confirm is not None)
-    log_path = store / plan.name / DECISIONS_FILE
+    log_path = how.store / plan.name / DECISIONS_FILE
     log = open_log(log_path, design, first)
     first, arms = log["first_seeds"], claim_arms(plan)
     decided = {c for lk in log["looks"] for c in lk["decided"]}
-    kw = dict(profile=profile, overrides=overrides, store=store, workers=workers)
-    kw |= dict(progress=progress, executor=executor, plugins=plugins, registration=tag)
+    mode = _mode(max_looks, seeds_per_look, confirm, unregistered)
+    confirmation = tag if confirm is not None else None
+    how = dataclasses.replace(how, confirmation=confirmation, mode=mode)
+    how.executor.start_early()
     while True:
         look = len(log["looks"]) + 1
-        seeds_key = "confirm_seeds" if confirm is not None else "extra_seeds"
-        kw[seeds_key] = planned_seeds(log, first, arms, confirm is not None)
+        seeds = planned_seeds(log, first, arms, confirm is not None)
         write_decisions(log_path, log)
-        results = run_study(study_path, **kw, rerun_stale=rerun_stale and look == 1)
+        study = plan_runs(args, seeds)
+        if confirm is not None:  # a confirmation trains its seeds only
+            study = only_seeds(study, seeds)
+        results = train_planned(
+            study, args, dataclasses.replace(how, rerun_stale=how.rerun_stale and look == 1)
+        )
         if "stopped" in log:  # the design was finished before: nothing more to look at
             return results
         seed_set = look_seeds(log, look)
-        found = read_study(store, plan.name, study_path, plan.profile)
+        found = read_study(how.store, plan.name, args.path, plan.profile)
         data = restrict_seeds(found, seed_set)
         data = dataclasses.replace(data, claims=[c for c in data.claims if c.id not in decided])
         level = look_levels(design["seeds_at_looks"], alpha)[look - 1]["nominal_alpha"]
@@ -141,5 +129,49 @@ def run_until_decided(
             log["stopped"] = "decided" if not open_ else f"max_looks {design['max_looks']} reached"
             write_decisions(log_path, log)
             return results
-        taken = {*store_seeds(store, plan.name)[0], *(r.seed for r in plan.runs), *seed_set}
+        taken = {*store_seeds(how.store, plan.name)[0], *(r.seed for r in plan.runs), *seed_set}
         log["rounds"].append(next_round(log, look + 1, open_, arms, taken))
+
+
+def _registered(
+    plan: Study,
+    args: StudyArgs,
+    confirm: int | None,
+    unregistered: bool,
+    max_looks: int,
+    seeds_per_look: int | None,
+) -> tuple[list[int], str]:
+    """(the registered first seeds, the registration's commit); ``([], "unregistered")`` for
+    an unregistered design. A registered design trains its registered seeds: ``confirm``
+    must be given."""
+    if unregistered:
+        return [], "unregistered"
+    if confirm is None:  # the study's own seeds are not the registered ones
+        raise ConfigError(
+            "a registered design trains its registered seeds: add --confirm N (or "
+            "--unregistered: the outcome is then exploratory)",
+            key="--until-decided",
+            source=plan.path,
+        )
+    return sequential_seeds(
+        plan.path,
+        plan.name,
+        plan.profile,
+        plan.claims,
+        plan.equivalence_margin,
+        max_looks,
+        seeds_per_look,
+        study_inputs(args.path, args.profile, args.overrides, args.plugins),
+    )
+
+
+def _mode(
+    max_looks: int, seeds_per_look: int | None, confirm: int | None, unregistered: bool
+) -> tuple[str, ...]:
+    """The ``ablate run until-decided`` words that resume this design."""
+    out = ["until-decided", "--max-looks", str(max_looks)]
+    if seeds_per_look is not None:
+        out += ["--seeds-per-look", str(seeds_per_look)]
+    if confirm is not None:
+        out += ["--confirm", str(confirm)]
+    return (*out, *(["--unregistered"] if unregistered else []))

@@ -170,14 +170,14 @@ def probe_rate(path: Path = PROBE_JSON) -> Rate | None:
     """The rate of the path the last probe chose, where it ran on CUDA at full size
     (``ablate bench --probe``'s JSON: its ``verdict``); None otherwise."""
     try:
-        r = json.loads(path.read_text())["stacked"]
-        v = r["verdict"]
+        probe = json.loads(path.read_text())
+        r, v = probe["stacked"], probe["stacked"]["verdict"]
         rate = float(v["flops_per_token"]) * float(v["tokens_per_s"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not r.get("cuda") or r.get("tiny") or not rate > 0:
         return None
-    what = f"the CUDA probe of {r.get('started', '?')} on {r.get('device', '?')}"
+    what = f"the CUDA probe of {probe.get('started', '?')} on {r.get('device', '?')}"
     return Rate(rate, f"{what} ({v['choice']}, training steps only; {path})")
 
 

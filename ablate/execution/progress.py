@@ -171,18 +171,18 @@ class LiveProgress:
         *,
         finished_steps: int = 0,
         finished_runs: int = 0,
-        total_runs: int | None = None,
         enabled: bool = True,
         background: bool = False,
         describe=None,
         console=None,
     ) -> None:
-        """``runs``: run id -> (name, run directory, planned steps) of the runs to train;
+        """``runs``: run id -> (name, run directory, planned steps) of the runs to train, beside
+        ``finished_runs`` runs of ``finished_steps`` planned steps already finished;
         ``console``: a rich Console to draw on (default: stdout, when it is a terminal)."""
         self.title = title
         self.t0 = time.time()
         self.tracked = {rid: _Tracked(n, Path(p), int(t)) for rid, (n, p, t) in runs.items()}
-        self.total_runs = total_runs if total_runs is not None else finished_runs + len(runs)
+        self.total_runs = finished_runs + len(runs)
         self.done = finished_runs
         self.done_steps = finished_steps  # planned steps of finished runs
         self.total_steps = finished_steps + sum(t.total for t in self.tracked.values())
@@ -220,7 +220,6 @@ class LiveProgress:
             todo,
             finished_steps=done_steps,
             finished_runs=done_runs,
-            total_runs=len(study.runs),
             enabled=enabled,
             background=background,
             describe=describe,

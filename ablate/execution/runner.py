@@ -13,7 +13,10 @@ run twice, and a killed process leaves its run resumable: its lease stops being 
 taken over (at once on the same host, after the grace period elsewhere; store/lease.py). The
 protocol for one run is ``worker.execute_run``; *where* runs train is the executor's business
 (executors/: local, ray, slurm); this module plans, skips finished runs, hands the rest to the
-executor and prints the summary table (tables.py).
+executor and prints the summary table (tables.py), in three steps: ``plan_runs`` (the study
+file -> a :class:`~ablate.study.Study`), ``execute_study`` (the unfinished runs -> the
+executor), ``summarize`` (the store -> the summary table). ``run confirm`` and
+``run until-decided`` plan their own runs and hand the study they chose to ``train_planned``.
 Ctrl-C stops cleanly: the run in progress saves an ``interrupted`` checkpoint and stays
 ``running``, so the same command resumes it.
 """
@@ -21,21 +24,21 @@ Ctrl-C stops cleanly: the run in progress saves an ``interrupted`` checkpoint an
 from __future__ import annotations
 
 import dataclasses
-import os
 import shlex
 import shutil
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
 from ablate.claims.registration import registration_path
-from ablate.execution.executors import ExecutorFailed, ExecutorOptions, RunTask, check, execute
-from ablate.execution.executors.local import start_early
+from ablate.execution.executors import ExecutorFailed, ExecutorOptions, RunTask, execute
+from ablate.execution.executors.local import LocalOptions
 from ablate.execution.groups import group_tasks
 from ablate.execution.progress import LiveProgress, fmt_duration
 from ablate.execution.tables import make_console, print_summary, profile_text
@@ -90,143 +93,181 @@ def invoked_as(argv: Sequence[str] | None = None, orig: Sequence[str] | None = N
     return [str(script)]
 
 
-def resume_command(
-    study_path: str | Path,
-    profile: str | None,
-    overrides: Sequence[str],
-    store: str | Path,
-    executor: ExecutorOptions | None = None,
-) -> str:
-    args = [*invoked_as(), "run", str(study_path)]
-    if profile:
-        args += ["--profile", profile]
-    for o in overrides:
-        args += ["--set", o]
-    if Path(store) != Path("runs"):
-        args += ["--store", str(store)]
-    if executor is not None:
-        args += executor.cli_args()
-    return shlex.join(args)
+@dataclass(frozen=True)
+class StudyArgs:
+    """What a study's runs are planned from: the file and how ``ablate run`` resolves it."""
+
+    path: Path
+    profile: str | None = None
+    """``--profile`` (None: the study's default)."""
+    overrides: tuple[str, ...] = ()
+    """``--set key=value``, in order."""
+    plugins: tuple[str, ...] = ()
+    """``--plugin`` modules or paths, imported before the study validates."""
 
 
-def run_study(
+@dataclass(frozen=True)
+class Execution:
+    """How a planned study trains: its store, the executor, and what the user sees."""
+
+    store: Path = Path("runs")
+    executor: ExecutorOptions = field(default_factory=LocalOptions)
+    progress: bool = True
+    rerun_stale: bool = False
+    """Runs made by other model/training code are moved aside and trained again."""
+    confirmation: str | None = None
+    """None: the study's runs as they are; else every run is a confirmation run under this
+    registration (its commit, or ``unregistered``): ``confirm: true`` and the registration in
+    its meta and summary."""
+    mode: tuple[str, ...] = ()
+    """The ``ablate run`` mode and its options (``("confirm", "--unregistered")``), for the
+    command that resumes the study after a stop."""
+
+
+def run_options(
     study_path: str | Path,
     *,
     profile: str | None = None,
     overrides: Sequence[str] = (),
     store: str | Path = "runs",
-    workers: int | Literal["auto"] | None = None,
     progress: bool = True,
     executor: ExecutorOptions | None = None,
     plugins: Sequence[str] = (),
     rerun_stale: bool = False,
-    extra_seeds: dict[str, Sequence[int]] | None = None,
-    confirm_seeds: dict[str, Sequence[int]] | None = None,
-    registration: str | None = None,
-) -> list[dict[str, Any]]:
-    """Train every unfinished run of a study; returns the summaries of all its runs.
+) -> tuple[StudyArgs, Execution]:
+    """The keyword arguments of :func:`run_study` (and of ``run_confirm``,
+    ``run_until_decided``) as what to plan and how it trains."""
+    args = StudyArgs(Path(study_path), profile, tuple(overrides), tuple(plugins))
+    how = Execution(Path(store), executor or LocalOptions(), progress, rerun_stale)
+    return args, how
 
-    The study and the executor options are fully validated first (``ConfigError``; nothing is
-    written). ``workers`` is shorthand for ``ExecutorOptions(workers=...)``. Ctrl-C stops the
-    study, prints how to resume and re-raises ``KeyboardInterrupt``. ``rerun_stale``: runs made
-    by other model/training code are moved aside (``ablate.store.provenance``) and trained again.
-    ``extra_seeds`` (variant label -> seeds) adds runs beyond the study's seeds
-    (``--until-decided``, :mod:`ablate.execution.decide`). ``confirm_seeds`` (variant label ->
-    seeds, ``--confirm``, :mod:`ablate.execution.confirm`): only these runs are planned, each
-    marked ``confirm: true`` in its meta and summary, with ``registration`` (the commit of the
-    study's registration it runs under, or ``"unregistered"``).
 
-    Before any run trains, the store keeps a copy of the study file (``study.yaml``), so a
-    report finds the study's claims from any directory.
+def resume_command(args: StudyArgs, how: Execution) -> str:
+    """The command that resumes the study where it stopped (the same mode, study, profile,
+    overrides, store, executor options and plugins)."""
+    mode, mode_options = how.mode[:1], how.mode[1:]
+    out = [*invoked_as(), "run", *mode, str(args.path)]
+    if args.profile:
+        out += ["--profile", args.profile]
+    for o in args.overrides:
+        out += ["--set", o]
+    if how.store != Path("runs"):
+        out += ["--store", str(how.store)]
+    out += how.executor.cli_args()
+    out += [a for p in args.plugins for a in ("--plugin", p)]
+    return shlex.join([*out, *mode_options])
+
+
+def run_study(study_path: str | Path, **options: Any) -> list[dict[str, Any]]:
+    """Train every unfinished run of a study; returns the summaries of all its runs:
+    :func:`plan_runs`, then :func:`train_planned` (:func:`execute_study`, :func:`summarize`).
+
+    ``options`` are :func:`run_options`' (profile, overrides, store, progress, executor,
+    plugins, rerun_stale). The study and the executor options are fully validated first
+    (``ConfigError``; nothing is written). Ctrl-C stops the study, prints how to resume and
+    re-raises ``KeyboardInterrupt``.
     """
-    opts = executor or ExecutorOptions()
-    if workers is not None:
-        opts = opts.model_copy(update={"workers": workers})
-    start_early(opts)  # the workers' imports (seconds) run while the study is planned
-    study = plan_runs(study_path, profile, overrides, plugins, extra_seeds, confirm_seeds)
-    check(opts)
-    runs_store = RunStore(store)
+    args, how = run_options(study_path, **options)
+    how.executor.start_early()  # the workers' imports (seconds) run while the study is planned
+    return train_planned(plan_runs(args), args, how)
+
+
+def plan_runs(args: StudyArgs, extra_seeds: dict[str, Sequence[int]] | None = None) -> Study:
+    """The study's planned runs, with ``extra_seeds`` (variant label -> seeds beyond the
+    study's own, ``run until-decided``)."""
+    return load_study(
+        args.path, args.profile, args.overrides, plugins=args.plugins, extra_seeds=extra_seeds
+    )
+
+
+def only_seeds(study: Study, seeds: dict[str, Sequence[int]]) -> Study:
+    """The study with only the runs of ``seeds`` (variant label -> seeds): what a
+    confirmation trains."""
+    runs = [r for r in study.runs if r.seed in seeds.get(r.variant, ())]
+    return dataclasses.replace(study, runs=runs)
+
+
+def train_planned(study: Study, args: StudyArgs, how: Execution) -> list[dict[str, Any]]:
+    """Train a planned study (every run not finished), then summarize it; ``args`` say how it
+    was planned (for the resume hint). What ``run_study``, ``run confirm`` and
+    ``run until-decided`` (with their own seeds) all end in."""
+    how.executor.check()
     console = make_console()
-    dirs = _prepare_store(study, runs_store, console, rerun_stale=rerun_stale)
+    runs_store = RunStore(how.store)
+    dirs = _prepare_store(study, runs_store, console, rerun_stale=how.rerun_stale)
     runs_store.keep_spec(study.name, study.path)  # the report reads claims from it anywhere
     # `ablate status` lists the planned runs that have not started beside the others
     runs_store.keep_plan(
         study.name,
         [{"run_id": r.run_id, "name": r.name, "profile": study.profile} for r in study.runs],
     )
+    t0 = time.time()
+    try:
+        execute_study(study, dirs, how, console)
+    except (KeyboardInterrupt, SystemExit, ExecutorFailed) as err:
+        results = summarize(study, dirs, console, time.time() - t0)
+        _print_resume(console, results, resume_command(args, how))
+        if isinstance(err, ExecutorFailed):
+            raise
+        raise KeyboardInterrupt from None
+    return summarize(study, dirs, console, time.time() - t0)
+
+
+def execute_study(study: Study, dirs: dict[str, RunDir], how: Execution, console: Console) -> None:
+    """Hand the unfinished runs (``dirs``: every planned run's directory) to the executor,
+    grouped into stacks, after a header line; live progress lines while they train."""
     done = sum(1 for r in study.runs if dirs[r.run_id].status in FINISHED)
     todo = [r for r in study.runs if dirs[r.run_id].status not in FINISHED]
     resuming = sum(1 for r in todo if dirs[r.run_id].last_checkpoint() is not None)
-    # the study's repository (where its registration is committed): git proves the order there
-    repo = study_git(
-        [Path(study.path), registration_path(study.path, study.profile), *map(Path, study.plugins)]
-    )
-    tasks = [
-        RunTask(
-            r,
-            r.config,
-            str(dirs[r.run_id].path),
-            _meta(study, r, dirs, confirm_seeds, registration) | repo,
-        )
-        for r in todo
-    ]
-    tasks = group_tasks(tasks)  # train.stack: a stacked group is one task
+    # train.stack: a stacked group is one task
+    tasks = group_tasks(_tasks(study, todo, dirs, how.confirmation))
+    workers = how.executor.runs_at_once(tasks)  # recorded in each run's summary (environment)
+    tasks = [dataclasses.replace(t, workers=workers) for t in tasks]
     stacked = sum(len(t.members) for t in tasks if t.members)
-    where = _where(opts, tasks)
-    # recorded in each run's summary (environment): how many runs trained at once
-    os.environ["ABLATE_WORKERS"] = str(_n_workers(opts, tasks))
-    groups = sum(1 for t in tasks if t.members)
+    where = how.executor.where(tasks)
     console.print(
         f"[bold]{study.name}[/]{profile_text(study)}: "
         f"{len(study.runs)} runs, {done} finished, {len(todo)} to train"
         + (f" ({resuming} resume from a checkpoint)" if resuming else "")
-        + " -> "
-        f"{escape(str(runs_store.root / study.name))}"
+        + f" -> {escape(str(Path(how.store) / study.name))}"
         + (f", {where}" if where else "")
-        + (f", {stacked} as {groups} stacked groups" if stacked else "")
+        + (f", {stacked} as {sum(1 for t in tasks if t.members)} stacked groups" if stacked else "")
     )
     # live lines only on a terminal: in a log file the per-run lines say it all. Every run's
     # line comes from its progress.json (ablate.execution.progress), whatever the executor, so
     # Lightning's own bar stays off; the serial path polls from a thread while this process trains.
-    serial = opts.executor == "local" and not where
+    serial = how.executor.executor == "local" and not where
     bar = LiveProgress.for_study(
-        study, dirs, enabled=progress, background=serial, describe=_describe
+        study, dirs, enabled=how.progress, background=serial, describe=_describe
     )
-    t0 = time.time()
     try:
-        execute(tasks, opts=opts, progress=bar)
-    except (KeyboardInterrupt, SystemExit, ExecutorFailed) as err:
+        execute(tasks, opts=how.executor, progress=bar)
+    finally:
         bar.close()
-        results = _collect(study, dirs)
-        print_summary(study, results, console, elapsed=time.time() - t0)
-        resume = resume_command(study_path, study.profile, overrides, store, opts)
-        _print_resume(
-            console, results, resume + "".join(f" --plugin {shlex.quote(p)}" for p in plugins)
-        )
-        if isinstance(err, ExecutorFailed):
-            raise
-        raise KeyboardInterrupt from None
-    bar.close()
+
+
+def summarize(
+    study: Study, dirs: dict[str, RunDir], console: Console, elapsed: float
+) -> list[dict[str, Any]]:
+    """Every planned run's summary now (in plan order, its state from the store), printed as
+    the study's table."""
     results = _collect(study, dirs)
-    print_summary(study, results, console, elapsed=time.time() - t0)
+    print_summary(study, results, console, elapsed=elapsed)
     return results
 
 
-def plan_runs(
-    study_path: str | Path,
-    profile: str | None,
-    overrides: Sequence[str],
-    plugins: Sequence[str],
-    extra_seeds: dict[str, Sequence[int]] | None,
-    confirm_seeds: dict[str, Sequence[int]] | None,
-) -> Study:
-    """The study's planned runs, with ``extra_seeds``; with ``confirm_seeds`` only those runs."""
-    extra = _merge_seeds(extra_seeds, confirm_seeds)
-    study = load_study(study_path, profile, overrides, plugins=plugins, extra_seeds=extra)
-    if confirm_seeds is None:
-        return study
-    runs = [r for r in study.runs if r.seed in confirm_seeds.get(r.variant, ())]
-    return dataclasses.replace(study, runs=runs)
+def _tasks(
+    study: Study, todo: list[PlannedRun], dirs: dict[str, RunDir], confirmation: str | None
+) -> list[RunTask]:
+    """One task per run to train, with its meta and the git state of the study's repository
+    (where its registration is committed: git proves the order there)."""
+    repo = study_git(
+        [Path(study.path), registration_path(study.path, study.profile), *map(Path, study.plugins)]
+    )
+    return [
+        RunTask(r, r.config, str(dirs[r.run_id].path), _meta(study, r, dirs, confirmation) | repo)
+        for r in todo
+    ]
 
 
 def _print_resume(console: Console, results: list[dict[str, Any]], resume: str) -> None:
@@ -238,33 +279,16 @@ def _print_resume(console: Console, results: list[dict[str, Any]], resume: str) 
     )
 
 
-def _merge_seeds(
-    *parts: dict[str, Sequence[int]] | None,
-) -> dict[str, Sequence[int]] | None:
-    """Extra seeds per variant from several sources, each seed once, in order."""
-    out: dict[str, list[int]] = {}
-    for part in parts:
-        for variant, seeds in (part or {}).items():
-            have = out.setdefault(variant, [])
-            have += [s for s in seeds if s not in have]
-    return out or None
-
-
-def _meta(
-    study: Study,
-    run: PlannedRun,
-    dirs: dict[str, RunDir],
-    confirm_seeds: dict[str, Sequence[int]] | None,
-    registration: str | None = None,
-) -> dict[str, Any]:
-    """The run's meta; ``confirm: true`` for a confirmation run (asked for now, or recorded so
-    in its ``run.yaml`` by an earlier ``--confirm`` and resumed by another command) with the
-    registration it runs under (the one recorded first wins: a run keeps its attempt)."""
+def _meta(study: Study, run: PlannedRun, dirs: dict[str, RunDir], confirmation: str | None) -> dict:
+    """The run's meta; ``confirm: true`` for a confirmation run (asked for now:
+    ``confirmation``, the registration it runs under; or recorded so in its ``run.yaml`` by an
+    earlier confirmation and resumed by another command) with its registration (the one
+    recorded first wins: a run keeps its attempt)."""
     meta = study.meta(run)
     before = dirs[run.run_id].read_run()["meta"]
-    if run.seed in (confirm_seeds or {}).get(run.variant, ()) or before.get("confirm") is True:
+    if confirmation is not None or before.get("confirm") is True:
         meta["confirm"] = True
-        tag = before.get("registration") or registration
+        tag = before.get("registration") or confirmation
         if tag:
             meta["registration"] = tag
     return meta
@@ -291,35 +315,6 @@ def _prepare_store(
         if moved:
             console.print(f"{len(moved)} stale runs moved to {escape(str(moved[0].parent))}")
     return dirs
-
-
-def _n_workers(opts: ExecutorOptions, tasks: list[RunTask]) -> int:
-    """Runs training at once on this machine (1 for Ray/SLURM, whose layout is the cluster's)."""
-    if opts.executor != "local" or not tasks:
-        return 1
-    from ablate.execution.executors.local import plan_workers
-
-    return len(plan_workers(tasks, opts))
-
-
-def _where(opts: ExecutorOptions, tasks: list[RunTask]) -> str:
-    """How the runs are spread, for the header line ('' for one run at a time, here)."""
-    if opts.executor == "ray":
-        return f"on Ray ({opts.ray_address or 'local'})"
-    if opts.executor == "slurm":
-        cluster = opts.slurm_cluster or "slurm"
-        return "on SLURM" if cluster == "slurm" else f"on submitit's {cluster} executor"
-    if not tasks:
-        return ""
-    from ablate.execution.executors.local import plan_workers
-
-    slots = plan_workers(tasks, opts)
-    if len(slots) == 1 and slots[0].memory_fraction is None:
-        return ""  # one run at a time, in this process
-    gpus = sorted({s.cuda_visible_devices for s in slots if s.cuda_visible_devices is not None})
-    if gpus:
-        return f"{len(slots)} workers on GPU(s) {','.join(gpus)}"
-    return f"{len(slots)} workers" if len(slots) > 1 else ""
 
 
 def _collect(study: Study, dirs: dict[str, RunDir]) -> list[dict[str, Any]]:

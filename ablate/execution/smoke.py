@@ -1,4 +1,4 @@
-"""``ablate run STUDY --profile gpu --smoke``: every run of a profile for 2 steps on the CPU.
+"""``ablate run smoke STUDY --profile gpu``: every run of a profile for 2 steps on the CPU.
 
 Before anyone pays for a GPU: the study is planned exactly as ``ablate run`` plans it (so every
 plan-time check, the attention-kernel rules for ``accelerator: gpu`` included, applies to the
@@ -144,10 +144,12 @@ def smoke_study(
     profile: str | None = None,
     overrides: Sequence[str] = (),
     console: Console | None = None,
+    plugins: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Plan the study (``ConfigError`` on bad input), train each smoke run into a temporary
     store that is deleted afterwards, print a table; returns one row per run."""
-    study = load_study(study_path, profile, overrides, check_device=False)  # it trains on the CPU
+    # it trains on the CPU, whatever device the profile names
+    study = load_study(study_path, profile, overrides, check_device=False, plugins=plugins)
     check_compile([r.config for r in study.runs], study.path)
     console = console or make_console()
     runs = smoke_runs(study)
@@ -260,7 +262,7 @@ def _print_table(study: Study, rows: list[dict[str, Any]], console: Console) -> 
         ]
         for r in rows
     ]
-    print_rows(console, f"{study.name} --smoke: {len(rows)} runs", cols, cells)
+    print_rows(console, f"{study.name} smoke: {len(rows)} runs", cols, cells)
     for r in rows:  # the whole error, which the table cuts to its width
         if r["error"]:
             console.print(escape(f"{r['name']}: {r['error']}"))

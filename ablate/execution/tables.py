@@ -284,9 +284,9 @@ def show_plans(
 ) -> None:
     """Print each planned study (with its note under the header), after fetching the
     registered datasets of all of them."""
-    from ablate.execution.executors import ExecutorOptions
+    from ablate.execution.executors import parse_options
 
-    opts = ExecutorOptions.parse(workers=workers)
+    opts = parse_options("local", workers=workers)
     from ablate.data import fetch_registered  # loads torch: after the studies validate
 
     for study, _ in plans:

@@ -17,12 +17,14 @@ loop), which reads that member's checkpoint and continues bit-exact to the group
 from __future__ import annotations
 
 import os
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 from ablate.config import RunConfig
 from ablate.store import FINISHED, RunDir
+from ablate.store.provenance import WORKERS_ENV
 
 # outcomes of one attempt at a run
 TRAINED = "trained"
@@ -148,14 +150,36 @@ def execute_task(
     *,
     progress: bool = False,
     lease_grace_s: float | None = None,
+    workers: int = 1,
 ) -> list[tuple[str, dict[str, Any]]]:
-    """One executor task: a run (lists of one) or a stacked group; results in member order."""
+    """One executor task: a run (lists of one) or a stacked group; results in member order.
+    ``workers`` (the task's: runs of the study training at once) is recorded in each run's
+    summary, as this process's threads are."""
     dirs = [RunDir(Path(p)) for p in paths]
-    if len(cfgs) == 1:
-        return [
-            execute_run(cfgs[0], dirs[0], metas[0], progress=progress, lease_grace_s=lease_grace_s)
-        ]
-    return execute_group(cfgs, dirs, metas, lease_grace_s=lease_grace_s)
+    with worker_layout(workers):
+        if len(cfgs) == 1:
+            run = execute_run(
+                cfgs[0], dirs[0], metas[0], progress=progress, lease_grace_s=lease_grace_s
+            )
+            return [run]
+        return execute_group(cfgs, dirs, metas, lease_grace_s=lease_grace_s)
+
+
+@contextmanager
+def worker_layout(workers: int) -> Iterator[None]:
+    """While a task trains in this process, the store's environment record
+    (:func:`ablate.store.provenance.environment`, which reads ``WORKERS_ENV`` like it reads the
+    torch threads) says how many runs trained at once; the value comes with the task, so it
+    reaches a Ray worker or a SLURM node as it reaches a local one, and nothing outlives it."""
+    before = os.environ.get(WORKERS_ENV)
+    os.environ[WORKERS_ENV] = str(workers)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(WORKERS_ENV, None)
+        else:
+            os.environ[WORKERS_ENV] = before
 
 
 def interrupted(paths: list[str]) -> list[tuple[str, dict[str, Any]]]:

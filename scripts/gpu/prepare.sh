@@ -16,8 +16,8 @@
 #               beside the reference study (python -m ablate.bench.nanogpt_own --gpu)
 #   .gpu-git/   head.bundle: the whole history of the checkout's HEAD (git bundle), from which
 #               window.sh makes the device's git HEAD this one: the device's .git can be an
-#               older snapshot than the working tree it gets (or missing), and then ablate run
-#               --confirm refuses registrations committed since and runs record the old commit
+#               older snapshot than the working tree it gets (or missing), and then `ablate run
+#               confirm` refuses registrations committed since and runs record the old commit
 # checks that they and the rest of the working tree fit the device's 64 MiB, and prints the
 # `carry` line and the command to run there. Uncommitted changes are warned of: the device
 # gets them, but HEAD does not hold them (runs record git_dirty for ablate's code; a study file

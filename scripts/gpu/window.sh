@@ -25,8 +25,8 @@
 # or stack, for a study whose profile leaves train.stack at its default; its unstacked verdict,
 # solo or pack, for one whose profile pins train.stack, as the reference's gpu profile pins 1);
 # nanoGPT's own GPU config beside the studies when a nanoGPT checkout is carried (NANOGPT); then
-# each study in order: with --confirm when its registration for PROFILE exists (the registered
-# seeds), else exploratory.
+# each study in order: with `run confirm` when its registration for PROFILE exists (the
+# registered seeds), else exploratory.
 #
 # Environment (defaults in brackets):
 #   STUDIES          [studies/reference_nanogpt_cpu.yaml: tier 1] the study YAMLs, in order
@@ -321,7 +321,7 @@ EOF
 # run_study FILE NAME MODE STACK REGISTRATION: `ablate run` until the studies' deadline
 # (returns its status: 124 or 137 when the budget cut it)
 run_study() {
-    local file=$1 name=$2 mode=$3 stack=$4 reg=$5 limit rc=0 args=() extra
+    local file=$1 name=$2 mode=$3 stack=$4 reg=$5 limit rc=0 run=(run) args=() extra
     limit=$(($(left) - GRACE - FINISH))
     if [ "$limit" -lt 5 ]; then
         log "$name: no time left in this window (the next one runs it)"
@@ -329,7 +329,7 @@ run_study() {
     fi
     [ -n "$PROFILE" ] && args+=(--profile "$PROFILE")
     if [ "$mode" = confirm ]; then
-        args+=(--confirm)
+        run+=(confirm)
         log "$name: registered for profile '${PROFILE:-default}' ($reg): its confirmation seeds"
     else
         log "$name: no registration for profile '${PROFILE:-default}': exploratory runs"
@@ -338,10 +338,10 @@ run_study() {
     if [ "$VERDICT" != none ] && [ "$stack" != off ] && [ -z "$USER_ARGS" ]; then
         log "$name: its profile sets train.stack $stack: the unstacked verdict ($UNSTACKED)"
     fi
-    log "ablate run $file ${args[*]} --store $STORE $extra (limit ${limit}s)"
+    log "ablate ${run[*]} $file ${args[*]} --store $STORE $extra (limit ${limit}s)"
     # timeout signals its whole process group: workers get the SIGINT a terminal's Ctrl-C sends
     # shellcheck disable=SC2086  # the arguments are split on spaces on purpose
-    timeout --signal=INT --kill-after="$GRACE" "$limit" "$PYTHON" -m ablate run "$file" \
+    timeout --signal=INT --kill-after="$GRACE" "$limit" "$PYTHON" -m ablate "${run[@]}" "$file" \
         "${args[@]}" --store "$STORE" --no-progress $extra < /dev/null || rc=$?
     case $rc in
         0) log "$name: every run finished" ;;

@@ -73,8 +73,7 @@ def test_fingerprint_covers_what_a_claim_tests(study):
 
 
 def _confirm_cli(path, store, *extra):
-    args = optional_values(["run", str(path), "--store", str(store), "--confirm", *extra])
-    return CliRunner().invoke(app, args)
+    return CliRunner().invoke(app, ["run", "confirm", str(path), "--store", str(store), *extra])
 
 
 def _tags(store, results):
@@ -112,7 +111,7 @@ def test_confirm_needs_a_committed_matching_registration(study, tmp_path, git):
     assert sorted(p.name for p in (store / "conf").iterdir()) == before  # nothing trained
     git(path.parent, "add", str(path))
     git(path.parent, "commit", "-qm", "the study")
-    res = _confirm_cli(path, store, "3")  # another design than the registered one
+    res = _confirm_cli(path, store, "--seeds", "3")  # another design than the registered one
     assert res.exit_code == 2 and "registers 2 seeds, not 3" in res.output
 
     for a, b in ((reg_file.name, "moved.yaml"), ("moved.yaml", reg_file.name)):  # no new content
@@ -225,15 +224,16 @@ def test_confirm_skips_seeds_seen_outside_the_store(make_study, tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--confirm", "1"], "--confirm: must be at least 2 seeds"),
-        (["--confirm", "x"], "--confirm: must be a whole number of seeds"),
-        (["--until-decided", "--max-looks", "0"], "--max-looks: must be at least 1"),
-        (["--until-decided", "--seeds-per-look", "two"], "--seeds-per-look: must be a whole"),
+        (["confirm", "--seeds", "1"], "--seeds: must be at least 2 seeds"),
+        (["confirm", "--seeds", "x"], "--seeds: must be a whole number of seeds"),
+        (["until-decided", "--max-looks", "0"], "--max-looks: must be at least 1"),
+        (["until-decided", "--seeds-per-look", "two"], "--seeds-per-look: must be a whole"),
     ],
 )
 def test_bad_options_are_one_line_and_write_nothing(study, tmp_path, args, message):
     path, store = study(), tmp_path / "runs"
-    res = CliRunner().invoke(app, ["run", str(path), "--store", str(store), *args])
+    mode, options = args[0], args[1:]
+    res = CliRunner().invoke(app, ["run", mode, str(path), "--store", str(store), *options])
     assert res.exit_code == 2, res.output
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], res.output
@@ -242,8 +242,7 @@ def test_bad_options_are_one_line_and_write_nothing(study, tmp_path, args, messa
 
 def test_confirm_needs_claims(study, tmp_path):
     path, store = study(claims=()), tmp_path / "runs"
-    args = optional_values(["run", str(path), "--store", str(store), "--confirm"])
-    res = CliRunner().invoke(app, args)
+    res = CliRunner().invoke(app, ["run", "confirm", str(path), "--store", str(store)])
     assert res.exit_code == 2 and "claims: the study has no claims to confirm" in res.output
     assert not store.exists()
 

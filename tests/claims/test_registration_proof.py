@@ -1,6 +1,6 @@
 """A study kept outside ``studies/``, in a git repository of its own, with a plugin: its
-registration pins what defines the runs, ``--confirm`` refuses uncommitted or changed inputs
-in one line, and the report proves the order by name, by path and with no name (what
+registration pins what defines the runs, ``ablate run confirm`` refuses uncommitted or changed
+inputs in one line, and the report proves the order by name, by path and with no name (what
 ``make report`` runs) from any directory."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pandas as pd
 import yaml
 from typer.testing import CliRunner
 
-from ablate.cli import app, optional_values
+from ablate.cli import app
 from ablate.store.provenance import code_state
 
 PLUGIN = """
@@ -38,8 +38,8 @@ CLAIM = {
 
 
 def _cli(*args):
-    """The command line as a user types it (``--confirm`` alone: the registered seeds)."""
-    res = CliRunner().invoke(app, optional_values([str(a) for a in args]))
+    """The command line as a user types it (``run confirm``: the registered seeds)."""
+    res = CliRunner().invoke(app, [str(a) for a in args])
     return res.exit_code, res.output
 
 
@@ -86,7 +86,7 @@ def test_a_study_in_its_own_repository_keeps_its_proof_everywhere(
     assert pinned["runs"]["count"] == 4 and len(pinned["digest"]) == 64  # 2 arms x seeds 2, 3
     git(repo, "add", str(reg))
     git(repo, "commit", "-qm", "register")
-    code, out = _cli("run", study, "--store", store, "--no-progress", "--confirm")
+    code, out = _cli("run", "confirm", study, "--store", store, "--no-progress")
     assert code == 0, out
 
     elsewhere = tmp_path / "elsewhere"
@@ -109,12 +109,12 @@ def test_a_study_in_its_own_repository_keeps_its_proof_everywhere(
     # a plugin changed and not committed: refused in one line, nothing trained
     before = _run_ids(store)
     (repo / "exp" / "act.py").write_text(PLUGIN.replace("{name}", "relu2proof") + "# tuned\n")
-    code, out = _cli("run", study, "--store", store, "--no-progress", "--confirm")
+    code, out = _cli("run", "confirm", study, "--store", store, "--no-progress")
     assert code == 2 and "act.py has changes not committed" in out
     assert len(out.strip().splitlines()) == 1 and _run_ids(store) == before
     # committed, it is still not the registered plugin: register again
     git(repo, "commit", "-qam", "tune the plugin")
-    code, out = _cli("run", study, "--store", store, "--no-progress", "--confirm")
+    code, out = _cli("run", "confirm", study, "--store", store, "--no-progress")
     assert code == 2 and "plugin exp/act.py differs from the registered one" in out
     assert len(out.strip().splitlines()) == 1 and _run_ids(store) == before
 
@@ -126,7 +126,7 @@ def test_a_study_never_committed_is_refused(tmp_path, tiny_studies, git, clean_r
     assert code == 0, out
     git(repo, "add", "exp/registrations")  # the registration alone, as the newcomer did
     git(repo, "commit", "-qm", "register")
-    code, out = _cli("run", study, "--store", store, "--no-progress", "--confirm")
+    code, out = _cli("run", "confirm", study, "--store", store, "--no-progress")
     assert code == 2 and "mine.yaml is not committed" in out
     assert len(out.strip().splitlines()) == 1 and not (store / "mine").exists()
 
@@ -150,7 +150,7 @@ def test_a_registration_from_before_pins_keeps_its_meaning(
     tmp_path, tiny_studies, git, clean_registry
 ):
     """A registration without ``inputs:`` (as every one before pins, e.g. reference's gpu one)
-    pinned its claims and design: ``--confirm`` trains under it and the report confirms on it,
+    pinned its claims and design: ``run confirm`` trains under it and the report confirms on it,
     saying that the study file changed after it was committed, without undoing it."""
     repo, study = _repo(tmp_path, tiny_studies, git, act="relu2old")
     store = tmp_path / "runs"
@@ -168,7 +168,7 @@ def test_a_registration_from_before_pins_keeps_its_meaning(
     text = study.read_text().replace("a tiny test study", "a tiny test study, described")
     study.write_text(text)  # the claims and design as registered; the study file not
     git(repo, "commit", "-qam", "describe the study")
-    code, out = _cli("run", study, "--store", store, "--no-progress", "--confirm")
+    code, out = _cli("run", "confirm", study, "--store", store, "--no-progress")
     assert code == 0, out
     code, out = _cli("report", study, "--store", store, "--out", tmp_path / "out")
     assert code == 0, out

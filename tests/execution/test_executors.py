@@ -7,8 +7,8 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.config import ConfigError, RunConfig
-from ablate.execution.executors import ExecutorOptions, RunTask, check, local
-from ablate.execution.executors.local import Slot, assign_devices, plan_workers
+from ablate.execution.executors import RunTask, check, local, parse_options
+from ablate.execution.executors.local import LocalOptions, Slot, assign_devices, plan_workers
 
 
 @pytest.mark.parametrize("n_gpus", [1, 2, 8])
@@ -44,55 +44,55 @@ def _tasks(n, accelerator):
 
 
 def test_worker_count_auto_is_gpus_times_k_and_cpu_runs_ignore_gpus():
-    opts = ExecutorOptions(workers="auto", runs_per_gpu=2)
+    opts = LocalOptions(workers="auto", runs_per_gpu=2)
     assert len(plan_workers(_tasks(10, "gpu"), opts, ["0", "1"])) == 4
     assert len(plan_workers(_tasks(3, "gpu"), opts, ["0", "1"])) == 3  # no idle workers
-    cpu = plan_workers(_tasks(10, "cpu"), ExecutorOptions(workers=2), ["0", "1"])
+    cpu = plan_workers(_tasks(10, "cpu"), LocalOptions(workers=2), ["0", "1"])
     assert cpu == [Slot(None, None)] * 2  # a CPU study on a GPU box does not touch the GPUs
-    assert plan_workers(_tasks(10, "gpu"), ExecutorOptions(workers=1), []) == [Slot(None, None)]
+    assert plan_workers(_tasks(10, "gpu"), LocalOptions(workers=1), []) == [Slot(None, None)]
 
 
 def test_auto_is_the_default_and_fills_the_cores_one_thread_each(monkeypatch):
     monkeypatch.delenv("ABLATE_DEFAULT_WORKERS")  # conftest pins tests to one worker
     monkeypatch.setattr(local, "cpu_count", lambda: 2)
-    default = plan_workers(_tasks(6, "cpu"), ExecutorOptions(), [])
+    default = plan_workers(_tasks(6, "cpu"), LocalOptions(), [])
     # on 2 cores: the layout of --workers 2, 2 workers x 1 thread (measured faster than 1 x 2)
-    assert default == plan_workers(_tasks(6, "cpu"), ExecutorOptions(workers=2), [])
+    assert default == plan_workers(_tasks(6, "cpu"), LocalOptions(workers=2), [])
     assert len(default) == 2 and local.worker_threads(len(default)) == 1
-    assert len(plan_workers(_tasks(1, "cpu"), ExecutorOptions(), [])) == 1  # no idle worker
+    assert len(plan_workers(_tasks(1, "cpu"), LocalOptions(), [])) == 1  # no idle worker
     monkeypatch.setattr(local, "cpu_count", lambda: 16)
-    auto = ExecutorOptions(workers="auto")
+    auto = LocalOptions(workers="auto")
     assert len(plan_workers(_tasks(20, "cpu"), auto, [])) == 16
     assert local.worker_threads(16) == 1 and local.worker_threads(3) == 5
     four = [RunTask(None, RunConfig.model_validate({"train": {"threads": 4}}), "/x/t")] * 20
     assert len(plan_workers(four, auto, [])) == 4  # 4 workers x 4 threads: the 16 cores
     # an integer still means that many; the default can be set for a shared machine
-    assert len(plan_workers(_tasks(20, "cpu"), ExecutorOptions(workers=3), [])) == 3
+    assert len(plan_workers(_tasks(20, "cpu"), LocalOptions(workers=3), [])) == 3
     monkeypatch.setenv("ABLATE_DEFAULT_WORKERS", "5")
-    assert len(plan_workers(_tasks(20, "cpu"), ExecutorOptions(), [])) == 5
+    assert len(plan_workers(_tasks(20, "cpu"), LocalOptions(), [])) == 5
     monkeypatch.setenv("ABLATE_DEFAULT_WORKERS", "many")
     with pytest.raises(ConfigError, match="ABLATE_DEFAULT_WORKERS.*'many'"):
-        check(ExecutorOptions())
+        check(LocalOptions())
 
 
 def test_bad_executor_options_are_one_line_config_errors():
     with pytest.raises(ConfigError, match=r"--executor.*unknown executor 'dask'.*local, ray"):
-        ExecutorOptions.parse(executor="dask")
+        parse_options("dask")
     with pytest.raises(ConfigError, match="--runs-per-gpu"):
-        ExecutorOptions.parse(runs_per_gpu=0)
-    with pytest.raises(ConfigError, match="--gpus-per-run"):
-        check(ExecutorOptions(gpus_per_run=2))
+        parse_options("local", runs_per_gpu=0)
+    with pytest.raises(ConfigError, match="gpus_per_run"):
+        parse_options("local", ["gpus_per_run=2"])
 
 
 def test_resume_hint_repeats_the_executor_options():
-    opts = ExecutorOptions(executor="slurm", slurm_partition="gpu", slurm_opts={"qos": "high"})
+    opts = parse_options("slurm", ["partition=gpu", "sbatch.qos=high"])
     assert opts.cli_args() == [
         "--executor",
         "slurm",
-        "--slurm-partition",
-        "gpu",
-        "--slurm-opt",
-        "qos=high",
+        "--executor-opt",
+        "partition=gpu",
+        "--executor-opt",
+        "sbatch.qos=high",
     ]
 
 
@@ -101,7 +101,7 @@ def test_resume_hint_repeats_the_executor_options():
     [
         (["--executor", "dask"], "unknown executor"),
         (["--runs-per-gpu", "0"], "--runs-per-gpu"),
-        (["--slurm-opt", "noequals"], "--slurm-opt"),
+        (["--executor-opt", "noequals"], "--executor-opt"),
         (["--workers", "0"], "--workers"),
         (["--workers", "many"], "--workers"),
     ],
@@ -122,7 +122,7 @@ def test_missing_extra_names_the_pip_command(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "submitit", None)  # import raises ImportError
     with pytest.raises(ConfigError, match=r'pip install "ablate\[slurm\]"'):
-        check(ExecutorOptions(executor="slurm"))
+        check(parse_options("slurm"))
 
 
 def _device_of_this_worker():
@@ -152,9 +152,8 @@ def _what_this_worker_has() -> tuple[str | None, list[str]]:
 def test_pool_workers_start_warm_with_the_drivers_environment_of_now(monkeypatch):
     """`ablate run` starts the workers' forkserver before it plans (its imports run beside the
     plan): a worker forked from it starts with torch, Lightning and W&B imported, and with the
-    driver's environment when the pool starts, not the server's from before (`ablate run` sets
-    ABLATE_WORKERS after planning)."""
-    local.start_early(ExecutorOptions(workers=2))
+    driver's environment when the pool starts, not the server's from before."""
+    local.start_early(LocalOptions(workers=2))
     monkeypatch.setenv("ABLATE_TEST_MARK", "set after the server started")
     with local.worker_pool([local.Slot(None, None)], local.pool_context().Event()) as pool, pool:
         mark, loaded = pool.submit(_what_this_worker_has).result()
@@ -258,7 +257,7 @@ def test_a_pool_that_keeps_breaking_stops_with_one_line(monkeypatch, tmp_path):
 
         return one_pool
 
-    opts = ExecutorOptions(max_retries=2)
+    opts = LocalOptions(max_retries=2)
     tasks = list(range(10))
     # 4 breaks, each after progress: the pool is tried again each time; then the 4th break counts
     # as the first in a row, two more without progress make 3 > max_retries

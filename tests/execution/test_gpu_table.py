@@ -3,6 +3,7 @@ shipped gpu profiles (each tier fits one GPU window at the measured rate, every 
 minutes, no profile repeats its windows, the reference profile is nanoGPT's GPU config, each
 profile well above its cpu profile and stating its FLOPs as the plan computes them)."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -192,7 +193,8 @@ def test_plan_flops_costs_a_gpu_profile_at_a_measured_rate_without_a_gpu(monkeyp
     plan = ["plan", "studies/reference_nanogpt_cpu.yaml", "--profile", "gpu", "--flops"]
     res = CliRunner().invoke(app, plan)  # the shipped CUDA probe's rate comes first
     assert res.exit_code == 0, res.output
-    assert "measured: the CUDA probe" in res.output
+    started = json.loads(flops.PROBE_JSON.read_text())["started"]  # named by when it ran
+    assert f"measured: the CUDA probe of {started} on " in res.output
     monkeypatch.setattr(flops, "probe_rate", lambda: None)  # no probe: the pilot's rate
     res = CliRunner().invoke(app, plan)
     assert res.exit_code == 0, res.output

@@ -339,6 +339,16 @@ def head_logged(log: str) -> str:
     return found.group(1)
 
 
+def committed_nanogpt_seeds() -> list[int]:
+    """The seeds of nanoGPT's own GPU runs the repository holds, which a window's next run
+    keeps (reports/gpu/nanogpt_own_next.json where a window committed one, else the pilot's
+    nanogpt_own.json)."""
+    gpu = REPO / "reports" / "gpu"
+    keep = gpu / "nanogpt_own_next.json"
+    keep = keep if keep.is_file() else gpu / "nanogpt_own.json"
+    return [r["seed"] for r in json.loads(keep.read_text())["runs"]]
+
+
 def run_files(files: dict[str, bytes], run: str) -> dict[str, bytes]:
     return {n: d for n, d in files.items() if n.startswith(run + "/")}
 
@@ -510,8 +520,10 @@ def test_the_first_window_cuts_a_run_and_brings_back_the_stores(rehearsal):
     names = archive(out / "stores.tgz")
     assert not [n for n in names if re.search(r"checkpoints|wandb|run\.lease|\.tmp$", n)]
     states = {s["variant"]: s["status"] for s in runs_of(names).values()}
-    metas = metas_of(names)
-    assert {(m.get("git_commit"), m.get("git_dirty")) for m in metas.values()} == {
+    # this window's runs record the checkout's HEAD, clean (the archives committed under
+    # reports/gpu/stores/ were restored beside them and come back as they were)
+    metas = {run: m for run, m in metas_of(names).items() if run.startswith("gpuwin_")}
+    assert metas and {(m.get("git_commit"), m.get("git_dirty")) for m in metas.values()} == {
         (rehearsal["head1"], False)
     }, metas
     assert states["quick"] == "completed" and states["slow"] != "completed", states
@@ -544,20 +556,18 @@ def test_the_second_window_restores_and_finishes_without_retraining(rehearsal):
     assert (
         f"probe verdict unstacked (for profiles that pin train.stack): {unstacked['choice']}" in log
     )
-    runs = {
-        line.split("] ablate run studies/")[1].split(".yaml")[0]: line.split(" --store runs/gpu ")[
-            1
-        ]
-        for line in log.splitlines()
-        if "] ablate run studies/gpuwin_" in line
-    }
+    started = re.compile(
+        r"\] ablate run (?:confirm )?studies/(gpuwin_\w+)\.yaml.*? --store runs/gpu (.*)"
+    )
+    runs = dict(m.groups() for m in map(started.search, log.splitlines()) if m)
     assert runs["gpuwin_explore"].startswith(f"{verdict['args']} (limit"), runs
     assert runs["gpuwin_confirm"].startswith(f"{unstacked['args']} (limit"), runs
-    # nanoGPT's stand-in ran beside them: the committed pilot's run and this one's next seed
+    # nanoGPT's stand-in ran beside them: the committed runs and this one's next seed
     own = json.loads((out / "nanogpt_own_next.json").read_text())
-    assert [r["seed"] for r in own["runs"]] == [1337, 1338]
-    assert own["best_val_loss"][1] == 2.25 and own["runs"][1]["best_iter"] == 500
-    assert own["runs"][1]["nanogpt_commit"] == "unknown"  # the stand-in is no git checkout
+    kept = committed_nanogpt_seeds()
+    assert [r["seed"] for r in own["runs"]] == [*kept, max(kept) + 1]
+    assert own["best_val_loss"][-1] == 2.25 and own["runs"][-1]["best_iter"] == 500
+    assert own["runs"][-1]["nanogpt_commit"] == "unknown"  # the stand-in is no git checkout
     assert "--max_iters=2500" in (out / "nanogpt.log").read_text()
     assert "nanoGPT: done: nanogpt_own_next.json" in log
     first = archive(rehearsal["out1"] / "stores.tgz")

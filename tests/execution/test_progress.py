@@ -89,9 +89,7 @@ def test_study_eta_comes_from_steps_not_runs():
 def _live(tmp_path, console=None, **kw):
     runs = {f"id{i}": (f"run{i}", tmp_path / f"id{i}", 400) for i in range(3)}
     runs["id3"] = ("x" * 80, tmp_path / "id3", 400)  # a long name is cut, the numbers still fit
-    return LiveProgress(
-        "study", runs, finished_steps=400, finished_runs=1, total_runs=5, console=console, **kw
-    )
+    return LiveProgress("study", runs, finished_steps=400, finished_runs=1, console=console, **kw)
 
 
 def test_poll_reads_the_runs_in_flight_and_draws_one_line_each(tmp_path):

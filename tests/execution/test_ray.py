@@ -6,7 +6,7 @@ import time
 import pytest
 
 from ablate.config import ConfigError, RunConfig
-from ablate.execution.executors import ExecutorOptions
+from ablate.execution.executors.ray import RayOptions
 from ablate.execution.runner import run_study
 
 pytestmark = pytest.mark.usefixtures("no_wandb")  # make_study and the executor checks: conftest
@@ -34,7 +34,7 @@ def test_four_runs_at_a_quarter_gpu_share_one_gpu_at_once(local_ray, tmp_path):
     from ablate.execution.executors.ray import task_options
 
     gpu_run = RunConfig.model_validate({"train": {"accelerator": "gpu"}})
-    opts = task_options(gpu_run, ExecutorOptions(runs_per_gpu=4), local_ray.cluster_resources())
+    opts = task_options(gpu_run, RayOptions(runs_per_gpu=4), local_ray.cluster_resources())
     assert opts["num_gpus"] == 0.25 and opts["num_cpus"] == 0.5
 
     @local_ray.remote
@@ -55,7 +55,7 @@ def test_four_runs_at_a_quarter_gpu_share_one_gpu_at_once(local_ray, tmp_path):
     assert all(len(ids) == 1 for _, ids in met)  # each sees the one (shared) GPU
 
     cpu_run = RunConfig.model_validate({"train": {"accelerator": "cpu", "threads": 2}})
-    cpu = task_options(cpu_run, ExecutorOptions(runs_per_gpu=4), local_ray.cluster_resources())
+    cpu = task_options(cpu_run, RayOptions(runs_per_gpu=4), local_ray.cluster_resources())
     assert cpu["num_gpus"] == 0 and cpu["num_cpus"] == 2
 
 
@@ -66,7 +66,7 @@ def test_a_study_trains_through_ray_like_it_does_locally(
     store = tmp_path / "ray"
     interrupt_first_run_at_step_12(path, store)
     capsys.readouterr()
-    opts = ExecutorOptions(executor="ray", max_retries=1)
+    opts = RayOptions(max_retries=1)
     results = run_study(path, store=store, progress=False, executor=opts)
     out = capsys.readouterr().out
     assert "on Ray" in out and "activation=gelu,seed=0: completed" in out  # streamed back
@@ -79,12 +79,12 @@ def test_a_study_trains_through_ray_like_it_does_locally(
 
 def test_a_ray_address_that_does_not_answer_fails_within_seconds(make_study, tmp_path):
     t0 = time.time()
-    with pytest.raises(ConfigError, match="--ray-address.*no Ray cluster answers"):
+    with pytest.raises(ConfigError, match="address.*no Ray cluster answers"):
         run_study(
             make_study(),
             store=tmp_path / "runs",
             progress=False,
-            executor=ExecutorOptions(executor="ray", ray_address="127.0.0.1:9"),
+            executor=RayOptions(address="127.0.0.1:9"),
         )
     assert time.time() - t0 < 10
     assert not (tmp_path / "runs").exists()
@@ -136,7 +136,7 @@ def test_a_stacked_group_is_one_ray_task(
     local_ray, make_study, tmp_path, capsys, assert_stacked_like_solo
 ):
     path = make_study(grid={"optim.lr": [1e-3, 3e-3]}, seeds=[0, 1])
-    opts = ExecutorOptions(executor="ray", max_retries=1)
+    opts = RayOptions(max_retries=1)
     results = run_study(
         path, store=tmp_path / "ray", overrides=["train.stack=4"], progress=False, executor=opts
     )

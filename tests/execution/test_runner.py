@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 import ablate.data
 import ablate.training.lit
 from ablate.cli import app
+from ablate.execution.executors.local import LocalOptions
 from ablate.execution.runner import run_study
 from ablate.store import RunStore
 from ablate.tracking.ids import wandb_run_id
@@ -245,9 +246,13 @@ def test_two_processes_never_train_the_same_run(make_study, tmp_path):
 def test_workers_train_runs_in_separate_processes(make_study, tmp_path, capsys):
     path = make_study(grid={"model.activation": ["relu", "gelu", "swiglu", "geglu"]})
     store = tmp_path / "runs"
-    results = run_study(path, store=store, workers=2, progress=False)
+    results = run_study(path, store=store, executor=LocalOptions(workers=2), progress=False)
     assert [r["status"] for r in results] == ["completed"] * 4
     assert "2 workers" in capsys.readouterr().out
+    # the layout travels with each task to the process that trains it, not through this one's
+    # environment, which it leaves as it was
+    assert [r["environment"]["workers"] for r in results] == [2] * 4
+    assert "ABLATE_WORKERS" not in os.environ
     pids = {r["attempts"][0]["pid"] for r in results}
     assert os.getpid() not in pids and 1 <= len(pids) <= 2
     assert all(len(r["attempts"]) == 1 for r in results)

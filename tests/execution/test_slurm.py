@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.config import ConfigError
-from ablate.execution.executors import ExecutorOptions, RunTask, check
+from ablate.execution.executors import RunTask, check, parse_options
 from ablate.execution.runner import run_study
 from ablate.store import RunDir, RunStore
 from ablate.store.lease import holder
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.usefixtures("no_wandb")  # make_study and the executor 
 
 pytest.importorskip("submitit", reason='pip install "ablate[slurm]"')
 
-LOCAL = ExecutorOptions(executor="slurm", slurm_cluster="local", slurm_time=5)
+LOCAL = parse_options("slurm", ["cluster=local", "time=5"])
 
 
 def test_a_study_trains_as_a_job_array_like_it_does_locally(
@@ -91,19 +91,19 @@ def test_without_sbatch_the_slurm_executor_is_one_line_and_writes_nothing(
     assert result.exit_code == 2, result.output
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
     assert len(lines) == 1, result.output
-    assert "sbatch" in lines[0] and "--slurm-cluster local" in lines[0]
+    assert "sbatch" in lines[0] and "--executor-opt cluster=local" in lines[0]
     assert not store.exists()  # no run dirs, no .submitit folder
 
 
 def test_only_an_explicit_local_cluster_runs_slurm_jobs_without_sbatch(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
-    check(ExecutorOptions(executor="slurm", slurm_cluster="local"))
-    for cluster in (None, "slurm"):
+    check(parse_options("slurm", ["cluster=local"]))
+    for pairs in ([], ["cluster=slurm"]):
         with pytest.raises(ConfigError, match="sbatch, squeue, scancel not found"):
-            check(ExecutorOptions(executor="slurm", slurm_cluster=cluster))
+            check(parse_options("slurm", pairs))
     bin_dir = _fake_commands(tmp_path / "bin", sbatch="", squeue="", scancel="")
     monkeypatch.setenv("PATH", str(bin_dir))
-    check(ExecutorOptions(executor="slurm"))  # a login node: SLURM's clients are here
+    check(parse_options("slurm"))  # a login node: SLURM's clients are here
 
 
 def _wait_for(predicate, timeout, what):
@@ -126,12 +126,12 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_driver_stopped_with_sigterm_stops_its_local_jobs(make_study, tmp_path):
-    """--slurm-cluster local: the jobs are processes of this machine; stopping the driver
+    """--executor-opt cluster=local: the jobs are processes of this machine; stopping the driver
     (SIGTERM, like Ctrl-C) must stop them, not leave them training for nobody."""
     path = make_study(base={"train.max_steps": 100_000, "train.checkpoint_interval": 50})
     store = tmp_path / "runs"
     cmd = [sys.executable, "-m", "ablate", "run", str(path), "--store", str(store),
-           "--executor", "slurm", "--slurm-cluster", "local", "--no-progress"]  # fmt: skip
+           "--executor", "slurm", "-x", "cluster=local", "--no-progress"]  # fmt: skip
     driver = subprocess.Popen(
         cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )

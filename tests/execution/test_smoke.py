@@ -1,4 +1,4 @@
-"""``ablate run --smoke`` (every shipped gpu profile, on the CPU) and ``ablate bench --gpu``."""
+"""``ablate run smoke`` (every shipped gpu profile, on the CPU) and ``ablate bench --gpu``."""
 
 import shutil
 import subprocess
@@ -78,7 +78,7 @@ def test_smoke_exits_nonzero_when_a_run_fails(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ablate.training.train, "train_run", broken)
     res = CliRunner().invoke(
-        app, ["run", "studies/reference_nanogpt_cpu.yaml", "--profile", "gpu", "--smoke"]
+        app, ["run", "smoke", "studies/reference_nanogpt_cpu.yaml", "--profile", "gpu"]
     )
     assert res.exit_code == 1 and "boom" in res.output
 
@@ -87,10 +87,10 @@ def test_smoke_of_a_study_without_profiles_names_none(make_study, monkeypatch):
     """A study with no profiles says nothing about one (it said "(profile None)"); one with
     profiles says which it chose and why, as `ablate run` does."""
     monkeypatch.setattr(ablate.training.train, "train_run", lambda *a, **k: {"status": "completed"})
-    res = CliRunner().invoke(app, ["run", str(make_study(name="plain")), "--smoke"])
+    res = CliRunner().invoke(app, ["run", "smoke", str(make_study(name="plain"))])
     assert res.exit_code == 0, res.output
     assert "plain smoke test: 2 of 2 runs" in res.output and "None" not in res.output
-    res = CliRunner().invoke(app, ["run", "studies/reference_nanogpt_cpu.yaml", "--smoke"])
+    res = CliRunner().invoke(app, ["run", "smoke", "studies/reference_nanogpt_cpu.yaml"])
     assert "smoke test (profile cpu: default_profile auto: no CUDA device visible)" in res.output
 
 
@@ -99,10 +99,10 @@ def test_smoke_rejects_an_impossible_kernel_at_plan_time():
         app,
         [
             "run",
+            "smoke",
             "studies/positional_encoding.yaml",
             "--profile",
             "gpu",
-            "--smoke",
             "--set",
             "train.attn_backend=flash",
         ],

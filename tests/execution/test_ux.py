@@ -434,12 +434,13 @@ def _time_lines(output: str) -> list[str]:
 
 
 def test_plan_takes_its_times_from_finished_runs_of_the_same_shape(make_study, tmp_path):
+    from ablate.execution.executors.local import LocalOptions
     from ablate.execution.runner import run_study
     from ablate.store import RunStore
 
     path = make_study(seeds=[0, 1])
     store = tmp_path / "runs"
-    run_study(path, store=store, progress=False, workers=1)
+    run_study(path, store=store, progress=False, executor=LocalOptions(workers=1))
     per_step = sorted(
         d.read_summary()["wall_time_s"] / d.read_summary()["steps"]
         for d in RunStore(store).runs("tiny")

@@ -77,7 +77,7 @@ def test_smoke_of_a_bf16_lstm_passes_when_onednn_is_capped_at_avx2(tmp_path):
     study.write_text(TINY_LSTM_STUDY)
     env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2", "WANDB_MODE": "disabled", "COLUMNS": "200"}
     res = subprocess.run(
-        [sys.executable, "-m", "ablate", "run", str(study), "--smoke"],
+        [sys.executable, "-m", "ablate", "run", "smoke", str(study)],
         env=env,
         capture_output=True,
         text=True,

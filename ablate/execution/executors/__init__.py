@@ -1,157 +1,60 @@
 """Executors decide only *where* a planned run trains: this machine, a Ray cluster, SLURM.
 
-Every executor has one signature::
+An executor is a typed options model, a subclass of :class:`ExecutorOptions` whose
+``executor`` field is a ``Literal`` of its name (the tag of the union of all executors'
+options), with the methods the runner calls::
 
-    execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) -> None
+    check() -> None                                   # before anything is written
+    execute(tasks: list[RunTask], progress: Progress) -> None
+    where(tasks) -> str                               # the header's "on Ray (auto)"
+    runs_at_once(tasks) -> int                        # recorded in each run's environment
 
-and runs ``ablate.execution.worker.execute_run`` once per task wherever it places it (the lease
-protocol, resume and the store are the same everywhere). A task may be a stacked group
-(``RunTask.members``, ``train.stack``): one process trains its members through
-``worker.execute_group``, and each member is reported as a run. Each finished run is reported
-through ``progress.finished(run, outcome, summary)``; while waiting an executor calls
-``progress.poll()`` at least once a second. A stop (Ctrl-C) raises ``KeyboardInterrupt`` after
-the runs in progress were asked to checkpoint, so the same command resumes them.
+``execute`` runs ``ablate.execution.worker.execute_task`` once per task wherever it places it
+(the lease protocol, resume and the store are the same everywhere). A task may be a stacked
+group (``RunTask.members``, ``train.stack``): one process trains its members, each reported as
+a run. Each finished run is reported through ``progress.finished(run, outcome, summary)``;
+while waiting an executor calls ``progress.poll()`` at least once a second. A stop (Ctrl-C)
+raises ``KeyboardInterrupt`` after the runs in progress were asked to checkpoint, so the same
+command resumes them.
 
-``check(opts)`` validates the options before anything is written: a bad value, a missing extra
-(``pip install "ablate[ray]"``), a Ray address that does not answer or SLURM's ``sbatch`` missing
-from PATH is a ``ConfigError``.
+An executor is one module and one registry entry: the built-ins (``local``, ``ray``,
+``slurm``) are imported by name when asked for (:data:`BUILTIN`), others register their class
+with :func:`register_executor` or, installed as a package, under the entry-point group
+``ablate.executors`` (``dask = "my_pkg.dask:DaskOptions"``). ``ablate run --executor NAME``
+takes the options as ``--executor-opt KEY=VALUE``; ``ablate run --executor NAME --help``
+lists them (from the model's fields and their docstrings).
+
+``parse_options`` validates the options before anything is written (a bad value, an unknown
+key, a missing extra ``pip install "ablate[ray]"``: a one-line ``ConfigError``); ``check``
+then validates them against this machine (a Ray address that does not answer, SLURM's
+``sbatch`` missing from PATH).
 """
 
 from __future__ import annotations
 
 import importlib
-import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, ClassVar, Literal, Protocol, get_args, get_origin
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ablate.config import ConfigError, RunConfig
+from ablate.errors import suggest
 
-EXECUTORS = ("local", "ray", "slurm")
+BUILTIN = ("local", "ray", "slurm")
+ENTRY_POINTS = "ablate.executors"
+"""The entry-point group an installed package registers its executor under."""
 EXTRAS = {"ray": "ray", "slurm": "submitit"}  # extra name -> module it installs
+SHORTHANDS = {"workers": "--workers", "runs_per_gpu": "--runs-per-gpu"}
+"""Options with their own ``ablate run`` flag (everyday ones); the rest are ``--executor-opt``."""
+OPT_FLAG = "--executor-opt"
 
 
 class ExecutorFailed(RuntimeError):
     """The executor cannot go on (e.g. workers keep dying); one line, the study resumes."""
-
-
-class ExecutorOptions(BaseModel):
-    """Where and how the runs of a study train (``ablate run --executor ...``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    executor: Literal["local", "ray", "slurm"] = "local"
-    workers: Annotated[int, Field(ge=1)] | Literal["auto"] | None = None
-    """local: runs trained at once, or ``auto``: every GPU ``runs_per_gpu`` deep on a GPU box;
-    on a CPU one worker per ``train.threads`` cores (one per core by default: 2 workers x 1
-    thread beat 1 x 2 on a 2-core CPU, ``reports/bench.md`` section 5). None:
-    ``$ABLATE_DEFAULT_WORKERS`` if set (an integer or ``auto``), else ``auto``
-    (``default_workers``)."""
-    runs_per_gpu: int = Field(1, ge=1)
-    """Runs packed on one GPU, each capped at 1/k of its memory (local, ray)."""
-    gpus_per_run: int = Field(1, ge=0)
-    """GPUs one run uses (ray, slurm); 0 trains on CPU."""
-    ray_address: str | None = None
-    """``auto``, ``HOST:PORT`` of a running cluster, or None to start a local Ray."""
-    max_retries: int = Field(3, ge=0)
-    """ray, local pool: re-queue the runs of a worker or node that died this many times."""
-    slurm_partition: str | None = None
-    slurm_time: int = Field(60, ge=1)
-    """slurm: minutes per job before it is requeued (resumes from its checkpoint)."""
-    slurm_array_parallelism: int = Field(64, ge=1)
-    slurm_opts: dict[str, str] = Field(default_factory=dict)
-    """slurm: extra ``#SBATCH`` options, e.g. ``account=abc``, ``qos=high``."""
-    slurm_cluster: Literal["slurm", "local", "debug"] | None = None
-    """submitit cluster (None: SLURM, whose ``sbatch`` must be on PATH); ``local`` runs the jobs
-    as local processes of this machine, ``debug`` in this process."""
-    slurm_folder: str | None = None
-    """Where submitit keeps job scripts and logs (default: ``<store>/.submitit/<study>``)."""
-    lease_grace_s: float | None = Field(None, gt=0)
-    """Seconds without a heartbeat after which a run's lease is stale and may be taken over
-    (None: ``$ABLATE_LEASE_GRACE_S`` or 120)."""
-
-    @field_validator("slurm_time", mode="before")
-    @classmethod
-    def _minutes(cls, v: Any) -> Any:
-        """``90``, ``"90"``, ``"1:30:00"`` or ``"2-00:00:00"`` (days-hours:min:s) -> minutes."""
-        if not isinstance(v, str) or v.strip().isdigit():
-            return v
-        days, _, hms = v.strip().rpartition("-")
-        try:
-            parts = [int(p) for p in hms.split(":")]
-            if len(parts) != 3 or (days and not days.isdigit()):
-                raise ValueError
-        except ValueError:
-            raise ValueError(f"{v!r} is not minutes, H:MM:SS or D-HH:MM:SS") from None
-        h, m, s = parts
-        return max(1, (int(days or 0) * 24 + h) * 60 + m + (1 if s else 0))
-
-    @field_validator("slurm_opts", mode="before")
-    @classmethod
-    def _key_values(cls, v: Any) -> Any:
-        if not isinstance(v, list | tuple):
-            return v
-        out = {}
-        for item in v:
-            key, eq, value = str(item).partition("=")
-            if not eq or not key.strip():
-                raise ValueError(f"{item!r} is not key=value")
-            out[key.strip().lstrip("-").replace("-", "_")] = value.strip()
-        return out
-
-    @field_validator("workers", mode="before")
-    @classmethod
-    def _count_or_auto(cls, v: Any) -> Any:
-        if isinstance(v, str):
-            v = v.strip()
-            if v != "auto" and not v.isdigit():
-                raise ValueError(f"{v!r} is not a number of workers or auto")
-        return v
-
-    @model_validator(mode="after")
-    def _packing(self) -> ExecutorOptions:
-        if self.runs_per_gpu > 1 and self.gpus_per_run > 1:
-            raise ValueError("runs_per_gpu > 1 packs runs of one GPU each: use gpus_per_run 1")
-        return self
-
-    @classmethod
-    def parse(cls, **values: Any) -> ExecutorOptions:
-        """Options from CLI values; a bad value is a one-line ``ConfigError`` naming the option."""
-        values = {k: v for k, v in values.items() if v is not None}
-        try:
-            return cls(**values)
-        except ValidationError as err:
-            e = err.errors()[0]
-            name = str(e["loc"][0]) if e["loc"] else ""
-            flag = {"lease_grace_s": "lease-grace", "slurm_opts": "slurm-opt"}.get(name, name)
-            key = "--" + flag.replace("_", "-") if name else ""
-            msg = e["msg"]
-            if e["type"] == "literal_error" and e["loc"] == ("executor",):
-                msg = f"unknown executor {values.get('executor')!r}; valid: {', '.join(EXECUTORS)}"
-            raise ConfigError(msg.removeprefix("Value error, "), key=key) from None
-
-    def cli_args(self) -> list[str]:
-        """The ``ablate run`` options that reproduce these settings (for the resume hint)."""
-        out: list[str] = []
-        for name, value in self:
-            if value == type(self).model_fields[name].default or name == "slurm_folder":
-                continue
-            if name == "slurm_opts":
-                for k, v in value.items():
-                    out += ["--slurm-opt", f"{k}={v}"]
-                continue
-            flag = "--" + {"lease_grace_s": "lease-grace"}.get(name, name.replace("_", "-"))
-            out += [flag, str(value)]
-        return out
 
 
 @dataclass
@@ -165,6 +68,9 @@ class RunTask:
     path: str
     meta: dict[str, Any] = field(default_factory=dict)
     members: list[RunTask] = field(default_factory=list)
+    workers: int = 1
+    """Runs of the study training at once (the worker layout), recorded in each run's summary
+    (``environment.workers``) by the process that trains it."""
 
     @classmethod
     def group(cls, members: list[RunTask]) -> RunTask:
@@ -217,6 +123,127 @@ class Progress(Protocol):
     def close(self) -> None: ...
 
 
+class ExecutorOptions(BaseModel):
+    """Where and how the runs of a study train: the options every executor has. Each executor
+    subclasses it with a ``Literal`` ``executor`` and its own fields, each documented by the
+    docstring under it (``ablate run --executor NAME --help`` shows them)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, frozen=True)
+
+    executor: str
+    lease_grace_s: float | None = Field(None, gt=0)
+    """Seconds without a heartbeat after which a run's lease is stale and may be taken over
+    (default: ``$ABLATE_LEASE_GRACE_S`` or 120)."""
+
+    extra: ClassVar[str | None] = None
+    """The pip extra the executor needs (``ablate[ray]``), checked by ``check``."""
+
+    def check(self) -> None:
+        """Validate the options against this machine before anything is written."""
+        if self.extra:
+            require_extra(self.extra)
+
+    def execute(self, tasks: list[RunTask], progress: Progress) -> None:
+        """Train ``tasks`` (module doc)."""
+        raise NotImplementedError(f"the {self.executor} executor has no execute()")
+
+    def where(self, tasks: Sequence[RunTask]) -> str:
+        """How the runs are spread, for the header line ('' for one run at a time, here)."""
+        return ""
+
+    def runs_at_once(self, tasks: Sequence[RunTask]) -> int:
+        """Runs training at once on one machine (1 where the cluster decides the layout)."""
+        return 1
+
+    def start_early(self) -> None:
+        """Start what the workers need before the study is planned (e.g. a warm forkserver)."""
+
+    def cli_args(self) -> list[str]:
+        """The ``ablate run`` options that reproduce these settings (for the resume hint)."""
+        out = [] if self.executor == "local" else ["--executor", self.executor]
+        for name, info in type(self).model_fields.items():
+            value = getattr(self, name)
+            if name == "executor" or value == info.get_default(call_default_factory=True):
+                continue
+            if name in SHORTHANDS:
+                out += [SHORTHANDS[name], str(value)]
+            elif isinstance(value, dict):
+                out += [a for k, v in value.items() for a in (OPT_FLAG, f"{name}.{k}={v}")]
+            else:
+                out += [OPT_FLAG, f"{name}={value}"]
+        return out
+
+
+# --- the registry ---------------------------------------------------------------------------------
+
+_REGISTERED: dict[str, type[ExecutorOptions]] = {}
+
+
+def executor_name(cls: type[ExecutorOptions]) -> str:
+    """The name an options class is registered under: its ``executor`` field's default."""
+    name = cls.model_fields["executor"].default
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"{cls.__qualname__}.executor needs a default: its Literal name")
+    return name
+
+
+def register_executor(cls: type[ExecutorOptions]) -> type[ExecutorOptions]:
+    """Register an executor's options class under its name (usable as a class decorator)."""
+    if not (isinstance(cls, type) and issubclass(cls, ExecutorOptions)):
+        raise TypeError(f"{cls!r} is not an ExecutorOptions subclass")
+    name = executor_name(cls)
+    have = _REGISTERED.get(name)
+    where = (cls.__module__, cls.__qualname__)
+    if have is not None and (have.__module__, have.__qualname__) != where:
+        raise ConfigError(
+            f"executor {name!r} is registered twice ({have.__module__}.{have.__qualname__}, "
+            f"{cls.__module__}.{cls.__qualname__})",
+            key="--executor",
+        )
+    _REGISTERED[name] = cls
+    return cls
+
+
+def executor_names() -> list[str]:
+    """Every executor ``--executor`` takes: the built-ins, then registered and installed ones."""
+    installed = [ep.name for ep in entry_points(group=ENTRY_POINTS)]
+    return list(dict.fromkeys([*BUILTIN, *_REGISTERED, *installed]))
+
+
+def options_class(name: str) -> type[ExecutorOptions]:
+    """The options class of the executor ``name`` (imported on first use), else a one-line
+    ``ConfigError``: the names there are, or the pip command of a missing extra."""
+    if name not in _REGISTERED:
+        if name in BUILTIN:
+            _import_builtin(name)
+        else:
+            for ep in entry_points(group=ENTRY_POINTS, name=name):
+                register_executor(ep.load())
+    if name not in _REGISTERED:
+        names = executor_names()
+        raise ConfigError(
+            f"unknown executor {name!r}{suggest(name, names)}; valid: {', '.join(names)}",
+            key="--executor",
+        )
+    return _REGISTERED[name]
+
+
+def _import_builtin(name: str) -> None:
+    """Import a built-in executor's module, which registers it (plain imports, not by name:
+    the import graph that lint-imports reads sees every executor)."""
+    try:
+        if name == "local":
+            from ablate.execution.executors import local  # noqa: F401
+        elif name == "ray":
+            from ablate.execution.executors import ray  # noqa: F401
+        else:
+            from ablate.execution.executors import slurm  # noqa: F401
+    except ImportError as err:
+        if err.name not in EXTRAS.values():
+            raise
+        require_extra(name)
+
+
 def require_extra(extra: str) -> Any:
     """Import the module an optional extra installs, or a one-line ``ConfigError``."""
     try:
@@ -228,51 +255,87 @@ def require_extra(extra: str) -> Any:
         ) from None
 
 
-DEFAULT_WORKERS_ENV = "ABLATE_DEFAULT_WORKERS"
+# --- options from the command line ----------------------------------------------------------------
 
 
-def default_workers() -> int | Literal["auto"]:
-    """What ``--workers`` means when not given: ``$ABLATE_DEFAULT_WORKERS`` (an integer or
-    ``auto``; e.g. 1 on a machine shared with others), else ``auto``."""
-    value = os.environ.get(DEFAULT_WORKERS_ENV, "auto").strip()
-    if value == "auto":
-        return "auto"
-    if not value.isdigit() or int(value) < 1:
-        raise ConfigError(
-            f"{value!r} is not a number of workers >= 1 or auto", key=DEFAULT_WORKERS_ENV
-        )
-    return int(value)
+def parse_options(
+    executor: str = "local", pairs: Sequence[str] = (), **shorthands: Any
+) -> ExecutorOptions:
+    """The options of ``--executor`` from ``--executor-opt KEY=VALUE`` ``pairs`` (``KEY.SUB``
+    sets an item of a mapping) and the shorthand flags (``workers=...``; None: not given).
+    Anything wrong is a one-line ``ConfigError`` naming the flag or key."""
+    cls = options_class(executor)
+    values: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, value = str(pair).partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise ConfigError(f"{pair!r} is not KEY=VALUE", key=OPT_FLAG)
+        name, dot, sub = key.partition(".")
+        if dot:
+            values.setdefault(name, {})[sub] = value.strip()
+        else:
+            values[name] = value.strip()
+    given = {k: v for k, v in shorthands.items() if v is not None}
+    known = cls.model_fields.keys() - {"executor"}
+    for name in [*values, *given]:
+        if name not in known:
+            flag = SHORTHANDS[name] if name in given else f"{OPT_FLAG} {name}"
+            raise ConfigError(_unknown(name, executor, sorted(known)), key=flag)
+    try:
+        return cls.model_validate({**values, **given, "executor": executor})
+    except ValidationError as err:
+        e = err.errors()[0]
+        name = str(e["loc"][0]) if e["loc"] else ""
+        flag = SHORTHANDS[name] if name in given else f"{OPT_FLAG} {name}".strip()
+        raise ConfigError(e["msg"].removeprefix("Value error, "), key=flag) from None
+
+
+def _unknown(name: str, executor: str, known: list[str]) -> str:
+    """An option the executor does not have: which ones it has (and which loaded executor
+    has this one, e.g. ``gpus_per_run`` asked of ``local``)."""
+    others = [n for n, c in _REGISTERED.items() if n != executor and name in c.model_fields]
+    where = f" ({', '.join(others)} {'has' if len(others) == 1 else 'have'} it)" if others else ""
+    return (
+        f"the {executor} executor has no option {name!r}{where}{suggest(name, known)}; "
+        f"its options: {', '.join(known)}"
+    )
+
+
+def options_help(executor: str) -> list[tuple[str, str, str]]:
+    """(``KEY=TYPE``, default, what it does) for each option of ``executor``, for ``--help``."""
+    cls = options_class(executor)
+    rows = []
+    for name, info in cls.model_fields.items():
+        if name == "executor":
+            continue
+        key = f"{name}.KEY=str" if get_origin(info.annotation) is dict else f"{name}={_kind(info)}"
+        if name in SHORTHANDS:
+            key = f"{SHORTHANDS[name]} / {key}"
+        default = info.get_default(call_default_factory=True)
+        doc = " ".join((info.description or "").replace("``", "").split())
+        rows.append((key, "-" if default in (None, {}) else str(default), doc))
+    return rows
+
+
+def _kind(info: Any) -> str:
+    """A field's type as a user types it: ``int``, ``str``, ``local|slurm|debug``."""
+    out = []
+    for arg in get_args(info.annotation) or (info.annotation,):
+        if get_origin(arg) is Annotated:
+            arg = get_args(arg)[0]
+        if get_origin(arg) is Literal:
+            out += [str(v) for v in get_args(arg)]
+        elif arg is not type(None):
+            out.append(getattr(arg, "__name__", str(arg)))
+    return "|".join(out)
 
 
 def check(opts: ExecutorOptions) -> None:
     """Validate the options against this machine before anything is written."""
-    if opts.workers is None:
-        default_workers()
-    if opts.executor == "local":
-        if opts.gpus_per_run > 1:
-            raise ConfigError(
-                "the local executor gives each run one GPU; use ray or slurm for more",
-                key="--gpus-per-run",
-            )
-        return
-    require_extra(opts.executor)
-    if opts.executor == "slurm":
-        from ablate.execution.executors.slurm import check as check_slurm
-
-        check_slurm(opts)
-    if opts.executor == "ray" and opts.ray_address:
-        from ablate.execution.executors.ray import check_address
-
-        check_address(opts.ray_address)
+    opts.check()
 
 
 def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) -> None:
     """Train ``tasks`` with the executor ``opts`` names."""
-    # plain imports, not importlib: the import graph (and lint-imports) sees every executor
-    if opts.executor == "ray":
-        from ablate.execution.executors import ray as module
-    elif opts.executor == "slurm":
-        from ablate.execution.executors import slurm as module
-    else:
-        from ablate.execution.executors import local as module
-    module.execute(tasks, opts=opts, progress=progress)
+    opts.execute(tasks, progress)

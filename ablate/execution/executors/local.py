@@ -33,7 +33,9 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator
 
 from ablate.config import ConfigError
 from ablate.execution.executors import (
@@ -41,7 +43,7 @@ from ablate.execution.executors import (
     ExecutorOptions,
     Progress,
     RunTask,
-    default_workers,
+    register_executor,
 )
 from ablate.execution.worker import cpu_count
 
@@ -51,6 +53,72 @@ WORKER_IMPORTS = ("ablate.training.train", "wandb", "wandb.sdk.launch.inputs.int
 """What a worker imports before its first run; the forkserver imports it once for all of them
 (``executors/preload.py``). W&B imports its launch inputs in every process's first
 ``wandb.init``, a quarter of a second of CPU."""
+
+
+DEFAULT_WORKERS_ENV = "ABLATE_DEFAULT_WORKERS"
+
+
+@register_executor
+class LocalOptions(ExecutorOptions):
+    """This machine: one run at a time in this process, or a pool of worker processes."""
+
+    executor: Literal["local"] = "local"
+    workers: Annotated[int, Field(ge=1)] | Literal["auto"] | None = None
+    """Runs trained at once, or ``auto``: every GPU ``runs_per_gpu`` deep on a GPU box; on a
+    CPU one worker per ``train.threads`` cores (one per core by default: 2 workers x 1 thread
+    beat 1 x 2 on a 2-core CPU, ``reports/bench.md`` section 5). None:
+    ``$ABLATE_DEFAULT_WORKERS`` if set (an integer or ``auto``), else ``auto``."""
+    runs_per_gpu: int = Field(1, ge=1)
+    """Runs packed on one GPU, each capped at 1/k of its memory."""
+    max_retries: int = Field(3, ge=0)
+    """Fresh pools tried after a worker process died (killed, out of memory) with no run
+    finished in between."""
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _count_or_auto(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = v.strip()
+            if v != "auto" and not v.isdigit():
+                raise ValueError(f"{v!r} is not a number of workers or auto")
+        return v
+
+    def check(self) -> None:
+        if self.workers is None:
+            default_workers()
+
+    def execute(self, tasks: list[RunTask], progress: Progress) -> None:
+        execute(tasks, opts=self, progress=progress)
+
+    def where(self, tasks: Sequence[RunTask]) -> str:
+        if not tasks:
+            return ""
+        slots = plan_workers(tasks, self)
+        if len(slots) == 1 and slots[0].memory_fraction is None:
+            return ""  # one run at a time, in this process
+        gpus = sorted({s.cuda_visible_devices for s in slots if s.cuda_visible_devices})
+        if gpus:
+            return f"{len(slots)} workers on GPU(s) {','.join(gpus)}"
+        return f"{len(slots)} workers" if len(slots) > 1 else ""
+
+    def runs_at_once(self, tasks: Sequence[RunTask]) -> int:
+        return len(plan_workers(tasks, self)) if tasks else 1
+
+    def start_early(self) -> None:
+        start_early(self)
+
+
+def default_workers() -> int | Literal["auto"]:
+    """What ``--workers`` means when not given: ``$ABLATE_DEFAULT_WORKERS`` (an integer or
+    ``auto``; e.g. 1 on a machine shared with others), else ``auto``."""
+    value = os.environ.get(DEFAULT_WORKERS_ENV, "auto").strip()
+    if value == "auto":
+        return "auto"
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(
+            f"{value!r} is not a number of workers >= 1 or auto", key=DEFAULT_WORKERS_ENV
+        )
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -117,7 +185,7 @@ def worker_threads(workers: int) -> int:
 
 
 def plan_workers(
-    tasks: Sequence[RunTask], opts: ExecutorOptions, gpus: Sequence[str] | None = None
+    tasks: Sequence[RunTask], opts: LocalOptions, gpus: Sequence[str] | None = None
 ) -> list[Slot]:
     """The worker slots for this study: GPUs (``visible_gpus()`` unless given) only if its
     runs train on them; at most one worker per task."""
@@ -145,7 +213,7 @@ def pool_context() -> Any:
     return ctx
 
 
-def start_early(opts: ExecutorOptions) -> None:
+def start_early(opts: LocalOptions) -> None:
     """Start the forkserver of the worker pool now, before the study is planned, when its runs
     may train on a pool (the local executor, not one worker): its imports run beside the plan.
     A study that ends up training in this process leaves it idle; it ends with this process."""
@@ -163,7 +231,7 @@ def start_early(opts: ExecutorOptions) -> None:
         forkserver.ensure_running()
 
 
-def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) -> None:
+def execute(tasks: list[RunTask], *, opts: LocalOptions, progress: Progress) -> None:
     if not tasks:
         return
     slots = plan_workers(tasks, opts)
@@ -175,6 +243,7 @@ def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) 
                 *t.payload(),
                 progress=getattr(progress, "run_bars", False),
                 lease_grace_s=opts.lease_grace_s,
+                workers=t.workers,
             )
             t.report(results, progress)
         return
@@ -241,7 +310,7 @@ def _watch_driver(driver) -> None:
 
 
 def _worker_run(
-    cfgs, paths: list[str], metas: list[dict[str, Any]], progress: bool, grace: float
+    cfgs, paths: list[str], metas: list[dict[str, Any]], progress: bool, grace: float, workers: int
 ) -> list[tuple[str, dict[str, Any]]]:
     global _in_run
     from ablate.execution.worker import execute_task, interrupted
@@ -250,7 +319,9 @@ def _worker_run(
         return interrupted(paths)  # queued before the Ctrl-C
     _in_run = True
     try:
-        return execute_task(cfgs, paths, metas, progress=progress, lease_grace_s=grace)
+        return execute_task(
+            cfgs, paths, metas, progress=progress, lease_grace_s=grace, workers=workers
+        )
     except (KeyboardInterrupt, SystemExit):
         return interrupted(paths)
     finally:
@@ -259,7 +330,7 @@ def _worker_run(
 
 
 def _run_pool(
-    tasks: list[RunTask], slots: list[Slot], opts: ExecutorOptions, progress: Progress
+    tasks: list[RunTask], slots: list[Slot], opts: LocalOptions, progress: Progress
 ) -> None:
     """Train ``tasks`` on a pool of ``len(slots)`` workers. A worker that dies (``kill -9``, out
     of memory) breaks the pool: the runs not yet reported go to a fresh pool and the dead
@@ -290,7 +361,7 @@ def _run_pool(
 
 
 def _one_pool(
-    tasks: list[RunTask], slots: list[Slot], opts: ExecutorOptions, progress: Progress
+    tasks: list[RunTask], slots: list[Slot], opts: LocalOptions, progress: Progress
 ) -> None:
     """One pool; ``tasks`` loses each task as it is reported (what is left is unfinished)."""
     stop = pool_context().Event()
@@ -321,7 +392,7 @@ def worker_pool(slots: list[Slot], stop: Any) -> Iterator[ProcessPoolExecutor]:
 
 
 def _serve(
-    pool: ProcessPoolExecutor, tasks: list[RunTask], opts: ExecutorOptions, progress: Progress, stop
+    pool: ProcessPoolExecutor, tasks: list[RunTask], opts: LocalOptions, progress: Progress, stop
 ) -> None:
     """Submit ``tasks`` to ``pool`` and report each as it finishes; a Ctrl-C stops the pool."""
     from concurrent.futures.process import BrokenProcessPool
@@ -329,7 +400,7 @@ def _serve(
     futures: dict[Future, RunTask] = {}
     try:
         for t in tasks:
-            f = pool.submit(_worker_run, *t.payload(), False, opts.lease_grace_s)
+            f = pool.submit(_worker_run, *t.payload(), False, opts.lease_grace_s, t.workers)
             futures[f] = t
         pending = set(futures)
         while pending:

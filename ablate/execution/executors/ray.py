@@ -16,18 +16,57 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
 
 from ablate.config import ConfigError, RunConfig
-from ablate.execution.executors import ExecutorOptions, Progress, RunTask
+from ablate.execution.executors import ExecutorOptions, Progress, RunTask, register_executor
 
 log = logging.getLogger("ablate")
 
 POLL_S = 0.5
 CONNECT_TIMEOUT_S = 3.0
+ADDRESS_KEY = "--executor-opt address"
 STOP_WAIT_S = 120.0  # how long a Ctrl-C waits for cancelled runs to save their checkpoints
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
+
+
+@register_executor
+class RayOptions(ExecutorOptions):
+    """A Ray cluster, or a local Ray started for the study: one Ray task per run."""
+
+    executor: Literal["ray"] = "ray"
+    address: str | None = None
+    """``auto`` (the cluster ``ray start --head`` started), ``HOST:PORT`` of a running
+    cluster, or None to start a local Ray for this study."""
+    runs_per_gpu: int = Field(1, ge=1)
+    """Runs packed on one GPU, each capped at 1/k of its memory."""
+    gpus_per_run: int = Field(1, ge=0)
+    """GPUs one run uses; 0 trains on CPU."""
+    max_retries: int = Field(3, ge=0)
+    """Re-queue the run of a worker process or node that died, this often."""
+
+    extra: ClassVar[str | None] = "ray"
+
+    @model_validator(mode="after")
+    def _packing(self) -> RayOptions:
+        if self.runs_per_gpu > 1 and self.gpus_per_run > 1:
+            raise ValueError("runs_per_gpu > 1 packs runs of one GPU each: use gpus_per_run 1")
+        return self
+
+    def check(self) -> None:
+        super().check()
+        if self.address:
+            check_address(self.address)
+
+    def execute(self, tasks: list[RunTask], progress: Progress) -> None:
+        execute(tasks, opts=self, progress=progress)
+
+    def where(self, tasks: Sequence[RunTask]) -> str:
+        return f"on Ray ({self.address or 'local'})"
 
 
 def _address_file() -> Path:
@@ -65,7 +104,7 @@ def check_address(address: str) -> None:
     if where is None:
         raise ConfigError(
             f"no running Ray cluster found for {address!r} (start one with `ray start --head`)",
-            key="--ray-address",
+            key=ADDRESS_KEY,
         )
     try:
         with socket.create_connection(where, timeout=CONNECT_TIMEOUT_S):
@@ -73,11 +112,11 @@ def check_address(address: str) -> None:
     except OSError as err:
         raise ConfigError(
             f"no Ray cluster answers at {where[0]}:{where[1]} ({err.strerror or err})",
-            key="--ray-address",
+            key=ADDRESS_KEY,
         ) from None
 
 
-def task_options(cfg: RunConfig, opts: ExecutorOptions, cluster: dict[str, float]) -> dict:
+def task_options(cfg: RunConfig, opts: RayOptions, cluster: dict[str, float]) -> dict:
     """Ray resources for one run on a cluster with ``cluster`` resources (pure)."""
     gpus, cpus = float(cluster.get("GPU", 0)), float(cluster.get("CPU", 1))
     if gpus > 0 and cfg.train.accelerator != "cpu" and opts.gpus_per_run > 0:
@@ -88,7 +127,9 @@ def task_options(cfg: RunConfig, opts: ExecutorOptions, cluster: dict[str, float
     return {"num_gpus": num_gpus, "num_cpus": num_cpus, "max_retries": opts.max_retries}
 
 
-def _train_task(cfgs: list[RunConfig], paths: list[str], metas: list[dict], grace, fraction):
+def _train_task(
+    cfgs: list[RunConfig], paths: list[str], metas: list[dict], grace, fraction, workers: int
+):
     """Runs in a Ray worker: one run (lists of one) or a stacked group, under the leases."""
     import ray
     import torch
@@ -102,7 +143,7 @@ def _train_task(cfgs: list[RunConfig], paths: list[str], metas: list[dict], grac
     if fraction is not None and torch.cuda.is_available():
         torch.cuda.set_per_process_memory_fraction(fraction, 0)
     try:
-        return execute_task(cfgs, paths, metas, lease_grace_s=grace)
+        return execute_task(cfgs, paths, metas, lease_grace_s=grace, workers=workers)
     except (KeyboardInterrupt, SystemExit):
         return interrupted(paths)
 
@@ -112,7 +153,7 @@ def _token_auth_if_available() -> None:
 
     ``ray start --head`` turns token authentication on when a token exists (``ray.init()``
     writes ``~/.ray/auth_token`` for every local cluster), but Ray only sends the token to a
-    cluster it found itself: ``--ray-address HOST:PORT`` would be refused for 20 s and then
+    cluster it found itself: ``address=HOST:PORT`` would be refused for 20 s and then
     fail. A cluster without authentication ignores the token. ``RAY_AUTH_MODE`` set by the user
     is left alone.
     """
@@ -129,7 +170,7 @@ def _token_auth_if_available() -> None:
             log.debug("ray config refresh: %s", err)
 
 
-def connect(opts: ExecutorOptions):
+def connect(opts: RayOptions):
     """``ray`` after ``ray.init`` (an existing session is reused); True if we started it."""
     import ray
 
@@ -139,20 +180,20 @@ def connect(opts: ExecutorOptions):
     # file in /tmp/ray names (it outlives a `ray start` that was not stopped with `ray stop`)
     kwargs: dict[str, Any] = {"address": "local", "include_dashboard": False}
     kwargs["log_to_driver"] = False
-    if opts.ray_address:
-        check_address(opts.ray_address)
-        kwargs["address"] = opts.ray_address
+    if opts.address:
+        check_address(opts.address)
+        kwargs["address"] = opts.address
         _token_auth_if_available()
     try:
         ray.init(**kwargs)
     except (ConnectionError, RuntimeError, TimeoutError) as err:
         # something answered the port check but is not a Ray cluster (or went away since)
         msg = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise ConfigError(msg, key="--ray-address") from None
+        raise ConfigError(msg, key=ADDRESS_KEY) from None
     return ray, True
 
 
-def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) -> None:
+def execute(tasks: list[RunTask], *, opts: RayOptions, progress: Progress) -> None:
     if not tasks:
         return
     ray, started = connect(opts)
@@ -163,14 +204,14 @@ def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) 
             ray.shutdown()
 
 
-def _run(ray, tasks: list[RunTask], opts: ExecutorOptions, progress: Progress) -> None:
+def _run(ray, tasks: list[RunTask], opts: RayOptions, progress: Progress) -> None:
     remote = ray.remote(_train_task)
     cluster = ray.cluster_resources()
     refs: dict[Any, RunTask] = {}
     for t in tasks:
         o = task_options(t.config, opts, cluster)
         fraction = o["num_gpus"] if 0 < o["num_gpus"] < 1 else None
-        ref = remote.options(**o).remote(*t.payload(), opts.lease_grace_s, fraction)
+        ref = remote.options(**o).remote(*t.payload(), opts.lease_grace_s, fraction, t.workers)
         refs[ref] = t
     pending = list(refs)
     try:

@@ -1,15 +1,15 @@
 """SLURM through submitit: one job array per study, one array task per run.
 
 Each task runs ``execute_run`` (lease, resume, store) on its node; the store must be a path every
-node sees. A job that is preempted or reaches ``--slurm-time`` gets submitit's signal, its run
+node sees. A job that is preempted or reaches its ``time`` gets submitit's signal, its run
 saves an ``interrupted`` checkpoint, and ``RunJob.checkpoint`` requeues the same task, which
 takes its own lease over (same SLURM job id) and resumes from that checkpoint.
 
-SLURM is never guessed: without ``--slurm-cluster`` the jobs go to SLURM, and SLURM's client
+SLURM is never guessed: without the ``cluster`` option the jobs go to SLURM, and SLURM's client
 commands must be on PATH (``check``); submitit's own fallback to local processes is not used.
-``--slurm-cluster local`` runs the same jobs as local processes (submitit's local executor), on
-purpose: that is how the tests exercise this module without a cluster. A driver stopped with
-Ctrl-C or SIGTERM cancels its jobs (SLURM's and local ones alike) before it exits.
+``--executor-opt cluster=local`` runs the same jobs as local processes (submitit's local
+executor), on purpose: that is how the tests exercise this module without a cluster. A driver
+stopped with Ctrl-C or SIGTERM cancels its jobs (SLURM's and local ones alike) before it exits.
 
 The driver learns that a task ended from its result file, and otherwise from ``squeue``, which
 answers on every cluster; ``sacct`` needs accounting (slurmdbd), which many small clusters lack
@@ -26,14 +26,21 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import submitit
+from pydantic import Field, field_validator
 
 from ablate.config import ConfigError
-from ablate.execution.executors import ExecutorOptions, Progress, RunTask
+from ablate.execution.executors import (
+    OPT_FLAG,
+    ExecutorOptions,
+    Progress,
+    RunTask,
+    register_executor,
+)
 
 log = logging.getLogger("ablate")
 
@@ -68,20 +75,80 @@ may be either (PREEMPTED) counts as running: a task that really ended is caught 
 the queue, a live one is never reported ended."""
 
 
-def cluster(opts: ExecutorOptions) -> str:
-    """The submitit cluster the jobs go to: ``slurm`` unless ``--slurm-cluster`` says otherwise."""
-    return opts.slurm_cluster or "slurm"
+@register_executor
+class SlurmOptions(ExecutorOptions):
+    """SLURM through submitit: one job array per study, one array task per run (or group)."""
+
+    executor: Literal["slurm"] = "slurm"
+    partition: str | None = None
+    """The partition the jobs go to (default: the cluster's)."""
+    time: int = Field(60, ge=1)
+    """Minutes per job (or H:MM:SS, D-HH:MM:SS) before it is requeued; it resumes from its
+    checkpoint."""
+    array_parallelism: int = Field(64, ge=1)
+    """Array tasks running at once."""
+    gpus_per_run: int = Field(1, ge=0)
+    """GPUs one run uses; 0 trains on CPU."""
+    sbatch: dict[str, str] = Field(default_factory=dict)
+    """Extra ``#SBATCH`` options, one key each: ``sbatch.account=abc``, ``sbatch.qos=high``."""
+    cluster: Literal["slurm", "local", "debug"] | None = None
+    """submitit's cluster (None: SLURM, whose ``sbatch`` must be on PATH); ``local`` runs the
+    jobs as local processes of this machine, ``debug`` in this process."""
+    folder: str | None = None
+    """Where submitit keeps job scripts and logs (default: ``<store>/<study>/.submitit``)."""
+
+    extra: ClassVar[str | None] = "slurm"
+
+    @field_validator("time", mode="before")
+    @classmethod
+    def _minutes(cls, v: Any) -> Any:
+        """``90``, ``"90"``, ``"1:30:00"`` or ``"2-00:00:00"`` (days-hours:min:s) -> minutes."""
+        if not isinstance(v, str) or v.strip().isdigit():
+            return v
+        days, _, hms = v.strip().rpartition("-")
+        try:
+            parts = [int(p) for p in hms.split(":")]
+            if len(parts) != 3 or (days and not days.isdigit()):
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{v!r} is not minutes, H:MM:SS or D-HH:MM:SS") from None
+        h, m, s = parts
+        return max(1, (int(days or 0) * 24 + h) * 60 + m + (1 if s else 0))
+
+    @field_validator("sbatch", mode="before")
+    @classmethod
+    def _option_names(cls, v: Any) -> Any:
+        """``mem-per-cpu`` or ``--mem-per-cpu`` as submitit names it: ``mem_per_cpu``."""
+        if not isinstance(v, dict):
+            return v
+        return {str(k).strip().lstrip("-").replace("-", "_"): val for k, val in v.items()}
+
+    def check(self) -> None:
+        super().check()
+        check(self)
+
+    def execute(self, tasks: list[RunTask], progress: Progress) -> None:
+        execute(tasks, opts=self, progress=progress)
+
+    def where(self, tasks: Sequence[RunTask]) -> str:
+        name = submitit_cluster(self)
+        return "on SLURM" if name == "slurm" else f"on submitit's {name} executor"
 
 
-def check(opts: ExecutorOptions) -> None:
+def submitit_cluster(opts: SlurmOptions) -> str:
+    """The submitit cluster the jobs go to: ``slurm`` unless ``cluster`` says otherwise."""
+    return opts.cluster or "slurm"
+
+
+def check(opts: SlurmOptions) -> None:
     """SLURM's client commands must be here: submitit would otherwise run the jobs locally."""
-    if cluster(opts) != "slurm":
+    if submitit_cluster(opts) != "slurm":
         return
     missing = [c for c in COMMANDS if shutil.which(c) is None]
     if missing:
         raise ConfigError(
             f"SLURM's {', '.join(missing)} not found on PATH (is this a SLURM login node?); "
-            "--slurm-cluster local runs the jobs as local processes",
+            f"{OPT_FLAG} cluster=local runs the jobs as local processes",
             key="--executor slurm",
         )
 
@@ -90,7 +157,9 @@ class RunJob(submitit.helpers.Checkpointable):
     """One run as a submitit job; ``checkpoint`` (inherited) resubmits it with the same
     arguments when the job is preempted or times out, and the run resumes from its checkpoint."""
 
-    def __call__(self, cfg, path, meta, grace: float | None) -> tuple[str, dict] | list:
+    def __call__(
+        self, cfg, path, meta, grace: float | None, workers: int = 1
+    ) -> tuple[str, dict] | list:
         """One run (``cfg``, ``path``, ``meta``) or a stacked group (lists of them: the result
         is then a list of ``(outcome, summary)``, one per member)."""
         import torch
@@ -107,7 +176,7 @@ class RunJob(submitit.helpers.Checkpointable):
         cfgs, paths, metas = (cfg, path, meta) if group else ([cfg], [path], [meta])
         torch.set_num_threads(cfgs[0].train.threads or threads)
         try:
-            results = execute_task(cfgs, paths, metas, lease_grace_s=grace)
+            results = execute_task(cfgs, paths, metas, lease_grace_s=grace, workers=workers)
         except KeyboardInterrupt:  # cancelled (scancel / Ctrl-C of a local job)
             results = interrupted(paths)
             if not group:
@@ -115,35 +184,35 @@ class RunJob(submitit.helpers.Checkpointable):
         return results if group else results[0]
 
 
-def make_executor(tasks: list[RunTask], opts: ExecutorOptions) -> submitit.AutoExecutor:
-    folder = opts.slurm_folder or str(Path(tasks[0].path).parent / ".submitit" / "%j")
+def make_executor(tasks: list[RunTask], opts: SlurmOptions) -> submitit.AutoExecutor:
+    folder = opts.folder or str(Path(tasks[0].path).parent / ".submitit" / "%j")
     check(opts)  # never let submitit pick its local executor for a missing SLURM
-    ex = submitit.AutoExecutor(folder=folder, cluster=cluster(opts))
+    ex = submitit.AutoExecutor(folder=folder, cluster=submitit_cluster(opts))
     gpu = any(t.config.train.accelerator != "cpu" for t in tasks)
     params: dict[str, Any] = {
         "name": f"ablate-{Path(tasks[0].path).parent.name}",
-        "timeout_min": opts.slurm_time,
+        "timeout_min": opts.time,
         "gpus_per_node": opts.gpus_per_run if gpu else 0,
         "cpus_per_task": max(t.config.train.threads or 1 for t in tasks),
-        "slurm_array_parallelism": opts.slurm_array_parallelism,
+        "slurm_array_parallelism": opts.array_parallelism,
     }
-    if opts.slurm_partition:
-        params["slurm_partition"] = opts.slurm_partition
-    if opts.slurm_opts:
-        params["slurm_additional_parameters"] = dict(opts.slurm_opts)
+    if opts.partition:
+        params["slurm_partition"] = opts.partition
+    if opts.sbatch:
+        params["slurm_additional_parameters"] = dict(opts.sbatch)
     try:
         ex.update_parameters(**params)
     except (NameError, AssertionError, ValueError) as err:
-        raise ConfigError(str(err).splitlines()[0], key="--slurm-opt") from None
+        raise ConfigError(str(err).splitlines()[0], key=f"{OPT_FLAG} sbatch") from None
     return ex
 
 
-def submit(tasks: list[RunTask], opts: ExecutorOptions) -> list[submitit.Job]:
+def submit(tasks: list[RunTask], opts: SlurmOptions) -> list[submitit.Job]:
     """Submit one job array (one task per run); returns the jobs in task order."""
     ex = make_executor(tasks, opts)
     job = RunJob()
     with ex.batch():
-        jobs = [ex.submit(job, *_args(t), opts.lease_grace_s) for t in tasks]
+        jobs = [ex.submit(job, *_args(t), opts.lease_grace_s, t.workers) for t in tasks]
     return jobs
 
 
@@ -152,7 +221,7 @@ def _args(t: RunTask) -> tuple:
     return (t.config, t.path, t.meta) if not t.members else t.payload()
 
 
-def execute(tasks: list[RunTask], *, opts: ExecutorOptions, progress: Progress) -> None:
+def execute(tasks: list[RunTask], *, opts: SlurmOptions, progress: Progress) -> None:
     if not tasks:
         return
     with _sigterm_stops():
