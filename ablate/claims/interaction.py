@@ -49,7 +49,9 @@ def cells(claim: Claim) -> list[dict[str, Any]]:
     ]
 
 
-def _cell(runs: pd.DataFrame, sel: dict[str, Any]) -> pd.DataFrame:
+def select_runs(runs: pd.DataFrame, sel: dict[str, Any]) -> pd.DataFrame:
+    """The rows of ``runs`` whose axes have the values of ``sel`` (none where an axis is
+    missing)."""
     mask = pd.Series(True, index=runs.index)
     for key, val in sel.items():
         col = axis_column(key)
@@ -63,7 +65,7 @@ def per_seed(runs: pd.DataFrame, claim: Claim, col: str) -> tuple[pd.DataFrame, 
     ``d = e1 - e2``; the number of seeds left out because a cell diverged)."""
     frames, lost = [], set()
     for i, sel in enumerate(cells(claim)):
-        g = _cell(runs, sel)
+        g = select_runs(runs, sel)
         lost |= set(g.loc[g["status"] == "diverged", "seed"])
         done = g[g["status"] == "completed"]
         vals = pd.to_numeric(done[col], errors="coerce") if col in done else pd.Series()

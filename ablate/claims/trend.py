@@ -54,11 +54,11 @@ import numpy as np
 import pandas as pd
 
 from ablate.claims.comparisons import Arm, Comparison, compare
-from ablate.claims.interaction import cells
+from ablate.claims.interaction import cells, select_runs
 from ablate.claims.spec import FITTED, RUNG, TREND, TREND_AS_PAIRED, Claim
 from ablate.claims.stats import mean_ci
 from ablate.errors import ConfigError
-from ablate.names import axis_column, format_value
+from ablate.names import format_value
 
 AS_PAIRED = TREND_AS_PAIRED
 KEY = "trend"
@@ -155,14 +155,6 @@ def _signed_cells(claim: Claim) -> list[tuple[float, dict[str, Any]]]:
     return [(1.0, {**claim.where, **claim.a}), (-1.0, {**claim.where, **claim.b})]
 
 
-def _select(runs: pd.DataFrame, sel: dict[str, Any]) -> pd.DataFrame:
-    mask = pd.Series(True, index=runs.index)
-    for key, val in sel.items():
-        col = axis_column(key)
-        mask &= runs[col] == val if col in runs else False
-    return runs[mask]
-
-
 def rung_gaps(runs: pd.DataFrame, claim: Claim, col: str) -> tuple[pd.DataFrame, pd.Series, int]:
     """(one row per seed that finished every cell finite at every rung, one column per rung
     in order of compute: the gap; ``x``: log10 training FLOPs per rung, same order; the number
@@ -177,7 +169,7 @@ def rung_gaps(runs: pd.DataFrame, claim: Claim, col: str) -> tuple[pd.DataFrame,
         at = runs[runs[RUNG] == rung]
         total, used = None, []
         for sign, sel in _signed_cells(claim):
-            g = _select(at, sel)
+            g = select_runs(at, sel)
             seen |= set(g["seed"])
             done = g[g["status"] == "completed"]
             vals = pd.to_numeric(done[col], errors="coerce") if col in done else pd.Series()
