@@ -31,19 +31,10 @@ from ablate.claims.interaction import by_labels, effect_label, per_seed  # noqa:
 from ablate.claims.stats import SEED, mean_ci  # noqa: E402
 from ablate.names import display_names, format_value, loss_unit, value_order  # noqa: E402
 from ablate.report.answer import seed_span  # noqa: E402
-from ablate.report.plots import DPI, FigureFile  # noqa: E402
+from ablate.report.plots import FigureFile, save_figure  # noqa: E402
 from ablate.study.results import StudyData  # noqa: E402
 
 BOOT = 2000
-
-
-def _save(fig, out: Path, name: str, title: str, key: str, caption: str) -> FigureFile:
-    fig.suptitle(f"{title}\n{key}", fontsize=10)
-    fig.tight_layout()
-    path = out / f"{name}.png"
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
-    return FigureFile(path, title, caption)
 
 
 def interaction_figure(study: StudyData, claim, out: Path) -> FigureFile | None:
@@ -102,7 +93,7 @@ def interaction_figure(study: StudyData, claim, out: Path) -> FigureFile | None:
     )
     kind = "confirmation" if confirmation else "exploratory"
     own = f"n = {len(d)} {kind} seeds ({seed_span(table.index)}), the claim's own"
-    return replace(_save(fig, out, f"interaction_{claim.id}", title, key, caption), seeds=own)
+    return replace(save_figure(fig, out, f"interaction_{claim.id}", title, key, caption), seeds=own)
 
 
 def numeric_axes(study: StudyData, least: int = 3) -> list[str]:
@@ -198,7 +189,7 @@ def sensitivity_figure(
         + "; ".join(lines)
         + "."
     )
-    return _save(fig, out, f"sensitivity_{names[axis]}", title, key, caption)
+    return save_figure(fig, out, f"sensitivity_{names[axis]}", title, key, caption)
 
 
 def axis_figures(study: StudyData, out: Path) -> list[FigureFile]:

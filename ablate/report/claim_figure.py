@@ -14,6 +14,7 @@ reference. The panel's title names the claim, its outcome and its seeds. The poo
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -26,7 +27,7 @@ from ablate.claims.checks import ClaimCheck  # noqa: E402
 from ablate.claims.spec import TREND  # noqa: E402
 from ablate.claims.stats import mean_ci  # noqa: E402
 from ablate.report.answer import claim_seeds  # noqa: E402
-from ablate.report.plots import DPI, FigureFile  # noqa: E402
+from ablate.report.plots import FigureFile, save_figure  # noqa: E402
 from ablate.study.results import StudyData  # noqa: E402
 
 COLS = 3
@@ -89,11 +90,6 @@ def claims_figure(study: StudyData, checks: list[ClaimCheck], out: Path) -> Figu
         ax.axis("off")
     title = f"Each claim on its own seeds — {study.name}"
     key = "diamond: mean, bars: 95% t-interval, dots: seeds, grey line: one seed's two arms"
-    fig.suptitle(f"{title}\n{key}", fontsize=10)
-    fig.tight_layout()
-    path = out / "claims.png"
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
     caption = (
         "Each claim drawn from the numbers that decided it, on its own seeds (named in each "
         "panel: the confirmation seeds when it has them): for two arms, each arm's seeds (dots) "
@@ -104,4 +100,5 @@ def claims_figure(study: StudyData, checks: list[ClaimCheck], out: Path) -> Figu
     )
     if any(ch.claim.expect in TREND for ch in drawable):
         caption += " A trend: its per-seed slopes per decade of training FLOPs against 0 (dashed)."
-    return FigureFile(path, "Each claim on its own seeds", caption, seeds="each panel's own")
+    shown = save_figure(fig, out, "claims", title, key, caption)
+    return replace(shown, title="Each claim on its own seeds", seeds="each panel's own")

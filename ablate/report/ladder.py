@@ -31,7 +31,7 @@ from ablate.claims.spec import RUNG, TREND  # noqa: E402
 from ablate.claims.stats import t_errorbar  # noqa: E402
 from ablate.claims.trend import UNIT, next_rung, train_flops  # noqa: E402
 from ablate.names import loss_unit  # noqa: E402
-from ablate.report.plots import DPI, FigureFile  # noqa: E402
+from ablate.report.plots import FigureFile, save_figure  # noqa: E402
 from ablate.study.results import StudyData  # noqa: E402
 
 GRID = 25
@@ -140,12 +140,7 @@ def trend_figure(study: StudyData, check: ClaimCheck, out: Path) -> FigureFile |
         f"{hi:+.3g}])."
         + (f" {ctx['lost']} seed(s) left out: a cell missing or diverged." if ctx["lost"] else "")
     )
-    fig.suptitle(f"{title}\n{key}", fontsize=9)
-    fig.tight_layout()
-    path = out / f"trend_{claim.id}.png"
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
-    return FigureFile(path, title, caption)
+    return save_figure(fig, out, f"trend_{claim.id}", title, key, caption, fontsize=9)
 
 
 def trend_figures(study: StudyData, checks: list[ClaimCheck], out: Path) -> list[FigureFile]:

@@ -64,6 +64,19 @@ class FigureFile:
     """The seeds it draws when not the study's pooled runs (a claim's own), in words."""
 
 
+def save_figure(
+    fig, out: Path, name: str, title: str, key: str, caption: str, fontsize: int = 10
+) -> FigureFile:
+    """A plain figure's last steps: ``title`` over ``key`` above it, the layout tightened to
+    make room, ``out/<name>.png`` written, the figure closed."""
+    fig.suptitle(f"{title}\n{key}", fontsize=fontsize)
+    fig.tight_layout()
+    path = out / f"{name}.png"
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return FigureFile(path, title, caption)
+
+
 def _finish(
     plot,
     study: StudyData,
@@ -78,12 +91,11 @@ def _finish(
     """Every figure's last steps: the title (``title — study``, then ``key``: what marks, lines
     and bands show) over the figure, ``out/<name>.png`` written, the figure closed."""
     fig = getattr(plot, "figure", plot)
-    text = f"{title} — {study.name}{after_title}\n{key}"
     if isinstance(plot, plt.Figure):  # plain subplots: tight_layout makes room for the title
-        fig.suptitle(text, fontsize=10)
-        fig.tight_layout()
-    else:  # a seaborn grid: the title sits on top of its axes
-        fig.suptitle(text, y=1.0, va="bottom", fontsize=10)
+        shown = save_figure(fig, out, name, f"{title} — {study.name}{after_title}", key, caption)
+        return FigureFile(shown.path, title, caption)
+    # a seaborn grid: the title sits on top of its axes
+    fig.suptitle(f"{title} — {study.name}{after_title}\n{key}", y=1.0, va="bottom", fontsize=10)
     path = out / f"{name}.png"
     fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
