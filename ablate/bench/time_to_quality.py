@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--store", type=Path, required=True, help="the window's unpacked store")
     p.add_argument("--nanogpt", type=Path, default=NANOGPT, help=f"default {NANOGPT}")
     p.add_argument("--study", default=STUDY)
+    p.add_argument("--source", help="what the store was unpacked from, as the report names it")
     p.add_argument("--out", type=Path, default=OUT, help=f"default {OUT}")
     a = p.parse_args(argv)
     for path in (a.store, a.nanogpt):
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
         r = measure(a.store, a.nanogpt, a.study)
     except (ValueError, KeyError) as err:
         p.error(str(err))
-    write(r, a.out)
+    write(r | {"store": a.source or r["store"]}, a.out)
     print(f"wrote {a.out}: ratio {num(r['ratio'], '{:.2f}')} (goal <= {GOAL})")
 
 

@@ -43,6 +43,12 @@ def test_ratio_is_the_median_ablate_time_over_nanogpts(tmp_path):
     ttq.write(r, tmp_path / "ttq.md")
     text = (tmp_path / "ttq.md").read_text()
     assert "**0.82**" in text and "meets" in text
+    # the command line names the store by what it was unpacked from
+    out = tmp_path / "named.md"
+    args = ["--store", str(tmp_path / "runs"), "--nanogpt", str(tmp_path / "n.json")]
+    ttq.main([*args, "--out", str(out), "--source", "stores.tgz"])
+    assert "from `stores.tgz`" in out.read_text()
+    assert str(tmp_path / "runs") not in out.read_text()
 
 
 def test_a_run_that_never_reaches_the_target_counts_as_never(tmp_path):
