@@ -687,7 +687,7 @@ def sync(
     ] = False,
 ) -> None:
     """Upload a study's offline W&B runs, its report run included (needs `wandb login`)."""
-    from ablate.study.results import resolve_studies
+    from ablate.results import resolve_studies
     from ablate.tracking.mode import WandbUnreachable
     from ablate.tracking.sync import sync_study
 
@@ -709,7 +709,7 @@ def dashboard(
     out: Annotated[Path, typer.Option(help="Reports directory.")] = Path("reports"),
 ) -> None:
     """Save the study's W&B workspace and Report (from `ablate report`); update them next time."""
-    from ablate.study.results import resolve_studies
+    from ablate.results import resolve_studies
     from ablate.tracking.mode import WandbUnreachable
     from ablate.tracking.views import save_dashboards
 

@@ -1,7 +1,7 @@
 """How runs, axes and values are named: in a run's name, and in the report's tables and figures.
 
 Run names (``norm_placement=post,warmup_ratio=0.1,seed=1``) are built from :func:`fmt_value`
-and :func:`short_names`; the runs table read back from the store (:mod:`ablate.study.results`)
+and :func:`short_names`; the runs table read back from the store (:mod:`ablate.results`)
 names its columns with :func:`axis_column`, and the report, the claims and the tables label
 values with :func:`format_value`, axes with :func:`display_names` and losses with
 :func:`loss_unit`. A leaf below every stage: pure, no I/O, nothing from the package.
@@ -114,7 +114,7 @@ def variant_order(runs) -> list[str]:
 
 def loss_unit(study) -> str:
     """``nats/char``, ``nats/word`` or ``nats/token``, from the runs' tokenizer (``study``: a
-    study's runs table read back from the store, :class:`ablate.study.results.StudyData`)."""
+    study's runs table read back from the store, :class:`ablate.results.StudyData`)."""
     tok = study.runs.get("cfg.tokenizer")
     kind = tok.dropna().iloc[0] if tok is not None and tok.notna().any() else None
     return {"char": "nats/char", "word": "nats/word"}.get(kind, "nats/token")

@@ -17,7 +17,7 @@ import pandas as pd
 from ablate.claims.outcomes import analyse
 from ablate.claims.verdicts import numbers, outcome_text
 from ablate.study import load_study
-from ablate.study.results import StudyData
+from ablate.results import StudyData
 
 
 def main(yaml_path: str, csv: str, all_seeds: bool) -> None:

@@ -75,6 +75,20 @@ class NanoGPTTrace:
     snapshots: list[Snapshot] = field(default_factory=list)
 
 
+def nanogpt_model(
+    cfg: RunConfig, dev: torch.device, vocab_size: int
+) -> tuple[torch.nn.Module, torch.optim.AdamW, torch.nn.Module]:
+    """The model of ``cfg`` built after seeding torch with its seed, its AdamW as nanoGPT builds
+    it (fused on CUDA only), and what a step calls (the model compiled with ``train.compile``)."""
+    o = cfg.optim
+    torch.manual_seed(cfg.train.seed)
+    model = build_model(cfg.model, vocab_size).to(dev)
+    groups = decay_groups(model, o.weight_decay)
+    fused = (dev.type == "cuda") or None
+    opt = torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, fused=fused)
+    return model, opt, torch.compile(model) if cfg.train.compile else model
+
+
 def nanogpt_train(
     cfg: RunConfig,
     *,
@@ -96,12 +110,7 @@ def nanogpt_train(
         dm = LMDataModule(d, seed=t.seed).prepare()
         train, val = dm.tokens("train"), dm.tokens("val")
         gen = gen if gen is not None else torch.Generator().manual_seed(t.seed)
-        torch.manual_seed(t.seed)
-        model = build_model(cfg.model, dm.vocab_size).to(dev)
-        groups = decay_groups(model, o.weight_decay)
-        fused = (dev.type == "cuda") or None  # as nanoGPT builds it: fused on CUDA only
-        opt = torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, fused=fused)
-        step_model = torch.compile(model) if t.compile else model
+        model, opt, step_model = nanogpt_model(cfg, dev, dm.vocab_size)
         warmup = round(o.warmup_ratio * t.max_steps)
         best_val, off_clock = math.inf, 0.0
         losses: list[torch.Tensor] = []

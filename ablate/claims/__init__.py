@@ -5,7 +5,7 @@ Below the stages that use it: the study parses a YAML's ``claims:`` with :mod:`.
 time; ``ablate register``, ``--confirm`` and ``--until-decided`` (execution) and the report
 decide claims here. Nothing here imports the study, execution, training or the report. It reads
 a study's runs as the study reads them back from the store
-(:class:`ablate.study.results.StudyData`, or anything with its fields), the registration files
+(:class:`ablate.results.StudyData`, or anything with its fields), the registration files
 and their history in git, and the decisions log of ``--until-decided``; it writes nothing but
 a registration file (:func:`.registration.write_registration`). The modules, bottom up:
 

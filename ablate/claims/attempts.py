@@ -58,7 +58,7 @@ def decide_attempt(
     runs = attempt_runs(study, attempt)
     if runs is None:
         return None
-    data = replace(study, runs=runs.reset_index(drop=True), extra=dict(study.extra))
+    data = replace(study, runs=runs.reset_index(drop=True))
     claims = [(instead or {}).get(c.id, c) for c in study.claims]
     checks = build_comparisons(data, claims, study.equivalence_margin)
     confirmatory_family(checks)

@@ -29,6 +29,7 @@ a claim whose arms all have some is decided on those runs only; otherwise on the
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import pandas as pd
@@ -45,6 +46,10 @@ from ablate.claims.trend import trend_comparison
 from ablate.names import axis_column, format_value
 
 SLOPE = "ffn_grad_slope@init"
+RUN_METRICS: dict[str, Callable[[pd.DataFrame], pd.Series]] = {SLOPE: init_ffn_grad_slope}
+"""Per-run claim metrics computed from the runs' logged metrics (long form) rather than read
+from their summaries: metric -> run id -> value. The report writes each into results.csv, so a
+claim on it recomputes from the csv."""
 
 REPRODUCES, CONTRADICTED, INCONCLUSIVE, UNTESTED, PENDING = (
     "reproduces",
@@ -275,13 +280,13 @@ def build_comparisons(study, claims: list[Claim], margin: float) -> list[ClaimCh
     """One :class:`ClaimCheck` per claim with its (unadjusted) comparison, on the claim's
     confirmation runs when it has them (:func:`claim_runs`), and then the same claim on every
     finished seed (``pooled``). ``study``: its runs read back from the store
-    (:class:`ablate.study.results.StudyData`: ``runs``, ``metrics``, ``varying_axes``)."""
+    (:class:`ablate.results.StudyData`: ``runs``, ``metrics``, ``varying_axes``)."""
     runs = study.runs[study.runs["status"].isin(FINISHED)]
-    if any(c.metric == SLOPE for c in claims):  # from the logged norms, else as recorded
-        slopes = runs["run_id"].map(init_ffn_grad_slope(study.metrics))
-        if SLOPE in runs:
-            slopes = slopes.fillna(pd.to_numeric(runs[SLOPE], errors="coerce"))
-        runs = runs.assign(**{SLOPE: slopes})
+    for metric in {c.metric for c in claims} & RUN_METRICS.keys():
+        values = runs["run_id"].map(RUN_METRICS[metric](study.metrics))  # from the logged
+        if metric in runs:  # metrics, else as recorded
+            values = values.fillna(pd.to_numeric(runs[metric], errors="coerce"))
+        runs = runs.assign(**{metric: values})
     has_confirmation = bool(confirm_mask(runs).any())
     explore = runs[~confirm_mask(runs)]
     out = []

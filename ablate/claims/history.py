@@ -149,9 +149,9 @@ def store_attempts(runs: pd.DataFrame) -> list[Attempt]:
 
 def study_attempts(study) -> list[Attempt]:
     """Every confirmation attempt of ``study``, oldest first: the archived ones
-    (``study.extra["history_dir"]``, set by the report) before the store's (archived attempts
+    (``study.history_dir``, set by the report) before the store's (archived attempts
     predate the store's registration files)."""
-    folder = study.extra.get("history_dir") if isinstance(study.extra, dict) else None
+    folder = study.history_dir
     cwd = study.yaml_path.parent if study.yaml_path is not None else None
     return history_attempts(Path(folder) if folder else None, cwd) + store_attempts(study.runs)
 

@@ -163,7 +163,7 @@ def look_seeds(log: dict[str, Any], look: int) -> list[int]:
 
 
 def restrict_seeds(data, seeds: Any):
-    """The study's runs (``data``: :class:`ablate.study.results.StudyData`) at ``seeds`` only
+    """The study's runs (``data``: :class:`ablate.results.StudyData`) at ``seeds`` only
     (a sequential look analyses exactly its seeds)."""
     keep = {int(s) for s in seeds}
     runs = data.runs

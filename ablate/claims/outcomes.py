@@ -4,7 +4,7 @@ registered design is unfinished), one look of ``ablate run --until-decided``
 (:func:`claim_outcomes`) and the pilot a registration records (:func:`pilot`).
 
 ``study`` is always a study's runs read back from the store
-(:class:`ablate.study.results.StudyData`: its runs, metrics, claims and margin).
+(:class:`ablate.results.StudyData`: its runs, metrics, claims and margin).
 """
 
 from __future__ import annotations
@@ -114,12 +114,12 @@ def pilot(study) -> dict[str, str]:
     explore = study.runs[~confirm_mask(study.runs)]
     if explore.empty:
         return {}
-    data = replace(study, runs=explore, extra=study.extra)
+    data = replace(study, runs=explore)
     checks = build_comparisons(data, data.claims, data.equivalence_margin)
     confirmatory_family(checks)
     seeds = ", ".join(str(int(s)) for s in sorted(set(explore["seed"].dropna())))
     out = {}
-    needs = study.extra.setdefault("pilot_needs", {}) if isinstance(study.extra, dict) else {}
+    needs = study.pilot_needs
     for ch in checks:
         decide_claim(ch, ALPHA)
         need = claim_need(ch, ALPHA)  # as the report computes it, decided or not

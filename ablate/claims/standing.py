@@ -83,7 +83,7 @@ def start_times(runs: pd.DataFrame) -> pd.Series:
 def registration_versions(study) -> tuple[Path | None, list[Version], str]:
     """(the study's registration file at its profile, its committed versions, why the order
     cannot be proven or ""). ``study``: its runs read back from the store
-    (:class:`ablate.study.results.StudyData`: its ``yaml_path``, ``profile``)."""
+    (:class:`ablate.results.StudyData`: its ``yaml_path``, ``profile``)."""
     if study.yaml_path is None:
         return None, [], "the study YAML was not found, so neither was its registration"
     path = registration_path(study.yaml_path, study.profile)

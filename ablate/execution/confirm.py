@@ -210,7 +210,7 @@ def pilot_power(
     another profile's runs are another scale and never stand in for this one's."""
     # the statistics load scipy and statsmodels: only when a registration is written
     from ablate.claims.outcomes import pilot
-    from ablate.study.results import read_study
+    from ablate.results import read_study
 
     none = {"": f"no pilot: the store has no exploratory runs of {name} at profile {profile}"}
     if not any(True for _ in RunStore(store).runs(name)):
@@ -221,7 +221,7 @@ def pilot_power(
         return none
     text = pilot(data)
     if needs is not None:  # claim id -> SeedsNeeded, for the registration's warnings
-        needs.update(data.extra.get("pilot_needs") or {})
+        needs.update(data.pilot_needs)
     return none | text
 
 

@@ -57,9 +57,9 @@ from ablate.execution.runner import (
     run_options,
     train_planned,
 )
+from ablate.results import StudyData, read_study
 from ablate.store.rundir import DECISIONS_FILE, write_decisions
 from ablate.study import Study
-from ablate.study.results import StudyData, read_study
 
 DEFAULT_MAX_LOOKS = 3
 

@@ -32,8 +32,8 @@ from rich.table import Table
 
 from ablate.config import ConfigError, DataConfig, ModelConfig, RunConfig
 from ablate.data.reuse import DataReuse, data_reuse, describe, split_sizes
+from ablate.stacking import AUTO_CAP, not_stackable, plan_groups
 from ablate.study import Study
-from ablate.training.stacked.plan import AUTO_CAP, not_stackable, plan_groups
 
 FALLBACK_VOCAB = 256
 """Vocabulary assumed when the dataset is not at hand (a byte-level upper bound for char data)."""

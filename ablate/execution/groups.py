@@ -1,7 +1,7 @@
 """Stacked groups of a study's runs (``train.stack``): which runs train as one
 stacked model, as one executor task.
 
-The rules are ``ablate.training.stacked.plan``'s (torch-free); this module adds what needs the
+The rules are ``ablate.stacking``'s (torch-free); this module adds what needs the
 machine: ``train.stack: auto`` measures the device this process sees (free CUDA memory, the
 model's parameter count on the meta device). A driver without the GPU its runs train on (a
 SLURM login node) cannot measure it, so ``auto`` is off there: name N to stack such runs.
@@ -15,7 +15,7 @@ from typing import Any
 
 from ablate.config import RunConfig
 from ablate.execution.executors import RunTask
-from ablate.training.stacked.plan import (
+from ablate.stacking import (
     auto_members,
     describe_limit,
     not_stackable,

@@ -100,7 +100,7 @@ def smoke_members(cfg: RunConfig) -> list[RunConfig]:
     """The configs one smoke run trains: ``cfg`` alone, or where the profile stacks ``cfg``'s
     runs (``auto``, or groups of N > 1), ``cfg`` and ``SMOKE_MEMBERS - 1`` more seeds as one
     stacked group."""
-    from ablate.training.stacked.plan import stack_limit
+    from ablate.stacking import stack_limit
 
     if stack_limit(cfg, auto=lambda c: SMOKE_MEMBERS) == 1:  # off, 1, or cannot stack
         return [cfg]

@@ -14,7 +14,7 @@ whatever k is: what a small model's GPU step costs is its host work, not its ari
   input and tensors. Every built-in class is; a plugin says so itself (``build``).
 * A class that is not (a plugin written for one run, the LSTM) computes one member: it is built
   as ``cls(cfg)`` for a model of one member only, sees ``(B, T, d)`` (``one_member``), and its
-  runs train alone (``ablate.training.stacked.plan.not_stackable``).
+  runs train alone (``ablate.stacking.not_stackable``).
 
 Checkpoints keep a solo run's layout (``member_state_dict``: member i's tensors as ``nn.Linear``
 and ``nn.Embedding`` hold them), so a run moves between solo and stacked training, and

@@ -10,7 +10,7 @@ a good one. Reports read only the store and can be rebuilt at any time, also mid
 The stage, in the order a report is built (``build`` runs it; this package only hands its
 names on):
 
-* :func:`ablate.study.results.read_study`: the store -> a ``StudyData`` (runs and metrics
+* :func:`ablate.results.read_study`: the store -> a ``StudyData`` (runs and metrics
   tables).
 * :func:`ablate.claims.outcomes.analyse`: the exploratory axis comparisons (Benjamini–Hochberg
   within the report) and the study's claims decided (the confirmatory family, Holm over the

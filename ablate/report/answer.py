@@ -25,7 +25,7 @@ from ablate.claims.standing import confirm_mask
 from ablate.claims.stats import mean_ci
 from ablate.claims.verdicts import fmt_num, fmt_p, holm_ps, paper_text
 from ablate.report.render import Block
-from ablate.study.results import StudyData
+from ablate.results import StudyData
 
 
 def seed_span(seeds) -> str:

@@ -14,8 +14,8 @@ import pandas as pd
 from ablate.claims.registration import design_text
 from ablate.claims.standing import registration_versions, start_times, when
 from ablate.report.render import Block
+from ablate.results import StudyData
 from ablate.store import FINISHED
-from ablate.study.results import StudyData
 
 HISTORY = "history"
 

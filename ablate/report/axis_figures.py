@@ -32,7 +32,7 @@ from ablate.claims.stats import SEED, mean_ci  # noqa: E402
 from ablate.names import display_names, format_value, loss_unit, value_order  # noqa: E402
 from ablate.report.answer import seed_span  # noqa: E402
 from ablate.report.plots import FigureFile, save_figure  # noqa: E402
-from ablate.study.results import StudyData  # noqa: E402
+from ablate.results import StudyData  # noqa: E402
 
 BOOT = 2000
 

@@ -35,8 +35,8 @@ from ablate.report.tables import (
     variant_tables,
     where_text,
 )
+from ablate.results import TRAIN_TAIL, StudyData
 from ablate.store import UNFINISHED_STATES
-from ablate.study.results import TRAIN_TAIL, StudyData
 
 
 def progress_line(study: StudyData) -> str | None:
@@ -186,7 +186,7 @@ def header_blocks(study: StudyData) -> list[Block]:
     from ablate.store.provenance import code_fingerprint, stale_note
 
     if stale := stale_note(study.path):
-        rows = study.extra.get("reproduced")
+        rows = study.reproduced
         if rows is not None:
             stale += ". " + reproduced_line(rows, code_fingerprint())
         blocks.append(Block("note", f"**{stale}**"))
@@ -282,9 +282,9 @@ def variant_blocks(study: StudyData) -> list[Block]:
                 "table",
                 lengths,
                 "Validation loss when evaluated at multiples of the training length, "
-                f"{seeds_text(study.runs)}: mean ± std [95% t-CI over seeds]. Learned absolute "
-                "positions have no embedding past max_seq_len, so they cannot be evaluated "
-                "there (n/a).",
+                f"{seeds_text(study.runs)}: mean ± std [95% t-CI over seeds]. A model whose "
+                "positions stop at its max_seq_len (learned absolute positions) cannot be "
+                "evaluated past it (n/a).",
             )
         )
     return blocks
@@ -360,7 +360,7 @@ def figure_blocks(figures: list[FigureFile], study: StudyData) -> list[Block]:
 def reproducibility_blocks(study: StudyData) -> list[Block]:
     """How to rebuild the runs, and where they trained."""
     blocks = [Block("h2", "Reproducibility"), Block("p", reproducibility_text(study))]
-    rows = study.extra.get("reproduced")
+    rows = study.reproduced
     if rows is not None:
         from ablate.store.provenance import code_fingerprint
 

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ablate.claims.checks import SLOPE
-from ablate.claims.fit import init_ffn_grad_slope
+from ablate.claims.checks import RUN_METRICS
 from ablate.claims.outcomes import analyse
 from ablate.names import display_names, loss_unit
 from ablate.report.audit import HISTORY, audit_blocks
@@ -27,6 +26,7 @@ from ablate.report.blocks import build_blocks, progress_line, verdict_list
 from ablate.report.claim_figure import claims_figure
 from ablate.report.claims_section import claims_frame
 from ablate.report.dashboards import write_specs
+from ablate.report.declared import declared_figures
 from ablate.report.index import CLAIMS_CSV, write_index
 from ablate.report.keep import PARTIAL_DIR, keep_reason
 from ablate.report.ladder import trend_figures
@@ -34,7 +34,7 @@ from ablate.report.plots import make_figures
 from ablate.report.render import Block, to_html, to_markdown
 from ablate.report.repro import REPRODUCE_CSV, reproduced
 from ablate.report.wandb_report import comparisons_frame, log_report
-from ablate.study.results import StudyData, read_study, resolve_studies, results_frame
+from ablate.results import StudyData, read_study, resolve_studies, results_frame
 
 KEPT_DIRS = (HISTORY, "archive", REPRODUCE_CSV[0])
 """Folders of ``reports/<study>/`` a rebuild keeps: the result tables of earlier confirmation
@@ -60,18 +60,20 @@ def _build(study: StudyData, out: Path, force: bool) -> tuple[Path, str | None]:
             if (dest / keep).is_dir():
                 shutil.copytree(dest / keep, tmp / keep)
         table = results_frame(study)
-        slopes = init_ffn_grad_slope(study.metrics)
-        if len(slopes):  # the per-run quantity of a slope claim, so it recomputes from the csv
-            table[SLOPE] = table["run_id"].map(slopes)
+        for metric, compute in RUN_METRICS.items():  # claim metrics computed from the logs,
+            values = compute(study.metrics)  # so that a claim on one recomputes from the csv
+            if len(values):
+                table[metric] = table["run_id"].map(values)
         table.to_csv(tmp / "results.csv", index=False)
-        study.extra["history_dir"] = tmp / HISTORY  # earlier attempts, counted per claim
-        study.extra["reproduced"] = reproduced(tmp)  # archived runs retrained with newer code
+        study.history_dir = tmp / HISTORY  # earlier attempts, counted per claim
+        study.reproduced = reproduced(tmp)  # archived runs retrained with newer code
         comps, checks = analyse(study)
         verdicts = verdict_list(study, comps)
         claims = claims_frame(study, checks, loss_unit(study).split("/")[0])
         if len(claims):
             claims.to_csv(tmp / CLAIMS_CSV, index=False)
-        figures = make_figures(study, tmp) + axis_figures(study, tmp)
+        figures = make_figures(study, tmp) + declared_figures(study, tmp)
+        figures += axis_figures(study, tmp)
         figures += trend_figures(study, checks, tmp)
         by_claim = claims_figure(study, checks, tmp)  # each claim on its own seeds
         confirmatory = dict(zip(claims["id"], claims["confirmatory"], strict=True))
@@ -97,7 +99,7 @@ def _build(study: StudyData, out: Path, force: bool) -> tuple[Path, str | None]:
 
 def damaged_blocks(study: StudyData) -> list[Block]:
     """A note listing the damaged runs the report skipped (path and reason)."""
-    damaged = study.extra.get("damaged") or {}
+    damaged = study.damaged
     if not damaged:
         return []
     return [
@@ -148,8 +150,8 @@ def build_reports(
     paths, replaced = [], 0
     for name, yaml_path in resolve_studies(list(studies or []), store):
         study = read_study(store, name, yaml_path, profile)
-        if study.extra.get("no_spec"):  # one line: the report lacks claims and description
-            print(f"warning: {name}: {study.extra['no_spec']}", file=sys.stderr)
+        if study.spec_problem:  # one line: the report lacks claims and description
+            print(f"warning: {name}: {study.spec_problem}", file=sys.stderr)
         path, kept = _build(study, out, force)
         paths.append(path)
         if kept is not None:  # said even when quiet: the committed report was not rebuilt
@@ -164,7 +166,7 @@ def build_reports(
             partial = progress_line(study)
             note = f"  ({partial.split('.')[0]})" if partial else ""
             print(f"{name}: {path.parent}/ (report.md, report.html, results.csv){note}")
-            for reason in (study.extra.get("damaged") or {}).values():
+            for reason in study.damaged.values():
                 print(f"  damaged run skipped: {reason}")
     # the index is read from every <study>/claims.csv: with no report replaced it stays as it is
     index = write_index(out) if replaced else None

@@ -28,7 +28,7 @@ from ablate.claims.spec import TREND  # noqa: E402
 from ablate.claims.stats import mean_ci  # noqa: E402
 from ablate.report.answer import claim_seeds  # noqa: E402
 from ablate.report.plots import FigureFile, save_figure  # noqa: E402
-from ablate.study.results import StudyData  # noqa: E402
+from ablate.results import StudyData  # noqa: E402
 
 COLS = 3
 

@@ -15,13 +15,13 @@ from dataclasses import fields
 import pandas as pd
 
 from ablate.claims.checks import ClaimCheck
-from ablate.claims.fit import lr_fit
+from ablate.claims.fit import BATCH, LR, lr_fit
 from ablate.claims.standing import Standing, claim_standings
 from ablate.claims.verdicts import numbers, outcome_text, paper_said, paper_text, seeds_used
 from ablate.data.reuse import DataReuse, describe
 from ablate.report.ladder import rungs_text
 from ablate.report.render import Block
-from ablate.study.results import DTYPE_PREFIX, REUSE_PREFIX, StudyData
+from ablate.results import DTYPE_PREFIX, REUSE_PREFIX, StudyData
 
 
 def claim_items(
@@ -95,7 +95,7 @@ CLAIM_COLUMNS = "study id claim expect metric outcome".split() + [
 def lr_table(study: StudyData) -> pd.DataFrame | None:
     """Per batch size: LRs swept, best LR of the mean curve, bracketed or not, fitted lr*."""
     axes = set(study.varying_axes)
-    if not {"data.batch_size", "optim.lr"} <= axes:
+    if not {BATCH, LR} <= axes:  # the axes the LR fit reads
         return None
     fit = lr_fit(study.runs)
     rows = []

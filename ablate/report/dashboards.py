@@ -17,8 +17,8 @@ import pandas as pd
 
 from ablate.names import RESERVED, axis_column, display_names, loss_unit
 from ablate.report.render import Block, md_table
+from ablate.results import StudyData
 from ablate.store import RunDir
-from ablate.study.results import StudyData
 from ablate.tracking import specs
 from ablate.tracking.ids import STEP, TOKENS, report_run_id, wandb_run_id
 from ablate.tracking.mode import destination, study_tracking

@@ -1,6 +1,6 @@
 """The long-form tables the report's figures draw: axes as ordered labels under their display
 names, facets by the axes held fixed, which axes go on x/hue/columns, seed counts for captions,
-validation curves ending at the full-split final loss, and the batch size × LR heatmap's cells.
+validation curves ending at the full-split final loss, and a two-axis heatmap's cells.
 """
 
 from __future__ import annotations
@@ -9,7 +9,21 @@ import numpy as np
 import pandas as pd
 
 from ablate.names import display_names, format_value, value_order, variant_order
-from ablate.study.results import StudyData
+from ablate.results import StudyData
+
+NO_POSITIONS = "no positions past max_seq_len"
+"""Why a run has no loss at a length: the length is past its model's ``max_seq_len``, and the
+study's other runs were evaluated there (so the split was long enough): its positions stop."""
+
+
+def past_max_len(runs: pd.DataFrame, mult: float | pd.Series) -> pd.Series:
+    """Per run: whether ``mult`` × its training length is past its ``model.max_seq_len``
+    (False where either is not recorded)."""
+    if not {"cfg.seq_len", "cfg.max_seq_len"} <= set(runs.columns):
+        return pd.Series(False, index=runs.index)
+    seq = pd.to_numeric(runs["cfg.seq_len"], errors="coerce")
+    limit = pd.to_numeric(runs["cfg.max_seq_len"], errors="coerce")
+    return (mult * seq > limit).fillna(False)
 
 
 def labelled(df: pd.DataFrame, study: StudyData) -> tuple[pd.DataFrame, dict[str, list[str]]]:
@@ -86,7 +100,8 @@ def with_final_points(df: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def heatmap_panels(study: StudyData, others: list[str]) -> list[tuple[str, pd.DataFrame]]:
-    """(label, runs) per combination of the axes other than batch size and LR: one panel each."""
+    """(label, runs) per combination of the ``others`` axes (those not on the heatmap's rows
+    and columns): one panel each."""
     runs = study.runs
     if not others:
         return [("", runs)]
@@ -98,31 +113,33 @@ def heatmap_panels(study: StudyData, others: list[str]) -> list[tuple[str, pd.Da
     ]
 
 
-def peak_lr_differs(runs: pd.DataFrame) -> bool | None:
-    """Whether the peak LR the runs trained with (summary ``lr``: optim.lr after the batch-size
-    rule) differs from ``optim.lr``; None when the runs do not record it."""
-    if "lr" not in runs or "optim.lr" not in runs:
+def used_differs(runs: pd.DataFrame, axis: str, used: str | None) -> bool | None:
+    """Whether the value the runs trained with for ``axis`` (their summary field ``used``, e.g.
+    the learning rate after a batch-size rule) differs from the axis value; None when the runs
+    do not record it."""
+    if used is None or used not in runs or axis not in runs:
         return None
-    peak = pd.to_numeric(runs["lr"], errors="coerce")
-    if peak.isna().all():
+    got = pd.to_numeric(runs[used], errors="coerce")
+    if got.isna().all():
         return None
-    base = pd.to_numeric(runs["optim.lr"], errors="coerce")
-    return bool((~np.isclose(peak, base, rtol=1e-9) & peak.notna()).any())
+    base = pd.to_numeric(runs[axis], errors="coerce")
+    return bool((~np.isclose(got, base, rtol=1e-9) & got.notna()).any())
 
 
 def heatmap_cells(
-    g: pd.DataFrame, rows: list, cols: list, lr_axis: str, metric: str, peak: bool = False
+    g: pd.DataFrame, axes: tuple[str, str], values: tuple[list, list], metric: str, used: str = ""
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(mean, annotation) per batch size × LR cell: mean ± std of the completed seeds, the
-    diverged count, or why the cell is empty; with ``peak``, the peak LR the cell's runs used
-    (summary ``lr``)."""
+    """(mean, annotation) per (row, column) cell of the two ``axes`` over their ``values``:
+    mean ± std of the completed seeds, the diverged count, or why the cell is empty; with
+    ``used`` (a summary field), the value the cell's runs trained with for the column."""
+    (row_axis, col_axis), (rows, cols) = axes, values
     mean = pd.DataFrame(
         np.nan, index=[format_value(r) for r in rows], columns=[format_value(c) for c in cols]
     )
     annot = pd.DataFrame("", index=mean.index, columns=mean.columns)
     for r in rows:
         for c in cols:
-            cell = g[(g["data.batch_size"] == r) & (g[lr_axis] == c)]
+            cell = g[(g[row_axis] == r) & (g[col_axis] == c)]
             if cell.empty:
                 annot.loc[format_value(r), format_value(c)] = "no run"
                 continue
@@ -139,8 +156,8 @@ def heatmap_cells(
                 text += f"\ndiverged {div}/{fin}" if text else f"diverged\n{div}/{fin}"
             if not text:
                 text = "no finished run"
-            lrs = pd.to_numeric(cell["lr"], errors="coerce").dropna() if peak else []
-            if len(lrs):
-                text += f"\npeak {lrs.iloc[0]:.2g}"
+            got = pd.to_numeric(cell[used], errors="coerce").dropna() if used else []
+            if len(got):
+                text += f"\n{used} {got.iloc[0]:.2g}"
             annot.loc[format_value(r), format_value(c)] = text.strip()
     return mean, annot

@@ -32,7 +32,7 @@ from ablate.claims.stats import t_errorbar  # noqa: E402
 from ablate.claims.trend import UNIT, next_rung, train_flops  # noqa: E402
 from ablate.names import loss_unit  # noqa: E402
 from ablate.report.plots import FigureFile, save_figure  # noqa: E402
-from ablate.study.results import StudyData  # noqa: E402
+from ablate.results import StudyData  # noqa: E402
 
 GRID = 25
 """Points per fitted line (on log10 FLOPs) from the first rung to one rung past the last."""

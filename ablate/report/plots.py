@@ -1,17 +1,11 @@
-"""Figures for a study report (seaborn, Agg backend, PNG).
-
-Every figure is chosen by the data it needs, not by the study's name:
+"""The figures every study's report draws (seaborn, Agg backend, PNG), each chosen by the data
+it needs, not by the study's name:
 
 * ``val_loss_curves.png``: validation loss over training steps per variant (``val/loss`` metric).
 * ``final_val_loss.png``: final validation loss per variant, individual seeds shown.
-* ``heatmap_batch_lr.png``: final loss over batch size × LR (axes ``data.batch_size`` and
-  ``optim.lr`` or ``optim.lr_scaling``).
-* ``grad_norm_layers.png``: per-layer gradient norm at the first logged step (initialisation)
-  by norm placement (Xiong et al. 2020, Fig. 3 style): only when ``model.norm_placement``
-  varies over both ``post`` and ``pre`` and the runs logged ``grad_norm/layer_*`` or
-  ``grad_norm/ffn_out_*``.
-* ``length_extrapolation.png``: validation loss vs evaluation length (``val_loss_at_length``).
 
+The figures a study declares (a heatmap over two axes, per-layer gradients at init, loss against
+evaluation length) are :mod:`ablate.report.declared`'s; the figure helpers they share are here.
 Bands and bars are the 95% t-interval over seeds (:func:`ablate.claims.stats.t_errorbar`), the
 same interval as the tables; every title and caption says so. The last point of a validation
 curve is the run's full-split final loss, the number the tables use.
@@ -19,7 +13,6 @@ curve is the run's full-split final loss, the number the tables use.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,26 +26,18 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from ablate.claims.stats import SEED, t_errorbar  # noqa: E402
-from ablate.names import display_names, length_multiple, loss_unit, value_order  # noqa: E402
+from ablate.names import loss_unit  # noqa: E402
 from ablate.report.figure_data import (  # noqa: E402
     display_columns,
-    heatmap_cells,
-    heatmap_panels,
-    held_fixed_column,
     labelled,
-    peak_lr_differs,
     seed_counts,
     with_final_points,
 )
-from ablate.study.results import StudyData  # noqa: E402
+from ablate.results import StudyData  # noqa: E402
 
 DPI = 110
 CI_BANDS = "band: 95% t-interval over seeds (as in the tables)"
 CI_BARS = "bars: 95% t-interval over seeds (as in the tables)"
-
-
-STEP0_BLIND = ("optim.",)
-"""Axes whose values cannot change the gradient at step 0 (LR, warmup, schedule, betas)."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +62,7 @@ def save_figure(
     return FigureFile(path, title, caption)
 
 
-def _finish(
+def finish_figure(
     plot,
     study: StudyData,
     out: Path,
@@ -102,7 +87,7 @@ def _finish(
     return FigureFile(path, title, caption)
 
 
-def _line_facets(
+def line_facets(
     df: pd.DataFrame,
     *,
     x: str,
@@ -134,7 +119,7 @@ def _line_facets(
     return g
 
 
-def _reference_line(study: StudyData, axes: list) -> str:
+def reference_line(study: StudyData, axes: list) -> str:
     """Draw the study's published reference value (if any) as a dashed line on ``axes``;
     returns the caption sentence for it ("" when there is none)."""
     ref = study.reference
@@ -171,7 +156,7 @@ def val_loss_curves(study: StudyData, out: Path) -> FigureFile | None:
     col = secondary
     n_col = len(orders[col]) if col else 1
     few_points = df.groupby("run_id")["step"].nunique().max() <= 12
-    g = _line_facets(
+    g = line_facets(
         df,
         x="step",
         y="value",
@@ -189,7 +174,7 @@ def val_loss_curves(study: StudyData, out: Path) -> FigureFile | None:
     )
     unit = loss_unit(study)
     g.set_axis_labels("training step", f"validation loss ({unit})")
-    ref = _reference_line(study, list(g.axes.flat))
+    ref = reference_line(study, list(g.axes.flat))
     n_div = int((study.runs["status"] == "diverged").sum())
     div = f"; {n_div} diverged run(s) left out" if n_div else ""
     title = "Validation loss during training"
@@ -200,7 +185,7 @@ def val_loss_curves(study: StudyData, out: Path) -> FigureFile | None:
         "the number in the tables. Runs still running are included up to "
         f"their last evaluation{div}.{ref}"
     )
-    return _finish(g, study, out, "val_loss_curves", title, key, caption)
+    return finish_figure(g, study, out, "val_loss_curves", title, key, caption)
 
 
 def _diverged_ticks(all_runs: pd.DataFrame, x: str, hue: str | None, order: list) -> list[str]:
@@ -285,7 +270,7 @@ def final_val_loss(
     ax.set_ylabel(f"{label} ({loss_unit(study)})")
     ax.set_xlabel(x)
     ax.grid(axis="y", alpha=0.3)
-    ref = _reference_line(study, [ax])
+    ref = reference_line(study, [ax])
     title = "Final validation loss per variant"
     key = f"diamond: mean over seeds; {CI_BARS}; dots: individual seeds"
     caption = (
@@ -293,291 +278,15 @@ def final_val_loss(
         "(mean ± t·s/√n); dots: individual seeds. Diverged runs are "
         f"not plotted; their count is under the tick label.{ref}"
     )
-    return _finish(g, study, out, "final_val_loss", title, key, caption)
+    return finish_figure(g, study, out, "final_val_loss", title, key, caption)
 
 
-def _lr_label(lr_axis: str, differs: bool | None) -> str:
-    """The heatmap's x label: the peak LR when the columns are it, else what they are."""
-    if lr_axis != "optim.lr":
-        return "LR scaling rule (optim.lr_scaling)"
-    if differs:
-        return "base learning rate optim.lr (each cell: the peak LR its runs used)"
-    if differs is None:
-        return "base learning rate (optim.lr; the runs record no peak LR)"
-    return "peak learning rate (optim.lr, used unscaled)"
-
-
-def _heatmap_panel(ax, mean: pd.DataFrame, annot: pd.DataFrame, unit: str, xlabel: str) -> None:
-    """One batch size × LR heatmap on ``ax``, its lowest mean outlined in red."""
-    sns.heatmap(
-        mean,
-        annot=annot.to_numpy(),
-        fmt="",
-        cmap="viridis_r",
-        ax=ax,
-        linewidths=0.5,
-        linecolor="white",
-        annot_kws={"fontsize": 8},
-        cbar_kws={"label": f"final val loss ({unit})"},
-    )
-    if mean.notna().any().any():  # outline the best cell
-        i, j = np.unravel_index(np.nanargmin(mean.to_numpy()), mean.shape)
-        ax.add_patch(plt.Rectangle((j, i), 1, 1, fill=False, edgecolor="red", lw=2.5))
-    ax.set_facecolor("0.85")
-    ax.set_ylabel("batch size (sequences)")
-    ax.set_xlabel(xlabel)
-    ax.tick_params(axis="y", rotation=0)
-
-
-def heatmap_batch_lr(
-    study: StudyData, out: Path, metric: str = "final_val_loss"
-) -> FigureFile | None:
-    """Mean final loss over batch size (rows) × LR (columns); needs those two axes."""
-    axes = study.varying_axes
-    if "data.batch_size" not in axes:
-        return None
-    lr_axis = next((a for a in ("optim.lr", "optim.lr_scaling") if a in axes), None)
-    if lr_axis is None:
-        return None
-    runs = study.runs
-    contexts = heatmap_panels(study, [a for a in axes if a not in ("data.batch_size", lr_axis)])
-    rows = value_order(runs["data.batch_size"])
-    cols = value_order(runs[lr_axis])
-    n = len(contexts)
-    ncols = min(n, 3)
-    nrows = math.ceil(n / ncols)
-    w = max(5.5, 1.4 * len(cols) + 2.8)
-    h = max(3.6, 0.85 * len(rows) + 1.8)
-    fig, axs = plt.subplots(nrows, ncols, figsize=(w * ncols, h * nrows), squeeze=False)
-    differs = peak_lr_differs(runs)
-    for ax, (ctx, g) in zip(axs.flat, contexts, strict=False):
-        mean, annot = heatmap_cells(g, rows, cols, lr_axis, metric, peak=bool(differs))
-        _heatmap_panel(ax, mean, annot, loss_unit(study), _lr_label(lr_axis, differs))
-        if ctx:
-            ax.set_title(ctx, fontsize=9)
-    for ax in list(axs.flat)[n:]:
-        ax.set_visible(False)
-    title = "Final validation loss over batch size × learning rate"
-    key = "cell: mean over completed seeds ± std; red box: lowest; grey: no completed run"
-    caption = (
-        f"{title}. Cell: mean final validation loss over completed seeds ± sample std "
-        "(lower is better; red box: lowest mean); diverged seeds are counted in the cell, "
-        "not averaged; grey cells have no completed run."
-        + (
-            " Columns are the base LR (optim.lr); the batch-size rule scales it, so each cell "
-            "also gives the peak LR its runs trained with (their summary's lr)."
-            if differs
-            else ""
-        )
-    )
-    return _finish(fig, study, out, "heatmap_batch_lr", title, key, caption)
-
-
-def grad_norm_layers(study: StudyData, out: Path) -> FigureFile | None:
-    """Per-layer gradient norm at the first logged step (init) by norm placement: only where
-    the study compares Post-LN with Pre-LN (the comparison of Xiong et al.; a study whose
-    norm_placement axis holds other values, e.g. a plugin's, gets no such figure) and its runs
-    logged per-layer gradient norms."""
-    axis = "model.norm_placement"
-    if axis not in study.varying_axes or not {"post", "pre"} <= set(study.runs[axis].dropna()):
-        return None
-    m = study.metrics
-    # the FFN output weight's gradient (what the ffn_grad_slope@init claim tests) when logged,
-    # else the whole layer's
-    ffn = m["metric"].str.startswith("grad_norm/ffn_out_")
-    df = m[ffn if ffn.any() else m["metric"].str.startswith("grad_norm/layer_")].copy()
-    what = "FFN output weight's gradient norm" if ffn.any() else "whole-layer gradient norm"
-    if df.empty:
-        return None
-    first = df.groupby("run_id")["step"].transform("min")
-    df = df[df["step"] == first]
-    step = int(df["step"].min())
-    df["layer"] = df["metric"].str.rsplit("_", n=1).str[-1].astype(int)
-    df = df[np.isfinite(df["value"].astype(float))]
-    # optimiser and schedule axes cannot change the gradient at step 0: one panel, not one per
-    # value (runs that differ only there are the same model at init; keep one of them)
-    init_axes = [a for a in study.varying_axes if not a.startswith(STEP0_BLIND)]
-    if step == 0:
-        df = df.drop_duplicates(["seed", "layer", *init_axes])
-    df, orders = labelled(df, study)
-    names = display_names(study.axes)
-    hue = names[axis]
-    blind = [a for a in study.varying_axes if a not in init_axes] if step == 0 else []
-    col = held_fixed_column(df, study, [axis, *blind])
-    n_col = df[col].nunique() if col else 1
-    df["seed "] = df["seed"].astype(str)
-    g = _line_facets(
-        df,
-        x="layer",
-        y="value",
-        hue=hue,
-        hue_order=orders[hue],
-        col=col,
-        n_col=n_col,
-        aspect=1.3,
-        units="seed ",
-        estimator=None,
-        marker="o",
-        markersize=4,
-        alpha=0.75,
-    )
-    layers = sorted(df["layer"].unique())
-    if len(layers) > 12:
-        layers = layers[:: math.ceil(len(layers) / 12)]
-    for ax in g.axes.flat:
-        ax.set_xticks(layers)
-    when = "initialisation (step 0)" if step == 0 else f"step {step} (first logged)"
-    ylabel = "‖grad‖ of the FFN output weight" if ffn.any() else "gradient L2 norm of the layer"
-    g.set_axis_labels("layer index (0 = nearest the input)", ylabel)
-    title = f"Per-layer {what} at {when}"
-    tested = (
-        " This is the quantity the ffn_grad_slope@init claim tests (metric "
-        "grad_norm/ffn_out_<layer>)."
-        if ffn.any()
-        else " Whole-layer norms (all of a layer's parameters), not the FFN output weight."
-    )
-    caption = (
-        f"{title}, by norm placement (cf. Xiong et al. 2020, Fig. 3: Post-LN's gradients are "
-        "large near the output at init, Pre-LN's are not)." + tested + " Norms before clipping. "
-        "One line per seed, so a trend carried by one seed shows as one."
-        + (
-            f" Optimiser/schedule axes ({', '.join(names[a] for a in blind)}) cannot change "
-            "step 0, so their runs are shown once."
-            if blind
-            else ""
-        )
-    )
-    return _finish(g, study, out, "grad_norm_layers", title, "one line per seed", caption)
-
-
-def _without_long_evals(
-    df: pd.DataFrame, hue: str, levels: list[str], max_mult: float
-) -> tuple[dict[str, str], dict[str, str], int]:
-    """The hue levels with no finite loss past 1×, to say why in the legend: (level -> its
-    relabelled name, relabelled name -> why, how many of them are learned positions)."""
-    relabel: dict[str, str] = {}
-    why_na: dict[str, str] = {}
-    n_learned_na = 0
-    for level in levels:
-        sub = df[df[hue] == level]
-        past = sub[(sub["mult"] > 1) & sub["loss"].notna()]
-        if len(sub) and past.empty and max_mult > 1:
-            learned = (sub["cfg.pos_encoding"] == "learned").any()
-            relabel[level] = f"{level} (n/a past 1×)"
-            why_na[relabel[level]] = (
-                "no positions past\nmax_seq_len" if learned else "not evaluated\npast 1×"
-            )
-            n_learned_na += int(learned)
-    return relabel, why_na, n_learned_na
-
-
-def _length_axes(
-    g, df: pd.DataFrame, hue: str, col: str | None, mults: list, why_na: dict[str, str]
-) -> None:
-    """Log₂ length axis ticked at the evaluated multiples; an arrow to each n/a level's lone
-    1× point, which is often hidden under another line's."""
-    for ax in g.axes.flat:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(mults)
-        ax.set_xticklabels([f"{v:g}×" for v in mults])
-        ax.minorticks_off()
-        for level, why in why_na.items():
-            sel = (df[hue] == level) & (df["mult"] == min(mults))
-            if col:
-                sel &= df[col] == ax.get_title()
-            if sel.any():
-                ax.annotate(
-                    f"{level.split(' (')[0]}:\n{why}",
-                    xy=(min(mults), df.loc[sel, "loss"].mean()),
-                    xytext=(0.06, 0.95),
-                    textcoords="axes fraction",
-                    va="top",
-                    fontsize=7.5,
-                    arrowprops={"arrowstyle": "->", "lw": 0.8, "color": "0.3"},
-                    color="0.25",
-                )
-
-
-def length_extrapolation(study: StudyData, out: Path) -> FigureFile | None:
-    """Validation loss vs evaluation length (multiples of the training length)."""
-    cols = study.length_columns
-    runs = study.runs
-    done = runs[runs["status"] == "completed"]
-    if not cols or done.empty:
-        return None
-    names = display_names(study.axes)
-    long = done.melt(
-        id_vars=[c for c in done.columns if c not in cols],
-        value_vars=cols,
-        var_name="col",
-        value_name="loss",
-    )
-    long["mult"] = long["col"].map(length_multiple)
-    df, orders = labelled(long, study)
-    if "model.pos_encoding" in study.varying_axes:
-        hue = names["model.pos_encoding"]
-    else:
-        hue = display_columns(study)[0]
-    max_mult = max(length_multiple(c) for c in cols)
-    relabel, why_na, n_learned_na = _without_long_evals(df, hue, orders[hue], max_mult)
-    df = df[df["loss"].notna()].copy()
-    if df.empty:
-        return None
-    hue_order = [relabel.get(v, v) for v in orders[hue]]
-    df[hue] = pd.Categorical(
-        df[hue].astype(str).map(lambda v: relabel.get(v, v)), categories=hue_order
-    )
-    col = held_fixed_column(
-        df, study, ["model.pos_encoding"] if hue == names.get("model.pos_encoding") else []
-    )
-    if hue == "variant":
-        col = None
-    n_col = df[col].nunique() if col else 1
-    g = _line_facets(
-        df,
-        x="mult",
-        y="loss",
-        hue=hue,
-        hue_order=hue_order,
-        col=col,
-        n_col=n_col,
-        aspect=1.3,
-        style=hue,
-        style_order=hue_order,
-        markers=True,
-        dashes=False,
-        markersize=8,
-        errorbar=t_errorbar,
-    )
-    _length_axes(g, df, hue, col, sorted({length_multiple(c) for c in cols}), why_na)
-    seq = done["cfg.seq_len"].dropna()
-    train_len = f"; trained at {int(seq.iloc[0])} tokens" if len(seq) and seq.nunique() == 1 else ""
-    g.set_axis_labels("evaluation length (× training)", f"validation loss ({loss_unit(study)})")
-    title = "Validation loss vs evaluation length"
-    note = (
-        " Learned absolute positions have no embedding past max_seq_len, so they cannot be "
-        "evaluated past 1× and have the 1× point only (n/a in the table)."
-        if n_learned_na
-        else ""
-    )
-    caption = f"{title} (completed runs). Line: mean over seeds; {CI_BANDS}.{note}"
-    key = f"line: mean over seeds; {CI_BANDS}"
-    return _finish(
-        g, study, out, "length_extrapolation", title, key, caption, after_title=train_len
-    )
-
-
-FIGURES = (
-    val_loss_curves,
-    final_val_loss,
-    heatmap_batch_lr,
-    grad_norm_layers,
-    length_extrapolation,
-)
+FIGURES = (val_loss_curves, final_val_loss)
 
 
 def make_figures(study: StudyData, out: Path) -> list[FigureFile]:
-    """Every figure the study's data supports, written as PNGs into ``out``."""
+    """The figures every study's report draws (its data permitting), written as PNGs into
+    ``out``; those a study declares are :func:`ablate.report.declared.declared_figures`."""
     sns.set_theme(style="ticks", context="notebook", font_scale=0.9)
     figures = []
     for fn in FIGURES:

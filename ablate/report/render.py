@@ -124,10 +124,6 @@ _HTML_ABBREV = {
     "not finished": "unfinished",
     "n (diverged)": "n (div.)",
     "wall time": "wall",
-    "warmup_ratio": "warmup",
-    "norm_placement": "norm",
-    "pos_encoding": "pos enc",
-    "activation": "act",
 }
 # a cell that starts like a number (mean ± std [lo, hi], 1.23e-3, −0.05) never wraps
 _NUMERIC_CELL = re.compile(r"^\[?[-+−]?(\d|\.\d|nan|inf|—$|-$)")
@@ -158,8 +154,8 @@ def html_table(df: pd.DataFrame) -> str:
     heads, legend = [], []
     for c in map(str, df.columns):
         short = _HTML_ABBREV.get(c)
-        if short is None:
-            heads.append(f"<th>{html.escape(c)}</th>")
+        if short is None:  # an axis's snake_case name may break after each underscore
+            heads.append(f"<th>{html.escape(c).replace('_', '_<wbr>')}</th>")
         else:
             heads.append(f'<th title="{html.escape(c)}">{html.escape(short)}</th>')
             legend.append(f"{html.escape(short)} = {html.escape(c)}")

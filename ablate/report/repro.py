@@ -14,7 +14,7 @@ import pandas as pd
 
 from ablate.claims.stats import mean_std
 from ablate.names import format_value, variant_order
-from ablate.study.results import StudyData
+from ablate.results import StudyData
 
 ENV_COLUMNS = ["torch", "lightning", "numpy", "python", "device", "torch_threads", "workers"]
 CHAOS_FACTOR = 5.0

@@ -16,8 +16,9 @@ from ablate.claims.comparisons import Comparison
 from ablate.claims.stats import one_sample, summarize
 from ablate.claims.verdicts import Verdict
 from ablate.names import display_names, format_value, length_multiple, variant_order
+from ablate.report.figure_data import NO_POSITIONS, past_max_len
+from ablate.results import StudyData
 from ablate.store import UNFINISHED_STATES
-from ablate.study.results import StudyData
 
 QUALITY = [  # (column, header, decimals)
     ("final_val_loss", "final val loss", 4),
@@ -196,7 +197,6 @@ def length_table(study: StudyData) -> pd.DataFrame | None:
     rows = []
     for _, r in summ.iterrows():
         grp = runs[(runs["variant"] == r["variant"]) & (runs["status"] == "completed")]
-        learned = (grp["cfg.pos_encoding"] == "learned").any()
         row = {"variant": r["variant"], "n": int(r["completed"])}
         for c in cols:
             label = f"{length_multiple(c):g}×"
@@ -206,8 +206,8 @@ def length_table(study: StudyData) -> pd.DataFrame | None:
                 )
             elif not len(grp):
                 row[label] = "—"
-            elif learned:
-                row[label] = "n/a (learned: no positions past max_seq_len)"
+            elif runs[c].notna().any() and past_max_len(grp, length_multiple(c)).all():
+                row[label] = f"n/a ({NO_POSITIONS})"
             else:
                 row[label] = "n/a (not evaluated at this length)"
         rows.append(row)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ablate.config import TrackingConfig
-from ablate.study.results import StudyData, results_frame
+from ablate.results import StudyData, results_frame
 from ablate.tracking.mode import study_tracking, wandb_mode
 from ablate.tracking.report_run import log_report_run
 

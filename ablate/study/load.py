@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ablate.claims.spec import RUNG, TREND, Claim, parse_claims, parse_margin
+from ablate.claims.ladder import check_ladder_claims
+from ablate.claims.spec import RUNG, Claim, parse_claims, parse_margin
 from ablate.study.plan import PlannedRun, Study, apply_profile, expand
 from ablate.study.preflight import check_runs, gpu_available
 from ablate.study.spec import choose_profile, parse_spec, read_spec
@@ -67,6 +68,7 @@ def load_study(
         seen_seeds=spec.seen_seeds,
         tier=plan.profile.tier,
         ladder=plan.ladder,
+        figures=spec.figures,
     )
 
 
@@ -97,9 +99,5 @@ def _claims(
     lengths = {float(x) for x in runs[0].config.train.eval_lengths} if runs else None
     margin = parse_margin(raw.get("equivalence_margin"), source)
     claims = parse_claims(raw.get("claims"), source, axes, lengths, profile)
-    if RUNG in axes or any(c.expect in TREND for c in claims):
-        # trend's statistics import scipy and pandas: only for a ladder or a trend claim
-        from ablate.claims.trend import check_ladder_claims
-
-        check_ladder_claims(claims, source, axes)
+    check_ladder_claims(claims, source, axes)
     return claims, margin

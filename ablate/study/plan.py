@@ -21,6 +21,7 @@ from ablate.config import RunConfig
 from ablate.errors import ConfigError
 from ablate.names import fmt_value, short_names
 from ablate.registry import AXES, BUILTINS
+from ablate.study.figures import FigureOptions
 from ablate.study.ladder import RUNG, Ladder, check_ladder, check_sizes
 from ablate.study.resolve import resolve
 from ablate.study.spec import Derived, Layer, Profile, Reference, StudySpec, overrides_layer
@@ -100,6 +101,8 @@ class Study:
     """The profile's ``tier``: the GPU window its runs train in (``ablate plan --flops``)."""
     ladder: Ladder | None = None
     """The rungs every arm trains at (:mod:`ablate.study.ladder`); None: no ladder."""
+    figures: dict[str, FigureOptions] = field(default_factory=dict)
+    """The figures its report draws beyond every report's (:mod:`ablate.study.figures`)."""
 
     def meta(self, run: PlannedRun) -> dict[str, Any]:
         meta = run.meta(self.name, self.profile)

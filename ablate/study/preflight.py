@@ -11,14 +11,9 @@ anything is written:
   ``16-mixed`` needs a loss scaler per member, which the stacked path does not have
   (``bf16-mixed`` needs none);
 * absurd sizes: more than ``MAX_PARAMS`` parameters, or activations above ``MAX_ACT_BYTES``;
-* data files (``data=False`` skips these), local ones and registered ones already fetched:
-  empty, not UTF-8, or too short for one window of ``seq_len + 1`` tokens per row of
-  ``batch_size`` in every split. Memory and time do not grow with the file: a file whose
-  token cache exists is checked by its exact token counts (no text read); otherwise its first
-  ``PREFIX_BYTES`` are decoded (the whole file when it fits: exact char/word counts, UTF-8
-  bytes bound BPE's; a larger file bounds every split by its size), once per check however
-  many runs use it. ``tokenize=True`` builds the token cache first, so the count is exact
-  (``ablate train`` trains next in the same process, so that costs nothing extra).
+* data files (``data=False`` skips these): the only check that reads files,
+  :func:`ablate.study.data_files.check_data_file`: empty, not UTF-8, or too short for one
+  window of ``seq_len + 1`` tokens per row of ``batch_size`` in every split.
 
 Non-finite floats (``optim.lr: .inf``) are rejected by the config models themselves
 (``allow_inf_nan=False``). ``check_compile`` (``train.compile`` without a C++ compiler) is
@@ -28,27 +23,17 @@ the loader: ``ablate plan`` and ``ablate register`` plan runs that train elsewhe
 
 from __future__ import annotations
 
-import codecs
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from ablate.config import GATED_ACTIVATIONS, ConfigError, DataConfig, RunConfig
+from ablate.config import GATED_ACTIVATIONS, ConfigError, RunConfig
+from ablate.study.data_files import TextScan, Where, check_data_file
 
 SEED_MAX = 2**32 - 1
 MAX_PARAMS = 10**12
 """4 TB of fp32 weights: no single-run ablation comes near; a typo (``d_model: 4e9``) does."""
 MAX_ACT_BYTES = 2**50
 """1 PiB of activations per step (Korthikanti et al. 2022 estimate): a typo, not a config."""
-
-PREFIX_BYTES = 4 << 20
-"""A data file not tokenized yet is checked on its first 4 MiB (strict UTF-8, and the exact
-token counts of a file that fits); the token cache checks the rest as it streams the file."""
-KEY = "data.dataset"
-SPLITS = ("train", "val", "test")
-
-# key -> "where it was set" (the study's key path); identity when not known
-Where = Callable[[str], str]
 
 
 def _same(key: str) -> str:
@@ -132,7 +117,7 @@ def gpu_available() -> bool:
 
 
 def _check_stack(cfg: RunConfig, where: Where, source: Path | None) -> None:
-    from ablate.training.stacked.plan import PRECISIONS, not_stackable
+    from ablate.stacking import PRECISIONS, not_stackable
 
     t = cfg.train
     # ``auto`` and models that train alone anyway (the LSTM) are left to the plan's line
@@ -161,136 +146,6 @@ def _check_device(cfg: RunConfig, where: Where, source: Path | None, have_gpu: C
         )
 
 
-@dataclass
-class _Text:
-    """What the plan-time check read of a data file: its size, and its whole text when it
-    fits in ``PREFIX_BYTES`` (else only its first ``PREFIX_BYTES`` were checked)."""
-
-    path: Path
-    size: int
-    text: str | None
-
-
-def _scan(path: Path) -> _Text:
-    """Strict UTF-8 check of the first ``PREFIX_BYTES`` of ``path`` (the whole file when it
-    is that small); the one-line errors of ``read_text``."""
-    try:
-        with path.open("rb") as f:
-            raw = f.read(PREFIX_BYTES + 1)
-    except OSError as err:
-        raise ConfigError(f"cannot read {path}: {err.strerror or err}", key=KEY) from None
-    if not raw:
-        raise ConfigError(f"{path} is empty", key=KEY)
-    whole = len(raw) <= PREFIX_BYTES
-    decoder = codecs.getincrementaldecoder("utf-8")("strict")
-    try:  # a prefix may end inside a character: final=False keeps those bytes pending
-        text = decoder.decode(raw[:PREFIX_BYTES], final=whole)
-    except UnicodeDecodeError as err:
-        raise ConfigError(
-            f"{path} is not UTF-8 text (invalid byte 0x{raw[err.start]:02x} at offset {err.start})",
-            key=KEY,
-        ) from None
-    return _Text(path, path.stat().st_size, text if whole else None)
-
-
-def _split_tokens(cfg: RunConfig, scan: _Text) -> dict[str, int]:
-    """At most how many tokens each split can hold, from the text read at plan time: exact
-    for char and word, UTF-8 bytes of each part for BPE; every split is bounded by the file's
-    size (+1 for word's last ``<eos>``) when only a prefix was read."""
-    d = cfg.data
-    if scan.text is None:
-        return dict.fromkeys(SPLITS, scan.size + 1)
-    text = scan.text
-    if d.tokenizer == "word":  # splits the token stream
-        lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        return _split(sum(len(line.split()) + 1 for line in lines), d)  # + <eos> per line
-    chars = _split(len(text), d)  # char and bpe split the text
-    if d.tokenizer == "char":
-        return chars
-    out, pos = {}, 0
-    for split, n in chars.items():
-        out[split] = len(text[pos : pos + n].encode("utf-8"))
-        pos += n
-    return out
-
-
-def _split(n: int, d: DataConfig) -> dict[str, int]:
-    from ablate.data import split_bounds
-
-    a, b = split_bounds(n, d.val_fraction, d.test_fraction)
-    return {"train": a, "val": b - a, "test": n - b}
-
-
-def _check_length(
-    cfg: RunConfig,
-    tokens: dict[str, int],
-    exact: bool,
-    path: Path,
-    where: Where,
-    source: Path | None,
-) -> None:
-    """Every split must hold one window of ``seq_len + 1`` tokens in each of its rows."""
-    d = cfg.data
-    splits = [("train", d.batch_size, "data.batch_size"), ("val", d.eval_bs, None)]
-    if d.test_fraction > 0:
-        splits.append(("test", d.eval_bs, None))
-    for split, rows, rows_key in splits:
-        if tokens[split] // rows < d.seq_len + 1:
-            rows_key = rows_key or (
-                "data.eval_batch_size" if d.eval_batch_size else "data.batch_size"
-            )
-            has = "has" if exact else "has at most"
-            raise ConfigError(
-                f"{path} is too short: its {split} split {has} {tokens[split]} "
-                f"{d.tokenizer} tokens, fewer than {rows} rows ({rows_key}) x {d.seq_len + 1} "
-                "(seq_len + 1)",
-                key=where("data.seq_len"),
-                source=source,
-            )
-
-
-def _local_file(name: str) -> Path | None:
-    """The file ``data.dataset`` names, without downloading anything: ``None`` for a remote
-    or plugin source, or a registered dataset not fetched yet (its sha256 pins it)."""
-    from ablate.data import DATASETS, resolve_dataset
-    from ablate.data.datasets import local_copy
-
-    if name in DATASETS:
-        return resolve_dataset(name) if local_copy(name) else None  # verifies the sha256
-    if ":" in name and not Path(name).expanduser().exists():
-        return None
-    return resolve_dataset(name)
-
-
-def _check_data(
-    cfg: RunConfig,
-    where: Where,
-    source: Path | None,
-    scans: dict[str, _Text | None],
-    tokenize: bool,
-) -> None:
-    name = cfg.data.dataset
-    try:
-        if name not in scans:
-            path = _local_file(name)
-            scans[name] = _scan(path) if path is not None else None
-        scan = scans[name]
-        if scan is None:
-            return
-        from ablate.data.token_cache import cached_split_sizes, token_splits
-
-        tokens = cached_split_sizes(cfg.data)
-        if tokens is None and tokenize:
-            tokens = {s: t.numel() for s, t in token_splits(cfg.data).tokens.items()}
-    except ConfigError as err:
-        raise ConfigError(err.message, key=where("data.dataset"), source=source) from None
-    exact = tokens is not None
-    tokens = tokens if tokens is not None else _split_tokens(cfg, scan)
-    _check_length(cfg, tokens, exact, scan.path, where, source)
-
-
 def check_runs(
     configs: Sequence[tuple[RunConfig, Where]],
     source: str | Path | None = None,
@@ -307,7 +162,7 @@ def check_runs(
     (``ablate train``: the run would build it next, in this process).
     """
     source = Path(source) if source is not None else None
-    scans: dict[str, _Text | None] = {}
+    scans: dict[str, TextScan | None] = {}
     gpu: list[bool] = []
 
     def have_gpu() -> bool:
@@ -323,7 +178,7 @@ def check_runs(
         if device:
             _check_device(cfg, where, source, have_gpu)
         if data:
-            _check_data(cfg, where, source, scans, tokenize)
+            check_data_file(cfg, where, source, scans, tokenize)
 
 
 def check_compile(configs: Iterable[RunConfig], source: str | Path | None = None) -> None:

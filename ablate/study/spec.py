@@ -29,6 +29,8 @@ A study file::
     seen_seeds: [3, 4]              # trained and looked at elsewhere: --confirm skips them
     derived:                        # values computed from the resolved config of each run
       train.max_steps: "2_000_000 // (data.batch_size * data.seq_len)"
+    figures:                        # optional: more figures (ablate/study/figures.py)
+      layer_gradients: {by: model.norm_placement, values: [post, pre], note: ...}
     ladder:                         # optional: every arm at >= 3 sizes (ablate/study/ladder.py)
       rungs: [{name: small, set: {model.n_layers: 2}}, ...]
       tokens_per_param: 4           # or steps: S; the rule sets train.max_steps
@@ -70,6 +72,7 @@ from ablate.config import check_key, flatten, load_yaml, parse_override
 from ablate.errors import ConfigError, check_known, suggest
 from ablate.names import fmt_value
 from ablate.study.expressions import parse_expression
+from ablate.study.figures import FigureOptions, parse_figures
 from ablate.study.ladder import Ladder, parse_ladder
 from ablate.study.layers import NAME, Layer, check_value, parse_layer
 
@@ -90,6 +93,7 @@ TOP_LEVEL = (
     "default_profile",
     "plugins",
     "ladder",
+    "figures",
 )
 VARIANT_KEYS = ("name", "set")
 PROFILE_EXTRAS = ("derived", "seeds", "variants", "tier", "reference", "claims", "ladder")
@@ -401,6 +405,8 @@ class StudySpec:
     ``--confirm`` never picks them, so a confirmation seed is one nobody has seen."""
     ladder: Ladder | None = None
     """The rungs every arm trains at and the token rule (:mod:`ablate.study.ladder`)."""
+    figures: dict[str, FigureOptions] = field(default_factory=dict)
+    """The figures its report draws beyond every report's (:mod:`ablate.study.figures`)."""
 
     @property
     def variant_names(self) -> list[str]:
@@ -449,6 +455,7 @@ def parse_spec(raw: dict[str, Any], source: Path) -> StudySpec:
         default_profile=default_profile,
         seen_seeds=tuple(parse_seeds(raw.get("seen_seeds"), source, "seen_seeds") or ()),
         ladder=parse_ladder(raw.get("ladder"), "ladder", source),
+        figures=parse_figures(raw.get("figures"), source),
     )
 
 

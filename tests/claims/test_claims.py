@@ -24,9 +24,9 @@ from ablate.claims.stats import holm
 from ablate.cli import app
 from ablate.config import ConfigError
 from ablate.report import build_reports
+from ablate.results import read_study
 from ablate.store import RunStore
 from ablate.study import load_study as plan_study
-from ablate.study.results import read_study
 
 GRID = {"model.norm_placement": ["post", "pre"], "model.pos_encoding": ["learned", "rope"]}
 CLAIMS = [

@@ -44,8 +44,8 @@ from ablate.data.token_cache import token_splits
 from ablate.report import build_reports
 from ablate.report.audit import attempt_items
 from ablate.report.blocks import progress_line, withdrawn_note
+from ablate.results import read_study
 from ablate.store import RunStore
-from ablate.study.results import read_study
 
 ALPHA = 0.05
 

@@ -18,8 +18,8 @@ from ablate.claims.sequential import look_levels, obf_spent
 from ablate.config import ConfigError
 from ablate.execution.confirm import register_study
 from ablate.execution.decide import run_until_decided as run_registered
+from ablate.results import read_study
 from ablate.store.rundir import DECISIONS_FILE as LOG
-from ablate.study.results import read_study
 
 # these tests are about the design's mechanics; test_sequential_needs_its_registration below
 # covers the registration it needs

@@ -18,9 +18,9 @@ from ablate.config import ConfigError
 from ablate.execution.confirm import register_study, run_confirm
 from ablate.execution.runner import run_study
 from ablate.report import build_reports
+from ablate.results import read_study
 from ablate.store import RunStore
 from ablate.study import load_study as plan_study
-from ablate.study.results import read_study
 
 CLAIM = {
     "id": "relu-beats-gelu",

@@ -15,8 +15,8 @@ from ablate.claims.outcomes import analyse, pilot
 from ablate.claims.spec import claim_fingerprint
 from ablate.config import ConfigError
 from ablate.report import build_reports
+from ablate.results import read_study
 from ablate.study import load_study as plan_study
-from ablate.study.results import read_study
 
 NP, WU = "model.norm_placement", "optim.warmup_ratio"
 GRID = {NP: ["post", "pre"], WU: [0.0, 0.1]}
@@ -155,7 +155,7 @@ def test_register_and_report_need_the_same_seeds_from_the_same_runs(
     assert check.confirmation and check.comparison.n_a == 3 and check.outcome == "inconclusive"
     pilot_of_all = read_study(tmp_path / "all", "np", spec)  # five exploratory seeds
     said = pilot(pilot_of_all)[SHRINKS["id"]]
-    need = pilot_of_all.extra["pilot_needs"][SHRINKS["id"]]
+    need = pilot_of_all.pilot_needs[SHRINKS["id"]]
     assert need.text() in said and "over the 5 seeds of its arms" in need.assumption
     assert check.seeds_needed.n == need.n
     assert check.seeds_needed.assumption.replace("all", "the") == need.assumption

@@ -15,8 +15,8 @@ from scipy import stats
 from ablate.claims.outcomes import analyse
 from ablate.claims.trend import slope_tests
 from ablate.config import ConfigError
+from ablate.results import read_study
 from ablate.study import load_study
-from ablate.study.results import read_study
 
 NP = "model.norm_placement"
 RUNGS = {"small": 1, "medium": 2, "large": 4}  # rung -> n_layers (a config key, not an axis)

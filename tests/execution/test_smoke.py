@@ -12,8 +12,8 @@ import ablate.accel
 import ablate.training.train
 from ablate.cli import app
 from ablate.execution.smoke import smoke_config, smoke_runs, smoke_study
+from ablate.stacking import stack_limit
 from ablate.study import load_study
-from ablate.training.stacked.plan import stack_limit
 
 STUDIES = sorted(Path("studies").glob("*.yaml"))
 

@@ -15,15 +15,15 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.config import build_config
 from ablate.execution.runner import run_study
-from ablate.store import RunDir, RunStore
-from ablate.tracking.ids import wandb_run_id
-from ablate.training.stacked.plan import (
+from ablate.stacking import (
     AUTO_CAP,
     auto_members,
     member_bytes,
     plan_groups,
     stack_limit,
 )
+from ablate.store import RunDir, RunStore
+from ablate.tracking.ids import wandb_run_id
 
 # a member's final loss against its solo run: float rounding only (tests/training/test_stacked.py)
 RTOL = 1e-5

@@ -55,7 +55,7 @@ def test_run_state_decides_every_state(mixed_store, tmp_path):
 
 def test_status_and_report_agree_on_an_interrupted_run(mixed_store, tmp_path):
     from ablate.report import build_reports
-    from ablate.study.results import read_study
+    from ablate.results import read_study
 
     store, dirs = mixed_store
     result = CliRunner().invoke(app, ["status", "--store", str(store)])

@@ -370,7 +370,7 @@ class MixesMembers(MemberScaleNorm):
 
 
 def test_a_member_aware_plugin_stacks_and_one_that_is_not_trains_alone(tmp_path, clean_registry):
-    from ablate.training.stacked.plan import not_stackable
+    from ablate.stacking import not_stackable
 
     ablate.register("norm", "scalenorm_k")(MemberScaleNorm)
     cfg = build_config({"model.norm": "scalenorm_k", "model.d_model": 16, "model.n_heads": 2})

@@ -14,7 +14,7 @@ from scipy import stats
 from ablate.claims.registration import build_registration, registration_path, write_registration
 from ablate.claims.verdicts import fmt_num, fmt_p
 from ablate.report import build_reports
-from ablate.study.results import read_study
+from ablate.results import read_study
 
 ACT = "model.activation"
 # final losses per seed: ReLU below GELU on every seed; the three confirmation seeds (3-5)

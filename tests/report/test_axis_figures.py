@@ -8,7 +8,7 @@ import pandas as pd
 import yaml
 
 from ablate.report.axis_figures import axis_figures, best_value, numeric_axes
-from ablate.study.results import read_study
+from ablate.results import read_study
 
 LR, NP = "optim.lr", "model.norm_placement"
 LRS = [1e-3, 3e-3, 1e-2, 3e-2]

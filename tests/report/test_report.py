@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from scipy import stats
 
 from ablate.claims.comparisons import Arm, Comparison, adjust, compare
@@ -25,8 +26,8 @@ from ablate.claims.stats import (
 from ablate.claims.verdicts import verdict
 from ablate.config import ConfigError
 from ablate.report import build_reports
+from ablate.results import read_study
 from ablate.store import RunStore
-from ablate.study.results import read_study
 
 # --- statistics, by hand ----------------------------------------------------------------------
 
@@ -233,6 +234,15 @@ def test_summarize_counts_diverged_runs_and_never_averages_them():
 def built(tmp_path_factory, norm_pos_store):
     root = tmp_path_factory.mktemp("report")
     store = norm_pos_store(root / "runs")
+    spec = root / "norm_pos.yaml"  # the study file `ablate run` keeps: it asks for the gradients
+    grid = {"model.norm_placement": ["post", "pre"], "model.pos_encoding": ["learned", "rope"]}
+    figures = {"layer_gradients": {"by": "model.norm_placement", "values": ["post", "pre"]}}
+    spec.write_text(
+        yaml.safe_dump(
+            {"name": "norm_pos", "grid": grid, "seeds": [0, 1, 2]} | {"figures": figures}
+        )
+    )
+    RunStore(store).keep_spec("norm_pos", spec)
     paths = build_reports([], store=store, out=root / "reports", quiet=True)
     return root, paths
 
@@ -277,7 +287,7 @@ def test_length_extrapolation_table(built):
     header = next(line for line in section.splitlines() if line.startswith("| variant"))
     assert header == "| variant | n | 1× | 2× | 4× |"
     learned = next(line for line in section.splitlines() if line.startswith("| pre-learned"))
-    assert learned.count("n/a (learned: no positions past max_seq_len)") == 2
+    assert learned.count("n/a (no positions past max_seq_len)") == 2
     rope = next(line for line in section.splitlines() if line.startswith("| pre-rope"))
     assert "n/a" not in rope and "| 1.8940 ± 0.0141 [" in rope  # 2 seeds: 1.584+.3, 1.604+.3
 
@@ -327,12 +337,12 @@ def test_batch_lr_heatmap(tmp_path, write_run):
     assert (out / "heatmap_batch_lr.png").stat().st_size > 1000
     assert not (out / "grad_norm_layers.png").exists()  # no norm-placement axis
     md = (out / "report.md").read_text()
-    assert "PARTIAL" not in md and "over batch size × learning rate" in md
-    assert "peak LR its runs trained with" not in md  # the runs used optim.lr unscaled
+    assert "PARTIAL" not in md and "over batch size × lr" in md
+    assert "trained with another lr" not in md  # the runs used optim.lr unscaled
 
 
 def test_batch_lr_heatmap_shows_the_peak_lr_used(tmp_path, write_run):
-    from ablate.report.figure_data import heatmap_cells, peak_lr_differs
+    from ablate.report.figure_data import heatmap_cells, used_differs
 
     store = tmp_path / "runs"
     for bs in (16, 64):
@@ -345,12 +355,13 @@ def test_batch_lr_heatmap_shows_the_peak_lr_used(tmp_path, write_run):
         bs, lr = s["axes"]["data.batch_size"], s["axes"]["optim.lr"]
         run.write_summary({**s, "lr": lr * math.sqrt(bs / 16)})
     study = read_study(store, "sq")
-    assert peak_lr_differs(study.runs)
-    _, annot = heatmap_cells(study.runs, [16, 64], [1e-3, 3e-3], "optim.lr", "final_val_loss", True)
-    assert annot.loc["64", "0.001"].endswith("peak 0.002")  # 1e-3 · sqrt(64/16)
-    assert annot.loc["16", "0.003"].endswith("peak 0.003")
+    assert used_differs(study.runs, "optim.lr", "lr")
+    axes, values = ("data.batch_size", "optim.lr"), ([16, 64], [1e-3, 3e-3])
+    _, annot = heatmap_cells(study.runs, axes, values, "final_val_loss", "lr")
+    assert annot.loc["64", "0.001"].endswith("lr 0.002")  # 1e-3 · sqrt(64/16)
+    assert annot.loc["16", "0.003"].endswith("lr 0.003")
     (path,) = build_reports(["sq"], store=store, out=tmp_path / "r", quiet=True)
-    assert "peak LR its runs trained with (their summary's lr)" in path.read_text()
+    assert "trained with another lr than the column's lr (their summary's lr)" in path.read_text()
 
 
 def test_study_yaml_argument_and_errors(built, tmp_path):
@@ -441,6 +452,8 @@ base:
 grid:
   model.norm_placement: [post, pre]
 seeds: [0, 1]
+figures:
+  layer_gradients: {{by: model.norm_placement}}
 """
     )
     runner.run_study(spec, store=tmp_path / "runs", progress=False)
@@ -486,7 +499,11 @@ def test_grad_norm_figure_is_not_repeated_per_optimiser_axis(tmp_path, write_run
             for seed in range(2):
                 axes = {"model.norm_placement": norm, "optim.warmup_ratio": warm}
                 write_run(tmp_path / "runs", "nw", axes, seed, "completed", 1.5 + warm)
-    (path,) = build_reports(["nw"], store=tmp_path / "runs", out=tmp_path / "r", quiet=True)
+    spec = tmp_path / "nw.yaml"
+    grid = {"model.norm_placement": ["post", "pre"], "optim.warmup_ratio": [0.0, 0.1]}
+    figures = {"layer_gradients": {"by": "model.norm_placement"}}
+    spec.write_text(yaml.safe_dump({"grid": grid, "seeds": [0, 1], "figures": figures}))
+    (path,) = build_reports([str(spec)], store=tmp_path / "runs", out=tmp_path / "r", quiet=True)
     md = path.read_text()
     assert "One line per seed" in md
     assert "Optimiser/schedule axes (warmup_ratio) cannot change step 0" in md

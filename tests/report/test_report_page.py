@@ -10,9 +10,10 @@ from ablate.claims.outcomes import analyse
 from ablate.claims.verdicts import fmt_num, fmt_p
 from ablate.report import build_reports
 from ablate.report.answer import seed_span, seeds_text
-from ablate.report.plots import grad_norm_layers
+from ablate.report.declared import layer_gradients
+from ablate.results import read_study
 from ablate.store import RunStore
-from ablate.study.results import read_study
+from ablate.study.figures import LayerGradients
 
 
 def test_seed_spans_and_the_seeds_behind_a_table():
@@ -46,6 +47,7 @@ def test_the_report_opens_with_the_claims_table_of_the_claim_engine(tmp_path, no
         yaml.safe_dump(
             {"name": "norm_pos", "description": "Does Pre-LN win?", "grid": grid}
             | {"seeds": [0, 1, 2], "claims": [claim]}
+            | {"figures": {"layer_gradients": {"by": "model.norm_placement"}}}
         )
     )
     RunStore(store).keep_spec("norm_pos", spec)
@@ -69,11 +71,12 @@ def test_the_report_opens_with_the_claims_table_of_the_claim_engine(tmp_path, no
     assert md.count("Seeds: n = 2–3 exploratory seeds per variant (0–2).*") == 4  # 4 figures
 
 
-def test_the_gradient_figure_needs_post_and_pre(tmp_path, norm_pos_store):
+def test_the_gradient_figure_needs_the_values_it_compares(tmp_path, norm_pos_store):
     store = norm_pos_store(tmp_path / "runs")
     study = read_study(store, "norm_pos")
-    assert grad_norm_layers(study, tmp_path) is not None
+    xiong = LayerGradients(by="model.norm_placement", values=("post", "pre"))
+    assert layer_gradients(study, tmp_path, xiong) is not None
     study.runs["model.norm_placement"] = study.runs["model.norm_placement"].replace(
         {"post": "pre_qknorm"}
     )  # a plugin's placement against Pre-LN: not the comparison of Xiong et al.
-    assert grad_norm_layers(study, tmp_path) is None
+    assert layer_gradients(study, tmp_path, xiong) is None

@@ -3,8 +3,8 @@
 from ablate.config import build_config
 from ablate.names import display_names
 from ablate.report import build_report
+from ablate.results import read_study
 from ablate.store import RunStore
-from ablate.study.results import read_study
 
 
 def _variant_run(store, variant: str, arch: str, seed: int, final: float) -> None:

@@ -16,7 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 from ablate.cli import app
-from ablate.study.results import read_study
+from ablate.results import read_study
 
 pytestmark = pytest.mark.usefixtures("no_wandb")
 

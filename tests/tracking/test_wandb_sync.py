@@ -73,7 +73,7 @@ def test_a_run_interrupted_twice_syncs_its_whole_history(
     make_study, tmp_path, offline, monkeypatch, offline_wandb_run, read_wandb_file
 ):
     from ablate.report.wandb_report import log_report
-    from ablate.study.results import read_study
+    from ablate.results import read_study
     from ablate.tracking.ids import report_run_id
     from ablate.tracking.sync import logged_steps, read_records
 

@@ -210,11 +210,13 @@ def test_bad_data_files_are_rejected_at_plan_time(make_study, tmp_path, content,
 
 
 def test_each_data_file_is_read_once_per_study(make_study, monkeypatch):
-    import ablate.study.preflight
+    import ablate.study.data_files
 
     calls = []
-    real = ablate.study.preflight._scan
-    monkeypatch.setattr(ablate.study.preflight, "_scan", lambda p: calls.append(p) or real(p))
+    real = ablate.study.data_files.read_prefix
+    monkeypatch.setattr(
+        ablate.study.data_files, "read_prefix", lambda p: calls.append(p) or real(p)
+    )
     study = load_study(make_study(grid={"model.activation": ["relu", "gelu", "swiglu"]}))
     assert len(study.runs) == 3 and len(calls) == 1
 

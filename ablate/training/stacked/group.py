@@ -39,10 +39,10 @@ import pytorch_lightning as pl
 import torch
 
 from ablate.config import ConfigError, RunConfig
+from ablate.stacking import MEMBER_FIELDS, PRECISIONS, stack_key
 from ablate.store import FINISHED, RunDir
 from ablate.training.stacked.lit import LitStack
 from ablate.training.stacked.member import Member, finish, open_member
-from ablate.training.stacked.plan import MEMBER_FIELDS, PRECISIONS, stack_key
 from ablate.training.stacked.store import MemberCheckpointIO
 from ablate.training.train import (
     StepBoundaryStop,

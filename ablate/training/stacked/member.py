@@ -117,7 +117,7 @@ def open_member(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], t0: float
 
 def precision_context(cfg: RunConfig, device: torch.device):
     """The run's precision as Lightning's ``forward_context`` sets it, for the precisions a
-    stack trains in (``stacked.plan.PRECISIONS``): autocast to bf16 for ``bf16-mixed``."""
+    stack trains in (``ablate.stacking.PRECISIONS``): autocast to bf16 for ``bf16-mixed``."""
     bf16 = cfg.train.precision == "bf16-mixed"
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
 

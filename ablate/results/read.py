@@ -26,7 +26,7 @@ store is read; nothing here writes to it.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,14 +44,12 @@ from ablate.names import (
     ORDER_ATTR,
     axis_column,
     format_value,
-    length_multiple,
     value_order,
 )
-from ablate.store import RUN_STATES, SUMMARY_NUMBERS, RunDir, RunStore, run_state
+from ablate.results.data import DTYPE_PREFIX, REUSE_PREFIX, TRAIN_TAIL, StudyData
+from ablate.store import SUMMARY_NUMBERS, RunDir, RunStore, run_state
 from ablate.study.load import load_study
 from ablate.study.spec import Reference, parse_reference, read_study_yaml
-
-ORDERED_STATUSES = RUN_STATES  # the store's one vocabulary, decided by store.run_state
 
 # summary fields in display order; any other scalar field a run writes is kept after these
 SUMMARY_FIELDS = [
@@ -60,7 +58,7 @@ SUMMARY_FIELDS = [
     *SUMMARY_NUMBERS[6:],  # cost, size, lr, resume
     "error",
 ]
-_SKIP_FIELDS = {"status", "name", "variant", "seed", "axes", "run_id", "study", "wandb_dir"}
+SKIP_FIELDS = {"status", "name", "variant", "seed", "axes", "run_id", "study", "wandb_dir"}
 # config values the report needs even when they are not axes
 CONFIG_COLUMNS = {
     "model.pos_encoding": "cfg.pos_encoding",
@@ -71,135 +69,6 @@ CONFIG_COLUMNS = {
     "data.order": "cfg.order",
     "train.precision": "cfg.precision",
 }
-REUSE_PREFIX = "reuse."
-"""``reuse.<field>``: a :class:`ablate.data.reuse.DataReuse` field of the run."""
-TRAIN_TAIL = 0.1
-"""The last fraction of a run's steps whose logged training losses make its final train loss."""
-DTYPE_PREFIX = "dtype."
-"""``dtype.<kind>``: what a run computed ``<kind>`` in (its summary's ``compute_dtypes``)."""
-
-
-@dataclass
-class StudyData:
-    """Everything the report and the claims need about one study, read from the store."""
-
-    name: str
-    path: Path
-    runs: pd.DataFrame
-    metrics: pd.DataFrame
-    axes: list[str]
-    """Every axis key any run has, in first-seen order (dotted, e.g. ``model.norm_placement``)."""
-    description: str = ""
-    findings: str = ""
-    """The study YAML's ``findings``: what the runs showed against the paper, written by hand."""
-    reference: Reference | None = None
-    """The study YAML's ``reference``: a published final validation loss to test against."""
-    expected_runs: int | None = None
-    """Run count from expanding the study YAML, when that was possible; else None."""
-    yaml_path: Path | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    claims: list = field(default_factory=list)
-    """The study YAML's ``claims:`` (:class:`ablate.claims.spec.Claim`), checked by the report."""
-    equivalence_margin: float = 0.01
-    """The study YAML's ``equivalence_margin`` (nats) for TOST and claims."""
-    profile: str | None = None
-    """The profile the runs were planned with (their ``meta.profile``)."""
-    claim_arms: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    """Claim id -> the axes of each variant of its arms at this profile (what a registered
-    confirmation trains for it: :func:`ablate.claims.arms.claim_arm_axes`)."""
-
-    @property
-    def varying_axes(self) -> list[str]:
-        """Axes with more than one value among the runs."""
-        return [a for a in self.axes if self.runs[a].nunique(dropna=False) > 1]
-
-    def status_counts(self) -> dict[str, int]:
-        counts = self.runs["status"].value_counts().to_dict() if len(self.runs) else {}
-        return {s: int(counts.get(s, 0)) for s in ORDERED_STATUSES}
-
-    @property
-    def length_columns(self) -> list[str]:
-        """``val_loss_at_<m>x`` columns, ordered by the length multiple."""
-        cols = [c for c in self.runs.columns if c.startswith(LENGTH_PREFIX)]
-        return sorted(cols, key=length_multiple)
-
-
-def _is_yaml_arg(arg: str) -> bool:
-    return arg.endswith((".yaml", ".yml")) or Path(arg).is_file()
-
-
-def no_runs_error(store: Path) -> ConfigError:
-    return ConfigError("no runs in the store (run `ablate run STUDY.yaml` first)", source=store)
-
-
-def shipped_yaml(name: str, folder: Path = Path("studies"), file: str = "") -> Path | None:
-    """``studies/<name>.yaml`` (``folder/file``) when it exists and names this study
-    (description, run count)."""
-    path = folder / (file or f"{name}.yaml")
-    if not path.is_file():
-        return None
-    try:
-        data = read_study_yaml(path)
-    except ConfigError:
-        return None
-    return path if str(data.get("name") or path.stem) == name else None
-
-
-def recorded_yaml(name: str, store: Path) -> Path | None:
-    """The study file the runs of ``name`` recorded (``study_file``: its absolute path when they
-    ran) when it still exists and names this study; the most recorded one first."""
-    seen: dict[str, int] = {}
-    for run in RunStore(store).runs(name):
-        try:
-            recorded = run.read_run()["meta"].get("study_file")
-        except Exception:  # noqa: BLE001 - a damaged run is the report's to list, not ours
-            continue
-        if isinstance(recorded, str):
-            seen[recorded] = seen.get(recorded, 0) + 1
-    for path in sorted(seen, key=seen.get, reverse=True):
-        p = Path(path)
-        if p.is_file() and shipped_yaml(name, p.parent, p.name) is not None:
-            return p
-    return None
-
-
-def study_yaml(name: str, store: Path) -> Path | None:
-    """The study file of a study given by name: the one its runs recorded (wherever it lives:
-    its registration and git history are beside it), else ``studies/<name>.yaml`` under the
-    working directory when it names this study, else the copy ``ablate run`` kept in the
-    store (claims and description, but no registration to prove)."""
-    kept = RunStore(store).spec_file(name)
-    found = recorded_yaml(name, store) or shipped_yaml(name)
-    return found or (kept if kept.is_file() else None)
-
-
-def resolve_studies(args: list[str], store: Path) -> list[tuple[str, Path | None]]:
-    """``(study name, study YAML or None)`` for each argument; every study when ``args`` is empty.
-
-    An argument is a study YAML when it ends in ``.yaml``/``.yml`` or is an existing file (its
-    ``name:``, default the file stem, names the study), else a study name in the store
-    (:func:`study_yaml` finds its file).
-    """
-    present = RunStore(store).studies()
-    if not present:
-        raise no_runs_error(store)
-    if not args:
-        return [(s, study_yaml(s, store)) for s in present]
-    out: list[tuple[str, Path | None]] = []
-    for arg in args:
-        yaml_path = Path(arg) if _is_yaml_arg(arg) else None
-        name = arg
-        if yaml_path is not None:
-            name = str(read_study_yaml(yaml_path).get("name") or yaml_path.stem)
-        else:
-            yaml_path = study_yaml(name, store)
-        if name not in present:
-            raise ConfigError(
-                f"no runs for study '{name}' in the store; studies present: {', '.join(present)}",
-                source=store,
-            )
-        out.append((name, yaml_path))
-    return out
 
 
 def _config_value(config: dict[str, Any], key: str) -> Any:
@@ -259,7 +128,7 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
         if k in meta:
             row[k] = meta[k]
     for k, v in summary.items():
-        if k not in row and k not in _SKIP_FIELDS and _scalar(v):
+        if k not in row and k not in SKIP_FIELDS and _scalar(v):
             row[k] = v
     for k, v in (summary.get("environment") or {}).items():  # threads, workers, versions
         row[f"env.{k}"] = v
@@ -318,8 +187,8 @@ def _study_description(store_dir: Path, yaml_data: dict[str, Any], metas: list[d
 
 def _expand(yaml_path: Path | None, profile: str | None):
     """``(study, None)``: the study YAML expanded by ``ablate.study.load``, or ``(None, why
-    not)``. A bad ``claims`` or ``equivalence_margin`` is an error here too (one line naming
-    the key)."""
+    not)``. A bad ``claims``, ``equivalence_margin`` or ``figures`` is an error here too (one
+    line naming the key)."""
     if yaml_path is None:
         return None, (
             "no study file (neither ./studies/<name>.yaml nor a copy in the store); pass the "
@@ -328,7 +197,9 @@ def _expand(yaml_path: Path | None, profile: str | None):
     try:
         return load_study(yaml_path, profile, check_data=False, check_device=False), None
     except ConfigError as err:
-        if str(getattr(err, "key", "") or "").startswith(("claims", "equivalence_margin")):
+        if str(getattr(err, "key", "") or "").startswith(
+            ("claims", "equivalence_margin", "figures")
+        ):
             raise
         return None, f"cannot read {yaml_path}: {err}"
     except Exception as err:  # noqa: BLE001 - optional: the report must not depend on it
@@ -393,9 +264,6 @@ def read_study(
 
     yaml_data = read_study_yaml(yaml_path) if yaml_path is not None else {}
     plan, why = _expand(yaml_path, profile)
-    extra: dict[str, Any] = {"damaged": damaged} if damaged else {}
-    if why:  # the claims and expected run count are missing: the user must hear it
-        extra["no_spec"] = why
     return StudyData(
         name=name,
         path=rs.root / name,
@@ -407,11 +275,13 @@ def read_study(
         reference=_reference(plan, yaml_data, yaml_path),
         expected_runs=len(plan.runs) if plan is not None else None,
         yaml_path=yaml_path,
-        extra=extra,
+        damaged=damaged,
+        spec_problem=why or "",  # the claims and expected run count are missing: say so
         claims=list(plan.claims) if plan is not None else [],
         equivalence_margin=plan.equivalence_margin if plan is not None else 0.01,
         profile=profile,
         claim_arms=claim_arm_axes(plan) if plan is not None else {},
+        figures=plan.figures if plan is not None else {},
     )
 
 
