@@ -102,7 +102,11 @@ def heatmap(study: StudyData, out: Path, options: Heatmap) -> FigureFile | None:
     fig, axs = plt.subplots(nrows, ncols, figsize=(w * ncols, h * nrows), squeeze=False)
     differs = used_differs(runs, options.columns, options.used)
     rows, cols = words(axes[0], study), words(axes[1], study)
-    xlabel = cols + (f" (each cell: the {options.used} its runs trained with)" if differs else "")
+    xlabel = cols + (
+        f" (columns: {options.columns}; each cell: the {options.used} its runs trained with)"
+        if differs
+        else ""
+    )
     for ax, (ctx, g) in zip(axs.flat, contexts, strict=False):
         used = options.used if differs else ""
         cells = heatmap_cells(g, axes, values, "final_val_loss", used or "")
@@ -118,8 +122,9 @@ def heatmap(study: StudyData, out: Path, options: Heatmap) -> FigureFile | None:
         "(lower is better; red box: lowest mean); diverged seeds are counted in the cell, "
         "not averaged; grey cells have no completed run."
         + (
-            f" The runs trained with another {options.used} than the column's {cols} (their "
-            f"summary's {options.used}): each cell gives it."
+            f" Each cell also gives the {options.used} its runs trained with (their summary's "
+            f"{options.used}), which differs from the column's {options.columns} (a rule "
+            "scaled it)."
             if differs
             else ""
         )

@@ -338,7 +338,7 @@ def test_batch_lr_heatmap(tmp_path, write_run):
     assert not (out / "grad_norm_layers.png").exists()  # no norm-placement axis
     md = (out / "report.md").read_text()
     assert "PARTIAL" not in md and "over batch size × lr" in md
-    assert "trained with another lr" not in md  # the runs used optim.lr unscaled
+    assert "its runs trained with" not in md  # the runs used optim.lr unscaled
 
 
 def test_batch_lr_heatmap_shows_the_peak_lr_used(tmp_path, write_run):
@@ -361,7 +361,7 @@ def test_batch_lr_heatmap_shows_the_peak_lr_used(tmp_path, write_run):
     assert annot.loc["64", "0.001"].endswith("lr 0.002")  # 1e-3 · sqrt(64/16)
     assert annot.loc["16", "0.003"].endswith("lr 0.003")
     (path,) = build_reports(["sq"], store=store, out=tmp_path / "r", quiet=True)
-    assert "trained with another lr than the column's lr (their summary's lr)" in path.read_text()
+    assert "the lr its runs trained with (their summary's lr), which differs" in path.read_text()
 
 
 def test_study_yaml_argument_and_errors(built, tmp_path):
