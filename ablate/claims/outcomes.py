@@ -24,6 +24,7 @@ from ablate.claims.checks import (
 from ablate.claims.comparisons import Comparison, adjust, axis_comparisons
 from ablate.claims.history import claim_history
 from ablate.claims.looks import sequential_checks, study_looks
+from ablate.claims.power import SeedsNeeded
 from ablate.claims.standing import confirm_mask, design_progress, latest_attempt
 from ablate.claims.stats import ALPHA
 from ablate.claims.verdicts import numbers
@@ -106,26 +107,25 @@ def claim_outcomes(study, alpha: float) -> dict[str, str]:
     return {check.claim.id: check.outcome for check in checks}
 
 
-def pilot(study) -> dict[str, str]:
+def pilot(study) -> tuple[dict[str, str], dict[str, SeedsNeeded | None]]:
     """Claim id -> what the study's exploratory runs (the pilot) say: the outcome and numbers
     there, and the seeds the deciding test would need at 80% power if the pilot's difference
-    and SD were the true ones (a registered design's power justification). Empty without
-    exploratory runs."""
+    and SD were the true ones (a registered design's power justification); and claim id ->
+    those seeds needed. Both empty without exploratory runs."""
     explore = study.runs[~confirm_mask(study.runs)]
     if explore.empty:
-        return {}
+        return {}, {}
     data = replace(study, runs=explore)
     checks = build_comparisons(data, data.claims, data.equivalence_margin)
     confirmatory_family(checks)
     seeds = ", ".join(str(int(s)) for s in sorted(set(explore["seed"].dropna())))
-    out = {}
-    needs = study.pilot_needs
+    said, needs = {}, {}
     for ch in checks:
         decide_claim(ch, ALPHA)
         need = claim_need(ch, ALPHA)  # as the report computes it, decided or not
         needs[ch.claim.id] = need
-        out[ch.claim.id] = (
+        said[ch.claim.id] = (
             f"on the exploratory seeds {seeds}: {ch.outcome}: {numbers(ch, 'nats')}; "
             f"seeds needed: {need.text() if need else 'unknown'}"
         )
-    return out
+    return said, needs

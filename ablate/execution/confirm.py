@@ -219,9 +219,9 @@ def pilot_power(
         data = read_study(Path(store), name, Path(study_path), profile)
     except ConfigError:  # no runs of this profile
         return none
-    text = pilot(data)
+    text, found = pilot(data)
     if needs is not None:  # claim id -> SeedsNeeded, for the registration's warnings
-        needs.update(data.pilot_needs)
+        needs.update(found)
     return none | text
 
 

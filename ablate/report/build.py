@@ -65,8 +65,8 @@ def _build(study: StudyData, out: Path, force: bool) -> tuple[Path, str | None]:
             if len(values):
                 table[metric] = table["run_id"].map(values)
         table.to_csv(tmp / "results.csv", index=False)
-        study.history_dir = tmp / HISTORY  # earlier attempts, counted per claim
-        study.reproduced = reproduced(tmp)  # archived runs retrained with newer code
+        # earlier attempts, counted per claim; archived runs retrained with newer code
+        study = replace(study, history_dir=tmp / HISTORY, reproduced=reproduced(tmp))
         comps, checks = analyse(study)
         verdicts = verdict_list(study, comps)
         claims = claims_frame(study, checks, loss_unit(study).split("/")[0])

@@ -63,9 +63,6 @@ class StudyData:
     ``history/``); None: only the store's attempts count."""
     reproduced: pd.DataFrame | None = None
     """What ``ablate reproduce`` found retraining archived runs (None: it never ran)."""
-    pilot_needs: dict[str, Any] = field(default_factory=dict)
-    """Claim id -> the seeds its deciding test needs on the exploratory runs (filled by
-    :func:`ablate.claims.outcomes.pilot`)."""
 
     @property
     def varying_axes(self) -> list[str]:

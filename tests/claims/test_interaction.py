@@ -154,8 +154,8 @@ def test_register_and_report_need_the_same_seeds_from_the_same_runs(
     (check,) = analyse(read_study(tmp_path / "confirmed", "np", spec))[1]
     assert check.confirmation and check.comparison.n_a == 3 and check.outcome == "inconclusive"
     pilot_of_all = read_study(tmp_path / "all", "np", spec)  # five exploratory seeds
-    said = pilot(pilot_of_all)[SHRINKS["id"]]
-    need = pilot_of_all.pilot_needs[SHRINKS["id"]]
+    said, needs = pilot(pilot_of_all)
+    said, need = said[SHRINKS["id"]], needs[SHRINKS["id"]]
     assert need.text() in said and "over the 5 seeds of its arms" in need.assumption
     assert check.seeds_needed.n == need.n
     assert check.seeds_needed.assumption.replace("all", "the") == need.assumption
