@@ -17,14 +17,12 @@ loop), which reads that member's checkpoint and continues bit-exact to the group
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from ablate.config import RunConfig
 from ablate.store import FINISHED, RunDir
-from ablate.store.provenance import WORKERS_ENV
 
 # outcomes of one attempt at a run
 TRAINED = "trained"
@@ -57,8 +55,10 @@ def execute_run(
     *,
     progress: bool = False,
     lease_grace_s: float | None = None,
+    workers: int = 1,
 ) -> tuple[str, dict[str, Any]]:
-    """Train one run under the lease protocol; returns ``(outcome, summary)``.
+    """Train one run under the lease protocol; returns ``(outcome, summary)``. ``workers``:
+    how many of the study's tasks train at once (recorded in the run's environment).
 
     Every executor calls this in the process that trains. The lease is renewed by a heartbeat
     thread while the run trains. Re-raises KeyboardInterrupt/SystemExit (after train_run saved
@@ -79,10 +79,11 @@ def execute_run(
         if stacked_checkpoint(run_dir):
             from ablate.training.stacked.group import train_group
 
-            return TRAINED, train_group([cfg], [run_dir], [meta])[0]
+            return TRAINED, train_group([cfg], [run_dir], [meta], workers=workers)[0]
         from ablate.training.train import train_run
 
-        return TRAINED, train_run(cfg, run_dir, meta, progress=progress and cfg.train.progress)
+        progress = progress and cfg.train.progress
+        return TRAINED, train_run(cfg, run_dir, meta, progress=progress, workers=workers)
     finally:
         lease.release()
 
@@ -107,6 +108,7 @@ def execute_group(
     metas: list[dict[str, Any]],
     *,
     lease_grace_s: float | None = None,
+    workers: int = 1,
 ) -> list[tuple[str, dict[str, Any]]]:
     """Train the runs of one stacked group under the lease protocol; one ``(outcome, summary)``
     per member, in order. Re-raises KeyboardInterrupt/SystemExit after the members saved their
@@ -136,7 +138,10 @@ def execute_group(
             from ablate.training.stacked.group import train_group
 
             out = train_group(
-                [cfgs[i] for i in train], [run_dirs[i] for i in train], [metas[i] for i in train]
+                [cfgs[i] for i in train],
+                [run_dirs[i] for i in train],
+                [metas[i] for i in train],
+                workers=workers,
             )
             for i, summary in zip(train, out, strict=True):
                 results[i] = (TRAINED, summary)
@@ -153,33 +158,17 @@ def execute_task(
     workers: int = 1,
 ) -> list[tuple[str, dict[str, Any]]]:
     """One executor task: a run (lists of one) or a stacked group; results in member order.
-    ``workers`` (the task's: runs of the study training at once) is recorded in each run's
-    summary, as this process's threads are."""
+    ``workers`` (the task's own: runs of the study training at once, so it reaches a Ray
+    worker or a SLURM node as it reaches a local one) is recorded in each run's summary, as
+    this process's threads are."""
     dirs = [RunDir(Path(p)) for p in paths]
-    with worker_layout(workers):
-        if len(cfgs) == 1:
-            run = execute_run(
-                cfgs[0], dirs[0], metas[0], progress=progress, lease_grace_s=lease_grace_s
-            )
-            return [run]
-        return execute_group(cfgs, dirs, metas, lease_grace_s=lease_grace_s)
-
-
-@contextmanager
-def worker_layout(workers: int) -> Iterator[None]:
-    """While a task trains in this process, the store's environment record
-    (:func:`ablate.store.provenance.environment`, which reads ``WORKERS_ENV`` like it reads the
-    torch threads) says how many runs trained at once; the value comes with the task, so it
-    reaches a Ray worker or a SLURM node as it reaches a local one, and nothing outlives it."""
-    before = os.environ.get(WORKERS_ENV)
-    os.environ[WORKERS_ENV] = str(workers)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(WORKERS_ENV, None)
-        else:
-            os.environ[WORKERS_ENV] = before
+    if len(cfgs) == 1:
+        grace = lease_grace_s
+        run = execute_run(
+            cfgs[0], dirs[0], metas[0], progress=progress, lease_grace_s=grace, workers=workers
+        )
+        return [run]
+    return execute_group(cfgs, dirs, metas, lease_grace_s=lease_grace_s, workers=workers)
 
 
 def interrupted(paths: list[str]) -> list[tuple[str, dict[str, Any]]]:

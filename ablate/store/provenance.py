@@ -14,7 +14,6 @@ compare.
 from __future__ import annotations
 
 import hashlib
-import os
 import platform
 import subprocess
 import time
@@ -40,12 +39,10 @@ CODE_FILES = (
 )
 STALE_DIR = ".stale"
 
-WORKERS_ENV = "ABLATE_WORKERS"
-"""Set by the runner: how many runs train at once (the worker layout)."""
 
-
-def environment(accelerator: str = "cpu") -> dict[str, Any]:
-    """Threads, workers, device and library versions of the current process."""
+def environment(accelerator: str = "cpu", workers: int = 1) -> dict[str, Any]:
+    """Threads, device and library versions of the current process, and ``workers``: how many
+    runs of the study trained at once (the worker layout its task came with)."""
     import numpy
     import pytorch_lightning
     import torch
@@ -56,7 +53,7 @@ def environment(accelerator: str = "cpu") -> dict[str, Any]:
     return {
         "torch_threads": torch.get_num_threads(),
         "interop_threads": torch.get_num_interop_threads(),
-        "workers": int(os.environ.get(WORKERS_ENV, "1") or 1),
+        "workers": workers,
         "device": device,
         "cpu": platform.processor() or platform.machine(),
         "python": platform.python_version(),

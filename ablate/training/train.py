@@ -252,8 +252,10 @@ def train_run(
     meta: dict[str, Any] | None = None,
     *,
     progress: bool | None = None,
+    workers: int = 1,
 ) -> dict[str, Any]:
-    """Train (or resume) one run in ``run_dir`` and return its summary.
+    """Train (or resume) one run in ``run_dir`` and return its summary (``workers``: how many
+    runs of its study train at once, recorded in its environment).
 
     Writes ``run.yaml`` once, ``summary.json`` with status ``running`` while training and then
     ``completed``/``diverged``/``failed``; metrics stream to ``metrics.csv`` and W&B. A
@@ -273,7 +275,7 @@ def train_run(
     stop = StepBoundaryStop()
     try:
         with torch_threads(cfg.train.threads):
-            dm, lit, ckpt_path = prepare_run(cfg, attempt)
+            dm, lit, ckpt_path = prepare_run(cfg, attempt, workers)
             t_wandb = time.time()
             wandb_logger = _wandb_logger(cfg, run_dir, attempt.meta, summary)
             wandb_wait += time.time() - t_wandb
@@ -309,9 +311,12 @@ def train_run(
     return summary
 
 
-def prepare_run(cfg: RunConfig, attempt: RunAttempt) -> tuple[LMDataModule, LitLM, Any]:
+def prepare_run(
+    cfg: RunConfig, attempt: RunAttempt, workers: int = 1
+) -> tuple[LMDataModule, LitLM, Any]:
     """Data, model and the checkpoint to resume from (checked against the data), with the
-    run's sizes recorded in the attempt's summary; metrics after the resumed step are dropped."""
+    run's sizes and environment (``workers``: runs training at once) recorded in the attempt's
+    summary; metrics after the resumed step are dropped."""
     pl.seed_everything(cfg.train.seed, workers=True, verbose=False)
     dm = LMDataModule(cfg.data, seed=cfg.train.seed)
     dm.setup("fit")
@@ -325,7 +330,7 @@ def prepare_run(cfg: RunConfig, attempt: RunAttempt) -> tuple[LMDataModule, LitL
         flops_per_token=lit.model.flops_per_token(cfg.data.seq_len),
         vocab_size=dm.vocab_size,
         lr=cfg.lr,
-        environment=environment(cfg.train.accelerator),  # threads/workers/versions
+        environment=environment(cfg.train.accelerator, workers),  # threads/workers/versions
     )
     # corrupt checkpoints are renamed *.corrupt (set aside) and named in the summary
     ckpt_path, step, set_aside = select_checkpoint(attempt.run_dir.checkpoint_dir)

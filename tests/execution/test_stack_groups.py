@@ -60,6 +60,7 @@ def test_ablate_run_with_stack_3_equals_the_solo_study(study6, tmp_path, workers
     stacked = [json.loads(p.read_text()) for p in (tmp_path / "st").glob("tiny/*/summary.json")]
     assert_like_solo(stacked, solo)
     assert all(s["stack"]["members"] == 3 for s in stacked)
+    assert [s["environment"]["workers"] for s in stacked] == [workers] * 6  # the task's layout
     again = CliRunner().invoke(app, args)
     assert "6 finished, 0 to train" in again.output
 

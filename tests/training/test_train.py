@@ -60,7 +60,7 @@ def test_store_gets_config_summary_and_metrics(tmp_path, tiny_run):
     assert on_disk["axes"] == {"model.norm": "x"} and on_disk["seed"] == 0
     env = on_disk["environment"]  # what float results depend on besides the config
     assert env["torch"] == torch.__version__ and env["device"] == "cpu"
-    assert env["torch_threads"] >= 1 and env["workers"] >= 1
+    assert env["torch_threads"] >= 1 and env["workers"] == 1  # trained alone
     metrics = {m for _, m, _ in run.read_metrics()}
     assert {
         "train/loss",

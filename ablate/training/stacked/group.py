@@ -150,7 +150,12 @@ def _train(members: list[Member], device: torch.device, stop: StepBoundaryStop) 
 
 
 def _open_all(
-    cfgs: list[RunConfig], run_dirs: list[RunDir], metas: list[dict], device, t0: float
+    cfgs: list[RunConfig],
+    run_dirs: list[RunDir],
+    metas: list[dict],
+    device,
+    t0: float,
+    workers: int,
 ) -> list[Member]:
     """The members to train: every run that has not finished (completed, diverged), opened."""
     out: list[Member] = []
@@ -160,7 +165,7 @@ def _open_all(
         prior = rd.read_summary() or {}
         if prior.get("status") in FINISHED:
             continue
-        m = open_member(cfg, rd, meta, t0)
+        m = open_member(cfg, rd, meta, t0, workers)
         m.summary.update(attn_kernel=kernel, stack=group)
         out.append(m)
     return out
@@ -170,9 +175,12 @@ def train_group(
     cfgs: list[RunConfig],
     run_dirs: list[RunDir],
     metas: list[dict[str, Any] | None] | None = None,
+    *,
+    workers: int = 1,
 ) -> list[dict[str, Any]]:
     """Train (or resume) the runs ``cfgs`` into ``run_dirs`` as one stacked group and return
-    their summaries, in order. Finished runs (completed, diverged) are skipped.
+    their summaries, in order. Finished runs (completed, diverged) are skipped; ``workers``
+    (how many of the study's tasks train at once) is recorded in each member's environment.
 
     Each member's directory ends as a solo run's would (``train.train_run``): run.yaml,
     summary.json, metrics.csv, progress.json, checkpoints/last.ckpt; its summary adds
@@ -190,7 +198,7 @@ def train_group(
         with ExitStack() as ctx:
             ctx.enter_context(torch_threads(cfgs[0].train.threads))
             ctx.enter_context(attn_context(cfgs[0], device))
-            members = _open_all(cfgs, run_dirs, metas, device, t0)
+            members = _open_all(cfgs, run_dirs, metas, device, t0, workers)
             for m in members:
                 if m.done:  # killed during its final evaluation
                     finish(m, device)

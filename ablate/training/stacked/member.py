@@ -92,14 +92,16 @@ class Member:
         finish_wandb_run(run, self.summary)
 
 
-def open_member(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], t0: float) -> Member:
+def open_member(
+    cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], t0: float, workers: int = 1
+) -> Member:
     """Write ``run.yaml`` and the ``running`` summary, build data and model exactly as a solo
     run does, start its W&B run and read its checkpoint (if any) into it."""
     from ablate.model.plugins import load_plugins
 
     load_plugins((meta or {}).get("plugins"), key="meta.plugins", source=run_dir.run_file)
     attempt = RunAttempt.start(cfg, run_dir, meta, t0, inputs=run_inputs(cfg))
-    dm, lit, ckpt_path = prepare_run(cfg, attempt)
+    dm, lit, ckpt_path = prepare_run(cfg, attempt, workers)
     m = Member(cfg, run_dir, attempt, dm, lit)
     m.early, m.stopped_early = lit.early[0], lit.stopped_early[0]  # from the store's history
     m.wandb = start_member_wandb(cfg, run_dir, attempt.meta, m.summary["name"])
