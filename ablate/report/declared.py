@@ -107,9 +107,9 @@ def heatmap(study: StudyData, out: Path, options: Heatmap) -> FigureFile | None:
         if differs
         else ""
     )
+    used = (options.used or "") if differs else ""
     for ax, (ctx, g) in zip(axs.flat, contexts, strict=False):
-        used = options.used if differs else ""
-        cells = heatmap_cells(g, axes, values, "final_val_loss", used or "")
+        cells = heatmap_cells(g, axes, values, "final_val_loss", used)
         _heatmap_panel(ax, cells, loss_unit(study), (rows, xlabel))
         if ctx:
             ax.set_title(ctx, fontsize=9)
