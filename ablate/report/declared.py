@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from ablate.claims.fit import FFN_OUT
 from ablate.claims.stats import t_errorbar
 from ablate.names import display_names, length_multiple, loss_unit, value_order
 from ablate.report.figure_data import (
-    NO_POSITIONS,
     display_columns,
     heatmap_cells,
     heatmap_panels,
@@ -123,8 +123,7 @@ def heatmap(study: StudyData, out: Path, options: Heatmap) -> FigureFile | None:
         "not averaged; grey cells have no completed run."
         + (
             f" Each cell also gives the {options.used} its runs trained with (their summary's "
-            f"{options.used}), which differs from the column's {options.columns} (a rule "
-            "scaled it)."
+            f"{options.used}), which differs from the column's {options.columns}."
             if differs
             else ""
         )
@@ -138,8 +137,8 @@ def init_gradients(study: StudyData) -> tuple[pd.DataFrame, bool]:
     whole layer's; and whether they are the FFN's. Runs that differ only in axes that cannot
     change step 0 (optimiser, schedule) are the same model at init: one of them is kept."""
     m = study.metrics
-    ffn = bool(m["metric"].str.startswith("grad_norm/ffn_out_").any())
-    prefix = "grad_norm/ffn_out_" if ffn else "grad_norm/layer_"
+    ffn = bool(m["metric"].str.startswith(FFN_OUT).any())
+    prefix = FFN_OUT if ffn else "grad_norm/layer_"
     df = m[m["metric"].str.startswith(prefix)].copy()
     if df.empty:
         return df, ffn
@@ -232,7 +231,7 @@ def _without_long_evals(
             limited = len(evaluated) > 0 and past_max_len(longer, longer["mult"]).all()
             relabel[level] = f"{level} (n/a past 1×)"
             why_na[relabel[level]] = (
-                NO_POSITIONS.replace(" max", "\nmax") if limited else "not evaluated\npast 1×"
+                "no positions past\nmax_seq_len" if limited else "not evaluated\npast 1×"
             )
             n_limited += int(limited)
     return relabel, why_na, n_limited
