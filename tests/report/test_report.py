@@ -565,3 +565,23 @@ def test_the_quality_table_sets_the_final_train_loss_against_the_val_loss(tmp_pa
     text = path.read_text()
     assert "| final train loss | val − train |" in text
     assert "the last 10% of steps (one batch per log step, dropout on)" in text
+
+
+def test_a_length_past_max_seq_len_is_told_apart_from_one_not_evaluated(tmp_path, write_run):
+    from ablate.report.tables import length_table
+
+    store = tmp_path / "runs"
+    long = {"1": 1.5, "2": 1.6}
+    for seed in range(2):  # rope evaluated at 2x; learned stops at its table of 32 positions;
+        # alibi could go past 1x (max_seq_len 64) but has no 2x loss: not a position limit
+        write_run(
+            store, "len", {"model.pos_encoding": "rope"}, seed, "completed", 1.5, lengths=long
+        )
+        for pos, limit in (("learned", 32), ("alibi", 64)):
+            axes, config = {"model.pos_encoding": pos}, {"model.max_seq_len": limit}
+            lengths = {"1": 1.5, "2": None}
+            write_run(store, "len", axes, seed, "completed", 1.5, lengths=lengths, config=config)
+    table = length_table(read_study(store, "len")).set_index("variant")
+    assert table.loc["learned", "2×"] == "n/a (no positions past max_seq_len)"
+    assert table.loc["alibi", "2×"] == "n/a (not evaluated at this length)"
+    assert not table.loc["rope", "2×"].startswith("n/a")
