@@ -151,8 +151,9 @@ class DataConfig(_Section):
     ``batch_size`` at a time, so at one seed every batch size sees the same tokens in the same
     order (compare batch sizes paired by seed). ``random``: every sequence starts at a uniform
     random offset of the whole stream, as nanoGPT's ``get_batch`` draws them, from generators
-    keyed by the seed and the sequence's place in the stream: at many passes over the data no
-    window repeats, and as under ``tokens`` the stream does not depend on the batch size
+    keyed by the seed and the sequence's place in the stream, with replacement (a run of k
+    draws from N offsets repeats about ``1 - N(1 - (1 - 1/N)^k)/k`` of them), and as under
+    ``tokens`` the stream does not depend on the batch size
     (``stride`` and ``shuffle`` do not apply)."""
     val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
     test_fraction: float = Field(0.0, ge=0.0, lt=1.0)

@@ -65,6 +65,8 @@ SEED_SHIM = (
 PRINTED = re.compile(r"step (\d+): train loss ([\d.]+), val loss ([\d.]+)")
 # a line of run_stamped's log: seconds since nanoGPT's process was launched, then its own line
 STAMPED = re.compile(r"^\[\s*([\d.]+) s\] step (\d+): train loss", re.M)
+# its line after a training step: the first is printed once torch.compile and step 0 are done
+STAMPED_ITER = re.compile(r"^\[\s*([\d.]+) s\] iter \d+: loss", re.M)
 
 
 def prepare(nanogpt: Path, work: Path, text: Path) -> Path:
@@ -186,6 +188,7 @@ def parse_log(text: str) -> dict[str, Any]:
     printed = {"iter": [r[0] for r in rows], "train": [r[1] for r in rows]}
     printed["val"] = [r[2] for r in rows]
     stamps = [(float(t), int(s)) for t, s in STAMPED.findall(text)]
+    first_step = STAMPED_ITER.search(text)
     if [s for _, s in stamps] == printed["iter"]:  # a log of run_stamped: when each was printed
         printed["seconds"] = [t for t, _ in stamps]
     return {
@@ -194,6 +197,8 @@ def parse_log(text: str) -> dict[str, Any]:
         "final_val_loss": rows[-1][2],
         "last_iter": rows[-1][0],
         "printed": printed,
+        # when its first training step was done, from its launch (a stamped log only)
+        **({"first_step_s": float(first_step.group(1))} if first_step and stamps else {}),
     }
 
 
@@ -259,7 +264,7 @@ def run_gpu(
     with tempfile.TemporaryDirectory() as tmp:
         tree = prepare(nanogpt, Path(tmp), resolve_dataset(cfg.data.dataset))
         cmd = [sys.executable, "-c", SEED_SHIM, str(seed), *GPU_ARGS, *extra, "--out_dir=out"]
-        t0 = time.perf_counter()
+        t0, launched = time.perf_counter(), time.time()
         code, stdout, stderr = run_stamped(cmd, tree)
         seconds = time.perf_counter() - t0
         if log is not None:
@@ -267,6 +272,7 @@ def run_gpu(
         if code:
             raise RuntimeError(f"nanoGPT seed {seed} failed:\n{stderr[-3000:]}")
         this = parse_log(stdout) | {"seed": seed, "seconds": round(seconds, 1)}
+        this["launched"] = round(launched, 3)  # which ablate runs trained beside it
         ckpt = tree / "out" / "ckpt.pt"  # saved whenever the validation loss improved
         if ckpt.is_file():
             full = full_split_loss(tree, ckpt, cfg, iteration=this["best_iter"])

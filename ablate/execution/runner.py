@@ -51,7 +51,8 @@ from ablate.store import (
     run_damage,
     run_state,
 )
-from ablate.store.provenance import study_git
+from ablate.store.attempt import LAUNCHED
+from ablate.store.provenance import process_started, study_git
 from ablate.study import PlannedRun, Study, load_study
 
 
@@ -259,11 +260,14 @@ def summarize(
 def _tasks(
     study: Study, todo: list[PlannedRun], dirs: dict[str, RunDir], confirmation: str | None
 ) -> list[RunTask]:
-    """One task per run to train, with its meta and the git state of the study's repository
-    (where its registration is committed: git proves the order there)."""
+    """One task per run to train, with its meta, the git state of the study's repository
+    (where its registration is committed: git proves the order there) and when this process
+    was launched (each attempt records it: time to a loss from the command, start-up included)."""
     repo = study_git(
         [Path(study.path), registration_path(study.path, study.profile), *map(Path, study.plugins)]
     )
+    launched = process_started()
+    repo |= {LAUNCHED: launched} if launched is not None else {}
     return [
         RunTask(r, r.config, str(dirs[r.run_id].path), _meta(study, r, dirs, confirmation) | repo)
         for r in todo

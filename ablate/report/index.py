@@ -76,11 +76,23 @@ def agreement(here: str, there: str, sub: str) -> str:
     return "yes" if said[0] == said[1] else "**no**"
 
 
+def metric_note(here: dict, there: dict, sub: str) -> str:
+    """Words when the two scales test a claim on different metrics (a gpu profile may decide
+    on the best validation loss where the cpu one used the final): their outcomes then answer
+    different questions, whatever the agree column says; "" when the metrics are the same or
+    one scale has no row."""
+    a, b = here.get("metric"), there.get("metric")
+    if not a or not b or a == b:
+        return ""
+    return f"the scales test different metrics: {a} here, {b} in {sub}/"
+
+
 def scales_table(
     frames: dict[str, pd.DataFrame], other: dict[str, pd.DataFrame], sub: str
 ) -> list[str]:
     """Per claim, its outcome here and in the reports of folder ``sub`` (e.g. ``gpu/``: the
-    same studies at another scale), flagged where both decided it and they disagree."""
+    same studies at another scale), flagged where both decided it and they disagree, and
+    where the two scales test it on different metrics (:func:`metric_note`)."""
     lines = [
         f"| study | claim | what it says, and the paper's number | here | in {sub}/ | agree |",
         "|" + " --- |" * 6,
@@ -91,7 +103,8 @@ def scales_table(
         for cid in list(dict.fromkeys([*here, *there])):
             a = here.get(cid, {}).get("outcome", "not run")
             b = there.get(cid, {}).get("outcome", "not run")
-            agree = agreement(a, b, sub)
+            note = metric_note(here.get(cid, {}), there.get(cid, {}), sub)
+            agree = "; ".join(x for x in (agreement(a, b, sub), note) if x)
             link = f"[{name}]({name}/report.md)" if name in frames else name
             lines.append(
                 f"| {link} | {cid} | {said(here.get(cid) or there[cid])} | {a} | {b} | {agree} |"

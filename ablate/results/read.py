@@ -168,6 +168,16 @@ def _started(summary: dict[str, Any]) -> str | None:
     return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def scale_texts(yaml_data: dict[str, Any], profile: str | None) -> dict[str, Any]:
+    """The study YAML with the ``description`` and ``findings`` of ``profile`` in place of the
+    study's where that profile sets its own: one scale's commentary is not another's."""
+    profiles = yaml_data.get("profiles")
+    own = profiles.get(profile) if isinstance(profiles, dict) and profile else None
+    if not isinstance(own, dict):
+        return yaml_data
+    return yaml_data | {k: own[k] for k in ("description", "findings") if k in own}
+
+
 def _study_description(store_dir: Path, yaml_data: dict[str, Any], metas: list[dict]) -> str:
     if yaml_data.get("description"):
         return str(yaml_data["description"]).strip()
@@ -262,7 +272,7 @@ def read_study(
     runs["final_train_loss"] = runs["run_id"].map(final_train_loss(metrics, runs))
     runs["train_val_gap"] = runs["final_val_loss"] - runs["final_train_loss"]
 
-    yaml_data = read_study_yaml(yaml_path) if yaml_path is not None else {}
+    yaml_data = scale_texts(read_study_yaml(yaml_path) if yaml_path is not None else {}, profile)
     plan, why = _expand(yaml_path, profile)
     return StudyData(
         name=name,

@@ -32,13 +32,25 @@ from ablate.store.rundir import (
 
 log = logging.getLogger("ablate")
 
+LAUNCHED = "launched"
+"""The meta key (and attempt field): when the process that started the attempt was launched."""
+
 
 class RunAttempt:
     """``run_dir`` trained by this process since ``t0``: ``summary`` is this attempt's summary,
     ``prior`` what the store said before it, ``meta`` the run's meta (provenance included)."""
 
-    def __init__(self, cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], t0: float):
-        """Reads the prior summary and builds the ``running`` one; writes nothing (``start``)."""
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run_dir: RunDir,
+        meta: dict[str, Any],
+        t0: float,
+        launched: float | None = None,
+    ):
+        """Reads the prior summary and builds the ``running`` one; writes nothing (``start``).
+        ``launched``: when the process that started this attempt (``ablate run``) was launched,
+        recorded beside the attempt's own start."""
         self.run_dir, self.meta, self.t0 = run_dir, meta, t0
         self.prior: dict[str, Any] = run_dir.read_summary() or {}
         prior = self.prior
@@ -58,7 +70,12 @@ class RunAttempt:
             # one entry per start (fresh, resumed, retried): which process trained the run when
             "attempts": [
                 *attempts,
-                {"pid": os.getpid(), "host": socket.gethostname(), "started": round(t0, 3)},
+                {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "started": round(t0, 3),
+                    **({"launched": launched} if launched is not None else {}),
+                },
             ],
         }
 
@@ -75,8 +92,10 @@ class RunAttempt:
         """Begin an attempt: ``run.yaml`` written if missing or damaged, then the ``running``
         summary. ``inputs``: what the run reads besides the code (its data key and plugin
         digests, from the caller: the store imports neither the data nor the model), recorded
-        in the meta with the code's provenance."""
+        in the meta with the code's provenance. The meta's ``launched`` (the launching
+        process's start, per command) goes into this attempt's entry, not ``run.yaml``."""
         meta = {"run_id": run_dir.run_id, "study": run_dir.study, **(meta or {})}
+        launched = meta.pop(LAUNCHED, None)
         meta.update(provenance(inputs))
         if not run_dir.exists() or not run_dir.read_run()["config"]:
             try:
@@ -84,7 +103,7 @@ class RunAttempt:
             except OSError as err:
                 msg = f"cannot write {run_dir.run_file}: {err}"
                 raise StoreWriteError(err.errno, msg) from None
-        attempt = cls(cfg, run_dir, meta, t0)
+        attempt = cls(cfg, run_dir, meta, t0, launched)
         attempt.write()
         return attempt
 

@@ -14,6 +14,7 @@ compare.
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import subprocess
 import time
@@ -132,6 +133,23 @@ def study_git(files: list[Path]) -> dict[str, Any]:
         "study_dirty": bool(changed),
         "study_file": str(files[0].resolve()),
     }
+
+
+def process_started(pid: int | None = None) -> float | None:
+    """When process ``pid`` (default: this one) was launched, in seconds since the epoch, from
+    Linux's ``/proc``: its start in clock ticks after boot set against the uptime now (to about
+    10 ms; the boot time ``/proc/stat`` gives is whole seconds). None where there is no
+    ``/proc``. ``ablate run`` records it in every attempt it starts: time from the launch
+    (interpreter start-up, imports and planning included) is what a user waits."""
+    try:
+        stat = Path(f"/proc/{pid or os.getpid()}/stat").read_text()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        # field 22, starttime; the fields after the command name, which may hold spaces
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        per_s = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(time.time() - (uptime - ticks / per_s), 3)
 
 
 def provenance(inputs: dict[str, Any] | None = None) -> dict[str, Any]:

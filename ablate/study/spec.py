@@ -42,6 +42,8 @@ A study file::
         variants: {lstm: {model.d_model: 1024}}   # per-variant values for this profile
         tier: 1                     # the GPU window it trains in (``ablate plan --flops``)
         reference: {value: 1.4697, label: ...}    # this scale's published value (or null)
+        findings: |                 # this scale's commentary (and description), replacing the
+          ...                       # study's in its reports
         ladder: {rungs: [...], steps: 2000}       # this scale's rungs (replaces the study's)
         claims: {equals-x: {b: {values: [1.4697], label: ..., source: ...}}}  # per claim:
                                     # this scale's literature arm (ablate/claims/spec.py)
@@ -96,7 +98,17 @@ TOP_LEVEL = (
     "figures",
 )
 VARIANT_KEYS = ("name", "set")
-PROFILE_EXTRAS = ("derived", "seeds", "variants", "tier", "reference", "claims", "ladder")
+PROFILE_EXTRAS = (
+    "derived",
+    "seeds",
+    "variants",
+    "tier",
+    "reference",
+    "claims",
+    "ladder",
+    "description",
+    "findings",
+)
 AUTO_PROFILE = "auto"
 """``default_profile: auto``: the profile on ``gpu`` where CUDA is visible, else the cpu one."""
 """What a profile may hold besides config keys."""
@@ -328,7 +340,16 @@ def parse_profiles(raw: Any, source: Path, variant_names: list[str]) -> dict[str
             claims=_claim_overrides(extra.get("claims"), f"{where}.claims", source),
             ladder=parse_ladder(extra.get("ladder"), f"{where}.ladder", source),
         )
+        check_texts(extra, where, source)
     return out
+
+
+def check_texts(extra: dict[str, Any], where: str, source: Path) -> None:
+    """A profile's own ``description`` and ``findings`` must be strings: its reports show them
+    instead of the study's (``ablate.results.read.scale_texts``), nothing else reads them."""
+    for key in ("description", "findings"):
+        if key in extra and not isinstance(extra[key], str):
+            raise ConfigError("must be a string", key=f"{where}.{key}", source=source)
 
 
 def parse_tier(raw: Any, where: str, source: Path) -> int | None:

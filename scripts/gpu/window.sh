@@ -338,7 +338,10 @@ run_study() {
     if [ "$VERDICT" != none ] && [ "$stack" != off ] && [ -z "$USER_ARGS" ]; then
         log "$name: its profile sets train.stack $stack: the unstacked verdict ($UNSTACKED)"
     fi
-    log "ablate ${run[*]} $file ${args[*]} --store $STORE $extra (limit ${limit}s)"
+    # the launch to the millisecond: time to quality counts from it (each attempt also records
+    # its command's start, summary.json's attempts[].launched; older stores have this line only)
+    log "ablate ${run[*]} $file ${args[*]} --store $STORE $extra (limit ${limit}s," \
+        "launched at $(date +%s.%3N))"
     # timeout signals its whole process group: workers get the SIGINT a terminal's Ctrl-C sends
     # shellcheck disable=SC2086  # the arguments are split on spaces on purpose
     timeout --signal=INT --kill-after="$GRACE" "$limit" "$PYTHON" -m ablate "${run[@]}" "$file" \

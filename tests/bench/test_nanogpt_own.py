@@ -21,6 +21,7 @@ def test_a_log_gives_nanogpts_best_validation_loss_and_its_iteration():
         "train": [4.2, 1.9, 1.5],
         "val": [4.3, 2.1, 2.2],
     }
+    assert "first_step_s" not in got  # no stamps, no clock
 
 
 def test_the_committed_gpu_artifact_is_the_pilot_logs(tmp_path, monkeypatch):
@@ -49,3 +50,5 @@ def test_run_stamped_clocks_each_printed_evaluation(tmp_path):
     first, second = got["printed"]["seconds"]
     assert 0 <= first < second and second - first >= 0.3
     assert (got["best_val_loss"], got["best_iter"]) == (2.1, 250)
+    # its first training step's line, printed after the sleep: where its training loop is clocked
+    assert first + 0.3 <= got["first_step_s"] <= second

@@ -1,7 +1,8 @@
 """The GPU table's budget: FLOPs of a planned run (``ablate plan --flops``) and the guards on the
 shipped gpu profiles (each tier fits one GPU window at the measured rate, every task a few
-minutes, no profile repeats its windows, the reference profile is nanoGPT's GPU config, each
-profile well above its cpu profile and stating its FLOPs as the plan computes them)."""
+minutes, no profile draws more windows than its corpus has, the reference profile is nanoGPT's
+GPU config, each profile well above its cpu profile and stating its FLOPs as the plan computes
+them)."""
 
 import json
 from pathlib import Path
@@ -206,7 +207,7 @@ def test_plan_flops_costs_a_gpu_profile_at_a_measured_rate_without_a_gpu(monkeyp
     rows = [line for line in res.output.splitlines() if line.startswith("│ tier ")]
     assert [r.split()[2] for r in rows] == [str(t) for t in range(1, len(rows) + 1)]
     assert "│ total" in res.output and "tier 1: longest task" in res.output
-    assert "warning" not in res.output  # no profile repeats its windows
+    assert "warning" not in res.output  # no profile draws more windows than exist
     res = CliRunner().invoke(
         app, ["plan", "studies/reference_nanogpt_cpu.yaml", "-p", "gpu", "--flops", "--tflops", "1"]
     )

@@ -575,6 +575,20 @@ def test_the_second_window_restores_and_finishes_without_retraining(rehearsal):
     before, after = runs_of(first), runs_of(second)
     assert set(before) < set(after)
     assert {s["status"] for s in after.values()} == {"completed"}, after
+    # every attempt records when its `ablate run` was launched, as the log's line stamps it
+    from ablate.bench.time_to_quality import logged_launch
+
+    trained_here = 0
+    for run, summary in after.items():
+        if not run.startswith("gpuwin_"):  # a shipped run restored from reports/gpu/stores/
+            continue
+        last = summary["attempts"][-1]
+        logged = logged_launch(log, f"{run.split('/')[0]}.yaml", last["started"])
+        assert 0 < last["started"] - last["launched"] < 600, (run, last)
+        if logged is not None:  # trained by this window's command (not restored)
+            trained_here += 1
+            assert abs(last["launched"] - logged) < 1.0, (run, last, logged)
+    assert trained_here
     for run, summary in before.items():
         if summary["status"] == "completed":  # not trained again: every file as it was
             assert run_files(second, run) == run_files(first, run), run

@@ -16,6 +16,7 @@ from ablate.cli import app
 from ablate.execution.executors.local import LocalOptions
 from ablate.execution.runner import run_study
 from ablate.store import RunStore
+from ablate.store.provenance import process_started
 from ablate.tracking.ids import wandb_run_id
 
 pytestmark = pytest.mark.usefixtures("no_wandb")
@@ -49,6 +50,11 @@ def test_study_runs_end_to_end_and_a_rerun_skips_finished_runs(make_study, tmp_p
         assert meta["variant"] == meta["name"].rsplit(",seed=", 1)[0]
         s = d.read_summary()
         assert s["steps"] == 20 and s["final_val_loss"] > 0 and len(s["attempts"]) == 1
+        # when the process that ran the study (this one) was launched, in the attempt alone
+        attempt = s["attempts"][0]
+        assert attempt["launched"] == pytest.approx(process_started(), abs=0.05)  # ticks: 10 ms
+        assert attempt["launched"] < attempt["started"]
+        assert "launched" not in meta
     before = {
         d.run_id: (d.summary_file.stat().st_mtime_ns, d.metrics_file.read_bytes()) for d in runs
     }

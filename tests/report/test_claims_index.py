@@ -8,10 +8,19 @@ from ablate.report.claims_section import CLAIM_COLUMNS
 from ablate.report.index import write_index
 
 
-def _claims(folder, study, outcomes, confirmatory=True, scale="CPU scale: 1 parameters", paper=""):
+def _claims(
+    folder,
+    study,
+    outcomes,
+    confirmatory=True,
+    scale="CPU scale: 1 parameters",
+    paper="",
+    metric="final_val_loss",
+):
     rows = [
         {c: "" for c in CLAIM_COLUMNS}
         | {"study": study, "id": cid, "claim": f"{cid} text", "outcome": outcome}
+        | {"metric": metric}
         | {"numbers": f"{cid} numbers", "confirmatory": confirmatory, "scale": scale}
         | {"registration": "registered in abc1234", "decided on": "decided on 3 seeds"}
         | {"paper": paper}
@@ -64,3 +73,21 @@ def test_scales_agree_by_what_they_say_not_by_their_evidence():
     assert agreement("inconclusive", "inconclusive", "gpu") == ""
     assert agreement("reproduces", "not run", "gpu") == ""
     assert agreement("pending, 2 of 6 runs", "reproduces", "gpu") == ""
+
+
+def test_the_scales_table_says_when_two_scales_test_different_metrics(tmp_path):
+    reports = tmp_path / "reports"
+    _claims(reports, "arch", {"beats": "reproduces by t-test only", "same": "reproduces"})
+    _claims(reports / "gpu", "arch", {"beats": "inconclusive"}, metric="best_val_loss")
+    _claims(reports / "gpu", "ref", {"other": "reproduces"}, metric="best_val_loss")
+    _claims(reports, "ref", {"other": "reproduces"}, metric="best_val_loss")
+    write_index(reports)
+    page = (reports / "claims.md").read_text()
+    row = next(line for line in page.splitlines() if "| beats |" in line)
+    assert row.endswith(
+        "| decided here only; the scales test different metrics: final_val_loss here, "
+        "best_val_loss in gpu/ |"
+    )
+    assert next(line for line in page.splitlines() if "| other |" in line).endswith("| yes |")
+    # a claim one scale has not run has no second metric to compare
+    assert next(line for line in page.splitlines() if "| same |" in line).endswith("| not run |  |")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,7 +13,13 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.config import ConfigError, build_config
 from ablate.store import RunDir
-from ablate.store.provenance import PACKAGE, code_fingerprint, is_stale, stale_note
+from ablate.store.provenance import (
+    PACKAGE,
+    code_fingerprint,
+    is_stale,
+    process_started,
+    stale_note,
+)
 from ablate.training.train import ResumeMismatch, check_resume
 
 TEXT = "".join(f"Row {i}: some words and more words, line {i % 11}.\n" for i in range(400))
@@ -179,3 +186,24 @@ def test_sample_errors_are_one_line_exit_2(trained, tmp_path):
     res = CliRunner().invoke(app, ["sample", str(empty)])
     assert res.exit_code == 2 and "has no checkpoint" in res.output
     assert res.output.count("\n") == 1
+
+
+def test_a_process_start_is_read_from_proc_within_the_time_it_was_launched(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    if not Path("/proc/self/stat").is_file():
+        pytest.skip("no /proc here")
+    before = time.time()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    after = time.time()
+    try:
+        time.sleep(0.5)  # the start is the launch's, not the time it is read
+        started = process_started(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    # clock ticks are 10 ms; the uptime is read to 10 ms too
+    assert before - 0.05 <= started <= after + 0.05
+    assert process_started(2**22 + 1) is None  # no such process

@@ -299,6 +299,25 @@ def test_a_profile_states_its_tier_and_its_reference(write):
     assert tpu.reference is None  # a profile may drop a value that belongs to another scale
 
 
+def test_a_profile_gives_its_own_description_and_findings_to_its_reports(write):
+    from ablate.results.read import scale_texts
+
+    study = {
+        "description": "At CPU scale.",
+        "findings": "The cpu runs.",
+        "profiles": {"cpu": {}, "gpu": {"findings": "The gpu runs."}},
+    }
+    path = write(study)
+    assert load_study(path, profile="gpu").runs  # a valid profile key
+    raw = yaml.safe_load(path.read_text())
+    gpu, cpu = scale_texts(raw, "gpu"), scale_texts(raw, "cpu")
+    assert (gpu["findings"], gpu["description"]) == ("The gpu runs.", "At CPU scale.")
+    assert (cpu["findings"], scale_texts(raw, None)["findings"]) == ("The cpu runs.",) * 2
+    study["profiles"]["gpu"]["findings"] = ["not", "text"]
+    with pytest.raises(ConfigError, match=r"profiles\.gpu\.findings: must be a string"):
+        load_study(write(study), profile="gpu")
+
+
 def test_derived_values_follow_each_run(write):
     path = write(
         {

@@ -514,9 +514,13 @@ def test_a_run_attempt_writes_the_run_directory_and_keeps_earlier_attempts(tmp_p
     first.interrupted()  # stopped after ~5 s
     stopped = d.read_summary()
     assert stopped["wall_time_s"] == pytest.approx(5, abs=1)
-    second = RunAttempt.start(cfg, d, {"name": "renamed"}, time.time() - 2, inputs={})
+    launched = time.time() - 3  # the launching command's start: in its attempt, not run.yaml
+    meta = {"name": "renamed", "launched": launched}
+    second = RunAttempt.start(cfg, d, meta, time.time() - 2, inputs={})
     assert d.read_run()["meta"]["name"] == "r"  # run.yaml is written once
     assert len(second.summary["attempts"]) == 2 and second.prior == stopped
+    assert [a.get("launched") for a in second.summary["attempts"]] == [None, launched]
+    assert "launched" not in d.read_run()["meta"] and "launched" not in second.meta
     assert second.wall_time() == pytest.approx(7, abs=1)  # the clock goes on
     second.resume(10, ["last.ckpt.corrupt"])
     assert [s for s, _, _ in d.read_metrics()] == [10]  # step 20 is trained again
