@@ -67,8 +67,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ablate.claims.comparisons import Arm, Comparison, compare, nothing_mask
-from ablate.claims.interaction import cells, select_runs
+from ablate.claims.comparisons import Arm, Comparison, compare
+from ablate.claims.interaction import cells, cells_nothing, select_runs
 from ablate.claims.spec import RUNG, TREND, TREND_AS_PAIRED, Claim
 from ablate.claims.stats import holm, mean_ci
 from ablate.names import format_value
@@ -206,21 +206,12 @@ def step_moves(steps: list[dict[str, Any]], expect: str, alpha: float, exact: bo
 def rung_nothing(runs: pd.DataFrame, claim: Claim) -> list[tuple[Any, str, int, int]]:
     """(rung, cell, k, n) for each rung and cell of the claim with runs that learned nothing:
     ``k`` of its ``n`` completed runs (:mod:`ablate.data.baseline`)."""
-    out = []
-    for rung in rung_order(runs) if RUNG in runs else []:
-        at = runs[runs[RUNG] == rung]
-        for _, sel in _signed_cells(claim):
-            done = select_runs(at, sel)
-            done = done[done["status"] == "completed"]
-            k = int(nothing_mask(done).sum())
-            if k:
-                label = ", ".join(
-                    f"{key.split('.')[-1]}={format_value(v)}"
-                    for key, v in sel.items()
-                    if key not in claim.where
-                )
-                out.append((rung, label, k, len(done)))
-    return out
+    sels = [sel for _, sel in _signed_cells(claim)]
+    return [
+        (rung, *found)
+        for rung in (rung_order(runs) if RUNG in runs else [])
+        for found in cells_nothing(runs[runs[RUNG] == rung], sels, claim.where)
+    ]
 
 
 def next_rung(x: pd.Series) -> float:

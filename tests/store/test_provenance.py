@@ -11,8 +11,7 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.config import ConfigError, build_config
-from ablate.store import RunDir
-from ablate.store import provenance
+from ablate.store import RunDir, provenance
 from ablate.store.provenance import (
     PACKAGE,
     byte_fingerprint,
