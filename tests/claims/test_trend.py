@@ -408,7 +408,9 @@ def test_a_trend_needs_a_ladder(tmp_path):
     path.write_text(yaml.safe_dump({"grid": {NP: ["post", "pre"]}, "claims": [_claim("grows")]}))
     with pytest.raises(ConfigError) as err:
         load_study(path, check_data=False)
-    assert err.value.key == "claims[0].expect" and "needs ladder:" in str(err.value)
+    assert err.value.key == "claims[0].expect"
+    assert "needs a ladder of at least 3 rungs (this study has no ladder:)" in str(err.value)
+    assert "expect: larger with by: {<the size axis>: [<larger>, <smaller>]}" in str(err.value)
 
 
 def test_the_report_shows_the_slope_the_figure_the_extrapolation_and_every_rung(
