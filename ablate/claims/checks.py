@@ -37,26 +37,30 @@ import pandas as pd
 from ablate.claims.comparisons import FINISHED, Arm, Comparison, compare, compare_groups
 from ablate.claims.fit import init_ffn_grad_slope, lr_fit
 from ablate.claims.interaction import AS_PAIRED, cells, interaction_comparison
+from ablate.claims.labels import (
+    BY_EXACT_ONLY,
+    BY_T_ONLY,
+    CONTRADICTED,
+    INCONCLUSIVE,
+    NOT_A_TREND,
+    NOT_HERE,
+    PENDING,
+    REPRODUCES,
+    THRESHOLD,
+    UNTESTED,
+    WITHIN_MARGIN,
+)
 from ablate.claims.one_sample import Part, contradicted, intersection, part_of
 from ablate.claims.power import SeedsNeeded, seeds_to_decide
 from ablate.claims.spec import FITTED, ONE_SAMPLE, TREND, TREND_AS_PAIRED, Claim
 from ablate.claims.standing import confirm_mask, latest_attempt
 from ablate.claims.stats import (
     exact_floor,
-    exact_seeds_needed,
     holm,
     permutation_p,
     permutation_tost,
 )
-from ablate.claims.trend import (
-    AGAINST,
-    UNCLEAR,
-    WITH,
-    moves_text,
-    nothing_text,
-    step_moves,
-    trend_comparison,
-)
+from ablate.claims.trend import steps_outcome, trend_comparison
 from ablate.names import axis_column, format_value
 
 SLOPE = "ffn_grad_slope@init"
@@ -64,30 +68,6 @@ RUN_METRICS: dict[str, Callable[[pd.DataFrame], pd.Series]] = {SLOPE: init_ffn_g
 """Per-run claim metrics computed from the runs' logged metrics (long form) rather than read
 from their summaries: metric -> run id -> value. The report writes each into results.csv, so a
 claim on it recomputes from the csv."""
-
-REPRODUCES, CONTRADICTED, INCONCLUSIVE, UNTESTED, PENDING = (
-    "reproduces",
-    "contradicted",
-    "inconclusive",
-    "not testable",
-    "pending",
-)
-NOT_HERE = "not reproduced at this setting"
-"""A claim the paper states for another setting (its ``paper.optimizer``) that these runs
-contradict: a result about this setting, not evidence against the paper."""
-BY_T_ONLY, BY_EXACT_ONLY = "by t-test only", "by exact test only"
-"""A qualified outcome: the outcome one test supports and the other does not reach."""
-WITHIN_MARGIN = "different but within margin"
-"""An equivalence claim's outcome when the difference is significant but its whole 95% CI lies
-inside ±margin: a real difference too small to matter, so the "no difference" holds in
-practice."""
-
-
-THRESHOLD, NOT_A_TREND = "a threshold, not a trend", "not a trend"
-"""A ``grows``/``shrinks`` claim whose gap does not move the claimed way at every step between
-rungs (:mod:`ablate.claims.trend`): it moves that way at exactly one step and never back after
-it (a threshold between those two rungs), or at several with a step the other way among them.
-Both are findings, decided like a contradiction."""
 
 NOT_BRACKETED = "not testable: the best LR is at the edge of the sweep (not bracketed)"
 
@@ -369,43 +349,6 @@ def _by_one_test(claim: Claim, c: Comparison, p: float, p_tost: float, alpha: fl
     return INCONCLUSIVE, ""
 
 
-def _trend_steps(
-    expect: str, c: Comparison, by_slope: tuple[str, str], alpha: float, exact: bool
-) -> tuple[str, str]:
-    """A ``grows``/``shrinks`` claim's outcome by one kind of test, from its slope's outcome
-    and its steps between rungs (:func:`ablate.claims.trend.step_moves`): every step the
-    claimed way: the slope's outcome; a step the other way: contradicted, or where exactly one
-    step moves the claimed way and none after it moves back, :data:`THRESHOLD`, or where
-    several do, :data:`NOT_A_TREND`; a step that moves neither way: a reproducing slope is
-    inconclusive. The why says which step does what."""
-    steps = c.context.get("steps") or []
-    if not steps or by_slope[0] == CONTRADICTED:
-        return by_slope
-    moves = step_moves(steps, expect, alpha, exact)
-    if all(m == WITH for m in moves):
-        return by_slope
-    words = f"{moves_text(c, expect, moves)} (each step Holm-corrected over the trend's steps)"
-    floor = exact_floor(c.n_a) * len(steps)  # every step at the floor: Holm's adjusted p
-    if exact and UNCLEAR in moves and floor >= alpha:
-        words += (
-            f"; {c.n_a} seeds cannot bring a step's exact Holm p below {floor:.2g}: "
-            f"{exact_seeds_needed(alpha / len(steps))} seeds can"
-        )
-    nothing = nothing_text(c)
-    words += f"; {nothing}" if nothing else ""
-    withs = [i for i, m in enumerate(moves) if m == WITH]
-    if AGAINST in moves:
-        if len(withs) == 1 and AGAINST not in moves[withs[0] :]:
-            st = steps[withs[0]]
-            return THRESHOLD, f"a threshold between {st['from']} and {st['to']}: {words}"
-        if withs:
-            return NOT_A_TREND, f"it does not move one way at every step: {words}"
-        return CONTRADICTED, words
-    if by_slope[0] == REPRODUCES:
-        return INCONCLUSIVE, f"the slope is significant, but not every step: {words}"
-    return by_slope
-
-
 def as_paired(claim: Claim) -> Claim:
     """The paired claim ``claim`` decides as: a trend on its per-seed slopes (grows as worse,
     shrinks as better, flat as equivalent), an interaction on its per-seed difference of
@@ -444,9 +387,9 @@ def decide_claim(check: ClaimCheck, alpha: float) -> None:
         if math.isfinite(c.p_flip):
             exact = _by_one_test(claim, c, c.p_flip_adj, c.p_flip_tost_adj, alpha)
         if check.claim.expect in ("grows", "shrinks"):  # the slope, and then every step
-            t = _trend_steps(check.claim.expect, c, t, alpha, exact=False)
+            t = steps_outcome(check.claim.expect, c, t, alpha, exact=False)
             if exact is not None:
-                exact = _trend_steps(check.claim.expect, c, exact, alpha, exact=True)
+                exact = steps_outcome(check.claim.expect, c, exact, alpha, exact=True)
         _combine(check, t, exact, alpha)
     paper = check.claim.paper
     if paper is not None and paper.other_optimizer and check.outcome.startswith(CONTRADICTED):

@@ -69,8 +69,9 @@ import pandas as pd
 
 from ablate.claims.comparisons import Arm, Comparison, compare
 from ablate.claims.interaction import cells, cells_nothing, select_runs
+from ablate.claims.labels import CONTRADICTED, INCONCLUSIVE, NOT_A_TREND, REPRODUCES, THRESHOLD
 from ablate.claims.spec import RUNG, TREND, TREND_AS_PAIRED, Claim
-from ablate.claims.stats import holm, mean_ci
+from ablate.claims.stats import exact_floor, exact_seeds_needed, holm, mean_ci
 from ablate.names import format_value
 
 AS_PAIRED = TREND_AS_PAIRED
@@ -355,3 +356,40 @@ def numbers_text(c: Comparison, unit: str, fmt_num, fmt_p) -> str:
         f"rung spacing past {ctx['rungs'][-1]}, not measured): {fmt_num(m)} [{fmt_num(lo)}, "
         f"{fmt_num(hi)}] at {10 ** ctx['next_x']:.3g} FLOPs{lost}"
     )
+
+
+def steps_outcome(
+    expect: str, c: Comparison, by_slope: tuple[str, str], alpha: float, exact: bool
+) -> tuple[str, str]:
+    """A ``grows``/``shrinks`` claim's outcome by one kind of test, from its slope's outcome
+    and its steps between rungs (:func:`step_moves`): every step the claimed way: the slope's
+    outcome; a step the other way: contradicted, or where exactly one step moves the claimed
+    way and none after it moves back, a threshold (:data:`~ablate.claims.labels.THRESHOLD`),
+    or where several do, not a trend; a step that moves neither way: a reproducing slope is
+    inconclusive. The why says which step does what."""
+    steps = c.context.get("steps") or []
+    if not steps or by_slope[0] == CONTRADICTED:
+        return by_slope
+    moves = step_moves(steps, expect, alpha, exact)
+    if all(m == WITH for m in moves):
+        return by_slope
+    words = f"{moves_text(c, expect, moves)} (each step Holm-corrected over the trend's steps)"
+    floor = exact_floor(c.n_a) * len(steps)  # every step at the floor: Holm's adjusted p
+    if exact and UNCLEAR in moves and floor >= alpha:
+        words += (
+            f"; {c.n_a} seeds cannot bring a step's exact Holm p below {floor:.2g}: "
+            f"{exact_seeds_needed(alpha / len(steps))} seeds can"
+        )
+    nothing = nothing_text(c)
+    words += f"; {nothing}" if nothing else ""
+    withs = [i for i, m in enumerate(moves) if m == WITH]
+    if AGAINST in moves:
+        if len(withs) == 1 and AGAINST not in moves[withs[0] :]:
+            st = steps[withs[0]]
+            return THRESHOLD, f"a threshold between {st['from']} and {st['to']}: {words}"
+        if withs:
+            return NOT_A_TREND, f"it does not move one way at every step: {words}"
+        return CONTRADICTED, words
+    if by_slope[0] == REPRODUCES:
+        return INCONCLUSIVE, f"the slope is significant, but not every step: {words}"
+    return by_slope
