@@ -18,6 +18,8 @@ a registration file (:func:`.registration.write_registration`). The modules, bot
 * ``registration``: the committed registration file, its design and its proof from git;
   ``standing``: which runs are confirmation runs of which attempt, how far a registered design
   has got, and whether a decided claim is confirmatory;
+* ``interaction`` and ``trend`` (a difference of differences; a gap over a ladder's rungs, its
+  slope and its steps); ``labels``: the words an outcome is written in;
 * ``checks``: one claim tested and decided, the confirmatory family; ``verdicts``: a comparison
   and a decided claim in words; ``looks``: the looks of ``--until-decided`` (the design, its
   log, a look replayed); ``outcomes``: a study's claims decided, for the report

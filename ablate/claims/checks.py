@@ -37,12 +37,30 @@ import pandas as pd
 from ablate.claims.comparisons import FINISHED, Arm, Comparison, compare, compare_groups
 from ablate.claims.fit import init_ffn_grad_slope, lr_fit
 from ablate.claims.interaction import AS_PAIRED, cells, interaction_comparison
+from ablate.claims.labels import (
+    BY_EXACT_ONLY,
+    BY_T_ONLY,
+    CONTRADICTED,
+    INCONCLUSIVE,
+    NOT_A_TREND,
+    NOT_HERE,
+    PENDING,
+    REPRODUCES,
+    THRESHOLD,
+    UNTESTED,
+    WITHIN_MARGIN,
+)
 from ablate.claims.one_sample import Part, contradicted, intersection, part_of
 from ablate.claims.power import SeedsNeeded, seeds_to_decide
 from ablate.claims.spec import FITTED, ONE_SAMPLE, TREND, TREND_AS_PAIRED, Claim
 from ablate.claims.standing import confirm_mask, latest_attempt
-from ablate.claims.stats import exact_floor, holm, permutation_p, permutation_tost
-from ablate.claims.trend import trend_comparison
+from ablate.claims.stats import (
+    exact_floor,
+    holm,
+    permutation_p,
+    permutation_tost,
+)
+from ablate.claims.trend import steps_outcome, trend_comparison
 from ablate.names import axis_column, format_value
 
 SLOPE = "ffn_grad_slope@init"
@@ -50,24 +68,6 @@ RUN_METRICS: dict[str, Callable[[pd.DataFrame], pd.Series]] = {SLOPE: init_ffn_g
 """Per-run claim metrics computed from the runs' logged metrics (long form) rather than read
 from their summaries: metric -> run id -> value. The report writes each into results.csv, so a
 claim on it recomputes from the csv."""
-
-REPRODUCES, CONTRADICTED, INCONCLUSIVE, UNTESTED, PENDING = (
-    "reproduces",
-    "contradicted",
-    "inconclusive",
-    "not testable",
-    "pending",
-)
-NOT_HERE = "not reproduced at this setting"
-"""A claim the paper states for another setting (its ``paper.optimizer``) that these runs
-contradict: a result about this setting, not evidence against the paper."""
-BY_T_ONLY, BY_EXACT_ONLY = "by t-test only", "by exact test only"
-"""A qualified outcome: the outcome one test supports and the other does not reach."""
-WITHIN_MARGIN = "different but within margin"
-"""An equivalence claim's outcome when the difference is significant but its whole 95% CI lies
-inside ±margin: a real difference too small to matter, so the "no difference" holds in
-practice."""
-
 
 NOT_BRACKETED = "not testable: the best LR is at the edge of the sweep (not bracketed)"
 
@@ -386,6 +386,10 @@ def decide_claim(check: ClaimCheck, alpha: float) -> None:
         exact = None
         if math.isfinite(c.p_flip):
             exact = _by_one_test(claim, c, c.p_flip_adj, c.p_flip_tost_adj, alpha)
+        if check.claim.expect in ("grows", "shrinks"):  # the slope, and then every step
+            t = steps_outcome(check.claim.expect, c, t, alpha, exact=False)
+            if exact is not None:
+                exact = steps_outcome(check.claim.expect, c, exact, alpha, exact=True)
         _combine(check, t, exact, alpha)
     paper = check.claim.paper
     if paper is not None and paper.other_optimizer and check.outcome.startswith(CONTRADICTED):
@@ -405,6 +409,8 @@ def _combine(check: ClaimCheck, t: tuple[str, str], exact: tuple[str, str] | Non
         check.outcome, check.why = t
         return
     short, c = exact_shortfall(check.comparison, alpha), check.comparison
+    if check.claim.expect in ("grows", "shrinks") and exact[1]:  # a step did not reach α
+        short = f"by the exact sign-flip test, {exact[1]}"
     both_tost = c.p_tost_adj < alpha and c.p_flip_tost_adj < alpha
     if {t[0], exact[0]} == {WITHIN_MARGIN, REPRODUCES} and both_tost:
         one = "t-test" if t[0] == WITHIN_MARGIN else "exact test"
@@ -560,7 +566,7 @@ def confirmatory_family(checks: list[ClaimCheck]) -> None:
 
 def settled(outcome: str) -> bool:
     """Whether both tests decided the claim (a plain outcome, not pending or not testable)."""
-    return outcome in (REPRODUCES, CONTRADICTED, WITHIN_MARGIN, NOT_HERE)
+    return outcome in (REPRODUCES, CONTRADICTED, WITHIN_MARGIN, NOT_HERE, THRESHOLD, NOT_A_TREND)
 
 
 def hold(check: ClaimCheck, progress: tuple[int, int], attempt: pd.DataFrame) -> None:

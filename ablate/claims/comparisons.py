@@ -27,6 +27,7 @@ from ablate.claims.stats import (
     tost,
     welch_diff,
 )
+from ablate.data.baseline import COLUMN as NOTHING_COLUMN
 from ablate.names import format_value, value_order
 
 FINISHED = ("completed", "diverged")
@@ -92,6 +93,10 @@ class Comparison:
     exact: str = ""
     """The exact test in ``p_flip``: ``sign-flip`` (paired and one-sample designs) or
     ``permutation`` (two-sample, filled in for claims); "" when there is none."""
+    nothing_a: int = 0
+    """Runs of a among its values that learned nothing (their loss is the unigram loss:
+    :mod:`ablate.data.baseline`): counted in, and named by the verdict."""
+    nothing_b: int = 0
 
     @property
     def n_a(self) -> int:
@@ -145,6 +150,8 @@ class Arm:
     label: str = "a"
     seeds: Sequence[Any] | None = None
     diverged: int = 0
+    nothing: int = 0
+    """How many of ``values`` are runs that learned nothing (:mod:`ablate.data.baseline`)."""
 
 
 def _as_arm(x: Arm | Sequence[float], side: str) -> Arm:
@@ -211,6 +218,8 @@ def compare(
         p_flip_adj=flip,
         p_flip_tost_adj=flip_tost,
         exact="sign-flip" if pairs is not None else "",
+        nothing_a=arm_a.nothing,
+        nothing_b=arm_b.nothing,
     )
 
 
@@ -252,14 +261,24 @@ def compare_groups(
 
 def _group_arm(g: pd.DataFrame, metric: str, label: str, with_seeds: bool) -> Arm:
     """A group of runs as an :class:`Arm`: its completed runs' ``metric`` (and seeds, when the
-    two groups share their token streams), its diverged runs counted."""
+    two groups share their token streams), its diverged runs and its completed runs that
+    learned nothing counted."""
     done = g[g["status"] == "completed"]
     return Arm(
         pd.to_numeric(done[metric], errors="coerce").tolist() if metric in done else [],
         label,
         done["seed"].tolist() if with_seeds else None,
         int((g["status"] == "diverged").sum()),
+        int(nothing_mask(done).sum()),
     )
+
+
+def nothing_mask(runs: pd.DataFrame) -> pd.Series:
+    """The runs in state "learned nothing" (the runs table's column; none where it is absent,
+    e.g. a runs table from before it or without the dataset on this machine)."""
+    if NOTHING_COLUMN not in runs:
+        return pd.Series(False, index=runs.index)
+    return pd.to_numeric(runs[NOTHING_COLUMN], errors="coerce").fillna(0) > 0
 
 
 def token_streams(g: pd.DataFrame) -> set[Any]:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ablate.claims.comparisons import Arm, Comparison, compare
+from ablate.claims.comparisons import Arm, Comparison, compare, nothing_mask
 from ablate.claims.spec import Claim
 from ablate.names import axis_column, format_value
 
@@ -57,6 +57,32 @@ def select_runs(runs: pd.DataFrame, sel: dict[str, Any]) -> pd.DataFrame:
         col = axis_column(key)
         mask &= runs[col] == val if col in runs else False
     return runs[mask]
+
+
+def cells_nothing(
+    runs: pd.DataFrame, sels: list[dict[str, Any]], where: dict[str, Any]
+) -> list[tuple[str, int, int]]:
+    """(cell, k, n) for each selection in ``sels`` with runs that learned nothing: ``k`` of
+    its ``n`` completed runs (:mod:`ablate.data.baseline`); the cell named by its axes beyond
+    ``where``."""
+    out = []
+    for sel in sels:
+        done = select_runs(runs, sel)
+        done = done[done["status"] == "completed"]
+        k = int(nothing_mask(done).sum())
+        if k:
+            label = ", ".join(
+                f"{key.split('.')[-1]}={format_value(v)}"
+                for key, v in sel.items()
+                if key not in where
+            )
+            out.append((label, k, len(done)))
+    return out
+
+
+def nothing_text(found: list[tuple[str, int, int]]) -> str:
+    """``norm_placement=post learned nothing in 3/3 seeds; ...`` ("" when none)."""
+    return "; ".join(f"{label} learned nothing in {k}/{n} seeds" for label, k, n in found)
 
 
 def per_seed(runs: pd.DataFrame, claim: Claim, col: str) -> tuple[pd.DataFrame, int]:
@@ -110,6 +136,7 @@ def interaction_comparison(runs: pd.DataFrame, claim: Claim, col: str, margin: f
         "e1": float(table["e1"].mean()) if len(table) else math.nan,
         "e2": float(table["e2"].mean()) if len(table) else math.nan,
         "seeds": seeds,
+        "nothing": cells_nothing(runs, cells(claim), claim.where),
     }
     return replace(comp, context=context)
 
@@ -121,6 +148,8 @@ def numbers_text(c: Comparison, unit: str, fmt_num, fmt_p) -> str:
     l1, l2 = ctx["by"]
     n = c.n_a
     lost = f"; {c.diverged_a} seed(s) left out: a cell diverged" if c.diverged_a else ""
+    if ctx.get("nothing"):
+        lost += f"; {nothing_text(ctx['nothing'])}"
     return (
         f"effect of {ctx['effect']}: {fmt_num(ctx['e1'])} {unit} at {l1}, "
         f"{fmt_num(ctx['e2'])} at {l2}; difference of differences {fmt_num(c.diff)} "

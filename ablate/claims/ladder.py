@@ -13,8 +13,9 @@ from ablate.errors import ConfigError
 
 def check_ladder_claims(claims: list[Claim], source: Path, axes: dict[str, list[Any]]) -> None:
     """What a ladder asks of a study's claims, checked at plan time (one line naming
-    ``claims[i].<key>``): a trend spans a ladder of at least 3 rungs, compares two arms of the
-    study (or an interaction) with no rung in ``a``/``b``/``where``/``by``, and a ``flat`` one
+    ``claims[i].<key>``): a trend spans a ladder of at least 3 rungs (at two, the error names
+    the interaction that asks it: :data:`AT_TWO`), compares two arms of the study (or an
+    interaction) with no rung in ``a``/``b``/``where``/``by``, and a ``flat`` one
     states its margin (nats per decade of training FLOPs); every other claim of a ladder study
     compares its arms at one rung, since pooling the rungs would average models of different
     sizes (``where: {rung: ...}``, a rung in each arm, or ``by:`` over two rungs)."""
@@ -34,11 +35,34 @@ def check_ladder_claims(claims: list[Claim], source: Path, axes: dict[str, list[
                 )
 
 
+TREND_RUNGS = 3
+"""A trend's fewest rungs: the gap must move between two pairs of them (and a slope through two
+points per seed has no error to test it against)."""
+AT_TWO = {"grows": "larger", "shrinks": "smaller", "flat": "equal"}
+"""The interaction that asks a trend's question at two sizes: the gap a - b larger, smaller or
+equal (within a margin) at the larger size than at the smaller
+(:mod:`ablate.claims.interaction`)."""
+
+
+def _at_two(claim: Claim, rungs: list[Any]) -> str:
+    """The claim that answers ``claim`` at two sizes, in words for the error."""
+    alt = AT_TWO[claim.expect]
+    big, small = (rungs[-1], rungs[0]) if len(rungs) == 2 else ("<larger>", "<smaller>")
+    axis = RUNG if len(rungs) == 2 else "<the size axis>"
+    margin = " and a margin" if alt == "equal" else ""
+    return (
+        f"at two sizes ask it as an interaction: expect: {alt} with by: {{{axis}: [{big}, "
+        f"{small}]}}{margin}, a and b as here"
+    )
+
+
 def _check_trend(claim: Claim, where: str, source: Path, axes: dict[str, list[Any]]) -> None:
-    if len(axes.get(RUNG) or []) < 3:
+    rungs = list(axes.get(RUNG) or [])
+    if len(rungs) < TREND_RUNGS:
+        have = f"this ladder has {len(rungs)}" if rungs else "this study has no ladder:"
         raise ConfigError(
-            f"expect: {claim.expect} is a trend over a ladder's rungs: the study needs "
-            "ladder: with at least 3 rungs",
+            f"expect: {claim.expect} is a trend: it needs a ladder of at least {TREND_RUNGS} "
+            f"rungs ({have}); {_at_two(claim, rungs)}",
             key=f"{where}.expect",
             source=source,
         )

@@ -26,6 +26,21 @@ an equivalence (equivalent / different / different but within margin / inconclus
 equivalent to 0 contradicts grows and shrinks. Where only one test supports an outcome the
 claim says which ("reproduces by t-test only").
 
+**The gap at every rung, and every step.** A slope summarises the rungs; it does not say the
+gap moved the same way at each of them (a gap flat over two rungs that jumps at the third has a
+steep, tight slope). So the claim also reports the mean gap at every rung with its 95%
+t-interval over seeds, and tests every *step*, the per-seed change ``g[s, r+1] - g[s, r]``
+between consecutive rungs, by the one-sample t-test and the exact sign-flip test against 0,
+each Holm-corrected over the trend's steps (:func:`step_tests`). ``grows`` and ``shrinks`` hold
+only when every step moves in the claimed direction (Holm p below α; an intersection of the
+steps, so requiring all of them never raises the claim's error rate above its slope test's).
+Otherwise the outcome says where it does not (:mod:`ablate.claims.checks`): a step that moves
+significantly the other way contradicts the trend, and where exactly one step moves the claimed
+way and none after it moves back, the outcome is *a threshold, not a trend*, between those two
+rungs; a step that moves neither way significantly leaves the trend inconclusive. The rungs'
+runs that learned nothing (their loss is the unigram loss, :mod:`ablate.data.baseline`) are
+named at their rung: a threshold there is a model that stopped learning, not a growing penalty.
+
 Why per-seed slopes and not a mixed model (``statsmodels`` ``MixedLM``, random intercept and
 slope per seed): every seed trains every cell at every rung, so the design is balanced and all
 seeds share the same x. Then the mean of the per-seed OLS slopes *is* the mixed model's
@@ -53,9 +68,10 @@ import numpy as np
 import pandas as pd
 
 from ablate.claims.comparisons import Arm, Comparison, compare
-from ablate.claims.interaction import cells, select_runs
+from ablate.claims.interaction import cells, cells_nothing, select_runs
+from ablate.claims.labels import CONTRADICTED, INCONCLUSIVE, NOT_A_TREND, REPRODUCES, THRESHOLD
 from ablate.claims.spec import RUNG, TREND, TREND_AS_PAIRED, Claim
-from ablate.claims.stats import mean_ci
+from ablate.claims.stats import exact_floor, exact_seeds_needed, holm, mean_ci
 from ablate.names import format_value
 
 AS_PAIRED = TREND_AS_PAIRED
@@ -63,6 +79,8 @@ KEY = "trend"
 """``Comparison.key[0]`` of a trend's test."""
 TEST = "one-sample t of the per-seed slopes of the gap on log10 training FLOPs"
 UNIT = "per decade of training FLOPs"
+WITH, AGAINST, UNCLEAR = "with", "against", "unclear"
+"""How a step moves against the claimed direction (:func:`step_moves`)."""
 
 __all__ = [
     "AS_PAIRED",
@@ -145,6 +163,58 @@ def seed_lines(table: pd.DataFrame, x: pd.Series) -> pd.DataFrame:
     return pd.DataFrame({"slope": slope, "intercept": intercept}, index=table.index)
 
 
+def rung_gaps_ci(table: pd.DataFrame) -> list[tuple[float, float, float]]:
+    """(mean, lo, hi) of the gap at each rung (column of ``table``): the 95% t-interval over
+    the seeds."""
+    return [mean_ci(table[r]) for r in table.columns]
+
+
+def step_tests(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """One test per pair of consecutive rungs (columns of ``table``, in order of compute): the
+    per-seed change of the gap ``d_s = g[s, r+1] - g[s, r]``, its mean with the 95% t-interval,
+    the one-sample t-test and the exact sign-flip test of ``d`` against 0, and each test's p
+    Holm-corrected over the trend's steps (``p_holm``, ``p_flip_holm``)."""
+    rungs = list(table.columns)
+    steps = []
+    for lo, hi in zip(rungs, rungs[1:], strict=False):
+        d = (table[hi] - table[lo]).tolist()
+        c = compare(Arm(d, "step", list(table.index)), Arm([0.0] * len(d), "0", list(table.index)))
+        steps.append(
+            {"from": lo, "to": hi, "diff": c.diff, "lo": c.ci_lo, "hi": c.ci_hi, "n": c.n_a}
+            | {"p": c.p, "p_flip": c.p_flip}
+        )
+    for name in ("p", "p_flip"):
+        for step, adj in zip(steps, holm([st[name] for st in steps]), strict=True):
+            step[f"{name}_holm"] = adj
+    return steps
+
+
+def step_moves(steps: list[dict[str, Any]], expect: str, alpha: float, exact: bool) -> list[str]:
+    """Each step against the claim (``grows``: up, ``shrinks``: down): :data:`WITH` (its Holm p
+    below ``alpha`` and the change the claimed way), :data:`AGAINST` (below ``alpha``, the
+    other way) or :data:`UNCLEAR`; by the sign-flip test when ``exact``, else the t-test."""
+    sign = 1.0 if expect == "grows" else -1.0
+    out = []
+    for st in steps:
+        p = st["p_flip_holm" if exact else "p_holm"]
+        if not (math.isfinite(p) and p < alpha):
+            out.append(UNCLEAR)
+        else:
+            out.append(WITH if sign * st["diff"] > 0 else AGAINST)
+    return out
+
+
+def rung_nothing(runs: pd.DataFrame, claim: Claim) -> list[tuple[Any, str, int, int]]:
+    """(rung, cell, k, n) for each rung and cell of the claim with runs that learned nothing:
+    ``k`` of its ``n`` completed runs (:mod:`ablate.data.baseline`)."""
+    sels = [sel for _, sel in _signed_cells(claim)]
+    return [
+        (rung, *found)
+        for rung in (rung_order(runs) if RUNG in runs else [])
+        for found in cells_nothing(runs[runs[RUNG] == rung], sels, claim.where)
+    ]
+
+
 def next_rung(x: pd.Series) -> float:
     """log10 FLOPs one rung up: one mean rung spacing past the largest rung."""
     xv = x.to_numpy(dtype=float)
@@ -206,6 +276,9 @@ def trend_comparison(runs: pd.DataFrame, claim: Claim, col: str, margin: float) 
         "rungs": list(x.index),
         "x": [float(v) for v in x],
         "gap_means": [float(table[r].mean()) for r in x.index] if ok else [],
+        "gap_ci": rung_gaps_ci(table[list(x.index)]) if ok else [],
+        "steps": step_tests(table[list(x.index)]) if ok and len(table) else [],
+        "nothing": rung_nothing(runs, claim),
         "seeds": seeds,
         "lost": lost,
         "lines": lines,
@@ -216,24 +289,107 @@ def trend_comparison(runs: pd.DataFrame, claim: Claim, col: str, margin: float) 
     return replace(comp, context=context)
 
 
+def _ci(m: float, lo: float, hi: float, fmt_num) -> str:
+    return f"{fmt_num(m)} [{fmt_num(lo)}, {fmt_num(hi)}]"
+
+
+def rungs_text(c: Comparison, fmt_num) -> str:
+    """``small -0.0107 [-0.0127, -0.0086], medium ...``: the mean gap at each rung with its 95%
+    t-interval over the seeds."""
+    ctx = c.context
+    return ", ".join(
+        f"{r} {_ci(*ci, fmt_num)}" for r, ci in zip(ctx["rungs"], ctx["gap_ci"], strict=True)
+    )
+
+
+def steps_text(c: Comparison, fmt_num, fmt_p) -> str:
+    """Each step of the gap between consecutive rungs: its mean change, 95% CI and both tests'
+    Holm p within the trend."""
+    return "; ".join(
+        f"{st['from']} → {st['to']} {_ci(st['diff'], st['lo'], st['hi'], fmt_num)} (t-test "
+        f"Holm {fmt_p(st['p_holm'])}, exact sign-flip Holm {fmt_p(st['p_flip_holm'])})"
+        for st in c.context.get("steps", [])
+    )
+
+
+def nothing_text(c: Comparison) -> str:
+    """``at large, norm_placement=post learned nothing in 7/7 seeds`` (the rungs' runs at the
+    unigram loss); "" when none."""
+    return "; ".join(
+        f"at {rung}, {label} learned nothing in {k}/{n} seeds"
+        for rung, label, k, n in c.context.get("nothing", [])
+    )
+
+
+def moves_text(c: Comparison, expect: str, moves: list[str]) -> str:
+    """Where the gap moves as claimed and where not, in words: ``the gap ... shrinks from small
+    to medium (-0.0625), grows from medium to large (+1.55)`` (the mean change per step)."""
+    claimed = "grows" if expect == "grows" else "shrinks"
+    other = "shrinks" if expect == "grows" else "grows"
+    parts = []
+    for st, move in zip(c.context["steps"], moves, strict=True):
+        verb = {WITH: claimed, AGAINST: other, UNCLEAR: "moves neither way significantly"}[move]
+        parts.append(f"{verb} from {st['from']} to {st['to']} ({st['diff']:+.3g})")
+    return f"the gap {c.context['gap']} " + ", ".join(parts)
+
+
 def numbers_text(c: Comparison, unit: str, fmt_num, fmt_p) -> str:
     """The claim's numbers in words: the slope per decade with its CI and tests, the mean gap
-    at each rung, and the extrapolated gap one rung up, labelled as an extrapolation."""
+    at each rung with its CI, each step's change with its tests (Holm within the trend), the
+    rungs' runs that learned nothing, and the extrapolated gap one rung up, labelled as an
+    extrapolation."""
     ctx = c.context
     if len(ctx.get("x", [])) < 3:
         return f"fewer than 3 rungs with finished runs of both arms ({len(ctx.get('x', []))})"
-    rungs = ", ".join(
-        f"{r} ({10**x:.3g} FLOPs) {fmt_num(g)}"
-        for r, x, g in zip(ctx["rungs"], ctx["x"], ctx["gap_means"], strict=True)
-    )
+    flops = ", ".join(f"{r} {10**x:.3g}" for r, x in zip(ctx["rungs"], ctx["x"], strict=True))
     m, lo, hi = ctx["next"]
     lost = f"; {ctx['lost']} seed(s) left out: a cell missing or diverged" if ctx["lost"] else ""
+    nothing = f"; {nothing_text(c)}" if ctx.get("nothing") else ""
     return (
         f"gap {ctx['gap']}: slope {fmt_num(c.diff)} {unit} {UNIT} (95% CI "
         f"[{fmt_num(c.ci_lo)}, {fmt_num(c.ci_hi)}], {c.n_a} seeds, each training every cell at "
         f"{len(ctx['x'])} rungs; {TEST} {fmt_p(c.p)}, {c.correction} {fmt_p(c.p_adj)}; TOST "
         f"±{c.margin:g} per decade: {c.correction} {fmt_p(c.p_tost_adj, 'p')}); mean gap per "
-        f"rung: {rungs}; EXTRAPOLATION (the fitted lines one rung spacing past "
-        f"{ctx['rungs'][-1]}, not measured): {fmt_num(m)} [{fmt_num(lo)}, {fmt_num(hi)}] at "
-        f"{10 ** ctx['next_x']:.3g} FLOPs{lost}"
+        f"rung (95% CI): {rungs_text(c, fmt_num)}; the gap's step between rungs (95% CI; "
+        f"Holm over the {len(ctx['steps'])} steps): {steps_text(c, fmt_num, fmt_p)}"
+        f"{nothing}; training FLOPs per rung: {flops}; EXTRAPOLATION (the fitted lines one "
+        f"rung spacing past {ctx['rungs'][-1]}, not measured): {fmt_num(m)} [{fmt_num(lo)}, "
+        f"{fmt_num(hi)}] at {10 ** ctx['next_x']:.3g} FLOPs{lost}"
     )
+
+
+def steps_outcome(
+    expect: str, c: Comparison, by_slope: tuple[str, str], alpha: float, exact: bool
+) -> tuple[str, str]:
+    """A ``grows``/``shrinks`` claim's outcome by one kind of test, from its slope's outcome
+    and its steps between rungs (:func:`step_moves`): every step the claimed way: the slope's
+    outcome; a step the other way: contradicted, or where exactly one step moves the claimed
+    way and none after it moves back, a threshold (:data:`~ablate.claims.labels.THRESHOLD`),
+    or where several do, not a trend; a step that moves neither way: a reproducing slope is
+    inconclusive. The why says which step does what."""
+    steps = c.context.get("steps") or []
+    if not steps or by_slope[0] == CONTRADICTED:
+        return by_slope
+    moves = step_moves(steps, expect, alpha, exact)
+    if all(m == WITH for m in moves):
+        return by_slope
+    words = f"{moves_text(c, expect, moves)} (each step Holm-corrected over the trend's steps)"
+    floor = exact_floor(c.n_a) * len(steps)  # every step at the floor: Holm's adjusted p
+    if exact and UNCLEAR in moves and floor >= alpha:
+        words += (
+            f"; {c.n_a} seeds cannot bring a step's exact Holm p below {floor:.2g}: "
+            f"{exact_seeds_needed(alpha / len(steps))} seeds can"
+        )
+    nothing = nothing_text(c)
+    words += f"; {nothing}" if nothing else ""
+    withs = [i for i, m in enumerate(moves) if m == WITH]
+    if AGAINST in moves:
+        if len(withs) == 1 and AGAINST not in moves[withs[0] :]:
+            st = steps[withs[0]]
+            return THRESHOLD, f"a threshold between {st['from']} and {st['to']}: {words}"
+        if withs:
+            return NOT_A_TREND, f"it does not move one way at every step: {words}"
+        return CONTRADICTED, words
+    if by_slope[0] == REPRODUCES:
+        return INCONCLUSIVE, f"the slope is significant, but not every step: {words}"
+    return by_slope

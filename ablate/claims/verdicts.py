@@ -18,6 +18,7 @@ from ablate.claims.power import comparison_seeds_needed
 from ablate.claims.spec import EQUIVALENCE, TREND
 from ablate.claims.stats import ALPHA, EXACT_MAX_N, EXACT_MAX_SPLITS
 from ablate.claims.trend import numbers_text as trend_text
+from ablate.data.baseline import EPSILON
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,24 @@ def _diverged(c: Comparison, tail: str) -> Verdict | None:
     return None
 
 
+def nothing_note(c: Comparison) -> str:
+    """``'; post learned nothing in 3/3 seeds (...)'``: the arms whose runs ended at their
+    data's unigram loss (:mod:`ablate.data.baseline`); counted in the numbers, since their loss
+    is a measurement, and named, since it is the loss of a model that uses no context."""
+    parts = [
+        f"{lab} learned nothing in {k}/{n} seeds"
+        for lab, k, n in ((c.label_a, c.nothing_a, c.n_a), (c.label_b, c.nothing_b, c.n_b))
+        if k
+    ]
+    if not parts:
+        return ""
+    return f"; {' and '.join(parts)} ({NOTHING_WHY})"
+
+
+NOTHING_WHY = f"final validation loss within {EPSILON:g} nats of the unigram cross-entropy"
+"""Why a run is in state "learned nothing", in the words every verdict uses."""
+
+
 def verdict(
     c: Comparison,
     *,
@@ -89,8 +108,9 @@ def verdict(
     seeds per variant that would decide it with 80% power at the corrected level
     (``alpha / family``, the first step of either correction), never fewer than one more than
     the seeds that did not decide it.
-    Partial divergence is appended; ``where`` names what was held fixed; ``seeds=False``
-    leaves the seeds-needed figure out (a claim words its own, for the test that decides it).
+    Partial divergence and the runs that learned nothing are appended; ``where`` names what
+    was held fixed; ``seeds=False`` leaves the seeds-needed figure out (a claim words its own,
+    for the test that decides it).
     """
     a, b = c.label_a, c.label_b
     tail = f" {where}" if where else ""
@@ -100,6 +120,7 @@ def verdict(
         if d
     ]
     div_note = "; " + " and ".join(parts) + " (not averaged)" if parts else ""
+    div_note += nothing_note(c)
     dv = _diverged(c, tail)
     if dv is not None:
         return dv

@@ -2,6 +2,7 @@
 
 Public API (see each module for the formulas):
 
+- baseline: ``unigram_loss``, ``learned_nothing`` (a run that ended at the unigram loss)
 - batching: ``batchify``, ``get_batch``, ``window_starts``
 - tokenizers: ``BaseTokenizer``, ``CharTokenizer``, ``WordTokenizer``, ``Dictionary``,
   ``BPETokenizer``, ``build_tokenizer``, ``load_tokenizer``, ``train_bpe``, ``cached_bpe``
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 # need neither torch nor Lightning, so ``ablate run`` checks a study's data without importing
 # them; the worker that trains imports the data module, and with it Lightning, itself.
 _MODULES = {
+    "baseline": ("learned_nothing", "unigram_loss"),
     "batching": ("batchify", "get_batch", "window_starts"),
     "datasets": (
         "DATASETS", "DatasetSpec", "cache_dir", "data_dir", "download", "fetch_registered",
@@ -42,6 +44,7 @@ _MODULES = {
 _HOME = {name: module for module, names in _MODULES.items() for name in names}
 
 if TYPE_CHECKING:
+    from ablate.data.baseline import learned_nothing, unigram_loss
     from ablate.data.batching import batchify, get_batch, window_starts
     from ablate.data.datasets import (
         DATASETS,
@@ -122,6 +125,7 @@ __all__ = [
     "distinct_windows",
     "download",
     "get_batch",
+    "learned_nothing",
     "load_tokenizer",
     "random_offsets",
     "read_text",
@@ -133,6 +137,7 @@ __all__ = [
     "split_sizes",
     "train_bpe",
     "unigram_entropy",
+    "unigram_loss",
     "window_order",
     "window_starts",
     "word_tokens",

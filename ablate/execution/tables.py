@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ablate.config import ConfigError
+from ablate.data.baseline import LEARNED_NOTHING, learned_nothing, unigram_loss
 from ablate.execution.progress import fmt_duration
 from ablate.store import DAMAGED, FINISHED, RunDir, RunStore, run_damage, run_state
 from ablate.store.rundir import ERROR_FILE
@@ -156,6 +157,7 @@ def steps_cell(summary: dict[str, Any], status: str, run_dir: RunDir | None) -> 
 _STYLE = {
     "completed": "green",
     "diverged": "magenta",
+    LEARNED_NOTHING: "magenta",
     "failed": "red",
     "damaged": "red",
     "running": "cyan",
@@ -415,7 +417,8 @@ def store_status(
     store: str | Path = "runs", studies: str | Sequence[str] | None = None
 ) -> dict[str, Counter]:
     """Print each study in the store (or only ``studies``: names or study YAMLs) with per-state
-    counts and one line per run."""
+    counts and one line per run; a completed run at its data's unigram loss reads ``learned
+    nothing`` (:mod:`ablate.data.baseline`)."""
     runs_store = RunStore(store)
     console = make_console()
     present = runs_store.studies(planned=True)  # `ablate run` planned, nothing started yet
@@ -481,6 +484,11 @@ def _status_rows(runs_store: RunStore, name: str) -> tuple[list[list[str]], Coun
         if status == DAMAGED:  # shown, never a crash: the rest of the study still lists
             s = {}
             damaged.append(run_damage(d))
+        elif status == "completed":  # at its data's unigram loss (token cache already built)
+            unigram = unigram_loss(d.read_run()["config"].get("data") or {}, build=False)
+            status = (
+                LEARNED_NOTHING if learned_nothing(s.get("final_val_loss"), unigram) else status
+            )
         counts[status] += 1
         # made by other model/training code than the current one
         stale = " [yellow](stale code)[/]" if is_stale(d) else ""

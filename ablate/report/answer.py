@@ -14,8 +14,10 @@ import pandas as pd
 
 from ablate.claims.checks import (
     CONTRADICTED,
+    NOT_A_TREND,
     NOT_HERE,
     REPRODUCES,
+    THRESHOLD,
     WITHIN_MARGIN,
     ClaimCheck,
     settled,
@@ -23,6 +25,7 @@ from ablate.claims.checks import (
 from ablate.claims.spec import EQUIVALENCE, TREND
 from ablate.claims.standing import confirm_mask
 from ablate.claims.stats import mean_ci
+from ablate.claims.trend import rungs_text
 from ablate.claims.verdicts import fmt_num, fmt_p, holm_ps, paper_text
 from ablate.report.render import Block
 from ablate.results import StudyData
@@ -162,8 +165,10 @@ def headline(check: ClaimCheck, unit: str) -> str:
         return f"{c.label_a}: diverged in {c.diverged_a}/{c.total_a} finished seeds"
     else:
         ci = f"95% CI [{fmt_num(c.ci_lo)}, {fmt_num(c.ci_hi)}]"
-        if claim.expect in TREND:  # the slope of the gap per decade of training FLOPs
+        if claim.expect in TREND:  # the slope of the gap per decade, and the gap at each rung
             effect = f"{c.label_a}: {fmt_num(c.diff)} {unit} ({ci})"
+            if c.context.get("gap_ci"):
+                effect += f"; gap per rung (95% CI): {rungs_text(c, fmt_num)}"
         elif claim.by:
             effect = f"difference of differences {fmt_num(c.diff)} {unit} ({ci})"
         elif claim.metric == "lr_exponent":
@@ -190,7 +195,7 @@ def evidence(check: ClaimCheck, confirmatory: bool) -> str:
         return f"supported {one}" if one else "confirmed"
     if outcome.startswith(NOT_HERE):
         return "not supported at this setting" + (f" ({one})" if one else "")
-    if outcome.startswith(CONTRADICTED):
+    if outcome.startswith((CONTRADICTED, THRESHOLD, NOT_A_TREND)):
         return f"contradicted {one}" if one else "not supported"
     return "not decided"
 

@@ -15,6 +15,8 @@ import pandas as pd
 from ablate.claims.comparisons import Comparison
 from ablate.claims.stats import one_sample, summarize
 from ablate.claims.verdicts import Verdict
+from ablate.data.baseline import COLUMN as NOTHING_COLUMN
+from ablate.data.baseline import LEARNED_NOTHING, UNIGRAM_COLUMN
 from ablate.names import display_names, format_value, length_multiple, variant_order
 from ablate.report.figure_data import NO_POSITIONS, past_max_len
 from ablate.results import StudyData
@@ -258,12 +260,15 @@ def runs_table(study: StudyData) -> pd.DataFrame:
             note = r["error"][:120]
         elif r.get("stopped_early") is True or r.get("stopped_early") == 1.0:
             note = "stopped early"
+        nothing = r.get(NOTHING_COLUMN) == 1
+        if nothing:
+            note = f"at the unigram loss {r[UNIGRAM_COLUMN]:.4f}" + (f"; {note}" if note else "")
         rows.append(
             {
                 "run": r["run_id"],
                 "variant": r["variant"],
                 "seed": format_value(r["seed"]),
-                "status": r["status"],
+                "status": LEARNED_NOTHING if nothing else r["status"],
                 "final val loss": f"{r['final_val_loss']:.4f}"
                 if _isnum(r.get("final_val_loss"))
                 else "—",

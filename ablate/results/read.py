@@ -13,10 +13,13 @@ Two tables come out of a study directory ``<store>/<study>/``:
 * ``metrics``: long form (tidy): one row per run × step × metric with the same identifying
   columns (variant, seed, status, every axis) plus ``step, metric, value``.
 
-Two kinds of run column are computed here rather than read: the run's data reuse
-(``reuse.*``: :func:`ablate.data.reuse.data_reuse` of its recorded data config and steps, where
-the dataset is on this machine) and ``final_train_loss`` (the mean logged ``train/loss`` over
-the last ``TRAIN_TAIL`` of its steps) with ``train_val_gap`` (final val loss minus it).
+Some run columns are computed here rather than read: the run's data reuse (``reuse.*``:
+:func:`ablate.data.reuse.data_reuse` of its recorded data config and steps, where the dataset
+is on this machine), ``unigram_loss`` and ``learned_nothing`` (the unigram cross-entropy of its
+data, and 1 for a completed run whose final validation loss is at it: the run state "learned
+nothing", :mod:`ablate.data.baseline`), and ``final_train_loss`` (the mean logged
+``train/loss`` over the last ``TRAIN_TAIL`` of its steps) with ``train_val_gap`` (final val loss
+minus it).
 
 A run's ``status`` is :func:`ablate.store.run_state` (``pending`` without ``summary.json``,
 ``interrupted`` when it says running but no process holds it), as in ``ablate status``. Only the
@@ -38,6 +41,8 @@ from ablate.claims.arms import claim_arm_axes
 from ablate.claims.spec import RUNG
 from ablate.claims.trend import rung_order
 from ablate.config import ConfigError, DataConfig
+from ablate.data.baseline import COLUMN as NOTHING_COLUMN
+from ablate.data.baseline import UNIGRAM_COLUMN, learned_nothing, unigram_loss
 from ablate.names import (
     ID_COLUMNS,
     LENGTH_PREFIX,
@@ -140,6 +145,10 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
         row[col] = _config_value(config, key)
     for k, v in _reuse(config, summary).items():
         row[f"{REUSE_PREFIX}{k}"] = v
+    unigram = unigram_loss(config.get("data") or {})
+    row[UNIGRAM_COLUMN] = unigram
+    at_unigram = learned_nothing(summary.get("final_val_loss"), unigram)
+    row[NOTHING_COLUMN] = int(row["status"] == "completed" and at_unigram)
     return row, axes, meta
 
 

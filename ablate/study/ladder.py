@@ -1,4 +1,4 @@
-"""A scale ladder: every arm of a study trained at three or more model sizes (the rungs), its
+"""A scale ladder: every arm of a study trained at two or more model sizes (the rungs), its
 training tokens set by one stated rule, seeds paired across arms at every rung::
 
     ladder:
@@ -44,8 +44,10 @@ from ablate.study.layers import NAME, Layer, parse_layer
 KEYS = ("rungs", "tokens_per_param", "steps")
 RULES = ("tokens_per_param", "steps")
 STEPS_KEY = "train.max_steps"
-MIN_RUNGS = 3
-"""A slope from two points has no error to test it against (per seed)."""
+MIN_RUNGS = 2
+"""A ladder compares sizes: two at least. A trend over it needs three
+(:func:`ablate.claims.ladder.check_ladder_claims`); at two sizes an interaction claim with
+``by: {rung: [...]}`` asks how an effect differs between them."""
 
 __all__ = ["RUNG", "Ladder", "parse_ladder"]
 
@@ -144,8 +146,7 @@ def parse_ladder(raw: Any, where: str, source: Path) -> Ladder | None:
 def _rungs(raw: Any, where: str, source: Path) -> tuple[tuple[str, Layer], ...]:
     if not isinstance(raw, list) or len(raw) < MIN_RUNGS:
         raise ConfigError(
-            f"must be a list of at least {MIN_RUNGS} rungs {{name, set}}, smallest first (a "
-            "trend needs three sizes)",
+            f"must be a list of at least {MIN_RUNGS} rungs {{name, set}}, smallest first",
             key=where,
             source=source,
         )

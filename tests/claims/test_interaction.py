@@ -195,3 +195,17 @@ def test_bad_interactions_are_one_line_naming_file_and_key(tmp_path, change, key
         plan_study(spec, check_data=False)
     assert str(err.value).startswith(f"{spec}: {key}: ") and message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_an_interactions_cells_that_learned_nothing_are_named(tmp_path, store):
+    """A cell whose runs ended at the unigram loss (marked as the results layer marks them)
+    is counted in the difference of differences and named in its numbers."""
+    from ablate.claims.verdicts import numbers
+
+    study = read_study(store, "np", _spec(tmp_path / "np.yaml", [SHRINKS]))
+    cell = (study.runs[NP] == "post") & (study.runs[WU] == 0.0)
+    study.runs["learned_nothing"] = cell.astype(float)
+    (check,) = analyse(study)[1]
+    assert check.comparison.diff == pytest.approx(_hand()[1])  # its losses count
+    text = numbers(check, "nats")
+    assert "warmup_ratio=0, norm_placement=post learned nothing in 5/5 seeds" in text

@@ -25,7 +25,7 @@ SEEDS = [0, 1, 2, 3, 4, 5]
 TOKENS = 100 * 12 * 32  # steps x batch x seq_len of a synthetic run (conftest)
 
 
-def _spec(path, claims, margin=None):
+def _spec(path, claims, margin=None, rungs=None, seeds=None):
     spec = {
         "name": "lad",
         "base": {
@@ -35,11 +35,13 @@ def _spec(path, claims, margin=None):
             "data.seq_len": 32,
         },
         "ladder": {
-            "rungs": [{"name": r, "set": {"model.n_layers": n}} for r, n in RUNGS.items()],
+            "rungs": [
+                {"name": r, "set": {"model.n_layers": n}} for r, n in (rungs or RUNGS).items()
+            ],
             "steps": 100,
         },
         "grid": {NP: ["post", "pre"]},
-        "seeds": SEEDS,
+        "seeds": seeds or SEEDS,
         "claims": claims,
     }
     if margin is not None:
@@ -69,13 +71,20 @@ def _gaps(slope: float, noise: float, seed: int = 7) -> dict[tuple[int, str], fl
     }
 
 
-def _store(root, write_run, gaps, lost=None):
+def _layers(log_flops: dict[str, float]) -> dict[str, int]:
+    """Rung -> its n_layers: :data:`RUNGS` for the three rungs, else 1, 2, 3, ... in order."""
+    return RUNGS if list(log_flops) == list(RUNGS) else {r: i + 1 for i, r in enumerate(log_flops)}
+
+
+def _store(root, write_run, gaps, lost=None, log_flops=None):
     """Both arms at every rung and seed; Pre-LN's loss 2.0 + noise, Post-LN's that plus the
-    gap; ``lost``: (seed, rung) whose Post-LN run diverged."""
+    gap; ``lost``: (seed, rung) whose Post-LN run diverged; ``log_flops``: rung -> log10
+    training FLOPs (its n_layers: its place in that order)."""
     rng = np.random.default_rng(0)
+    log_flops = log_flops or LOG_FLOPS
     for (seed, rung), gap in gaps.items():
         pre = 2.0 + 0.05 * rng.standard_normal()
-        flops = 10 ** LOG_FLOPS[rung] / TOKENS  # flops_per_token giving the rung's FLOPs
+        flops = 10 ** log_flops[rung] / TOKENS  # flops_per_token giving the rung's FLOPs
         for placement, final in (("pre", pre), ("post", pre + gap)):
             status = "diverged" if placement == "post" and (seed, rung) == lost else "completed"
             write_run(
@@ -86,7 +95,7 @@ def _store(root, write_run, gaps, lost=None):
                 status,
                 final,
                 div_step=40,
-                config={"model.n_layers": RUNGS[rung]},
+                config={"model.n_layers": _layers(log_flops)[rung]},
                 fields={"flops_per_token": flops},
             )
     return root
@@ -126,7 +135,11 @@ def test_a_growing_gap_is_detected_with_the_slope_scipy_computes(tmp_path, write
     assert c.p == pytest.approx(p) and (c.ci_lo, c.ci_hi) == pytest.approx((lo, hi))
     assert c.context["x"] == pytest.approx([12.0, 12.5, 13.5])
     assert c.context["rungs"] == ["small", "medium", "large"]
-    assert check.outcome == "reproduces"
+    # the t-test decides the slope and both steps; the sign-flip test decides the slope, but
+    # Holm over the two steps doubles each step's floor 2/2^6 to 0.0625
+    assert check.t_outcome == "reproduces" and check.exact_outcome == "inconclusive"
+    assert check.outcome == "reproduces by t-test only"
+    assert "6 seeds cannot bring a step's exact Holm p below 0.062: 7 seeds can" in check.why
     # the reverse expectation is contradicted by the same numbers
     (back,) = _check(tmp_path, store, [_claim("shrinks")])
     assert back.outcome == "contradicted" and back.comparison.p == pytest.approx(p)
@@ -212,9 +225,10 @@ def test_a_trend_is_decided_by_both_tests_and_names_the_one_that_alone_supports_
     from ablate.claims.verdicts import numbers
 
     assert "exact sign-flip p=0.031, Holm p=0.062" in numbers(trend, "nats")
-    # alone in its family the exact test reaches the level too: a plain outcome
+    # alone in its family the slope's exact test reaches the level, but not each step's
     (alone,) = _check(tmp_path, store, [_claim("grows")])
-    assert alone.outcome == "reproduces" and alone.exact_outcome == "reproduces"
+    assert alone.comparison.p_flip_adj == pytest.approx(2 / 64)
+    assert alone.exact_outcome == "inconclusive" and "not every step" in alone.why
 
 
 def test_trend_claims_join_the_holm_family_and_count_a_lost_seed(tmp_path, write_run):
@@ -254,6 +268,121 @@ def test_an_undecided_trend_gets_seeds_from_the_power_machinery(tmp_path, write_
     assert need.n == math.ceil(n) == 18
 
 
+# --- the gap at every rung, every step tested ----------------------------------------------------
+
+SEVEN = list(range(7))  # 2/2^7 = 0.016: below Holm's 0.025 for the first of two steps
+
+
+def _rung_store(root, write_run, means, noise, log_flops=None):
+    """Seven seeds' gaps post - pre: each rung's mean in ``means`` (rungs in order of
+    ``log_flops``) plus noise."""
+    rng = np.random.default_rng(3)
+    log_flops = log_flops or LOG_FLOPS
+    gaps = {
+        (s, r): m + noise * rng.standard_normal()
+        for s in SEVEN
+        for r, m in zip(log_flops, means, strict=True)
+    }
+    _store(root, write_run, gaps, log_flops=log_flops)
+    return gaps
+
+
+def _decide(tmp_path, store, claims, nothing_rung=None, log_flops=None):
+    """The claims decided on seven seeds; ``nothing_rung``: the rung whose Post-LN runs are
+    marked as the results layer marks runs that learned nothing (the synthetic runs' data is
+    no corpus to compute a unigram loss from)."""
+    rungs = _layers(log_flops or LOG_FLOPS)
+    spec = _spec(tmp_path / "lad.yaml", claims, rungs=rungs, seeds=SEVEN)
+    study = read_study(store, "lad", spec)
+    if nothing_rung is not None:
+        post = (study.runs["rung"] == nothing_rung) & (study.runs[NP] == "post")
+        study.runs["learned_nothing"] = post.astype(float)
+    return analyse(study)[1]
+
+
+def _step_reference(gaps, seeds, lo, hi):
+    """scipy: the step ``gap(hi) - gap(lo)`` per seed, its one-sample t-test and 95% CI."""
+    d = np.array([gaps[(s, hi)] - gaps[(s, lo)] for s in seeds])
+    t = stats.ttest_1samp(d, 0.0)
+    ci = t.confidence_interval(0.95)
+    return d, float(t.pvalue), (float(ci.low), float(ci.high))
+
+
+def test_every_rung_has_its_gap_and_ci_and_every_step_its_tests_by_scipy(tmp_path, write_run):
+    gaps = _rung_store(tmp_path / "runs", write_run, [0.0, 0.2, 0.5], 0.02)
+    (check,) = _decide(tmp_path, tmp_path / "runs", [_claim("grows")])
+    ctx = check.comparison.context
+    for r, (m, lo, hi) in zip(RUNGS, ctx["gap_ci"], strict=True):
+        g = np.array([gaps[(s, r)] for s in SEVEN])
+        ci = stats.ttest_1samp(g, 0.0).confidence_interval(0.95)
+        assert (m, lo, hi) == pytest.approx((g.mean(), ci.low, ci.high))
+    ps = []
+    for st, (lo, hi) in zip(ctx["steps"], [("small", "medium"), ("medium", "large")], strict=True):
+        d, p, ci = _step_reference(gaps, SEVEN, lo, hi)
+        assert (st["from"], st["to"], st["n"]) == (lo, hi, 7)
+        assert st["diff"] == pytest.approx(d.mean()) and (st["lo"], st["hi"]) == pytest.approx(ci)
+        assert st["p"] == pytest.approx(p)
+        assert st["p_flip"] == pytest.approx(_enumerated_flip_p(d, 0.0, "two-sided"))
+        ps.append((p, st["p_flip"]))
+    # Holm over the two steps, by hand: the smaller p doubled, the larger at least that
+    for k, name in enumerate(("p_holm", "p_flip_holm")):
+        small, large = sorted(x[k] for x in ps)
+        want = {small: min(1.0, 2 * small), large: max(min(1.0, 2 * small), large)}
+        assert [st[name] for st in ctx["steps"]] == pytest.approx([want[x[k]] for x in ps])
+    # both steps up, by both tests: it grows, plainly
+    assert check.outcome == "reproduces"
+    from ablate.claims.verdicts import numbers
+
+    text = numbers(check, "nats")
+    assert "mean gap per rung (95% CI): small " in text and "small → medium " in text
+
+
+def test_a_jump_at_one_step_is_a_threshold_not_a_trend(tmp_path, write_run):
+    """The shipped ladder's shape: the gap dips a little, then jumps at the last step where
+    Post-LN learned nothing. The slope is steep and tight, but the gap does not grow at every
+    step: the outcome says it is a threshold, and where."""
+    gaps = _rung_store(tmp_path / "runs", write_run, [-0.01, -0.07, 1.48], 0.01)
+    (check,) = _decide(tmp_path, tmp_path / "runs", [_claim("grows")], nothing_rung="large")
+    c = check.comparison
+    assert c.p_adj < 0.05 and c.diff > 1  # the slope alone would say "grows"
+    _, p1, _ = _step_reference(gaps, SEVEN, "small", "medium")
+    assert p1 < 0.025  # scipy: the first step is significantly down
+    assert check.t_outcome == check.exact_outcome == "a threshold, not a trend"
+    assert check.outcome == "a threshold, not a trend"
+    assert check.why.startswith("a threshold between medium and large: the gap norm_placement")
+    assert "shrinks from small to medium (-0.06" in check.why
+    assert "grows from medium to large (+1.5" in check.why
+    assert "at large, norm_placement=post learned nothing in 7/7 seeds" in check.why
+    assert check.seeds_needed is None  # decided: a finding, no seeds asked for
+    from ablate.report.answer import evidence
+
+    assert evidence(check, True) == "not supported"
+    # shrinks is contradicted by the slope itself, whatever the steps
+    (back,) = _decide(tmp_path, tmp_path / "runs", [_claim("shrinks")])
+    assert back.outcome == "contradicted"
+
+
+@pytest.mark.parametrize(
+    ("means", "outcome", "why"),
+    [
+        # up, then back down: not a threshold (it falls back after the jump), not a trend
+        ([0.0, 1.0, 0.8, 1.8], "not a trend", "shrinks from L3 to L4"),
+        # up at one step, flat at the other: the slope holds, the second step is not shown
+        ([0.0, 0.5, 0.5], "inconclusive", "moves neither way significantly from medium to large"),
+    ],
+)
+def test_a_gap_that_does_not_move_one_way_at_every_step_says_where(
+    tmp_path, write_run, means, outcome, why
+):
+    log_flops = LOG_FLOPS
+    if len(means) == 4:
+        log_flops = {"small": 12.0, "L3": 12.5, "L4": 13.0, "large": 13.5}
+    _rung_store(tmp_path / "runs", write_run, means, 0.01, log_flops)
+    (check,) = _decide(tmp_path, tmp_path / "runs", [_claim("grows")], log_flops=log_flops)
+    assert check.comparison.p_adj < 0.05  # the slope is significantly up in both
+    assert check.outcome == outcome and why in check.why
+
+
 @pytest.mark.parametrize(
     ("claim", "key", "message"),
     [
@@ -279,7 +408,9 @@ def test_a_trend_needs_a_ladder(tmp_path):
     path.write_text(yaml.safe_dump({"grid": {NP: ["post", "pre"]}, "claims": [_claim("grows")]}))
     with pytest.raises(ConfigError) as err:
         load_study(path, check_data=False)
-    assert err.value.key == "claims[0].expect" and "needs ladder:" in str(err.value)
+    assert err.value.key == "claims[0].expect"
+    assert "needs a ladder of at least 3 rungs (this study has no ladder:)" in str(err.value)
+    assert "expect: larger with by: {<the size axis>: [<larger>, <smaller>]}" in str(err.value)
 
 
 def test_the_report_shows_the_slope_the_figure_the_extrapolation_and_every_rung(

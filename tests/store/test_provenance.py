@@ -12,12 +12,16 @@ from typer.testing import CliRunner
 
 from ablate.cli import app
 from ablate.config import ConfigError, build_config
-from ablate.store import RunDir
+from ablate.store import RunDir, provenance
 from ablate.store.provenance import (
     PACKAGE,
+    byte_fingerprint,
     code_fingerprint,
+    fingerprint_at,
     is_stale,
+    package_sources,
     process_started,
+    source_fingerprint,
     stale_note,
 )
 from ablate.training.train import ResumeMismatch, check_resume
@@ -131,7 +135,7 @@ def test_stale_runs_are_flagged_and_rerun(tmp_path, monkeypatch):
     run = RunDir(store / "s" / first["run_id"])
     assert not is_stale(run) and stale_note(store / "s") == ""
     data = yaml.safe_load(run.run_file.read_text())
-    data["meta"]["code_fingerprint"] = "0123456789abcdef"  # made by other model code
+    data["meta"]["code_fingerprint"] = "ast:0123456789abcdef"  # made by other model code
     run.run_file.write_text(yaml.safe_dump(data))
     assert is_stale(run)
     assert "1 run was made by different model/training code" in stale_note(store / "s")
@@ -143,8 +147,122 @@ def test_stale_runs_are_flagged_and_rerun(tmp_path, monkeypatch):
     assert redone["status"] == "completed" and not is_stale(run)
     (moved,) = (store / "s" / ".stale").iterdir()
     assert yaml.safe_load((moved / "run.yaml").read_text())["meta"]["code_fingerprint"] == (
-        "0123456789abcdef"
+        "ast:0123456789abcdef"
     )
+
+
+# --- the code fingerprint: behaviour, not bytes -------------------------------------------------
+
+SOURCE = '''"""A module."""
+
+SCALE = 0.02
+"""The init std."""
+
+
+def init(w, n: int = 2):
+    """Scale ``w``."""
+    return w * SCALE / n
+'''
+SAME = '''"""The module, its docstring reworded at length."""
+# a comment the old fingerprint would have hashed
+SCALE = 0.02  # trailing comment
+
+
+def init(
+    w,
+    n: int = 2,
+):
+    """Scale ``w`` (reworded)."""
+    # why: a comment in the body
+    return (w * SCALE) / n
+'''
+
+
+def test_docstrings_comments_and_formatting_keep_the_fingerprint():
+    base = source_fingerprint({"model/m.py": SOURCE})
+    assert base.startswith("ast:") and len(base) == 4 + 16
+    assert source_fingerprint({"model/m.py": SAME}) == base
+    # a changed constant, statement, default or name is other behaviour
+    for edit in (
+        SOURCE.replace("0.02", "0.01"),
+        SOURCE.replace("/ n", "/ (n + 1)"),
+        SOURCE.replace("n: int = 2", "n: int = 3"),
+        SOURCE.replace("return w", "w = w.float()\n    return w"),
+        SOURCE.replace("SCALE", "STD"),
+    ):
+        assert source_fingerprint({"model/m.py": edit}) != base
+    # the file's path is part of it: the same code in another file is other code
+    assert source_fingerprint({"model/n.py": SOURCE}) != base
+
+
+def test_a_docstring_edit_keeps_the_packages_fingerprint_a_constant_does_not(tmp_path):
+    """The real CODE_FILES copied and edited: a docstring (and a comment) leave the fingerprint
+    as it is, where the old byte hash changed; one constant changes it."""
+    sources = package_sources()
+    assert "model/transformer.py" in sources and "training/adamw.py" in sources
+    assert source_fingerprint(sources) == code_fingerprint()
+    text = sources["model/transformer.py"].decode()
+    first = text.index('"""') + 3
+    reworded = text[:first] + "Reworded. " + text[first:] + "\n# a closing comment\n"
+    edited = {**sources, "model/transformer.py": reworded.encode()}
+    assert source_fingerprint(edited) == code_fingerprint()
+    assert edited != sources  # the bytes differ: the byte fingerprint would have moved
+    assert "math.log(10000.0)" in text  # the sinusoidal encoding's base
+    changed = text.replace("math.log(10000.0)", "math.log(10001.0)")
+    assert source_fingerprint({**sources, "model/transformer.py": changed.encode()}) != (
+        code_fingerprint()
+    )
+
+
+@pytest.fixture
+def code_history(tmp_path, git):
+    """A repository whose package ``pkg`` went through three commits: the code, a docstring
+    edit, a changed constant; returns (package folder, the three commits)."""
+    pkg = tmp_path / "repo" / "pkg"
+    (pkg / "model").mkdir(parents=True)
+    git(tmp_path / "repo", "init", "-q")
+    commits = []
+    for text in (SOURCE, SAME, SOURCE.replace("0.02", "0.01")):
+        (pkg / "model" / "m.py").write_text(text)
+        (pkg / "model" / "notes.txt").write_text(text)  # not a CODE_FILES pattern
+        git(tmp_path / "repo", "add", "-A")
+        git(tmp_path / "repo", "commit", "-q", "-m", "step")
+        commits.append(git(tmp_path / "repo", "rev-parse", "HEAD"))
+    return pkg, commits
+
+
+def test_the_fingerprint_at_a_commit_is_rebuilt_from_git(code_history):
+    pkg, (code, docstring, constant) = code_history
+    want = source_fingerprint({"model/m.py": SOURCE})
+    assert fingerprint_at(code, pkg) == want == fingerprint_at(docstring, pkg)
+    assert fingerprint_at(constant, pkg) != want
+    assert fingerprint_at("0" * 40, pkg) is None  # a commit this clone lacks
+
+
+def _run_with(folder, meta: dict) -> RunDir:
+    folder.mkdir(parents=True)
+    (folder / "run.yaml").write_text(yaml.safe_dump({"meta": meta, "config": {}}))
+    return RunDir(folder)
+
+
+def test_a_run_with_a_byte_fingerprint_is_judged_by_its_commits_code(
+    code_history, tmp_path, monkeypatch
+):
+    """Runs recorded before the behaviour fingerprint: a clean commit is rebuilt and compared
+    by behaviour (a docstring edit since is not stale, a changed constant is); without a clean
+    commit only the bytes can be compared."""
+    pkg, (code, docstring, constant) = code_history
+    monkeypatch.setattr(provenance, "code_fingerprint", lambda: fingerprint_at(docstring, pkg))
+    monkeypatch.setattr(provenance, "fingerprint_at", lambda c: fingerprint_at(c, pkg))
+    old = {"code_fingerprint": "0123456789abcdef", "git_dirty": False}
+    assert not is_stale(_run_with(tmp_path / "a", {**old, "git_commit": code}))
+    assert is_stale(_run_with(tmp_path / "b", {**old, "git_commit": constant}))
+    dirty = {**old, "git_commit": code, "git_dirty": True}
+    assert is_stale(_run_with(tmp_path / "c", dirty))  # uncommitted changes: bytes differ
+    same_bytes = {**dirty, "code_fingerprint": byte_fingerprint()}
+    monkeypatch.setattr(provenance, "code_fingerprint", code_fingerprint)
+    assert not is_stale(_run_with(tmp_path / "d", same_bytes))
+    assert not is_stale(_run_with(tmp_path / "e", {"git_commit": code}))  # nothing recorded
 
 
 # --- samples -------------------------------------------------------------------------------------

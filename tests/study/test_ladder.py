@@ -91,7 +91,7 @@ def test_a_profile_ladder_replaces_the_studys(write):
 @pytest.mark.parametrize(
     ("top", "key", "message"),
     [
-        ({"ladder": _ladder() | {"rungs": _ladder()["rungs"][:2]}}, "ladder.rungs", "at least 3"),
+        ({"ladder": _ladder() | {"rungs": _ladder()["rungs"][:1]}}, "ladder.rungs", "at least 2"),
         ({"ladder": _ladder({"tokens_per_param": 8, "steps": 9})}, "ladder", "give one rule"),
         ({"ladder": {"rungs": _ladder()["rungs"]}}, "ladder", "give one rule"),
         ({"ladder": _ladder({"tokens_per_param": -1})}, "ladder.tokens_per_param", "positive"),
@@ -163,3 +163,36 @@ def test_plan_prints_every_rung_with_parameters_tokens_and_flops(write):
     res = CliRunner().invoke(app, ["plan", str(bad), "--no-estimate"])
     assert res.exit_code == 2 and "ladder.steps" in res.output
     assert len(res.output.strip().splitlines()) == 1
+
+
+TREND = {
+    "id": "post-gap-grows",
+    "text": "Post-LN's penalty grows with size",
+    "expect": "grows",
+    "a": {"model.norm_placement": "post"},
+    "b": {"model.norm_placement": "pre"},
+}
+
+
+@pytest.mark.parametrize(("expect", "alt"), [("grows", "larger"), ("flat", "equal")])
+def test_a_question_at_two_sizes_is_refused_as_a_trend_and_told_the_claim_that_asks_it(
+    write, tmp_path, expect, alt
+):
+    """Two rungs are a ladder, but no trend: `ablate run` exits 2 with one line naming the file
+    and the claim's key, writes nothing, and names the interaction that answers it at two
+    sizes; that claim, as the error words it, plans."""
+    two = _ladder() | {"rungs": _ladder()["rungs"][:2]}
+    trend = {**TREND, "expect": expect} | ({"margin": 0.05} if expect == "flat" else {})
+    path = write(ladder=two, claims=[trend])
+    store = tmp_path / "runs"
+    res = CliRunner().invoke(app, ["run", str(path), "--store", str(store)])
+    assert res.exit_code == 2, res.output
+    (line,) = res.output.strip().splitlines()
+    assert str(path) in line and "claims[0].expect" in line
+    assert "needs a ladder of at least 3 rungs (this ladder has 2)" in line
+    assert f"expect: {alt} with by: {{rung: [m, s]}}" in line
+    assert not store.exists()  # nothing written
+    asked = {k: v for k, v in trend.items() if k != "expect"}
+    asked |= {"expect": alt, "by": {"rung": ["m", "s"]}}
+    study = load_study(write(ladder=two, claims=[asked]))
+    assert study.ladder.names == ["s", "m"] and len(study.runs) == 2 * 2 * 2
