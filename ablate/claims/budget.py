@@ -27,7 +27,7 @@ spent it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import yaml
@@ -60,11 +60,13 @@ class Share:
     changed: str = ""
     """Words when the claim now is not the entry this attempt ran under (text, margin, metric
     or arms changed after its data): then the claim is a new one, never confirmed by it."""
+    pending: bool = False
+    """Its design has runs left: it spends ``alpha`` once they finish."""
 
     @property
     def confirms(self) -> bool:
         """Whether this attempt can confirm the claim as the study states it now."""
-        return self.alpha is not None and not self.changed and not self.role.startswith("pending")
+        return self.alpha is not None and not self.changed and not self.pending
 
 
 @dataclass(frozen=True)
@@ -168,12 +170,26 @@ def claim_shares(
             role = (
                 f"pending: spends α={share:.3g} (share {k} of the claim's budget) when it finishes"
             )
-            shares.append(Share(share, role, margin, metric, _changed(study, claim, entry)))
+            changed = _changed(study, claim, entry)
+            shares.append(Share(share, role, margin, metric, changed, pending=True))
         else:
             spent.append((attempt.tag, share))
             role = f"α={share:.3g} (share {k} of the claim's budget)"
             shares.append(Share(share, role, margin, metric, _changed(study, claim, entry)))
     return Budget(budget.spending, budget.fixed_in, budget.legacy, tuple(spent)), shares
+
+
+def as_it_stood(shares: list[Share], attempts: list[Attempt], margins: list) -> list[Share]:
+    """``shares`` with the margin and metric of each unregistered attempt filled in from the
+    study file as it stood when that attempt started (``margins``:
+    :func:`ablate.claims.history.margin_history`), so every attempt is decided as it was run."""
+    out = []
+    for share, attempt in zip(shares, attempts, strict=True):
+        then = [m for m in margins if not m.time > attempt.start]
+        if share.margin is None and then:
+            share = replace(share, margin=then[-1].margin, metric=then[-1].metric)
+        out.append(share)
+    return out
 
 
 def _unregistered(attempt: Attempt, record: dict | None, claim_id: str) -> str:

@@ -101,10 +101,12 @@ def _confirm_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[flag]
 
 
-def history_attempts(folder: Path | None, cwd: Path | None = None) -> list[Attempt]:
+def history_attempts(
+    folder: Path | None, cwd: Path | None = None, before: float = math.nan
+) -> list[Attempt]:
     """The archived attempts in ``folder`` (``reports/<study>/history``): one per CSV with
-    confirmation rows, ordered by the commit that recorded them (``recorded_in``), those
-    without one after."""
+    confirmation rows, ordered by the commit that recorded them (``recorded_in``); one
+    without it dates from ``before`` (a time its runs are known to precede), else after."""
     if folder is None or not folder.is_dir():
         return []
     out = []
@@ -113,7 +115,7 @@ def history_attempts(folder: Path | None, cwd: Path | None = None) -> list[Attem
         conf = _confirm_rows(df)
         look = conf.empty  # no confirmation runs: an exploratory look at the claims
         conf = df if look else conf
-        t = math.nan
+        t = before
         if RECORDED_IN in df and cwd is not None:
             t = _commit_time(cwd, str(df[RECORDED_IN].dropna().iloc[0]))
         done = int(conf["status"].isin(("completed", "diverged")).sum()) if "status" in conf else 0
@@ -147,7 +149,14 @@ def study_attempts(study) -> list[Attempt]:
     predate the store's registration files)."""
     folder = study.history_dir
     cwd = study.yaml_path.parent if study.yaml_path is not None else None
-    return history_attempts(Path(folder) if folder else None, cwd) + store_attempts(study.runs)
+    before = math.nan
+    if study.yaml_path is not None:  # their runs predate the first registration file
+        from ablate.claims.registration import git_versions, registration_path
+
+        versions = git_versions(registration_path(study.yaml_path, getattr(study, "profile", None)))
+        before = versions[0].time - 1 if versions else math.nan
+    archived = history_attempts(Path(folder) if folder else None, cwd, before)
+    return archived + store_attempts(study.runs)
 
 
 def attempt_text(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ablate.claims.attempts import earlier_outcomes
-from ablate.claims.budget import claim_shares, deciding_level
+from ablate.claims.budget import as_it_stood, claim_shares, deciding_level
 from ablate.claims.checks import (
     ClaimCheck,
     build_comparisons,
@@ -77,7 +77,8 @@ def analyse(study) -> tuple[list[Comparison], list[ClaimCheck]]:
 def add_budget(study, check: ClaimCheck, versions) -> None:
     """The claim's attempts and what each spends of its α budget (``check.history``)."""
     h = claim_history(study, check.claim, check.pool if check.confirmation else None)
-    h.budget, h.shares = claim_shares(study, check.claim, h.attempts, versions)
+    h.budget, shares = claim_shares(study, check.claim, h.attempts, versions)
+    h.shares = as_it_stood(shares, h.attempts, h.margins)
     check.history = h
 
 

@@ -151,8 +151,9 @@ def register_study(
     pilot = pilot_power(study_path, store, study.name, study.profile, needs, shares)
     for entry in record["claims"]:
         d = designs[entry["id"]]
-        if not exploratory:
+        if not exploratory:  # the share this attempt spends, under the budget first fixed
             entry["attempt"], entry["alpha"] = d.attempt, float(f"{d.share:.6g}")
+            entry["budget"] = d.budget.text()
         entry["pilot"] = pilot.get(entry["id"]) or pilot[""]
         warnings = design_warnings(n, d, needs.get(entry["id"]), exploratory)
         if warnings:  # the researcher decides; the file keeps what they were told

@@ -148,6 +148,7 @@ def test_register_refuses_a_design_its_exact_tests_cannot_decide(tmp_path, write
     record = yaml.safe_load(reg.read_text())
     assert record["attempts"] == {"rule": "once"} and len(record["design"]["seeds"]) == 8
     assert {(c["attempt"], c["alpha"]) for c in record["claims"]} == {(1, 0.05)}
+    assert record["claims"][0]["budget"] == "one attempt at α=0.05 (fixed when first registered)"
     args = ["register", str(study), "--seeds", "3", "--exploratory", "--store", str(store)]
     assert cli.invoke(app, args).exit_code == 0
     record = yaml.safe_load(reg.read_text())

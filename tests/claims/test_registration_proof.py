@@ -164,7 +164,7 @@ def test_a_registration_from_before_pins_keeps_its_meaning(
     record = yaml.safe_load(reg.read_text())
     del record["inputs"], record["attempts"]  # the format before pins and budgets
     for entry in record["claims"]:
-        del entry["attempt"], entry["alpha"]
+        del entry["attempt"], entry["alpha"], entry["budget"]
     reg.write_text(yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
     git(repo, "add", str(reg))
     git(repo, "commit", "-qm", "register")
