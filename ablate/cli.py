@@ -466,16 +466,33 @@ def register(
         typer.Option(min=1, help="A sequential design (ablate run until-decided): K looks."),
     ] = None,
     note: Annotated[str, typer.Option(help="Why this design (e.g. its power, its budget).")] = "",
+    attempts: Annotated[
+        str,
+        typer.Option(
+            help="How a claim registered here first spends its α over attempts: 1 (all on "
+            "one), K (α/K on each of at most K) or halving (α/2, α/4, ...)."
+        ),
+    ] = "1",
+    exploratory: Annotated[
+        bool,
+        typer.Option(
+            "--exploratory",
+            help="Register no α share: any seeds will do, the outcomes are exploratory.",
+        ),
+    ] = False,
     profile: ProfileOpt = None,
     set_: SetOpt = None,
     store: StoreOpt = Path("runs"),
     plugin: PluginOpt = None,
 ) -> None:
     """Write the study's registration (claims, margins, the confirmation design and its fresh
-    seeds) beside it; commit it before `ablate run confirm`."""
-    from ablate.execution.confirm import register_study
+    seeds, each claim's attempt and α share) beside it; commit it before `ablate run confirm`.
+    Refuses a design whose seeds cannot decide a claim unless --exploratory."""
+    from ablate.claims.registration import spending_option
+    from ablate.execution.confirm import Choices, register_study
 
     try:
+        choices = Choices(looks, note, spending_option(attempts), exploratory)
         path = register_study(
             study,
             seeds,
@@ -483,8 +500,7 @@ def register(
             profile=profile,
             overrides=set_ or [],
             plugins=plugin or [],
-            looks=looks,
-            note=note,
+            choices=choices,
         )
     except ConfigError as err:
         fail(err)

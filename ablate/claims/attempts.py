@@ -5,7 +5,9 @@ An attempt of the store is the study's confirmation runs under one registration 
 the exploratory runs beside them (a best-of arm is picked there); an archived attempt is a
 result table under ``reports/<study>/history/`` (its confirmation rows, or every row of an
 exploratory look). Each is decided as the report decides the latest: Holm over the study's
-claims, by the t-test and by the exact test. An attempt whose runs are unfinished is not
+claims, by the t-test and by the exact test, each claim at the α share that attempt spends of
+its budget (:mod:`ablate.claims.budget`; the nominal α where it spends none) and at the margin
+and metric that attempt's registration gave it. An attempt whose runs are unfinished is not
 decided: its line says how many finished.
 """
 
@@ -51,10 +53,11 @@ def attempt_runs(study, attempt: Attempt) -> pd.DataFrame | None:
 
 
 def decide_attempt(
-    study, attempt: Attempt, instead: dict | None = None
+    study, attempt: Attempt, instead: dict | None = None, alphas: dict | None = None
 ) -> dict[str, ClaimCheck] | None:
     """Every claim of ``study`` decided on ``attempt``'s runs (None: nothing finished);
-    ``instead``: claim id -> the claim to decide in its place (another margin or metric)."""
+    ``instead``: claim id -> the claim to decide in its place (another margin or metric);
+    ``alphas``: claim id -> its level (default the nominal α)."""
     runs = attempt_runs(study, attempt)
     if runs is None:
         return None
@@ -63,7 +66,7 @@ def decide_attempt(
     checks = build_comparisons(data, claims, study.equivalence_margin)
     confirmatory_family(checks)
     for ch in checks:
-        decide_claim(ch, ALPHA)
+        decide_claim(ch, (alphas or {}).get(ch.claim.id, ALPHA))
     return {ch.claim.id: ch for ch in checks}
 
 
@@ -79,13 +82,26 @@ def gave(check: ClaimCheck | None) -> str:
     return f"{check.outcome} ({holm_ps(check)}, n={n})"
 
 
-def earlier_outcomes(
-    study, attempts: list[Attempt], instead: dict | None = None
-) -> list[dict[str, str]]:
-    """Per attempt (in order), claim id -> what it gave that claim (:func:`gave`)."""
+def earlier_outcomes(study, attempts: list[Attempt], histories: dict) -> list[dict[str, str]]:
+    """Per attempt (in order), claim id -> what it gave that claim (:func:`gave`), each claim
+    as that attempt registered it and at its share (``histories``: claim id -> its
+    :class:`~ablate.claims.history.ClaimHistory` with the shares)."""
     out = []
-    for attempt in attempts:
-        decided = decide_attempt(study, attempt, instead)
+    for i, attempt in enumerate(attempts):
+        instead, alphas = {}, {}
+        for claim in study.claims:
+            shares = getattr(histories.get(claim.id), "shares", [])
+            share = shares[i] if i < len(shares) else None
+            if share is None:
+                continue
+            if share.alpha is not None:
+                alphas[claim.id] = share.alpha
+            now = claim.margin if claim.margin is not None else study.equivalence_margin
+            margin = share.margin if share.margin is not None else now
+            metric = share.metric or claim.metric
+            if (margin, metric) != (now, claim.metric):
+                instead[claim.id] = replace(claim, margin=float(margin), metric=metric)
+        decided = decide_attempt(study, attempt, instead, alphas)
         if decided is None:
             out.append({c.id: "not decided: no finished run" for c in study.claims})
         else:

@@ -105,12 +105,8 @@ class ClaimCheck:
     exact_outcome: str = ""
     """The outcome by the exact test alone ("" when the claim has none)."""
     history: object | None = None
-    """The claim's attempts, margin history and git order proof
+    """The claim's attempts, what each spends of its α budget, and its committed versions
     (:class:`ablate.claims.history.ClaimHistory`), when the report computed them."""
-    changed: ClaimCheck | None = None
-    """Where the claim's margin or metric changed after an earlier attempt: the claim decided
-    at the changed ones (exploratory); this check is then its line at the margin and metric
-    first committed, the confirmatory one."""
 
 
 def claim_runs(runs: pd.DataFrame, claim: Claim) -> tuple[pd.DataFrame, bool]:

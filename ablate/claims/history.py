@@ -8,14 +8,12 @@ registration and runs proven by git ancestry.
   an exploratory look at the claims, e.g. an early ``--until-decided``) and the store's
   confirmation runs, one attempt per registration commit, in order of their first start. A
   claim is decided on the latest; its line says "attempt k of n" and what each earlier one
-  gave (:mod:`ablate.claims.attempts` decides them). Alpha is *not* shared across attempts:
-  each attempt is tested at the full α = 0.05 (Holm over the study's claims); the earlier
-  attempts are listed so a reader can discount a claim that needed several.
-* **Margins and metrics** (:func:`margin_history`): every committed version of the study YAML,
-  and the margin and metric each gave the claim. One changed after an earlier attempt makes
-  the claim exploratory at its new margin or metric: the report decides it, in the same Holm
-  family and on the same runs, at the margin and metric first committed, its confirmatory
-  line, and gives the later one as exploratory.
+  gave (:mod:`ablate.claims.attempts` decides them), each at the α share of the claim's one
+  budget it spends (:mod:`ablate.claims.budget`: the first registration fixes how α is spread
+  over attempts; an attempt without a share is exploratory).
+* **Text, margins and metrics** (:func:`margin_history`): every committed version of the study
+  YAML, and the text, margin and metric each gave the claim, in words beside its attempts
+  (a claim changed after an attempt's data is a new claim: :mod:`ablate.claims.budget`).
 * **Order** (:func:`order_proof`): a verdict is confirmatory only when the registration commit
   is an ancestor of every deciding run's recorded commit (``study_commit``, the repository of
   the study and its registration; ``git_commit`` for runs from before ablate recorded it;
@@ -42,10 +40,6 @@ import yaml
 
 HISTORY = "history"
 RECORDED_IN = "recorded_in"
-ALPHA_ACROSS_ATTEMPTS = (
-    "α is not shared across attempts: each attempt is tested at the full α = 0.05 (Holm over "
-    "the study's claims) and the earlier ones are listed, not corrected for"
-)
 LAUNCH_CHECK = "has changes not committed"
 """The words of the check ``ablate run --confirm`` makes before it starts: the registration
 file has no uncommitted change (:func:`ablate.claims.registration.commit_problem`). Found in
@@ -107,10 +101,12 @@ def _confirm_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[flag]
 
 
-def history_attempts(folder: Path | None, cwd: Path | None = None) -> list[Attempt]:
+def history_attempts(
+    folder: Path | None, cwd: Path | None = None, before: float = math.nan
+) -> list[Attempt]:
     """The archived attempts in ``folder`` (``reports/<study>/history``): one per CSV with
-    confirmation rows, ordered by the commit that recorded them (``recorded_in``), those
-    without one after."""
+    confirmation rows, ordered by the commit that recorded them (``recorded_in``); one
+    without it dates from ``before`` (a time its runs are known to precede), else after."""
     if folder is None or not folder.is_dir():
         return []
     out = []
@@ -119,7 +115,7 @@ def history_attempts(folder: Path | None, cwd: Path | None = None) -> list[Attem
         conf = _confirm_rows(df)
         look = conf.empty  # no confirmation runs: an exploratory look at the claims
         conf = df if look else conf
-        t = math.nan
+        t = before
         if RECORDED_IN in df and cwd is not None:
             t = _commit_time(cwd, str(df[RECORDED_IN].dropna().iloc[0]))
         done = int(conf["status"].isin(("completed", "diverged")).sum()) if "status" in conf else 0
@@ -153,20 +149,41 @@ def study_attempts(study) -> list[Attempt]:
     predate the store's registration files)."""
     folder = study.history_dir
     cwd = study.yaml_path.parent if study.yaml_path is not None else None
-    return history_attempts(Path(folder) if folder else None, cwd) + store_attempts(study.runs)
+    before = math.nan
+    if study.yaml_path is not None:  # their runs predate the first registration file
+        from ablate.claims.registration import git_versions, registration_path
+
+        versions = git_versions(registration_path(study.yaml_path, getattr(study, "profile", None)))
+        before = versions[0].time - 1 if versions else math.nan
+    archived = history_attempts(Path(folder) if folder else None, cwd, before)
+    return archived + store_attempts(study.runs)
 
 
-def attempt_text(k: int, attempts: list[Attempt], gave: list[str] | None = None) -> str:
-    """``attempt 3 of 3 (earlier: ...: what it gave; α not shared ...)``; ``gave``: what each
-    earlier attempt gave the claim, in the same order."""
+def attempt_text(
+    k: int,
+    attempts: list[Attempt],
+    gave: list[str] | None = None,
+    shares: list | None = None,
+    budget: object | None = None,
+) -> str:
+    """``attempt 3 of 3; α budget: ...; this attempt: α=0.025 (...); earlier: ...: its α →
+    what it gave``; ``gave``: what each earlier attempt gave the claim, ``shares``: what each
+    attempt spends of its budget (:class:`ablate.claims.budget.Share`), in the same order."""
     n = len(attempts)
-    if n <= 1:
-        return "attempt 1 of 1"
+    roles = [s.role for s in shares or []] + [""] * n
     said = list(gave or []) + [""] * n
+    head = f"attempt {k} of {max(n, 1)}"
+    if budget is not None:
+        head += f"; α budget: {budget.text()}"
+    if roles[k - 1]:
+        head += f"; this attempt: {roles[k - 1]}"
+    if n <= 1:
+        return head
     earlier = "; ".join(
-        a.text() + (f" → {said[i]}" if said[i] else "") for i, a in enumerate(attempts[: k - 1])
+        a.text() + (f": {roles[i]}" if roles[i] else "") + (f" → {said[i]}" if said[i] else "")
+        for i, a in enumerate(attempts[: k - 1])
     )
-    return f"attempt {k} of {n} (earlier: {earlier}; α not shared across attempts)"
+    return f"{head} (earlier: {earlier})" if earlier else head
 
 
 # --- margins -------------------------------------------------------------------------------
@@ -174,28 +191,32 @@ def attempt_text(k: int, attempts: list[Attempt], gave: list[str] | None = None)
 
 @dataclass(frozen=True)
 class MarginVersion:
-    """The claim's margin and metric as one commit of the study file states them."""
+    """The claim's margin, metric and text as one commit of the study file states them."""
 
     commit: str
     time: float
     margin: float
     metric: str = "final_val_loss"
+    text: str = ""
 
-    def text(self) -> str:
-        return f"±{self.margin:g}" + (f" on {self.metric}" if self.metric else "")
-
-
-def _margin_only(v: MarginVersion) -> MarginVersion:
-    """``v`` worded by its margin alone (where the metric did not change)."""
-    return MarginVersion(v.commit, v.time, v.margin, "")
+    def changes(self, before: MarginVersion) -> str:
+        """What this version changed against ``before``, in words: ``margin ±0.01 → ±0.03``."""
+        out = []
+        if self.text != before.text:
+            out.append("text")
+        if self.margin != before.margin:
+            out.append(f"margin ±{before.margin:g} → ±{self.margin:g}")
+        if self.metric != before.metric:
+            out.append(f"metric {before.metric} → {self.metric}")
+        return ", ".join(out)
 
 
 def margin_history(
     yaml_path: Path | None, claim_id: str, default: float = 0.01, profile: str | None = None
 ) -> list[MarginVersion]:
-    """The claim's margin and metric as first committed, then each commit that changed either
-    (against its first parent), oldest first; empty outside git. ``profile``: its ``claims:``
-    replacements apply (a profile may measure a claim another way)."""
+    """The claim's margin, metric and text as first committed, then each commit that changed
+    one (against its first parent), oldest first; empty outside git. ``profile``: its
+    ``claims:`` replacements apply (a profile may measure a claim another way)."""
     if yaml_path is None or not Path(yaml_path).is_file():
         return []
     path = Path(yaml_path)
@@ -211,7 +232,7 @@ def margin_history(
     top = git(path.parent, "rev-parse", "--show-toplevel")
     root = Path(top.stdout.strip()) if top is not None and top.returncode == 0 else path.parent
 
-    def margin_at(rev: str) -> tuple[float, str] | None:
+    def margin_at(rev: str) -> tuple[float, str, str] | None:
         shown = git(root, "show", rev)
         try:
             data = yaml.safe_load(shown.stdout) if shown and shown.returncode == 0 else None
@@ -228,9 +249,12 @@ def margin_history(
         over = ((prof.get("claims") if isinstance(prof, dict) else None) or {}).get(claim_id)
         entry = {**entry, **over} if isinstance(over, dict) else entry
         margin = entry.get("margin", data.get("equivalence_margin"))
+        text = " ".join(str(entry.get("text") or "").split())
         try:
-            return float(default if margin is None else margin), str(
-                entry.get("metric") or "final_val_loss"
+            return (
+                float(default if margin is None else margin),
+                str(entry.get("metric") or "final_val_loss"),
+                text,
             )
         except (TypeError, ValueError):
             return None
@@ -455,61 +479,82 @@ def inputs_proof(
 
 @dataclass
 class ClaimHistory:
-    """A claim's attempts, margins and order proof, as its line reports them."""
+    """A claim's attempts, what each spends of its α budget, its committed versions and what
+    each earlier attempt gave it, as its line reports them."""
 
     attempt: int = 1
+    """The attempt that decided it, counted from 1 (the last when none did)."""
     attempts: list[Attempt] = field(default_factory=list)
+    deciding: int | None = None
+    """Index in ``attempts`` of the attempt whose confirmation runs decided it (None: decided
+    on runs of no attempt)."""
     margins: list[MarginVersion] = field(default_factory=list)
     margin_changed: str = ""
-    """Words when the margin or metric changed since first committed, else ""."""
-    after_data: bool = False
-    """The change came after an earlier attempt: the claim is exploratory at its new margin or
-    metric and decided, as its confirmatory line, at the first ones."""
-    first_text: str = ""
-    """The margin (and metric, where it changed) first committed, in words: ``±0.01``."""
-    last_text: str = ""
+    """Words when its text, margin or metric changed since first committed, else ""."""
     earlier: list[str] = field(default_factory=list)
     """Each earlier attempt with what it gave this claim (outcome and p), oldest first."""
+    budget: object | None = None
+    """Its α budget (:class:`ablate.claims.budget.Budget`), when the report computed it."""
+    shares: list = field(default_factory=list)
+    """What each attempt spends of it (:class:`ablate.claims.budget.Share`), as ``attempts``."""
 
     def attempt_text(self) -> str:
-        return attempt_text(self.attempt, self.attempts, self.earlier)
+        return attempt_text(self.attempt, self.attempts, self.earlier, self.shares, self.budget)
+
+    def rows(self, outcome: str = "") -> list[dict]:
+        """Every attempt as data, oldest first: its label, seeds, runs (finished), the α it
+        spends of this claim's budget (None: none), that share's words, and what it gave the
+        claim (``outcome`` for the deciding one; "" where nothing was decided)."""
+        out = []
+        for i, a in enumerate(self.attempts):
+            share = self.shares[i] if i < len(self.shares) else None
+            gave = self.earlier[i] if i < len(self.earlier) else ""
+            out.append(
+                {
+                    "attempt": i + 1,
+                    "label": a.label,
+                    "seeds": list(a.seeds),
+                    "runs": a.runs,
+                    "finished": a.finished,
+                    "alpha": None if share is None else share.alpha,
+                    "share": "" if share is None else share.role,
+                    "outcome": outcome if i == self.deciding else gave,
+                }
+            )
+        return out
+
+    def deciding_share(self):
+        """The deciding attempt's :class:`~ablate.claims.budget.Share` (None: no attempt)."""
+        if self.deciding is None or self.deciding >= len(self.shares):
+            return None
+        return self.shares[self.deciding]
 
 
 def claim_history(study, claim, deciding: pd.DataFrame | None) -> ClaimHistory:
-    """The claim's :class:`ClaimHistory`: which attempt decided it (the latest with runs of
-    it), its margins in git, and whether the margin changed after an earlier attempt."""
+    """The claim's :class:`ClaimHistory` without its budget: which attempt decided it (the
+    latest with runs of it), and its committed versions in git, in words."""
     attempts = study_attempts(study)
     tags = set()
     if deciding is not None and "registration" in deciding:
         tags = set(deciding["registration"].dropna().astype(str))
-    k = len(attempts)
-    for i, a in enumerate(attempts, 1):
+    k, index = len(attempts), None
+    for i, a in enumerate(attempts):
         if a.tag and a.tag in tags:
-            k = i
+            k, index = i + 1, i
     margins = []
     if not claim.parts:
         margins = margin_history(
             study.yaml_path, claim.id, study.equivalence_margin, getattr(study, "profile", None)
         )
-    out = ClaimHistory(max(k, 1), attempts, margins)
-    if len(margins) > 1:
-        change, first = margins[-1], margins[0]
-        what = "margin" if change.metric == first.metric else "metric"
-        what = "margin and metric" if what == "metric" and change.margin != first.margin else what
-        if what == "margin":  # the metric stayed: name the margins only
-            first, change = _margin_only(first), _margin_only(change)
-        out.first_text, out.last_text = first.text(), change.text()
-        before = [a for a in attempts[: k - 1] if not (a.start >= change.time)]
-        if before:
-            out.after_data = True
-            out.margin_changed = (
-                f"{what} changed from {first.text()} (first committed in {first.commit[:7]}) to "
-                f"{change.text()} in {change.commit[:7]}, AFTER an earlier attempt "
-                f"({before[-1].text()})"
-            )
-        else:
-            out.margin_changed = (
-                f"{what} changed from {first.text()} ({first.commit[:7]}) to {change.text()} "
-                f"({change.commit[:7]}) before any attempt"
-            )
+    out = ClaimHistory(max(k, 1), attempts, index, margins)
+    steps = []
+    for before, now in zip(margins, margins[1:], strict=False):
+        seen = [a for a in attempts if a.start < now.time]
+        when = f"after the data of the attempt {seen[-1].label}" if seen else "before any attempt"
+        steps.append(f"{now.changes(before)} in {now.commit[:7]}, {when}")
+    if steps:
+        out.margin_changed = (
+            f"first committed in {margins[0].commit[:7]}; changed: {'; '.join(steps)} (a change "
+            "after an attempt's data makes it a new claim: that attempt never confirms it)"
+        )
     return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ablate.claims.attempts import earlier_outcomes
+from ablate.claims.budget import as_it_stood, claim_shares, deciding_level
 from ablate.claims.checks import (
     ClaimCheck,
     build_comparisons,
@@ -20,12 +21,18 @@ from ablate.claims.checks import (
     decide_claim,
     decide_pooled,
     hold,
+    settled,
 )
 from ablate.claims.comparisons import Comparison, adjust, axis_comparisons
 from ablate.claims.history import claim_history
 from ablate.claims.looks import sequential_checks, study_looks
 from ablate.claims.power import SeedsNeeded
-from ablate.claims.standing import confirm_mask, design_progress, latest_attempt
+from ablate.claims.standing import (
+    confirm_mask,
+    design_progress,
+    latest_attempt,
+    registration_versions,
+)
 from ablate.claims.stats import ALPHA
 from ablate.claims.verdicts import numbers
 
@@ -33,7 +40,9 @@ from ablate.claims.verdicts import numbers
 def analyse(study) -> tuple[list[Comparison], list[ClaimCheck]]:
     """The report's two families: the exploratory axis comparisons (on the original, not the
     confirmation, runs), Benjamini–Hochberg within the report; and the study's claims, the
-    confirmatory family, Holm over the claims only (each test once), decided."""
+    confirmatory family, Holm over the claims only (each test once), each decided at the α
+    share its deciding attempt spends of its budget (:mod:`ablate.claims.budget`; the nominal
+    α where that attempt is exploratory)."""
     margin = study.equivalence_margin
     original = study.runs[~confirm_mask(study.runs)]
     comps = adjust(axis_comparisons(original, study.varying_axes, margin=margin), method="bh")
@@ -49,52 +58,38 @@ def analyse(study) -> tuple[list[Comparison], list[ClaimCheck]]:
     for check in checks:
         if check.claim.id in progress:
             hold(check, progress[check.claim.id], study.runs[latest_attempt(study.runs)])
-        else:
-            decide_claim(check, ALPHA)
-    decide_pooled(checks, ALPHA)
     by_id = decided | {check.claim.id: check for check in checks}
     ordered = [by_id[c.id] for c in study.claims]
-    add_history(study, ordered)
+    versions = registration_versions(study)[1]
+    for check in ordered:
+        add_budget(study, check, versions)
+    for check in checks:
+        if check.pending is None:
+            h = check.history
+            decide_claim(check, deciding_level(h.shares, h.deciding))
+            if not settled(check.outcome) and h.budget.next_share() > 0:
+                check.seeds_needed = claim_need(check, h.budget.next_share())
+    decide_pooled(checks, ALPHA)
+    add_earlier(study, ordered)
     return comps, ordered
 
 
-def add_history(study, checks: list[ClaimCheck]) -> None:
-    """Each claim's attempts, what every earlier attempt gave it, and its margin and metric
-    history (:mod:`ablate.claims.history`). A claim whose margin or metric changed after an
-    earlier attempt is decided again, in the same family and on the same runs, at the margin
-    and metric first committed: that is its confirmatory line (it takes the claim's place),
-    and the decision at the changed ones is kept as exploratory (``check.changed``)."""
-    for check in checks:
-        check.history = claim_history(study, check.claim, check.pool)
+def add_budget(study, check: ClaimCheck, versions) -> None:
+    """The claim's attempts and what each spends of its α budget (``check.history``)."""
+    h = claim_history(study, check.claim, check.pool if check.confirmation else None)
+    h.budget, shares = claim_shares(study, check.claim, h.attempts, versions)
+    h.shares = as_it_stood(shares, h.attempts, h.margins)
+    check.history = h
+
+
+def add_earlier(study, checks: list[ClaimCheck]) -> None:
+    """What every earlier attempt gave each claim, as it registered the claim and at its
+    share (:func:`ablate.claims.attempts.earlier_outcomes`)."""
     depth = max((ch.history.attempt - 1 for ch in checks), default=0)
     attempts = checks[0].history.attempts[:depth] if checks else []
-    said = earlier_outcomes(study, attempts)
+    said = earlier_outcomes(study, attempts, {ch.claim.id: ch.history for ch in checks})
     for check in checks:
-        h = check.history
-        if h.after_data:  # its earlier attempts too, at the margin and metric first committed
-            said_first = earlier_outcomes(study, attempts, {check.claim.id: _first(check)})
-            h.earlier = [said_first[i][check.claim.id] for i in range(h.attempt - 1)]
-        else:
-            h.earlier = [said[i][check.claim.id] for i in range(h.attempt - 1)]
-    for i, check in enumerate(checks):
-        h = check.history
-        if not h.after_data:
-            continue
-        claims = [_first(check) if c.id == check.claim.id else c for c in study.claims]
-        again = build_comparisons(study, claims, study.equivalence_margin)
-        confirmatory_family(again)
-        for ch in again:
-            decide_claim(ch, ALPHA)
-        decide_pooled(again, ALPHA)
-        line = next(ch for ch in again if ch.claim.id == check.claim.id)
-        line.claim, line.history, line.changed = check.claim, h, check
-        checks[i] = line
-
-
-def _first(check: ClaimCheck):
-    """The claim at the margin and metric its study file first committed."""
-    first = check.history.margins[0]
-    return replace(check.claim, margin=first.margin, metric=first.metric)
+        check.history.earlier = [said[i][check.claim.id] for i in range(check.history.attempt - 1)]
 
 
 def claim_outcomes(study, alpha: float) -> dict[str, str]:
@@ -107,11 +102,15 @@ def claim_outcomes(study, alpha: float) -> dict[str, str]:
     return {check.claim.id: check.outcome for check in checks}
 
 
-def pilot(study) -> tuple[dict[str, str], dict[str, SeedsNeeded | None]]:
+def pilot(
+    study, alphas: dict[str, float] | None = None
+) -> tuple[dict[str, str], dict[str, SeedsNeeded | None]]:
     """Claim id -> what the study's exploratory runs (the pilot) say: the outcome and numbers
     there, and the seeds the deciding test would need at 80% power if the pilot's difference
-    and SD were the true ones (a registered design's power justification); and claim id ->
-    those seeds needed. Both empty without exploratory runs."""
+    and SD were the true ones, never fewer than its exact test's floor (a registered design's
+    power justification); and claim id -> those seeds needed. ``alphas``: claim id -> the α
+    share of the attempt being registered (default the nominal α). Both empty without
+    exploratory runs."""
     explore = study.runs[~confirm_mask(study.runs)]
     if explore.empty:
         return {}, {}
@@ -121,8 +120,9 @@ def pilot(study) -> tuple[dict[str, str], dict[str, SeedsNeeded | None]]:
     seeds = ", ".join(str(int(s)) for s in sorted(set(explore["seed"].dropna())))
     said, needs = {}, {}
     for ch in checks:
-        decide_claim(ch, ALPHA)
-        need = claim_need(ch, ALPHA)  # as the report computes it, decided or not
+        alpha = (alphas or {}).get(ch.claim.id) or ALPHA
+        decide_claim(ch, alpha)
+        need = claim_need(ch, alpha)  # as the report computes it, decided or not
         needs[ch.claim.id] = need
         said[ch.claim.id] = (
             f"on the exploratory seeds {seeds}: {ch.outcome}: {numbers(ch, 'nats')}; "

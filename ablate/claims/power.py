@@ -16,9 +16,11 @@ difference lies beyond the margin ("different": the 95% CI wholly outside ±m).
 
 For a claim: :func:`claim_seeds_needed` (the test that decides a two-arm, published-value or
 fitted claim) and :func:`parts_seeds_needed` (every one-sided part of a one-arm claim), and
-:func:`seeds_to_decide`, which adds the seeds the claim's exact test (sign-flip or
-permutation) needs before its smallest possible p is below the level at all: the one
-computation the report, a registration's pilot and ``ablate register``'s warnings use.
+:func:`seeds_to_decide`, which raises that to the claim's :func:`decidable_n`: the fewest seeds
+whose exact test (sign-flip or permutation) can go below the claim's Holm level at all. That
+floor needs no pilot and no assumption: it is what ``ablate register`` refuses to go below,
+what ``ablate plan`` prints and what the pilot's and the report's seeds needed are raised to,
+one function for all of them.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from scipy import stats
 
 from ablate.claims.comparisons import Comparison
 from ablate.claims.one_sample import Part
-from ablate.claims.spec import Claim
-from ablate.claims.stats import ALPHA, exact_seeds_needed, finite
+from ablate.claims.spec import EQUIVALENCE, FITTED, ONE_SAMPLE, TREND, Claim
+from ablate.claims.stats import ALPHA, exact_floor, finite
 
 POWER = 0.8
 MAX_SEEDS = 200
@@ -136,6 +138,8 @@ class SeedsNeeded:
     """Where the exact test binds: ``the exact sign-flip test cannot reach α=0.01 with fewer``
     (then ``n`` is its need, above the t-test's ``power_n``); "" where power binds."""
     power_n: int | None = None
+    floor: Floor | None = None
+    """The claim's :func:`decidable_n` at this level: ``n`` is never below its ``n``."""
 
     def text(self) -> str:
         if self.n is None:
@@ -254,34 +258,121 @@ def seeds_to_decide(
 ) -> SeedsNeeded | None:
     """The seeds that would decide ``claim`` by both of its tests at Holm's first-step level
     ``alpha / family``: the t-test's 80%-power need (:func:`claim_seeds_needed`, or
-    :func:`parts_seeds_needed` for one-arm claims), raised to the fewest seeds whose exact
-    test can go below that level at all (sign-flip: ``2/2^n`` two-sided, ``1/2^n`` for a
-    one-sided part or TOST; permutation: ``2/C(2n, n)``, or with ``n_b`` published values
-    ``2/C(n + n_b, n)``). None when the SD is unknown or zero."""
+    :func:`parts_seeds_needed` for one-arm claims), raised to the claim's :func:`decidable_n`
+    (its exact test as these runs test it: paired or not, published values or not). None
+    when the SD is unknown or zero."""
     level = alpha / max(c.family, 1)
     if parts:
         need = parts_seeds_needed(list(parts), level, current)
-        sided, design, n_b = 1, "one-sample", 0
+        unpaired = False
     else:
         need = claim_seeds_needed(c, claim, alpha, sd_from)
         if need is None:
             return None
-        design, _, _, n_b = _claim_design(c, claim)
-        sided = 1 if need.test.startswith("TOST") else 2
-    if need.n is None:
+        unpaired = _claim_design(c, claim)[0] == "two-sample"
+    floor = decidable_n(claim, c.family, alpha, unpaired=unpaired)
+    need = replace(need, floor=floor)
+    if need.n is None or floor.n <= need.n:
         return need
-    if design == "one-sample":
-        exact_n, name = exact_seeds_needed(level, sided), "sign-flip"
-    elif design == "two-sample":
-        exact_n, name = exact_seeds_needed(level, sided, unpaired=True), "permutation"
-    else:  # n seeds of arm a against n_b published values: sided / C(n + n_b, n)
-        exact_n, name = 2, "permutation"
-        while sided / math.comb(exact_n + n_b, exact_n) >= level:
-            exact_n += 1
-    if exact_n <= need.n:
-        return need
-    words = f"the exact {name} test cannot reach α={level:.2g} with fewer"
-    return replace(need, n=exact_n, exact=words, power_n=need.n)
+    return replace(need, n=floor.n, exact=floor.text(), power_n=need.n)
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The fewest seeds at which a claim's exact test can go below its level at all (module
+    doc): below it the verdict could rest on the t-test's normality alone."""
+
+    n: int
+    """Seeds per arm (of arm a against published values)."""
+    level: float
+    """The claim's Holm first-step level: its attempt's alpha share over the family."""
+    alpha: float
+    family: int
+    test: str
+    """``sign-flip``, ``permutation`` or "" (no exact test: a count of diverged runs)."""
+    sided: int
+    n_b: int | None = None
+    """Permutation: the other arm's fixed size (published values); 0: as many as arm a."""
+
+    def smallest_p(self, n: int) -> float:
+        """The smallest p the test can give with ``n`` seeds."""
+        if not self.test:
+            return 0.0
+        return exact_floor(n, self.sided, None if self.n_b is None else self.n_b or n)
+
+    def text(self) -> str:
+        """``the exact two-sided sign-flip test cannot go below α/5=0.01 with fewer than 8
+        seeds (smallest p 2/2^8=0.0078; 7 give 0.016)``."""
+        if not self.test:
+            return "a count of diverged runs: no exact test to floor it"
+        sides = "two-sided" if self.sided == 2 else "one-sided"
+        if self.test == "sign-flip":
+            how = f"{self.sided}/2^{self.n}"
+        else:
+            other = self.n_b or self.n
+            how = f"{self.sided}/C({self.n + other},{self.n})"
+        fewer = f"; {self.n - 1} give {self.smallest_p(self.n - 1):.2g}" if self.n > 2 else ""
+        return (
+            f"the exact {sides} {self.test} test cannot go below α/{self.family}="
+            f"{self.level:.2g} with fewer than {self.n} seeds (smallest p {how}="
+            f"{self.smallest_p(self.n):.2g}{fewer})"
+        )
+
+
+def exact_test(claim: Claim, unpaired: bool = False) -> tuple[str, int, int | None]:
+    """(the claim's exact test, its sides, the other arm's fixed size) as the report tests it:
+    the sign-flip test of per-seed values or differences (paired arms, a fitted exponent, a
+    trend's slopes, an interaction, one published value), the two-sample permutation test
+    for ``unpaired`` arms (other seeds, or other token streams: ``n_b`` 0, as many as arm a) or
+    against several published values (``n_b`` = their number). One-sided for a one-arm part
+    and for TOST (an equivalence decides by TOST's own floor), two-sided otherwise."""
+    if claim.expect == "diverges":
+        return "", 0, None
+    one_sided = claim.expect in (*EQUIVALENCE, *ONE_SAMPLE, "all") or claim.parts
+    sided = 1 if one_sided else 2
+    if len(claim.external) > 1:
+        return "permutation", sided, len(claim.external)
+    plain = not (claim.external or claim.by or claim.parts or claim.expect in TREND)
+    if unpaired and plain and claim.metric not in FITTED:
+        return "permutation", sided, 0
+    return "sign-flip", sided, None
+
+
+def decidable_n(claim: Claim, family: int, alpha: float, *, unpaired: bool = False) -> Floor:
+    """The fewest seeds whose exact test (:func:`exact_test`) can give a p below the claim's
+    Holm first-step level ``alpha / family`` (``alpha``: its attempt's share): ``register``,
+    ``plan``, the pilot and the report all count with this one function."""
+    family = max(family, 1)
+    test, sided, n_b = exact_test(claim, unpaired)
+    level = alpha / family
+    floor = Floor(2, level, alpha, family, test, sided, n_b)
+    if not test or level <= 0:
+        return floor
+    n = 2
+    while floor.smallest_p(n) >= level and n < MAX_SEEDS:
+        n += 1
+    return replace(floor, n=n)
+
+
+def family_key(claim: Claim) -> tuple:
+    """The test a claim is, before any run: two claims on the same two arms and metric (one
+    the reverse of the other, or a difference and an equivalence) are one test, as
+    :func:`ablate.claims.checks.confirmatory_family` counts them on the runs."""
+    import json
+
+    plain = not (claim.external or claim.by or claim.parts or claim.expect in TREND)
+    if plain and claim.metric not in FITTED and claim.expect != "diverges":
+        arms = sorted(
+            json.dumps({**claim.where, **arm}, sort_keys=True, default=str)
+            for arm in (claim.a, claim.b)
+        )
+        return ("arms", claim.metric, *arms)
+    return ("claim", claim.id)
+
+
+def claims_family(claims: list[Claim]) -> int:
+    """How many distinct tests the study's claims are: the size of each Holm family."""
+    return max(len({family_key(c) for c in claims}), 1)
 
 
 _COMPARISON = Claim(id="comparison", text="", expect="better")

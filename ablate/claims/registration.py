@@ -11,6 +11,13 @@ the commit that wrote the registration, its time, against the first confirmation
 Changing the design after the data (more seeds, other seeds) means a new registration: a new
 commit of the file, listed with the earlier ones in the report.
 
+**α over attempts.** Each claim has one α budget over all its attempts; the file's
+``attempts:`` (:class:`Spending`) says how a claim it registers *first* spreads it (``once``,
+``equal`` over ``max_attempts``, ``halving``), and each claim entry records the ``attempt`` it
+is and the ``alpha`` share it spends (:mod:`ablate.claims.budget`). ``exploratory: true``
+registers no share: its outcomes are exploratory. A file from before budgets has neither and
+reads as ``once``: it tested its attempt at the full α and planned no other.
+
 **What defines the runs is pinned** (:func:`inputs_record`, the file's ``inputs:``): the study
 file and each plugin file (path in their repository, sha256), each dataset's content key, and
 a digest of the ids of the planned confirmation runs (a run id hashes its whole config, its
@@ -34,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from ablate.claims.spec import FITTED, TREND, Claim, claim_fingerprint
+from ablate.claims.spec import ALPHA, FITTED, TREND, Claim, claim_fingerprint
 from ablate.errors import ConfigError
 
 FOLDER = "registrations"
@@ -43,6 +50,79 @@ DESIGNS = ("fixed", "sequential")
 
 BASE_PROFILE = "cpu"
 """The profile whose registration is named after the study alone (the first registrations)."""
+
+
+RULES = ("once", "equal", "halving")
+SPENDING_KEY = "attempts"
+"""The registration's key for its :class:`Spending` (absent: a registration from before
+budgets, read as ``once``)."""
+
+
+@dataclass(frozen=True)
+class Spending:
+    """How a claim's α is spread over its attempts (:mod:`ablate.claims.budget`): ``once``
+    (its first decided attempt spends α), ``equal`` (each of ``max_attempts`` spends α/K) or
+    ``halving`` (attempt k spends α/2^k)."""
+
+    rule: str = "once"
+    max_attempts: int | None = None
+    """``equal``: the K attempts α is split over."""
+
+    def share(self, k: int, alpha: float = ALPHA) -> float:
+        """The α attempt ``k`` (1, 2, ...) of the claim spends; 0 when none is left."""
+        if k < 1:
+            return 0.0
+        if self.rule == "halving":
+            return alpha / 2**k
+        limit = self.max_attempts if self.rule == "equal" and self.max_attempts else 1
+        return alpha / limit if k <= limit else 0.0
+
+    def text(self, alpha: float = ALPHA) -> str:
+        if self.rule == "halving":
+            return f"attempt k at α/2^k ({self.share(1, alpha):.3g}, {self.share(2, alpha):.3g}, …)"
+        if self.rule == "equal" and self.max_attempts and self.max_attempts > 1:
+            k = self.max_attempts
+            return f"at most {k} attempts at α/{k}={alpha / k:.3g} each"
+        return f"one attempt at α={alpha:g}"
+
+    def record(self) -> dict[str, Any]:
+        """The registration's ``attempts:`` entry."""
+        out: dict[str, Any] = {"rule": self.rule}
+        if self.rule == "equal":
+            out["max_attempts"] = self.max_attempts
+        return out
+
+
+def parse_spending(raw: Any, source: Any = None) -> Spending:
+    """A registration's ``attempts:`` entry (module doc); ``ConfigError`` naming it when
+    malformed."""
+    if not isinstance(raw, dict) or raw.get("rule") not in RULES:
+        raise ConfigError(f"needs rule: one of {', '.join(RULES)}", key=SPENDING_KEY, source=source)
+    k = raw.get("max_attempts")
+    if raw["rule"] == "equal" and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+        raise ConfigError(
+            f"rule equal needs max_attempts: a whole number >= 1, got {k!r}",
+            key=f"{SPENDING_KEY}.max_attempts",
+            source=source,
+        )
+    return Spending(raw["rule"], k if raw["rule"] == "equal" else None)
+
+
+def spending_option(text: str) -> Spending:
+    """``ablate register --attempts``: ``1`` (once, the default), ``K`` (at most K attempts at
+    α/K each) or ``halving``."""
+    word = str(text).strip().lower()
+    if word == "halving":
+        return Spending("halving")
+    try:
+        k = int(word)
+    except ValueError:
+        k = 0
+    if k < 1:
+        raise ConfigError(
+            f"must be a whole number of attempts (>= 1) or halving, got {text!r}", key="--attempts"
+        )
+    return Spending("once") if k == 1 else Spending("equal", k)
 
 
 def registration_path(study_path: str | Path, profile: str | None = None) -> Path:
@@ -140,17 +220,25 @@ def build_registration(
     margin: float,
     design: dict[str, Any],
     inputs: dict[str, Any] | None = None,
+    spending: Spending | None = None,
+    exploratory: bool = False,
 ) -> dict[str, Any]:
     """The registration record (module doc); ``design`` is ``{"kind": "fixed", "seeds": [...]}``
     or ``{"kind": "sequential", "max_looks": K, "seeds_per_look": s, "spending": ...}``;
-    ``inputs``: :func:`inputs_record` of the confirmation runs it registers."""
-    record = {
+    ``inputs``: :func:`inputs_record` of the confirmation runs it registers; ``spending``: how
+    the α of each claim it registers first is spread over attempts (:class:`Spending`);
+    ``exploratory``: it registers no α share, its outcomes are exploratory."""
+    record: dict[str, Any] = {
         "study": name,
         "profile": profile,
-        "alpha": 0.05,
+        "alpha": ALPHA,
         "correction": f"Holm over the study's {len(claims)} claims, one family per test kind",
-        "design": design,
     }
+    if exploratory:
+        record["exploratory"] = True
+    else:
+        record[SPENDING_KEY] = (spending or Spending()).record()
+    record["design"] = design
     if inputs is not None:
         record[INPUTS] = inputs
     record["claims"] = [claim_entry(c, margin) for c in claims]
@@ -271,6 +359,8 @@ def read_registration(path: Path) -> dict[str, Any] | None:
     design = data.get("design")
     if not isinstance(design, dict) or design.get("kind") not in DESIGNS:
         raise ConfigError(f"design.kind must be one of {', '.join(DESIGNS)}", source=path)
+    if data.get(SPENDING_KEY) is not None:
+        parse_spending(data[SPENDING_KEY], path)
     return data
 
 
@@ -287,7 +377,13 @@ def mismatch(
     if set(have) != set(now):
         return f"registers claims {sorted(have)}, the study has {sorted(now)}"
     edited = [cid for cid, fp in now.items() if have[cid] != fp]
-    return f"claim(s) {', '.join(edited)} changed since registration" if edited else None
+    if edited:
+        return f"claim(s) {', '.join(edited)} changed since registration"
+    texts = {c.get("id"): " ".join(str(c.get("text")).split()) for c in record["claims"]}
+    reworded = [c.id for c in claims if texts.get(c.id) != " ".join(c.text.split())]
+    if reworded:  # a new text is a new claim (ablate.claims.budget)
+        return f"the text of claim(s) {', '.join(reworded)} changed since registration"
+    return None
 
 
 def _git(path: Path, *args: str) -> subprocess.CompletedProcess | None:

@@ -118,6 +118,8 @@ output weight's gradient norm over the layer index at step 0 (Xiong et al. Fig. 
 FITTED = ("lr_exponent",)
 LENGTH_METRIC = re.compile(r"^loss@(\d+(?:\.\d+)?)x$")
 DEFAULT_MARGIN = 0.01
+ALPHA = 0.05
+"""The α of every claim: its whole budget over all its attempts (:mod:`ablate.claims.budget`)."""
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 

@@ -30,7 +30,7 @@ from ablate.claims.registration import (
     read_registration,
     registration_path,
 )
-from ablate.claims.spec import EQUIVALENCE, claim_fingerprint
+from ablate.claims.spec import claim_fingerprint
 from ablate.errors import ConfigError
 from ablate.names import axis_column
 from ablate.store import FINISHED
@@ -127,15 +127,22 @@ def design_progress(study, claims: list) -> dict[str, tuple[int, int]]:
     design = version.design if version is not None else None
     if not isinstance(design, dict):
         return {}
-    seeds = {int(s) for s in design.get("seeds") or []}
-    done = runs[latest & runs["seed"].isin(seeds) & runs["status"].isin(FINISHED)]
     out = {}
     for claim in claims:
-        arms = study.claim_arms.get(claim.id, [])
-        k = sum(len(set(_with_axes(done, axes)["seed"])) for axes in arms)
-        if k < len(arms) * len(seeds):
-            out[claim.id] = (k, len(arms) * len(seeds))
+        done, planned = attempt_progress(study, runs[latest], design, claim.id)
+        if done < planned:
+            out[claim.id] = (done, planned)
     return out
+
+
+def attempt_progress(study, attempt: pd.DataFrame, design: dict, claim_id: str) -> tuple[int, int]:
+    """(finished, planned) runs of one attempt's registered ``design`` for a claim: its arms'
+    variants x the design's seeds (a sequential design's first look), among the runs
+    ``attempt`` (the confirmation runs under that registration)."""
+    seeds = {int(s) for s in design.get("seeds") or []}
+    done = attempt[attempt["seed"].isin(seeds) & attempt["status"].isin(FINISHED)]
+    arms = study.claim_arms.get(claim_id, [])
+    return sum(len(set(_with_axes(done, axes)["seed"])) for axes in arms), len(arms) * len(seeds)
 
 
 def _with_axes(runs: pd.DataFrame, axes: dict) -> pd.DataFrame:
@@ -259,28 +266,33 @@ def claim_standings(study, checks: list) -> dict[str, Standing]:
         narrow = margin_gap_problem(ch.claim, margin)
         if narrow:
             out[ch.claim.id] = Standing(f"{out[ch.claim.id].text}; {narrow}", False)
-        changed = getattr(ch.history, "margin_changed", "")
-        if changed and ch.changed is not None:  # this line: the margin first committed
-            later = ch.changed
-            changed += (
-                f"; so it is decided here at {ch.history.first_text}, as first committed (the "
-                f"confirmatory line); at {ch.history.last_text} the same runs give "
-                f"**{later.outcome}** ({_tost_or_p(later)}; exploratory: changed after data)"
-            )
-        if changed:
-            out[ch.claim.id] = Standing(
-                f"{out[ch.claim.id].text}; {changed}", out[ch.claim.id].confirmatory
-            )
+        out[ch.claim.id] = _with_budget(out[ch.claim.id], ch)
         if ch.pending is not None:  # a registered design under way: nothing is confirmed yet
             out[ch.claim.id] = Standing(out[ch.claim.id].text, False)
     return out
 
 
-def _tost_or_p(check) -> str:
-    """A decided claim's deciding Holm p in a few words (TOST's for an equivalence)."""
-    c = check.comparison
-    if c is None:
-        return check.detail or "no test"
-    if check.claim.expect in EQUIVALENCE:
-        return f"TOST Holm p={c.p_tost_adj:.2g}, exact TOST Holm p={c.p_flip_tost_adj:.2g}"
-    return f"Holm p={c.p_adj:.2g}, exact Holm p={c.p_flip_adj:.2g}"
+def _with_budget(standing: Standing, check) -> Standing:
+    """``standing`` with the α its deciding attempt spends and the claim's committed changes:
+    exploratory where that attempt has no registered share of the claim's budget, or where
+    the claim is not the one that attempt registered (:mod:`ablate.claims.budget`)."""
+    h = check.history
+    if h is None:
+        return standing
+    text, confirmatory = standing.text, standing.confirmatory
+    share = h.deciding_share() if check.confirmation else None
+    if share is not None and share.changed:
+        text += (
+            f"; exploratory: a new claim: its {share.changed} changed after the data of the "
+            f"attempt it was decided on ({h.attempts[h.deciding].label}), which registered it "
+            "otherwise"
+        )
+        confirmatory = False
+    elif share is not None and not share.confirms:  # exploratory, or pending
+        text += f"; {share.role}"
+        confirmatory = False
+    elif share is not None:
+        text += f"; decided at its {share.role}"
+    if h.margin_changed:
+        text += f"; its study-file entry: {h.margin_changed}"
+    return Standing(text, confirmatory)

@@ -25,11 +25,11 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.weightstats import ttost_ind, ttost_paired
 
+from ablate.claims.spec import ALPHA  # noqa: F401 - the statistics' level, kept in spec
 from ablate.store import RUN_STATES
 
 SEED = 0
 """Fixed seed of every bootstrap in a report, so rebuilding a report gives the same numbers."""
-ALPHA = 0.05
 
 
 def finite(values: Iterable[float]) -> np.ndarray:
@@ -415,12 +415,3 @@ def exact_floor(n: int, sided: int = 2, n_b: int | None = None) -> float:
         return 1.0
     count = 2**n if n_b is None else math.comb(n + n_b, n)
     return min(1.0, sided / count)
-
-
-def exact_seeds_needed(level: float, sided: int = 2, unpaired: bool = False) -> int:
-    """The fewest seeds (per arm, both arms alike when ``unpaired``) whose exact test can go
-    below ``level``: ``exact_floor(n) < level``."""
-    n = 2
-    while exact_floor(n, sided, n if unpaired else None) >= level:
-        n += 1
-    return n

@@ -330,3 +330,28 @@ def holm_ps(check: ClaimCheck) -> str:
     if c.exact:
         text += f", exact {c.exact} {two(c.p_flip_adj, c.p_flip_tost_adj)}"
     return text
+
+
+def attempt_columns(check: ClaimCheck) -> dict[str, str]:
+    """The claims table's columns on a claim's attempts and α budget: which attempt decided
+    it, the α it was decided at (empty when that attempt spends none: exploratory), the
+    budget, and every attempt with its α and outcome."""
+    h = check.history
+    if h is None:
+        return dict.fromkeys(ATTEMPT_COLUMNS, "")
+    share = h.deciding_share()
+    alpha = "" if share is None or not share.confirms else f"{share.alpha:.3g}"
+    rows = h.rows(check.outcome)
+    return {
+        "attempt": f"{h.attempt} of {max(len(h.attempts), 1)}",
+        "alpha": alpha,
+        "alpha budget": h.budget.text() if h.budget is not None else "",
+        "attempts": "; ".join(
+            f"{r['label']}: {r['share'] or 'no share'}"
+            + (f" → {r['outcome']}" if r["outcome"] else "")
+            for r in rows
+        ),
+    }
+
+
+ATTEMPT_COLUMNS = ("attempt", "alpha", "alpha budget", "attempts")

@@ -11,8 +11,10 @@ true``; its run id is its config's, so it differs from the study's runs by the s
 The design is fixed before the data: ``ablate register`` (:func:`register_study`) picks ``N``
 seeds never seen (not in the study's ``seeds`` or ``seen_seeds``, no run of the study in the
 store) and writes them into the study's registration (:mod:`ablate.claims.registration`, with
-the pilot: what the exploratory runs say, :func:`ablate.claims.outcomes.pilot`), which the user
-commits. ``ablate run confirm`` then trains exactly the registered seeds, and only when the
+the pilot: what the exploratory runs say, :func:`ablate.claims.outcomes.pilot`), with each
+claim's attempt and the α share it spends; it refuses fewer seeds than a claim's exact test
+needs to reach that share (:mod:`ablate.execution.design`) unless ``--exploratory``. The user
+commits the file. ``ablate run confirm`` then trains exactly the registered seeds, and only when the
 registration matches the study and is committed; ``--unregistered`` trains fresh seeds without
 one, and the report calls the outcome exploratory. Each confirmation run's meta names the
 registration commit it ran under (``registration``), so the report can group the attempts.
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ablate.claims.arms import claim_arms
 from ablate.claims.registration import (
     InputsFn,
+    Spending,
     build_design,
     build_registration,
     fixed_seeds,
@@ -41,6 +44,7 @@ from ablate.store import RunStore
 from ablate.study import Study, load_study
 
 if TYPE_CHECKING:
+    from ablate.execution.design import ClaimDesign
     from ablate.execution.runner import StudyArgs
 
 DEFAULT_CONFIRM = 3
@@ -81,6 +85,20 @@ def new_seeds(study: Study, store: str | Path, n: int) -> list[int]:
     return fresh_seeds(n, taken, max(taken, default=-1))
 
 
+@dataclasses.dataclass(frozen=True)
+class Choices:
+    """What ``ablate register`` is told about a design beyond its seeds."""
+
+    looks: int | None = None
+    """A sequential design of up to this many looks (None: fixed)."""
+    note: str = ""
+    """Why this design, in words."""
+    spending: Spending | None = None
+    """How a claim registered here first spreads its α over attempts (default ``once``)."""
+    exploratory: bool = False
+    """It registers no α share: its outcomes are exploratory, and any seeds will do."""
+
+
 def register_study(
     study_path: str | Path,
     n: int,
@@ -89,31 +107,55 @@ def register_study(
     profile: str | None = None,
     overrides: Sequence[str] = (),
     plugins: Sequence[str] = (),
-    looks: int | None = None,
-    note: str = "",
+    choices: Choices | None = None,
 ) -> Path:
     """Write the study's registration (``ablate register``): its claims and the confirmation
-    design, ``n`` fresh seeds per arm (or, with ``looks``, up to ``looks`` looks of ``n`` seeds
-    each, O'Brien-Fleming alpha spending). Returns the file, which the user commits. Nothing
-    trains, so the profile's device and data need not be here (a gpu profile is registered on
-    the laptop, committed, then run on the GPU machine)."""
+    design, ``n`` fresh seeds per arm (or, with ``choices.looks``, up to that many looks of
+    ``n`` seeds each, O'Brien-Fleming alpha spending), each claim's attempt and the α share it
+    spends. Refused in one line, nothing written, when ``n`` seeds cannot decide a claim at
+    its share (:func:`ablate.execution.design.refuse_small`) unless the registration is
+    exploratory. Returns the file,
+    which the user commits. Nothing trains, so the profile's device and data need not be here
+    (a gpu profile is registered on the laptop, committed, then run on the GPU machine)."""
     study = load_study(
         study_path, profile, overrides, plugins=plugins, check_data=False, check_device=False
     )
     if not study.claims:
         raise ConfigError("the study has no claims to register", key="claims", source=study.path)
     n = check_n(n, "--seeds")
+    # budgets and floors read the store and load the statistics: not on `ablate run`'s way in
+    from ablate.execution.design import claim_designs, refuse_small
+
+    choices = choices or Choices()
+    looks, exploratory = choices.looks, choices.exploratory
+    designs = {d.claim.id: d for d in claim_designs(study, store, choices.spending)}
+    if not exploratory:
+        refuse_small(list(designs.values()), n, Path(study.path))
     arms = list(dict.fromkeys(v for vs in claim_arms(study).values() for v in vs))
-    design = build_design(new_seeds(study, store, n), arms, looks, note)
+    design = build_design(new_seeds(study, store, n), arms, looks, choices.note)
+    shares = {cid: d.share for cid, d in designs.items()}
+    if looks is not None and not exploratory:  # one level for every look's claims: the least
+        design["alpha"] = min(a for a in shares.values() if a > 0)
     inputs, _ = study_inputs(study_path, profile, overrides, plugins)(design["seeds"])
     record = build_registration(
-        study.name, study.profile, study.claims, study.equivalence_margin, design, inputs
+        study.name,
+        study.profile,
+        study.claims,
+        study.equivalence_margin,
+        design,
+        inputs,
+        choices.spending,
+        exploratory,
     )
     needs: dict[str, Any] = {}
-    pilot = pilot_power(study_path, store, study.name, study.profile, needs)
+    pilot = pilot_power(study_path, store, study.name, study.profile, needs, shares)
     for entry in record["claims"]:
+        d = designs[entry["id"]]
+        if not exploratory:  # the share this attempt spends, under the budget first fixed
+            entry["attempt"], entry["alpha"] = d.attempt, float(f"{d.share:.6g}")
+            entry["budget"] = d.budget.text()
         entry["pilot"] = pilot.get(entry["id"]) or pilot[""]
-        warnings = design_warnings(n, len(study.claims), needs.get(entry["id"]))
+        warnings = design_warnings(n, d, needs.get(entry["id"]), exploratory)
         if warnings:  # the researcher decides; the file keeps what they were told
             entry["warnings"] = warnings
     path = registration_path(study_path, study.profile)
@@ -161,13 +203,14 @@ def study_inputs(
     return compute
 
 
-def design_warnings(n: int, claims: int, need: Any = None, alpha: float = 0.05) -> list[str]:
-    """What ``ablate register`` warns about a design of ``n`` seeds per arm (it refuses
-    nothing): ``n`` below the pilot's need (``need``: its
-    :class:`~ablate.claims.power.SeedsNeeded`, the report's computation: 80% power and the
-    exact test's floor), and an ``n`` at which the exact sign-flip test cannot reach the
-    claim's level, so a verdict would rest on the t-test's normality."""
+def design_warnings(n: int, design: ClaimDesign, need: Any = None, exploratory=False) -> list[str]:
+    """What ``ablate register`` warns about a claim in a design of ``n`` seeds per arm that it
+    does not refuse: no α share left (the attempt is exploratory for it), or ``n`` below the
+    pilot's need (``need``: its :class:`~ablate.claims.power.SeedsNeeded`, the report's
+    computation: 80% power, never below the exact test's floor)."""
     out = []
+    if design.share <= 0 and not exploratory:
+        out.append(f"exploratory for this claim: {design.text()}")
     needed = getattr(need, "n", None)
     if needed is not None and n < needed:
         out.append(
@@ -176,14 +219,6 @@ def design_warnings(n: int, claims: int, need: Any = None, alpha: float = 0.05) 
         )
     elif need is not None and needed is None and getattr(need, "why_not", ""):
         out.append(f"the pilot's need is not reachable ({need.text()})")
-    floor, first = min(1.0, 2.0 / 2**n), alpha / max(claims, 1)
-    if floor >= first:
-        out.append(
-            f"with {n} seeds the exact sign-flip test cannot go below p={floor:.3g}, not below "
-            f"α/{max(claims, 1)}={first:.3g} (Holm's first step"
-            + (f", nor α={alpha:g} itself)" if floor >= alpha else ")")
-            + ": a verdict there would rest on the t-test's normality"
-        )
     return out
 
 
@@ -204,10 +239,12 @@ def pilot_power(
     name: str,
     profile: str | None = None,
     needs: dict[str, Any] | None = None,
+    alphas: dict[str, float] | None = None,
 ) -> dict[str, str]:
     """Claim id -> what the study's exploratory runs of ``profile`` in the store (the pilot)
-    say (:func:`ablate.claims.outcomes.pilot`). Without such runs, ``{"": "no pilot: ..."}``:
-    another profile's runs are another scale and never stand in for this one's."""
+    say (:func:`ablate.claims.outcomes.pilot`, at each claim's α share ``alphas``). Without
+    such runs, ``{"": "no pilot: ..."}``: another profile's runs are another scale and never
+    stand in for this one's."""
     # the statistics load scipy and statsmodels: only when a registration is written
     from ablate.claims.outcomes import pilot
     from ablate.results import read_study
@@ -219,7 +256,7 @@ def pilot_power(
         data = read_study(Path(store), name, Path(study_path), profile)
     except ConfigError:  # no runs of this profile
         return none
-    text, found = pilot(data)
+    text, found = pilot(data, alphas)
     if needs is not None:  # claim id -> SeedsNeeded, for the registration's warnings
         needs.update(found)
     return none | text

@@ -7,10 +7,11 @@ Look ``k`` has information fraction ``t_k = seeds at look k / seeds at the last 
 at the nominal level that a Lan-DeMets O'Brien-Fleming-type spending function spends at that
 look (:mod:`ablate.claims.sequential`; the design, its log and each look's decision are
 :mod:`ablate.claims.looks`), so the chance of a false decision over all looks stays
-at most ``alpha``. At each look every claim not yet decided is analysed on exactly that look's
-seeds (Holm over the claims), a claim decided there stops, and the next look's new seeds go to
-*every* arm of every claim still inconclusive, so arms keep one seed set (paired tests). It stops
-when no claim is inconclusive or after the last look.
+at most ``alpha``: under a registration, the α share this attempt spends of the claims'
+budgets (its ``design.alpha``, :mod:`ablate.claims.budget`). At each look every claim not yet
+decided is analysed on exactly that look's seeds (Holm over the claims), a claim decided there
+stops, and the next look's new seeds go to *every* arm of every claim still inconclusive, so arms
+keep one seed set (paired tests). It stops when no claim is inconclusive or after the last look.
 
 Resumable: ``<store>/<study>/until_decided.json`` records the design, each look and each round of
 added seeds (written before they train); run again, the same command finishes the design::
@@ -45,7 +46,7 @@ from ablate.claims.looks import (
     sequential_design,
 )
 from ablate.claims.outcomes import claim_outcomes
-from ablate.claims.registration import sequential_seeds
+from ablate.claims.registration import read_registration, registration_path, sequential_seeds
 from ablate.claims.sequential import look_levels
 from ablate.claims.stats import ALPHA
 from ablate.config import ConfigError
@@ -96,6 +97,9 @@ def run_until_decided(
     plan = plan_runs(args)  # nothing written on error
     confirm = None if confirm is None else check_n(confirm)
     registered, tag = _registered(plan, args, confirm, unregistered, max_looks, seeds_per_look)
+    if not unregistered:  # the attempt spends its registered share of the claims' budgets
+        record = read_registration(registration_path(plan.path, plan.profile)) or {}
+        alpha = float(record["design"].get("alpha", alpha))
     check_design(max_looks, seeds_per_look, alpha, plan.claims, plan.path)
     first = _first_seeds(plan, how.store, confirm, registered)
     design = sequential_design(first, max_looks, seeds_per_look, alpha, confirm is not None)

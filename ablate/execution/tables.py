@@ -386,6 +386,11 @@ def _print_plan(
     for line in stack_lines:
         console.print(escape(line), soft_wrap=True)
     console.print(escape(reuse_line(study)), soft_wrap=True)
+    if study.claims:  # reads the store and the registration's git history: only then
+        from ablate.execution.design import design_lines
+
+        for line in design_lines(study, runs_store.root):
+            console.print(escape(line), soft_wrap=True)
     if est:
         console.print(escape(total_line(est, todo, fmt_duration)))
 

@@ -17,7 +17,15 @@ import pandas as pd
 from ablate.claims.checks import ClaimCheck
 from ablate.claims.fit import BATCH, LR, lr_fit
 from ablate.claims.standing import Standing, claim_standings
-from ablate.claims.verdicts import numbers, outcome_text, paper_said, paper_text, seeds_used
+from ablate.claims.verdicts import (
+    ATTEMPT_COLUMNS,
+    attempt_columns,
+    numbers,
+    outcome_text,
+    paper_said,
+    paper_text,
+    seeds_used,
+)
 from ablate.data.reuse import DataReuse, describe
 from ablate.report.ladder import rungs_text
 from ablate.report.render import Block
@@ -69,6 +77,7 @@ def claims_frame(study: StudyData, checks: list[ClaimCheck], unit: str) -> pd.Da
                 "registration": standings[ch.claim.id].text,
                 "confirmatory": standings[ch.claim.id].confirmatory,
                 "decided on": seeds_used(ch),
+                **attempt_columns(ch),
                 "scale": scale,
             }
             for ch in checks
@@ -88,6 +97,7 @@ CLAIM_COLUMNS = "study id claim expect metric outcome".split() + [
     "registration",
     "confirmatory",
     "decided on",
+    *ATTEMPT_COLUMNS,
     "scale",
 ]
 

@@ -1,6 +1,6 @@
 """What a reviewer checks beyond the numbers: the exact sign-flip test beside the t-test, the
 order proven by git ancestry, every attempt counted, margins against their history and against
-the gap a claim quotes, and the warnings `ablate register` records."""
+the gap a claim quotes, and the seeds a design needs (tests/claims/test_budget.py)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from ablate.claims.history import (
     order_proof,
     quoted_gap,
 )
+from ablate.claims.power import decidable_n
 from ablate.claims.spec import Claim
-from ablate.claims.stats import exact_seeds_needed, sign_flip_floor, sign_flip_p, sign_flip_tost
-from ablate.execution.confirm import design_warnings
+from ablate.claims.stats import sign_flip_floor, sign_flip_p, sign_flip_tost
 from ablate.study.load import load_study
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ def test_a_verdict_is_plain_only_where_the_exact_test_reaches_it_too():
     assert check.outcome == "reproduces by t-test only"
     assert "5 seeds cannot go below p=0.062" in check.why
     # both tests decide at six seeds (2/2^6 = 0.031): the seeds needed say so
-    assert exact_seeds_needed(0.05) == 6 and check.seeds_needed.n == 6
+    assert decidable_n(claim, 1, 0.05).n == 6 and check.seeds_needed.n == 6
     six = ClaimCheck(claim, compare(Arm([*a, 1.3], seeds=range(6)), Arm([*b, 0.4], seeds=range(6))))
     confirmatory_family([six])
     decide_claim(six, 0.05)
@@ -167,16 +167,6 @@ def test_reference_attempt_on_seeds_8_to_10_is_archived():
     df = pd.read_csv(ROOT / "reports/reference_nanogpt_cpu/history/seeds-8-10-714c481.csv")
     assert sorted(df.loc[df["confirm"] == 1, "seed"]) == [8, 9, 10]
     assert df["recorded_in"].str.startswith("714c481").all()
-
-
-def test_register_warns_below_the_pilot_need_and_below_the_exact_tests_reach():
-    from ablate.claims.power import SeedsNeeded
-
-    need = SeedsNeeded(31, "seeds per arm (paired by seed)", "the t-test", "d=0.1, sd 0.2")
-    w = design_warnings(5, 4, need)
-    assert "below the pilot's need of ≈31" in w[0]
-    assert "cannot go below p=0.0625" in w[1] and "nor α=0.05 itself" in w[1]
-    assert design_warnings(12, 4, SeedsNeeded(8, "seeds", "t", "a")) == []
 
 
 @pytest.mark.parametrize(

@@ -89,7 +89,11 @@ def test_confirm_needs_a_committed_matching_registration(study, tmp_path, git):
     assert res.exit_code == 2 and "no registration: run `ablate register" in res.output
     assert len(res.output.strip().splitlines()) == 1
 
-    res = CliRunner().invoke(app, ["register", str(path), "--seeds", "2", "--store", str(store)])
+    # two seeds cannot decide a claim; registered as exploratory they may confirm nothing
+    register = ["register", str(path), "--seeds", "2", "--store", str(store)]
+    res = CliRunner().invoke(app, register)
+    assert res.exit_code == 2 and "it needs at least 6" in res.output
+    res = CliRunner().invoke(app, [*register, "--exploratory"])
     assert res.exit_code == 0, res.output
     reg_file = registration_path(path)
     reg = yaml.safe_load(reg_file.read_text())
@@ -127,6 +131,9 @@ def test_confirm_needs_a_committed_matching_registration(study, tmp_path, git):
     _edit_claims(path, [{**CLAIM, "expect": "worse"}])  # edited after registration
     res = _confirm_cli(path, store)
     assert res.exit_code == 2 and "relu-better changed since registration" in res.output
+    _edit_claims(path, [{**CLAIM, "text": "ReLU wins"}])  # a new text is a new claim too
+    res = _confirm_cli(path, store)
+    assert res.exit_code == 2 and "the text of claim(s) relu-better changed" in res.output
     reg_file.write_text(reg_file.read_text() + "# edited\n")
     _edit_claims(path, [CLAIM])
     res = _confirm_cli(path, store)
@@ -272,7 +279,7 @@ def test_each_profile_registers_in_a_file_of_its_own(study, tmp_path, git):
     assert registration_path(path, "gpu") == path.parent / "registrations" / "conf.gpu.yaml"
     store = tmp_path / "runs"
     git(path.parent, "init", "-q")
-    register = ["register", str(path), "--seeds", "2", "--store", str(store)]
+    register = ["register", str(path), "--seeds", "2", "--exploratory", "--store", str(store)]
     assert CliRunner().invoke(app, [*register, "--profile", "cpu"]).exit_code == 0
     git(path.parent, "add", "registrations")
     git(path.parent, "commit", "-qm", "register cpu")

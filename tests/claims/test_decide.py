@@ -16,7 +16,7 @@ from ablate.claims.looks import look_seed_counts
 from ablate.claims.outcomes import claim_outcomes
 from ablate.claims.sequential import look_levels, obf_spent
 from ablate.config import ConfigError
-from ablate.execution.confirm import register_study
+from ablate.execution.confirm import Choices, register_study
 from ablate.execution.decide import run_until_decided as run_registered
 from ablate.results import read_study
 from ablate.store.rundir import DECISIONS_FILE as LOG
@@ -231,7 +231,7 @@ def test_sequential_needs_its_registration(make_study, tmp_path):
     store = tmp_path / "runs"
     with pytest.raises(ConfigError, match="no registration: run `ablate register"):
         run_registered(path, store=store, progress=False, confirm=2)
-    reg = register_study(path, 2, store=store, looks=2)
+    reg = register_study(path, 2, store=store, choices=Choices(looks=2, exploratory=True))
     git = ["git", "-C", str(path.parent), "-c", "user.name=t", "-c", "user.email=t@t"]
     for args in (["init", "-q"], ["add", str(reg), str(path)], ["commit", "-qm", "register"]):
         subprocess.run([*git, *args], check=True, capture_output=True)

@@ -15,7 +15,7 @@ from ablate.claims.checks import PENDING
 from ablate.claims.outcomes import analyse
 from ablate.claims.registration import build_registration, registration_path, write_registration
 from ablate.config import ConfigError
-from ablate.execution.confirm import register_study, run_confirm
+from ablate.execution.confirm import Choices, register_study, run_confirm
 from ablate.execution.runner import run_study
 from ablate.report import build_reports
 from ablate.results import read_study
@@ -47,9 +47,11 @@ def study(make_study, git):
     return path
 
 
-def _register(path, store, git, profile="gpu"):
-    """Register the profile's design (2 fresh seeds) and commit it; returns the record."""
-    reg = register_study(path, 2, store=store, profile=profile)
+def _register(path, store, git, profile="gpu", n=None):
+    """Register the profile's design (``n`` fresh seeds; None: 2, exploratory, since 2 cannot
+    decide a claim) and commit it; returns the record."""
+    choices = Choices(exploratory=n is None)
+    reg = register_study(path, n or 2, store=store, profile=profile, choices=choices)
     git(path.parent, "add", str(reg), str(path))  # the study file too: --confirm needs both
     git(path.parent, "commit", "-qm", f"register {profile}")
     return yaml.safe_load(reg.read_text())
@@ -81,15 +83,15 @@ def test_a_partial_confirmation_is_pending_until_every_registered_run_finished(
     study, tmp_path, git
 ):
     store, out = tmp_path / "runs", tmp_path / "reports"
-    _register(study, store, git)
+    _register(study, store, git, n=6)  # the fewest whose exact test can reach α=0.05
     run_confirm(study, profile="gpu", store=store, progress=False)
     runs = sorted((store / "prof").iterdir())
-    assert len([r for r in runs if r.is_dir()]) == 4  # 2 arms x the 2 registered seeds
+    assert len([r for r in runs if r.is_dir()]) == 12  # 2 arms x the 6 registered seeds
     aside = tmp_path / "aside"
     shutil.move(str(runs[0]), aside)  # as if the window ended before this run trained
     row, line = _claim_row(study, store, out)
     assert row["outcome"] == "pending" and not row["confirmatory"]
-    assert "→ **pending, 3 of 4 runs**: 3 of 4 runs of its registered confirmation design" in line
+    assert "→ **pending, 11 of 12 runs**: 11 of 12 runs of its registered confirmation" in line
     assert "p=" not in line and "seeds needed" not in line.lower()  # no interim numbers
     index = (out / "claims.md").read_text()
     assert "1 pending" in index
@@ -97,7 +99,7 @@ def test_a_partial_confirmation_is_pending_until_every_registered_run_finished(
     row, line = _claim_row(study, store, out)
     assert row["outcome"] != "pending" and row["confirmatory"], row
     assert "before the first confirmation run" in row["registration"]
-    assert "decided on 2 confirmation seed(s) only" in line
+    assert "decided on 6 confirmation seed(s) only" in line
 
 
 def test_a_registrations_pilot_comes_from_its_own_profile(study, tmp_path, git):
@@ -130,7 +132,8 @@ def test_a_sequential_registration_runs_on_its_registered_seeds(study, tmp_path,
     from ablate.execution.decide import run_until_decided
 
     store = tmp_path / "runs"
-    reg = register_study(study, 2, store=store, profile="gpu", looks=2)
+    choices = Choices(looks=2, exploratory=True)
+    reg = register_study(study, 2, store=store, profile="gpu", choices=choices)
     git(study.parent, "add", str(reg))
     git(study.parent, "commit", "-qm", "register a sequential design")
     with pytest.raises(ConfigError, match="--until-decided: a registered design trains its "):

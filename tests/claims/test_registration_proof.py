@@ -77,13 +77,13 @@ def test_a_study_in_its_own_repository_keeps_its_proof_everywhere(
     git(repo, "commit", "-qm", "the study, its plugin and data")
     code, out = _cli("run", study, "--store", store, "--no-progress")
     assert code == 0, out
-    code, out = _cli("register", study, "--seeds", "2", "--store", store)
+    code, out = _cli("register", study, "--seeds", "6", "--store", store)  # 2/2^6 < 0.05
     assert code == 0, out
     reg = repo / "exp" / "registrations" / "mine.yaml"
     pinned = yaml.safe_load(reg.read_text())["inputs"]
     assert pinned["study"]["file"] == "exp/mine.yaml"
     assert [p["file"] for p in pinned["plugins"]] == ["exp/act.py"]
-    assert pinned["runs"]["count"] == 4 and len(pinned["digest"]) == 64  # 2 arms x seeds 2, 3
+    assert pinned["runs"]["count"] == 12 and len(pinned["digest"]) == 64  # 2 arms x seeds 2-7
     git(repo, "add", str(reg))
     git(repo, "commit", "-qm", "register")
     code, out = _cli("run", "confirm", study, "--store", store, "--no-progress")
@@ -122,7 +122,7 @@ def test_a_study_in_its_own_repository_keeps_its_proof_everywhere(
 def test_a_study_never_committed_is_refused(tmp_path, tiny_studies, git, clean_registry):
     repo, study = _repo(tmp_path, tiny_studies, git, act="relu2never")
     store = tmp_path / "runs"
-    code, out = _cli("register", study, "--seeds", "2", "--store", store)
+    code, out = _cli("register", study, "--seeds", "2", "--exploratory", "--store", store)
     assert code == 0, out
     git(repo, "add", "exp/registrations")  # the registration alone, as the newcomer did
     git(repo, "commit", "-qm", "register")
@@ -151,16 +151,20 @@ def test_a_registration_from_before_pins_keeps_its_meaning(
 ):
     """A registration without ``inputs:`` (as every one before pins, e.g. reference's gpu one)
     pinned its claims and design: ``run confirm`` trains under it and the report confirms on it,
-    saying that the study file changed after it was committed, without undoing it."""
+    saying that the study file changed after it was committed, without undoing it. Without
+    ``attempts:`` and the claims' shares either (the format before α budgets) its one attempt
+    spends the claim's whole α."""
     repo, study = _repo(tmp_path, tiny_studies, git, act="relu2old")
     store = tmp_path / "runs"
     git(repo, "add", "exp")
     git(repo, "commit", "-qm", "the study, its plugin and data")
-    code, out = _cli("register", study, "--seeds", "2", "--store", store)
+    code, out = _cli("register", study, "--seeds", "6", "--store", store)
     assert code == 0, out
     reg = repo / "exp" / "registrations" / "mine.yaml"
     record = yaml.safe_load(reg.read_text())
-    del record["inputs"]  # the format before pins
+    del record["inputs"], record["attempts"]  # the format before pins and budgets
+    for entry in record["claims"]:
+        del entry["attempt"], entry["alpha"], entry["budget"]
     reg.write_text(yaml.safe_dump(record, sort_keys=False, allow_unicode=True))
     git(repo, "add", str(reg))
     git(repo, "commit", "-qm", "register")
@@ -175,4 +179,6 @@ def test_a_registration_from_before_pins_keeps_its_meaning(
     (row,) = pd.read_csv(tmp_path / "out" / "mine" / "claims.csv").to_dict("records")
     assert row["confirmatory"] is True, row["registration"]
     assert "digest not pinned" in row["registration"]
+    assert "decided at its α=0.05 (share 1 of the claim's budget)" in row["registration"]
+    assert "from before α budgets" in row["alpha budget"]
     assert f"the study file changed from {reg_commit[:7]}" in row["registration"]
