@@ -71,7 +71,7 @@ from ablate.claims.comparisons import Arm, Comparison, compare
 from ablate.claims.interaction import cells, cells_nothing, select_runs
 from ablate.claims.labels import CONTRADICTED, INCONCLUSIVE, NOT_A_TREND, REPRODUCES, THRESHOLD
 from ablate.claims.spec import RUNG, TREND, TREND_AS_PAIRED, Claim
-from ablate.claims.stats import exact_floor, exact_seeds_needed, holm, mean_ci
+from ablate.claims.stats import exact_floor, holm, mean_ci
 from ablate.names import format_value
 
 AS_PAIRED = TREND_AS_PAIRED
@@ -187,6 +187,15 @@ def step_tests(table: pd.DataFrame) -> list[dict[str, Any]]:
         for step, adj in zip(steps, holm([st[name] for st in steps]), strict=True):
             step[f"{name}_holm"] = adj
     return steps
+
+
+def step_seeds_needed(alpha: float, steps: int) -> int:
+    """The fewest seeds whose two-sided sign-flip test of one step can go below its first Holm
+    level over the trend's ``steps``: ``exact_floor(n) < alpha / steps``."""
+    n = 2
+    while exact_floor(n) >= alpha / steps:
+        n += 1
+    return n
 
 
 def step_moves(steps: list[dict[str, Any]], expect: str, alpha: float, exact: bool) -> list[str]:
@@ -378,7 +387,7 @@ def steps_outcome(
     if exact and UNCLEAR in moves and floor >= alpha:
         words += (
             f"; {c.n_a} seeds cannot bring a step's exact Holm p below {floor:.2g}: "
-            f"{exact_seeds_needed(alpha / len(steps))} seeds can"
+            f"{step_seeds_needed(alpha, len(steps))} seeds can"
         )
     nothing = nothing_text(c)
     words += f"; {nothing}" if nothing else ""
