@@ -127,6 +127,21 @@ def attn_context(cfg: RunConfig, device: torch.device):
     return sdpa_kernel(chosen)
 
 
+def training_way(cfg: RunConfig, members: int, device: torch.device) -> dict[str, Any]:
+    """How a run trains in this attempt, as its summary records it (``training``): ``stack``
+    (the members trained as one model, 1 solo), ``compile`` (``train.compile``),
+    ``compile_mode`` (its mode, None eager) and ``cuda_graphs`` (``reduce-overhead`` on a CUDA
+    device: on a CPU the mode adds no graphs). None of it is in the run id: runs of one id
+    trained differently agree to float rounding, or in distribution only (docs/stacking.md)."""
+    t = cfg.train
+    return {
+        "stack": members,
+        "compile": t.compile,
+        "compile_mode": t.compile_mode if t.compile else None,
+        "cuda_graphs": t.compile and t.compile_mode == "reduce-overhead" and device.type == "cuda",
+    }
+
+
 class StepBoundaryStop(pl.Callback):
     """A stop request during ``fit`` (Ctrl-C, or the runner's SIGUSR1 in a worker) takes effect
     at the start of the next training step, after the last one finished (its optimizer update,
@@ -370,6 +385,7 @@ def _fit(
     """Fit (from ``ckpt_path`` when resuming) and evaluate at the end, into the summary."""
     device = trainer.strategy.root_device
     summary = attempt.summary
+    attempt.trains(training_way(cfg, 1, device))
     summary["attn_kernel"] = attn_kernel(cfg, device) if cfg.model.arch == "transformer" else None
     with attn_context(cfg, device):
         with stoppable(stop):

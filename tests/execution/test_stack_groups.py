@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from ablate.cli import app
 from ablate.config import build_config
 from ablate.execution.runner import run_study
+from ablate.results import read_study
 from ablate.stacking import (
     AUTO_CAP,
     auto_members,
@@ -102,6 +103,16 @@ def test_an_lstm_arm_trains_alone_in_a_stacked_study(make_study, tmp_path, monke
         assert r["status"] == "completed"
         assert ("stack" in r) == (arch[r["run_id"]] == "transformer"), r["run_id"]
     assert all(r["stack"]["members"] == 3 for r in runs if "stack" in r)
+    # how each trained: in its summary and its attempt's entry, and read back by the results
+    eager = {"compile": False, "compile_mode": None, "cuda_graphs": False}
+    for r in runs:
+        way = eager | {"stack": 3 if arch[r["run_id"]] == "transformer" else 1}
+        assert r["training"] == r["attempts"][-1]["training"] == way, r["run_id"]
+    table = read_study(tmp_path / "st", "tiny").runs.set_index("run_id")
+    for run_id, a in arch.items():
+        label = "stack of 3, eager" if a == "transformer" else "solo, eager"
+        assert table.loc[run_id, "trained_as"] == label
+        assert table.loc[run_id, "trained.stack"] == (3 if a == "transformer" else 1)
 
 
 def test_grouping_and_auto():
