@@ -37,6 +37,7 @@ from ablate.training.checkpoints import (
     AtomicCheckpointIO,
     ExceptionCheckpoint,
     FinalCheckpoint,
+    MetricsFirst,
     select_checkpoint,
 )
 from ablate.training.inputs import run_inputs
@@ -250,8 +251,11 @@ def make_trainer(
         deterministic=t.deterministic and t.accelerator == "cpu",
         default_root_dir=str(run_dir.path),
         plugins=[
-            # same-directory temp file + fsync + rename
-            checkpoint_io if checkpoint_io is not None else AtomicCheckpointIO(),
+            # same-directory temp file + fsync + rename, the runs' metrics fsynced first
+            MetricsFirst(
+                checkpoint_io if checkpoint_io is not None else AtomicCheckpointIO(),
+                member_dirs or [run_dir],
+            ),
             # one process per run wherever it trains (a local worker, a Ray task, a SLURM array
             # task): ablate, not Lightning's SLURM detection, decides that; so a login node with
             # `srun` on the PATH prints no srun warning into the live progress lines, and a SLURM
