@@ -373,7 +373,9 @@ class LitRuns(pl.LightningModule):
     # --- validation -----------------------------------------------------------------------
     def validation_step(self, batch, batch_idx):
         x, y = batch  # (B, T): every member's
-        self._val_losses.append(self.losses_of(self.model, x, y))
+        # a copy: a CUDA graph's replay (compile_mode reduce-overhead) writes the next batch's
+        # losses into the same output tensor
+        self._val_losses.append(self.losses_of(self.model, x, y).clone())
 
     def on_validation_epoch_end(self):
         if not self._val_losses:
