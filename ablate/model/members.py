@@ -71,7 +71,8 @@ def build(axis: str, cfg: ModelConfig, members: int) -> nn.Module:
 
 
 class Linear(nn.Module):
-    """``y = x W^T + b`` of each member at once: one ``baddbmm`` (``bmm`` without a bias).
+    """``y = x W^T + b`` of each member at once: one ``baddbmm`` (``bmm`` without a bias); of
+    one member one ``addmm`` (``mm``), whose gradients reach the weight through views.
 
     ``weight`` is ``(k, in, out)``, each member's ``W^T``: the backward's ``bmm`` then makes the
     weight's gradient in the weight's own layout (stored as ``nn.Linear``'s ``(out, in)`` the
@@ -89,6 +90,11 @@ class Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         k = self.weight.size(0)
+        if k == 1:  # one member: one matmul (addmm) on views, as cheap as nn.Linear's
+            x2 = x.reshape(-1, self.in_features)  # (M, in)
+            w = self.weight.view(self.in_features, self.out_features)
+            y = x2 @ w if self.bias is None else torch.addmm(self.bias.view(-1), x2, w)
+            return y.view(*x.shape[:-1], self.out_features)
         x2 = x.reshape(k, -1, self.in_features)  # (k, M, in)
         if self.bias is None:
             y = torch.bmm(x2, self.weight)
