@@ -253,6 +253,9 @@ class TrainConfig(_Section):
     devices: int = Field(1, ge=1)
     precision: Precision = "32-true"
     compile: bool = False
+    """``torch.compile`` the training step (``ablate.training.step.losses_fn``). How runs
+    train, not what they are: not in the run id (compiled and eager runs agree to float
+    rounding, equal in distribution)."""
     compile_mode: Literal["default", "reduce-overhead"] = "default"
     """``torch.compile``'s mode under ``compile``: ``reduce-overhead`` adds CUDA graphs (a step
     replayed with one launch). Off by default: whether graphs pay is the GPU probe's to measure.
@@ -323,8 +326,12 @@ class RunConfig(_Section):
         d = self.to_dict()
         d.pop("tracking")
         d["train"].pop("progress")
-        d["train"].pop("stack")  # how runs train (stacked or alone), not what they are
-        d["train"].pop("compile_mode")  # CUDA graphs replay the same kernels
+        # how runs train, not what they are: stacked or alone, compiled or eager, CUDA graphs
+        d["train"].pop("stack")
+        d["train"].pop("compile_mode")
+        # every run hashes as eager, the value every stored run had while ``compile`` was part
+        # of the id (popping the key would move all of them)
+        d["train"]["compile"] = False
         # defaults every run had before their field existed: earlier run ids stay valid
         if d["data"]["order"] == "rows":
             d["data"].pop("order")

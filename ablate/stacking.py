@@ -7,8 +7,9 @@ here; ``not_stackable`` imports the model to read its class from the registry).
 * ``N``: runs that share a ``stack_key`` train in groups of at most N members;
 * ``auto``: chosen from the device and the model size (``auto_members``): off on a CPU, where
   these models are compute-bound already and one process per core trains more runs an hour
-  (docs/stacking.md); on a GPU as many members as fit in the free memory (``member_bytes``
-  each, 70% of what is free), at most ``AUTO_CAP``.
+  (docs/stacking.md); on a GPU as many members as fit in 70% of the free memory, each member
+  as large as measured (``ablate.training.footprint``: one step's peak memory at one member
+  and at two), with no constant cap.
 
 A run that cannot stack (``not_stackable``: a model class that is not member-aware, the LSTM or
 a plugin written for one run, ``ablate.model.members``) trains alone whatever ``train.stack``
@@ -30,9 +31,6 @@ MEMBER_FIELDS = {
     "optim": ("lr", "min_lr", "warmup_ratio", "weight_decay", "beta1", "beta2", "grad_clip"),
 }
 PRECISIONS = ("32-true", "bf16-mixed")
-AUTO_CAP = 8
-"""``auto`` never stacks more members than this (beyond it a step is long enough to keep a GPU
-busy; more members only add memory)."""
 AUTO_MEMORY_SHARE = 0.7
 """Share of the free device memory ``auto`` plans to fill (the rest: allocator slack, kernels'
 workspaces, the evaluation batches)."""
@@ -70,29 +68,16 @@ def not_stackable(cfg: RunConfig) -> str | None:
     return None
 
 
-def member_bytes(params: int, cfg: RunConfig) -> int:
-    """Device memory one member needs, estimated: weights, gradients and AdamW's two moments
-    (16 bytes a parameter, fp32 masters) plus the activations a step keeps for the backward
-    pass: per layer ~34 values per token and model width (Korthikanti et al. 2022, arXiv
-    2205.05198, flash attention: no seq² term), and the logits (3 copies of B x T x vocab in
-    fp32: output, softmax, gradient)."""
-    m, d = cfg.model, cfg.data
-    tokens = d.batch_size * d.seq_len
-    width = 2 if cfg.train.precision == "bf16-mixed" else 4
-    layers = 34 * tokens * m.d_model * m.n_layers * width // 2
-    # the plan has no data: char and bpe bound the vocabulary, a word vocabulary is guessed
-    vocab = {"char": 256, "bpe": d.bpe_vocab_size}.get(d.tokenizer, 65536)
-    logits = 3 * tokens * vocab * 4
-    return 16 * params + layers + logits
-
-
-def auto_members(cfg: RunConfig, *, cuda: bool, free_bytes: int | None, params: int | None) -> int:
+def auto_members(
+    cfg: RunConfig, *, cuda: bool, free_bytes: int | None, member_bytes: int | None
+) -> int:
     """Members per group for ``train.stack: auto`` (1 = off): off unless the run trains on a
-    CUDA device this process can measure; then as many as fit, at most ``AUTO_CAP``."""
-    if cfg.train.accelerator == "cpu" or not cuda or free_bytes is None or not params:
+    CUDA device this process can measure (``free_bytes``: its free memory; ``member_bytes``:
+    what one more member holds, measured); then as many as ``AUTO_MEMORY_SHARE`` of the free
+    memory holds."""
+    if cfg.train.accelerator == "cpu" or not cuda or free_bytes is None or not member_bytes:
         return 1
-    fit = int(AUTO_MEMORY_SHARE * free_bytes // max(1, member_bytes(params, cfg)))
-    return max(1, min(AUTO_CAP, fit))
+    return max(1, int(AUTO_MEMORY_SHARE * free_bytes // member_bytes))
 
 
 def stack_limit(cfg: RunConfig, auto: Callable[[RunConfig], int] | None = None) -> int:

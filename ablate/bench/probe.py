@@ -27,9 +27,10 @@ Two verdicts (:func:`verdict`), each the row with the most tokens/s by ``MARGIN`
 the ``ablate run`` arguments that take it (:func:`row_args`): ``verdict`` over every row, and
 ``unstacked`` over the rows that do not stack (solo, pack, compiled solo), for studies whose
 profile pins ``train.stack`` (the reference's gpu profile pins 1). ``scripts/gpu/window.sh``
-reads both from the JSON. A row whose arguments would change the run ids (``train.compile`` is
-part of the run id; ``train.stack`` and ``train.compile_mode`` are not) is measured and shown
-but never a verdict: a window's runs must keep the run ids their registrations name. The JSON
+reads both from the JSON. A row whose arguments would change the run ids is measured and shown
+but never a verdict: a window's runs must keep the run ids their registrations name. None does
+today (``train.stack``, ``train.compile`` and ``train.compile_mode`` are how runs train, in no
+run id); the check is on the probe's own config, not assumed. The JSON
 and the report are written after every row, so a cut probe leaves the verdicts of the rows it
 finished.
 

@@ -32,7 +32,7 @@ from rich.table import Table
 
 from ablate.config import ConfigError, DataConfig, ModelConfig, RunConfig
 from ablate.data.reuse import DataReuse, data_reuse, describe, split_sizes
-from ablate.stacking import AUTO_CAP, not_stackable, plan_groups
+from ablate.stacking import not_stackable, plan_groups
 from ablate.study import Study
 
 FALLBACK_VOCAB = 256
@@ -122,14 +122,19 @@ def study_flops(study: Study) -> dict[str, RunFlops]:
     return {run.run_id: run_flops(run.config) for run in study.runs}
 
 
+AUTO_WORST_CASE = 2**31
+"""``auto``'s group size where nothing is measured: no constant bounds it (the device's free
+memory does), so at worst every run of one shape trains in one group."""
+
+
 def worst_case_limit(cfg: RunConfig) -> int:
-    """The most members ``cfg``'s runs could stack in: its ``train.stack`` N, or ``auto``'s
-    cap for ``auto`` and ``off`` (a window may turn ``auto`` on with ``--set``); 1 when the
-    model cannot stack."""
+    """The most members ``cfg``'s runs could stack in: its ``train.stack`` N, or for ``auto``
+    and ``off`` (a window may turn ``auto`` on with ``--set``) all of them
+    (``AUTO_WORST_CASE``); 1 when the model cannot stack."""
     if not_stackable(cfg):
         return 1
     stack = cfg.train.stack
-    return AUTO_CAP if stack in ("auto", "off") else int(stack)
+    return AUTO_WORST_CASE if stack in ("auto", "off") else int(stack)
 
 
 def largest_task(study: Study) -> tuple[int, float]:
@@ -324,5 +329,5 @@ def _longest(tier: int, studies: Sequence[Study], minutes) -> str:
     what = "run" if members == 1 else f"stacked group of {members} runs"
     return (
         f"tier {tier}: longest task {_minutes(minutes(flops))} min ({study.name}: a {what}, "
-        f"{_si(flops)}; a group is train.stack's N, or at most {AUTO_CAP} under auto)"
+        f"{_si(flops)}; a group is train.stack's N, or under auto every run of one shape)"
     )

@@ -2,14 +2,16 @@
 stacked model, as one executor task.
 
 The rules are ``ablate.stacking``'s (torch-free); this module adds what needs the
-machine: ``train.stack: auto`` measures the device this process sees (free CUDA memory, the
-model's parameter count on the meta device). A driver without the GPU its runs train on (a
-SLURM login node) cannot measure it, so ``auto`` is off there: name N to stack such runs.
+machine: ``train.stack: auto`` measures the device this process sees (its free CUDA memory,
+then what one member of each shape holds there: ``ablate.training.footprint``, a few seconds
+once per shape). A driver without the GPU its runs train on (a SLURM login node) cannot
+measure it, so ``auto`` is off there: name N to stack such runs.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,17 +42,20 @@ def _cuda_free() -> int | None:
 
 
 @functools.lru_cache(maxsize=64)
-def _params(model_json: str, vocab: int) -> int | None:
+def _footprint(key: str) -> int | None:
+    """Bytes one member of the runs of ``key`` (their ``stack_key``) holds on the first CUDA
+    device, measured; None when it cannot be (auto stays off)."""
     try:
         import torch
 
-        from ablate.config import ModelConfig
-        from ablate.model import build_model
+        from ablate.training.footprint import member_footprint
 
-        with torch.device("meta"):
-            model = build_model(ModelConfig.model_validate_json(model_json), vocab)
-        return int(model.param_counts()["total"])
-    except Exception:  # noqa: BLE001 - unknown size: auto stays off
+        cfg = RunConfig.model_validate(json.loads(key))  # seed and scalars: defaults
+        d = cfg.data
+        # the plan has no data: char and bpe bound the vocabulary, a word vocabulary is guessed
+        vocab = {"char": 256, "bpe": d.bpe_vocab_size}.get(d.tokenizer, 65536)
+        return member_footprint(cfg, vocab, torch.device("cuda", 0))
+    except Exception:  # noqa: BLE001 - e.g. out of memory at two members: auto stays off
         return None
 
 
@@ -58,11 +63,9 @@ def auto_here(cfg: RunConfig) -> int:
     """``train.stack: auto``'s member count for ``cfg`` on this machine."""
     if cfg.train.accelerator == "cpu":
         return 1
-    free = _cuda_free()
-    d = cfg.data
-    vocab = {"char": 256, "bpe": d.bpe_vocab_size}.get(d.tokenizer, 65536)
-    params = _params(cfg.model.model_dump_json(), vocab) if free is not None else None
-    return auto_members(cfg, cuda=free is not None, free_bytes=free, params=params)
+    free = _cuda_free()  # before any measurement holds memory
+    per = _footprint(stack_key(cfg)) if free is not None else None
+    return auto_members(cfg, cuda=free is not None, free_bytes=free, member_bytes=per)
 
 
 def limit_here(cfg: RunConfig) -> int:

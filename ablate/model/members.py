@@ -70,8 +70,22 @@ def build(axis: str, cfg: ModelConfig, members: int) -> nn.Module:
 # --- the two parametrised layers ------------------------------------------------------------------
 
 
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x (k, ..., in) @ weight (k, in, out) + bias (k, out)`` of each member: one ``baddbmm``
+    (``bmm`` without a bias); of one member one ``addmm`` (``mm``) on views of the weights, as
+    cheap as ``nn.Linear``'s, whose gradients reach the weights through the views."""
+    k, d_in, d_out = weight.shape
+    if k == 1:
+        x2, w = x.reshape(-1, d_in), weight.view(d_in, d_out)  # (M, in), (in, out)
+        y = x2 @ w if bias is None else torch.addmm(bias.view(-1), x2, w)
+    else:
+        x2 = x.reshape(k, -1, d_in)  # (k, M, in)
+        y = torch.bmm(x2, weight) if bias is None else torch.baddbmm(bias.unsqueeze(1), x2, weight)
+    return y.view(*x.shape[:-1], d_out)  # (k, ..., out)
+
+
 class Linear(nn.Module):
-    """``y = x W^T + b`` of each member at once: one ``baddbmm`` (``bmm`` without a bias).
+    """``y = x W^T + b`` of each member at once (:func:`linear`).
 
     ``weight`` is ``(k, in, out)``, each member's ``W^T``: the backward's ``bmm`` then makes the
     weight's gradient in the weight's own layout (stored as ``nn.Linear``'s ``(out, in)`` the
@@ -88,13 +102,7 @@ class Linear(nn.Module):
         self.bias = nn.Parameter(torch.zeros(members, d_out)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        k = self.weight.size(0)
-        x2 = x.reshape(k, -1, self.in_features)  # (k, M, in)
-        if self.bias is None:
-            y = torch.bmm(x2, self.weight)
-        else:
-            y = torch.baddbmm(self.bias.unsqueeze(1), x2, self.weight)  # (k, M, out)
-        return y.view(*x.shape[:-1], self.out_features)  # (k, ..., out)
+        return linear(x, self.weight, self.bias)
 
     @staticmethod
     def solo_form(name: str, t: torch.Tensor) -> torch.Tensor:

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from ablate import registry
 from ablate.config import ModelConfig
 from ablate.model.base import LanguageModel
-from ablate.model.members import Embedding, Linear, build
+from ablate.model.members import Embedding, Linear, build, linear
 
 # --- norms ----------------------------------------------------------------------------------------
 #
@@ -284,7 +284,8 @@ class CausalSelfAttention(nn.Module):
         self.members = members
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.head_dim
         kv_dim = self.n_kv_heads * self.head_dim
-        # separate projections: q and k/v differ in width under GQA
+        # three projections (their names and layout: nn.MultiheadAttention's in_proj split in
+        # three, what checkpoints hold), computed as one (``project``)
         self.q_proj = Linear(cfg.d_model, cfg.d_model, bias=cfg.bias, members=members)
         self.k_proj = Linear(cfg.d_model, kv_dim, bias=cfg.bias, members=members)
         self.v_proj = Linear(cfg.d_model, kv_dim, bias=cfg.bias, members=members)
@@ -310,6 +311,19 @@ class CausalSelfAttention(nn.Module):
             is_causal=attn_bias is None,
         )
 
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values of ``x`` ``(k, B, T, d)``: ``(k, B, T, H*D)``, ``(k, B, T,
+        Hkv*D)`` twice. One matmul over the three projections' weights side by side (one read
+        of ``x``, one kernel; the layout stays three ``Linear``s); a variant whose projections
+        are other modules gets each one's output."""
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        if not all(type(p) is Linear for p in projections):
+            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        weight = torch.cat([p.weight for p in projections], -1)  # (k, d, d + 2 kv)
+        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections], -1)
+        kv = self.n_kv_heads * self.head_dim
+        return linear(x, weight, bias).split((x.size(-1), kv, kv), -1)
+
     def forward(
         self,
         x: torch.Tensor,
@@ -318,9 +332,10 @@ class CausalSelfAttention(nn.Module):
     ) -> torch.Tensor:
         members, B, T, C = x.shape
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
-        q = self.q_proj(x).view(members * B, T, H, D).transpose(1, 2)  # (k*B, H, T, D)
-        k = self.k_proj(x).view(members * B, T, Hkv, D).transpose(1, 2)  # (k*B, Hkv, T, D)
-        v = self.v_proj(x).view(members * B, T, Hkv, D).transpose(1, 2)  # (k*B, Hkv, T, D)
+        q, k, v = self.project(x)
+        q = q.reshape(members * B, T, H, D).transpose(1, 2)  # (k*B, H, T, D)
+        k = k.reshape(members * B, T, Hkv, D).transpose(1, 2)  # (k*B, Hkv, T, D)
+        v = v.reshape(members * B, T, Hkv, D).transpose(1, 2)  # (k*B, Hkv, T, D)
         q, k = self.qk(q, k)
         if rotary is not None:
             q, k = apply_rope(q, *rotary), apply_rope(k, *rotary)

@@ -11,7 +11,14 @@ store; the report and the execution stage read a study's results only through he
 * :func:`results_frame`: the ``results.csv`` table.
 """
 
-from ablate.results.data import DTYPE_PREFIX, REUSE_PREFIX, TRAIN_TAIL, StudyData
+from ablate.results.data import (
+    DTYPE_PREFIX,
+    REUSE_PREFIX,
+    TRAIN_TAIL,
+    TRAINED_AS,
+    TRAINED_PREFIX,
+    StudyData,
+)
 from ablate.results.locate import resolve_studies
 from ablate.results.read import read_study, results_frame
 
@@ -19,6 +26,8 @@ __all__ = [
     "DTYPE_PREFIX",
     "REUSE_PREFIX",
     "TRAIN_TAIL",
+    "TRAINED_AS",
+    "TRAINED_PREFIX",
     "StudyData",
     "read_study",
     "resolve_studies",

@@ -22,6 +22,12 @@ TRAIN_TAIL = 0.1
 """The last fraction of a run's steps whose logged training losses make its final train loss."""
 DTYPE_PREFIX = "dtype."
 """``dtype.<kind>``: what a run computed ``<kind>`` in (its summary's ``compute_dtypes``)."""
+TRAINED_PREFIX = "trained."
+"""``trained.<field>``: how a run's last attempt trained it (its summary's ``training``:
+``stack``, ``compile``, ``compile_mode``, ``cuda_graphs``), none of it in the run id."""
+TRAINED_AS = "trained_as"
+"""How a run trained, in words, every attempt in order (``'solo, eager then stack of 4,
+compiled'``): runs trained differently are equal in distribution only (docs/stacking.md)."""
 
 
 @dataclass

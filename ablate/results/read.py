@@ -51,7 +51,14 @@ from ablate.names import (
     format_value,
     value_order,
 )
-from ablate.results.data import DTYPE_PREFIX, REUSE_PREFIX, TRAIN_TAIL, StudyData
+from ablate.results.data import (
+    DTYPE_PREFIX,
+    REUSE_PREFIX,
+    TRAIN_TAIL,
+    TRAINED_AS,
+    TRAINED_PREFIX,
+    StudyData,
+)
 from ablate.store import SUMMARY_NUMBERS, RunDir, RunStore, run_state
 from ablate.study.load import load_study
 from ablate.study.spec import Reference, parse_reference, read_study_yaml
@@ -137,6 +144,9 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
             row[k] = v
     for k, v in (summary.get("environment") or {}).items():  # threads, workers, versions
         row[f"env.{k}"] = v
+    for k, v in recorded_way(summary, config).items():
+        row[f"{TRAINED_PREFIX}{k}"] = v
+    row[TRAINED_AS] = trained_as(summary, config)
     for kind, dtype in (summary.get("compute_dtypes") or {}).items():
         row[f"{DTYPE_PREFIX}{kind}"] = dtype
     for mult, loss in (summary.get("val_loss_at_length") or {}).items():
@@ -150,6 +160,51 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
     at_unigram = learned_nothing(summary.get("final_val_loss"), unigram)
     row[NOTHING_COLUMN] = int(row["status"] == "completed" and at_unigram)
     return row, axes, meta
+
+
+def recorded_way(summary: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """How the run's last attempt trained it: its summary's ``training``; for a run from before
+    that was recorded, what its config and summary say (``stack``: the group it trained in, 1
+    without one; CUDA graphs: ``reduce-overhead`` on a device other than the CPU)."""
+    way = summary.get("training")
+    if isinstance(way, dict):
+        return way
+    train = config.get("train") if isinstance(config.get("train"), dict) else {}
+    compiled = bool(train.get("compile"))
+    mode = train.get("compile_mode", "default") if compiled else None
+    stack = summary.get("stack") if isinstance(summary.get("stack"), dict) else {}
+    device = (summary.get("environment") or {}).get("device")
+    return {
+        "stack": stack.get("members", 1),
+        "compile": compiled,
+        "compile_mode": mode,
+        "cuda_graphs": mode == "reduce-overhead" and device not in (None, "cpu"),
+    }
+
+
+def way_label(way: dict[str, Any]) -> str:
+    """``'solo, eager'``, ``'stack of 4, compiled'``, ``'stack of 8, compiled, CUDA graphs'``."""
+    k = way.get("stack") or 1
+    how = "eager"
+    if way.get("compile"):
+        mode = way.get("compile_mode") or "default"
+        how = "compiled" + (", CUDA graphs" if way.get("cuda_graphs") else "")
+        if mode != "default" and not way.get("cuda_graphs"):
+            how += f", {mode}"  # reduce-overhead where it made no graphs (a CPU)
+    return f"{'solo' if k == 1 else f'stack of {k}'}, {how}"
+
+
+def trained_as(summary: dict[str, Any], config: dict[str, Any]) -> str:
+    """:data:`TRAINED_AS`: the ways its attempts recorded, in order, a repeat merged (``' then
+    '`` between two); the last attempt's way when none recorded one."""
+    attempts = summary.get("attempts") if isinstance(summary.get("attempts"), list) else []
+    labels = [
+        way_label(a["training"])
+        for a in attempts
+        if isinstance(a, dict) and isinstance(a.get("training"), dict)
+    ]
+    labels = [x for i, x in enumerate(labels) if i == 0 or labels[i - 1] != x]
+    return " then ".join(labels) or way_label(recorded_way(summary, config))
 
 
 def _reuse(config: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
@@ -270,7 +325,7 @@ def read_study(
     ordered = ID_COLUMNS + axis_keys
     runs = runs[ordered + [c for c in runs.columns if c not in ordered]]
     for col in runs.columns:
-        if col in ordered or col == "error" or col.startswith("cfg."):
+        if col in ordered or col == "error" or col.startswith(("cfg.", TRAINED_PREFIX)):
             continue
         if runs[col].map(lambda v: v is None or isinstance(v, int | float)).all():
             runs[col] = pd.to_numeric(runs[col], errors="coerce").astype(float)

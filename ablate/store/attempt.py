@@ -107,6 +107,13 @@ class RunAttempt:
         attempt.write()
         return attempt
 
+    def trains(self, way: dict[str, Any]) -> None:
+        """Record how this attempt trains the run (``training.train.training_way``: stack size,
+        compile and its mode, CUDA graphs; none of it in the run id), in the summary's
+        ``training`` and in this attempt's entry of ``attempts``, and store it."""
+        self.summary["attempts"][-1]["training"] = way
+        self.write(training=way)
+
     def wall_time(self, wait: float = 0.0) -> float:
         """Seconds the run has trained, earlier attempts included (``wait``: time not spent
         training, e.g. waiting for W&B)."""

@@ -17,7 +17,10 @@ Layout::
 Every file that is replaced is written to a temporary file in the same directory, flushed,
 fsynced and renamed over the old one, so a crash leaves either the old or the new file, never
 half of one. ``metrics.csv`` is only appended to; readers drop a torn last line and keep the
-last value written for a (step, metric), which is what a resumed run re-logs.
+last value written for a (step, metric), which is what a resumed run re-logs. Training appends
+without an fsync per row and fsyncs the file before each checkpoint and at the end of a fit
+(``sync_metrics``): a power cut loses at most the rows after the newest checkpoint, which the
+resumed run drops and logs again anyway.
 """
 
 from __future__ import annotations
@@ -269,8 +272,10 @@ class RunDir:
         return s.get("status") if s else None
 
     # --- metrics.csv --------------------------------------------------------------------------
-    def append_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        """Append ``step,metric,value`` rows and flush them to disk."""
+    def append_metrics(self, step: int, metrics: dict[str, float], *, sync: bool = True) -> None:
+        """Append ``step,metric,value`` rows; ``sync``: fsync them too (else they reach the
+        OS, which keeps them through a killed process, and ``sync_metrics`` makes them
+        durable: training syncs before each checkpoint and at the end of a fit)."""
         if not metrics:
             return
         new = not self.metrics_file.exists()
@@ -285,12 +290,29 @@ class RunDir:
             with open(self.metrics_file, "a", encoding="utf-8") as f:
                 f.write(buf.getvalue())
                 f.flush()
-                os.fsync(f.fileno())
+                if sync:
+                    os.fsync(f.fileno())
         except OSError as err:  # e.g. a full disk: the run fails naming the file (a torn line
             # left behind is dropped by readers)
-            raise OSError(
-                err.errno, f"cannot write {self.metrics_file}: {describe_os_error(err)}"
-            ) from None
+            raise self._metrics_error(err) from None
+
+    def sync_metrics(self) -> None:
+        """Make every row appended so far durable (fsync ``metrics.csv``; none: nothing)."""
+        try:
+            fd = os.open(self.metrics_file, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            raise self._metrics_error(err) from None
+        try:
+            os.fsync(fd)
+        except OSError as err:  # a write the OS took but the disk refuses shows here
+            raise self._metrics_error(err) from None
+        finally:
+            os.close(fd)
+
+    def _metrics_error(self, err: OSError) -> OSError:
+        return OSError(err.errno, f"cannot write {self.metrics_file}: {describe_os_error(err)}")
 
     def read_metrics(self) -> list[tuple[int, str, float]]:
         """All ``(step, metric, value)`` rows, last write winning, torn lines dropped."""

@@ -11,6 +11,8 @@
 * :class:`FinalCheckpoint` saves ``last.ckpt`` at the end of training when the last periodic
   save was at an earlier step (``max_steps`` not a multiple of ``checkpoint_interval``).
 * :class:`ExceptionCheckpoint` saves ``interrupted.ckpt`` when training stops on an exception.
+* :class:`MetricsFirst` fsyncs the runs' ``metrics.csv`` before each checkpoint is written and
+  at the end of a fit, so the log steps themselves need no fsync.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from pytorch_lightning.callbacks import Checkpoint
 
-from ablate.store import describe_os_error, file_mode
+from ablate.store import RunDir, describe_os_error, file_mode
 
 log = logging.getLogger("ablate")
 
@@ -90,6 +93,42 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None:
             raise TypeError("AtomicCheckpointIO takes no storage_options")
         atomic_save(checkpoint, path)
+
+
+class MetricsFirst(CheckpointIO):
+    """``io`` (the fit's checkpoint writer), with the ``metrics.csv`` of ``run_dirs`` fsynced
+    before each checkpoint and when the fit ends (its teardown, also after an exception).
+
+    A checkpoint at step N promises that a resume from it finds every row up to N (it drops
+    the later ones and logs them again), and a finished run's summary that all its rows are
+    there: a power cut must not keep a checkpoint or a summary whose rows it lost. The sync is
+    here, not in a callback, because Lightning calls the module's ``on_save_checkpoint`` (which
+    logs what a log step still holds) after the callbacks' and before this writer."""
+
+    def __init__(self, io: CheckpointIO, run_dirs: list[RunDir]) -> None:
+        self.io, self.run_dirs = io, list(run_dirs)
+
+    def sync(self) -> None:
+        for run_dir in self.run_dirs:
+            run_dir.sync_metrics()
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
+        self.sync()
+        self.io.save_checkpoint(checkpoint, path, storage_options)
+
+    def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self.io.load_checkpoint(path, *args, **kwargs)  # Lightning's arguments, as given
+
+    def remove_checkpoint(self, path: Any) -> None:
+        self.io.remove_checkpoint(path)
+
+    def teardown(self) -> None:
+        try:
+            self.sync()
+        finally:
+            self.io.teardown()
 
 
 def _load_ok(path: Path) -> tuple[int | None, str | None]:

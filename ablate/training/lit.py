@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -50,6 +49,7 @@ from ablate.model import (
 )
 from ablate.training.adamw import MemberAdamW, lr_of
 from ablate.training.step import lm_loss, losses_fn, train_step
+from ablate.training.throughput import Throughput
 
 __all__ = ["LitLM", "LitRuns", "grad_norm_metrics", "layer_of", "lm_loss"]  # lm_loss: step.py's
 
@@ -158,6 +158,7 @@ class LitRuns(pl.LightningModule):
         # included), logged with every evaluation as perf/wall_s: time to a loss from the store
         self.clocks: list[Callable[[], float]] | None = None
         self.tokens_per_step = self.cfg.data.batch_size * self.cfg.data.seq_len
+        self.throughput = Throughput(self.tokens_per_step)  # clock reads after the device's work
         k = self.k
         self.register_buffer("loss_sum", torch.zeros(k), persistent=False)
         self.register_buffer("nonfinite_step", torch.full((k,), -1), persistent=False)
@@ -176,9 +177,6 @@ class LitRuns(pl.LightningModule):
         self._logged_step = -1
         self._bad: list[float] = []  # the first non-finite steps the last log step read
         self._found_at: list[int | None] = [None] * k  # the log step that found a divergence
-        self._t_last: float | None = None
-        self._step_last = 0
-        self._eval_t0 = 0.0
 
     # --- the model ------------------------------------------------------------------------
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
@@ -294,12 +292,12 @@ class LitRuns(pl.LightningModule):
         return self.train_loss
 
     def _log_train(self, step: int) -> None:
-        now = time.perf_counter()
         sums, bad = self._read([self.loss_sum, self.nonfinite_step])
         means = [s / max(n, 1) for s, n in zip(sums, self.loss_n, strict=True)]
-        rate = None  # tokens/s of each member since the last log step, evaluations left out
-        if step > self._step_last and self._t_last is not None:
-            rate = (step - self._step_last) * self.tokens_per_step / (now - self._t_last)
+        # tokens/s of each member since the last log step, evaluations left out: the clock is
+        # read after the read above, which waited for the device
+        rate = self.throughput.lap(step)
+        if rate is not None:
             self.tokens_per_s = rate
         for i in range(self.k):
             metrics = {"train/loss": means[i], "lr": lr_of(self.cfgs[i], step)}
@@ -312,7 +310,6 @@ class LitRuns(pl.LightningModule):
         self.train_loss, self._logged_step, self._bad = means, step, bad
         self.loss_sum.zero_()
         self.loss_n = [0] * self.k
-        self._t_last, self._step_last = time.perf_counter(), step
 
     def log_member(self, i: int, metrics: dict[str, float], step: int) -> None:
         """Send member ``i``'s metrics to its loggers at ``step`` (Lightning's own cadence
@@ -343,15 +340,13 @@ class LitRuns(pl.LightningModule):
             self.loop_states = None
         if any(self.finished(i) for i in range(self.k)):
             self.trainer.should_stop = True  # it ended before an interruption cut its summary
-        self._t_last, self._step_last = time.perf_counter(), self.global_step
+        self.throughput.start(self.global_step, self.device)
 
     def on_validation_start(self):
-        self._eval_t0 = time.perf_counter()
+        self.throughput.pause(self.device)  # evaluation time is not training throughput
 
     def on_validation_end(self):
-        # evaluation time is not training throughput
-        if self._t_last is not None:
-            self._t_last += time.perf_counter() - self._eval_t0
+        self.throughput.resume()
 
     def on_before_optimizer_step(self, optimizer):
         interval = self.cfg.train.grad_norm_interval
@@ -378,7 +373,9 @@ class LitRuns(pl.LightningModule):
     # --- validation -----------------------------------------------------------------------
     def validation_step(self, batch, batch_idx):
         x, y = batch  # (B, T): every member's
-        self._val_losses.append(self.losses_of(self.model, x, y))
+        # a copy: a CUDA graph's replay (compile_mode reduce-overhead) writes the next batch's
+        # losses into the same output tensor
+        self._val_losses.append(self.losses_of(self.model, x, y).clone())
 
     def on_validation_epoch_end(self):
         if not self._val_losses:

@@ -11,7 +11,9 @@ from ablate.store import RunDir
 
 
 class StoreLogger(Logger):
-    """Appends every logged metric to the run's ``metrics.csv`` (long form, resume-safe).
+    """Appends every logged metric to the run's ``metrics.csv`` (long form, resume-safe),
+    without an fsync per log step: ``checkpoints.MetricsFirst`` makes the rows durable before
+    each checkpoint and at the end of a fit, all the crash guarantees need (docs/guarantees.md).
 
     Lightning's CSVLogger deletes an existing ``metrics.csv`` when it is pointed at a non-empty
     directory, which would lose the history of a resumed run; this logger only ever appends.
@@ -36,4 +38,4 @@ class StoreLogger(Logger):
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         metrics = {k: v for k, v in metrics.items() if k != "epoch"}
-        self.run_dir.append_metrics(int(step or 0), metrics)
+        self.run_dir.append_metrics(int(step or 0), metrics, sync=False)

@@ -37,6 +37,7 @@ from ablate.training.checkpoints import (
     AtomicCheckpointIO,
     ExceptionCheckpoint,
     FinalCheckpoint,
+    MetricsFirst,
     select_checkpoint,
 )
 from ablate.training.inputs import run_inputs
@@ -125,6 +126,21 @@ def attn_context(cfg: RunConfig, device: torch.device):
     if cfg.train.attn_backend == "auto" and kernel != "math":
         chosen.append(SDPBackend.MATH)
     return sdpa_kernel(chosen)
+
+
+def training_way(cfg: RunConfig, members: int, device: torch.device) -> dict[str, Any]:
+    """How a run trains in this attempt, as its summary records it (``training``): ``stack``
+    (the members trained as one model, 1 solo), ``compile`` (``train.compile``),
+    ``compile_mode`` (its mode, None eager) and ``cuda_graphs`` (``reduce-overhead`` on a CUDA
+    device: on a CPU the mode adds no graphs). None of it is in the run id: runs of one id
+    trained differently agree to float rounding, or in distribution only (docs/stacking.md)."""
+    t = cfg.train
+    return {
+        "stack": members,
+        "compile": t.compile,
+        "compile_mode": t.compile_mode if t.compile else None,
+        "cuda_graphs": t.compile and t.compile_mode == "reduce-overhead" and device.type == "cuda",
+    }
 
 
 class StepBoundaryStop(pl.Callback):
@@ -235,8 +251,11 @@ def make_trainer(
         deterministic=t.deterministic and t.accelerator == "cpu",
         default_root_dir=str(run_dir.path),
         plugins=[
-            # same-directory temp file + fsync + rename
-            checkpoint_io if checkpoint_io is not None else AtomicCheckpointIO(),
+            # same-directory temp file + fsync + rename, the runs' metrics fsynced first
+            MetricsFirst(
+                checkpoint_io if checkpoint_io is not None else AtomicCheckpointIO(),
+                member_dirs or [run_dir],
+            ),
             # one process per run wherever it trains (a local worker, a Ray task, a SLURM array
             # task): ablate, not Lightning's SLURM detection, decides that; so a login node with
             # `srun` on the PATH prints no srun warning into the live progress lines, and a SLURM
@@ -370,6 +389,7 @@ def _fit(
     """Fit (from ``ckpt_path`` when resuming) and evaluate at the end, into the summary."""
     device = trainer.strategy.root_device
     summary = attempt.summary
+    attempt.trains(training_way(cfg, 1, device))
     summary["attn_kernel"] = attn_kernel(cfg, device) if cfg.model.arch == "transformer" else None
     with attn_context(cfg, device):
         with stoppable(stop):

@@ -12,16 +12,13 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+import ablate.training.footprint as footprint_module
 from ablate.cli import app
 from ablate.config import build_config
+from ablate.execution import groups
 from ablate.execution.runner import run_study
-from ablate.stacking import (
-    AUTO_CAP,
-    auto_members,
-    member_bytes,
-    plan_groups,
-    stack_limit,
-)
+from ablate.results import read_study
+from ablate.stacking import auto_members, plan_groups, stack_limit
 from ablate.store import RunDir, RunStore
 from ablate.tracking.ids import wandb_run_id
 
@@ -102,6 +99,16 @@ def test_an_lstm_arm_trains_alone_in_a_stacked_study(make_study, tmp_path, monke
         assert r["status"] == "completed"
         assert ("stack" in r) == (arch[r["run_id"]] == "transformer"), r["run_id"]
     assert all(r["stack"]["members"] == 3 for r in runs if "stack" in r)
+    # how each trained: in its summary and its attempt's entry, and read back by the results
+    eager = {"compile": False, "compile_mode": None, "cuda_graphs": False}
+    for r in runs:
+        way = eager | {"stack": 3 if arch[r["run_id"]] == "transformer" else 1}
+        assert r["training"] == r["attempts"][-1]["training"] == way, r["run_id"]
+    table = read_study(tmp_path / "st", "tiny").runs.set_index("run_id")
+    for run_id, a in arch.items():
+        label = "stack of 3, eager" if a == "transformer" else "solo, eager"
+        assert table.loc[run_id, "trained_as"] == label
+        assert table.loc[run_id, "trained.stack"] == (3 if a == "transformer" else 1)
 
 
 def test_grouping_and_auto():
@@ -114,12 +121,42 @@ def test_grouping_and_auto():
     assert stack_limit(build_config({"train.stack": 2, "train.precision": "16-mixed"})) == 1
     assert stack_limit(build_config({"train.stack": 2, "model.arch": "lstm"})) == 1
     cpu = build_config({"train.stack": "auto"})
-    assert stack_limit(cpu, lambda c: auto_members(c, cuda=True, free_bytes=2**40, params=1)) == 1
+    auto = {"cuda": True, "free_bytes": 2**40, "member_bytes": 1}
+    assert stack_limit(cpu, lambda c: auto_members(c, **auto)) == 1
     gpu = build_config({"train.stack": "auto", "train.accelerator": "gpu"})
-    assert auto_members(gpu, cuda=True, free_bytes=2**40, params=10**6) == AUTO_CAP
-    one = member_bytes(10**6, gpu)
-    assert auto_members(gpu, cuda=True, free_bytes=3 * one, params=10**6) == 2  # 70% of 3
-    assert auto_members(gpu, cuda=False, free_bytes=None, params=10**6) == 1
+    one = 2 * 2**30  # a member of 2 GiB, as measured
+    assert auto_members(gpu, cuda=True, free_bytes=3 * one, member_bytes=one) == 2  # 70% of 3
+    # no constant cap: 139 GiB free hold 48 such members
+    assert auto_members(gpu, cuda=True, free_bytes=139 * 2**30, member_bytes=one) == 48
+    assert auto_members(gpu, cuda=True, free_bytes=one // 2, member_bytes=one) == 1
+    assert auto_members(gpu, cuda=False, free_bytes=None, member_bytes=one) == 1
+    assert auto_members(gpu, cuda=True, free_bytes=2**40, member_bytes=None) == 1  # unmeasured
+
+
+def test_auto_stacks_what_the_free_memory_holds_at_the_measured_footprint(monkeypatch):
+    """``auto`` on a GPU machine, with its memory figures injected: the free memory over the
+    member's measured footprint, which is measured once per shape from the runs' stack key."""
+    measured = []
+
+    def footprint(cfg, vocab, device, memory=None):
+        measured.append((cfg, vocab, device.type))
+        return 2**30  # 1 GiB a member
+
+    monkeypatch.setattr(groups, "_cuda_free", lambda: 24 * 2**30)
+    monkeypatch.setattr(footprint_module, "member_footprint", footprint)
+    groups._footprint.cache_clear()
+    base = {"train.stack": "auto", "train.accelerator": "gpu", "model.d_model": 64}
+    cfgs = [build_config(base | {"train.seed": s, "optim.lr": 1e-3 * (s + 1)}) for s in range(20)]
+    assert groups.limit_here(cfgs[0]) == 16  # 70% of 24 GiB: 16 members, past the old cap 8
+    assert [len(g) for g in plan_groups(cfgs, lambda c: c, groups.limit_here)] == [10, 10]
+    ((cfg, vocab, device),) = measured  # once for the shape, whatever the seed or LR
+    assert device == "cuda" and vocab == 256  # char data: 256 bounds the vocabulary
+    assert cfg.model == cfgs[0].model and cfg.data == cfgs[0].data
+    assert cfg.train.precision == cfgs[0].train.precision
+    groups._footprint.cache_clear()
+    monkeypatch.setattr(groups, "_cuda_free", lambda: None)  # no CUDA device visible here
+    assert groups.limit_here(cfgs[0]) == 1
+    groups._footprint.cache_clear()
 
 
 KILL_SCRIPT = """

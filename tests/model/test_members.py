@@ -84,6 +84,33 @@ def test_the_layers_are_torchs_in_the_saved_layout():
         assert torch.equal(table(idx)[i], F.embedding(idx[i], t["weight"]))
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_linear_layer_of_one_member_is_nn_linear_forward_and_backward(bias):
+    """One member takes its own path (a plain ``addmm`` on views of the weights): torch's
+    ``nn.Linear`` with the same weights, outputs and gradients, and the stacked path's."""
+    torch.manual_seed(0)
+    ours, ref = Linear(5, 7, bias=bias, members=1), torch.nn.Linear(5, 7, bias=bias)
+    with torch.no_grad():
+        for name, t in member_state_dict(ours, 0).items():
+            getattr(ref, name).copy_(t)
+    x = torch.randn(1, 2, 6, 5)
+    y = ours(x)
+    assert y.shape == (1, 2, 6, 7)
+    assert_close(y[0], ref(x[0]), rtol=1e-6, atol=1e-7)
+    g = torch.randn_like(y)
+    y.backward(g)
+    ref(x[0]).backward(g[0])
+    assert_close(ours.weight.grad[0], ref.weight.grad.T, rtol=1e-6, atol=1e-7)
+    if bias:
+        assert_close(ours.bias.grad[0], ref.bias.grad, rtol=1e-6, atol=1e-7)
+    stacked = (
+        torch.baddbmm(ours.bias.unsqueeze(1), x.view(1, -1, 5), ours.weight)
+        if bias
+        else (torch.bmm(x.view(1, -1, 5), ours.weight))
+    )  # the members' path at k = 1
+    assert_close(y.view(1, -1, 7), stacked, rtol=1e-6, atol=1e-7)
+
+
 def test_members_move_between_models_and_old_tied_checkpoints_load():
     models = members_of(tiny(), 2)
     stack = stack_models(models)

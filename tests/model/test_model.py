@@ -284,6 +284,46 @@ def test_attention_matches_reference(kv_heads, pos, attention):
     assert_close(ours, ref, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("members", [1, 3])
+@pytest.mark.parametrize(
+    "case", [{}, {"bias": False}, {"n_kv_heads": 2}, {"n_kv_heads": 1, "bias": False}]
+)
+def test_one_qkv_matmul_is_the_three_projections(members, case):
+    """``project``'s one matmul over the three weights side by side gives each projection's
+    output and each weight's gradient (and the input's), as the three ``Linear`` calls do, to
+    float rounding (a wider matmul is blocked differently: ~1e-6 relative)."""
+    torch.manual_seed(0)
+    attn = randomize_(CausalSelfAttention(tiny(n_heads=4, **case), members), std=0.3)
+    x = torch.randn(members, 2, 6, 16)
+    results = []
+    for how in (attn.project, lambda x: (attn.q_proj(x), attn.k_proj(x), attn.v_proj(x))):
+        attn.zero_grad(set_to_none=True)
+        xi = x.clone().requires_grad_()
+        outs = how(xi)
+        sum((o * (i + 1) * o.detach().sign()).sum() for i, o in enumerate(outs)).backward()
+        results.append((outs, xi.grad, {n: p.grad for n, p in attn.named_parameters()}))
+    (fused, gx, grads), (separate, ref_gx, ref_grads) = results
+    tol = {"rtol": 1e-5, "atol": 1e-5}
+    for a, b in zip(fused, separate, strict=True):
+        assert_close(a, b, **tol)
+    assert_close(gx, ref_gx, **tol)
+    for name, g in ref_grads.items():
+        if g is not None:
+            assert_close(grads[name], g, **tol, msg=name)
+
+
+def test_projections_that_are_other_modules_are_called_as_they_are():
+    """A variant that replaces a projection (a plugin's attention) gets that module's output."""
+    torch.manual_seed(0)
+    attn = CausalSelfAttention(tiny(n_heads=4), 1)
+    attn.k_proj = nn.Sequential(attn.k_proj, nn.Tanh())
+    x = torch.randn(1, 2, 6, 16)
+    q, k, v = attn.project(x)
+    assert_close(k, torch.tanh(attn.k_proj[0](x)))
+    assert_close(q, attn.q_proj(x))
+    assert_close(v, attn.v_proj(x))
+
+
 # --- 7. causality --------------------------------------------------------------------------------
 
 

@@ -1,5 +1,8 @@
+from pathlib import Path
+
 import pytest
 
+from ablate.accel import compile_problem
 from ablate.config import (
     ConfigError,
     RunConfig,
@@ -121,27 +124,76 @@ def test_run_id_is_stable_and_ignores_tracking():
     assert len(a.run_id()) == 12
 
 
-@pytest.mark.parametrize("study", ["reference_nanogpt_cpu", "batch_lr_scaling"])
-def test_archived_runs_keep_their_ids(study):
-    """The cpu profiles' archived stores (what their reports prove things about) name every
-    run by the id of its config: a new config value (``data.order: random``) moves none."""
+ARCHIVES = sorted(
+    p.parents[1].name
+    for p in (Path(__file__).parents[2] / "reports").glob("*/archive/store.tar.gz")
+)
+# how a run trains: none of these may move a run id
+WAYS_OF_TRAINING = (
+    {"compile": True},
+    {"compile": True, "compile_mode": "reduce-overhead"},
+    {"stack": "8"},
+    {"stack": "auto", "compile": True},
+)
+
+
+def _archived_runs(study: str) -> list[dict]:
     import tarfile
-    from pathlib import Path
 
     import yaml
 
     archive = Path(__file__).parents[2] / "reports" / study / "archive" / "store.tar.gz"
     with tarfile.open(archive) as tar:
-        runs = [
+        return [
             yaml.safe_load(tar.extractfile(m).read())
             for m in tar.getmembers()
             if m.name.endswith("/run.yaml")
         ]
-    assert len(runs) > 10  # rows (the default) and tokens (batch_lr_scaling) both in there
+
+
+@pytest.mark.parametrize("study", ARCHIVES)
+def test_archived_runs_keep_their_ids(study):
+    """The shipped stores (what their reports prove things about) name every run by the id of
+    its config: a new config value (``data.order: random``) moves none, and neither does a way
+    of training (compiled, CUDA graphs, stacked): the id a run had eager and alone."""
+    runs = _archived_runs(study)
+    assert len(runs) >= 10
     for run in runs:
-        assert RunConfig.model_validate(run["config"]).run_id() == run["meta"]["run_id"]
+        cfg = RunConfig.model_validate(run["config"])
+        assert cfg.run_id() == run["meta"]["run_id"]
+        for way in WAYS_OF_TRAINING:
+            train = cfg.train.model_copy(update=way)
+            assert cfg.model_copy(update={"train": train}).run_id() == run["meta"]["run_id"]
     random = build_config({"data.order": "random"})
     assert random.run_id() != build_config({}).run_id()
+
+
+def test_every_shipped_store_is_checked():
+    assert len(ARCHIVES) >= 7 and {"reference_nanogpt_cpu", "batch_lr_scaling"} <= set(ARCHIVES)
+
+
+@pytest.mark.skipif(compile_problem() is not None, reason="train.compile needs a C++ compiler")
+def test_plan_gives_the_same_run_ids_compiled_or_not(make_study, tmp_path):
+    """``ablate plan`` names the runs ``--set train.compile=true`` would train by the ids they
+    have eager (a verdict of the GPU probe may compile a registered study's runs)."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from ablate.cli import app
+
+    path = make_study()
+    ids = []
+    for extra in ([], ["--set", "train.compile=true"], ["--set", "train.stack=2"]):
+        args = ["plan", str(path), "--no-estimate", "--store", str(tmp_path / "runs"), *extra]
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 0, res.output
+        ids.append(re.findall(r"\b[0-9a-f]{12}\b", res.output))
+    assert len(ids[0]) == 2 and ids[0] == ids[1] == ids[2]
+    cfg = build_config({})
+    eager = cfg.run_id()
+    assert build_config({"train.compile": True}).run_id() == eager
+    assert build_config({"train.seed": 1}).run_id() != eager  # what a run is still moves it
 
 
 def test_learned_positions_must_cover_the_context():

@@ -52,6 +52,7 @@ from ablate.training.train import (
     quiet_lightning,
     stoppable,
     torch_threads,
+    training_way,
 )
 
 log = logging.getLogger("ablate")
@@ -168,6 +169,8 @@ def _open_all(
         m = open_member(cfg, rd, meta, t0, workers)
         m.summary.update(attn_kernel=kernel, stack=group)
         out.append(m)
+    for m in out:  # the runs this attempt trains together
+        m.attempt.trains(training_way(m.cfg, len(out), device))
     return out
 
 
