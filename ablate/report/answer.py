@@ -35,10 +35,8 @@ from ablate.claims.standing import Standing, confirm_mask
 from ablate.claims.stats import mean_ci
 from ablate.claims.verdicts import fmt_num, fmt_p
 from ablate.names import format_value
-from ablate.report.render import Block
+from ablate.report.render import PROVENANCE, Block
 
-PROVENANCE = "provenance.md"
-"""The file beside ``report.md`` with each claim's registration proof, attempts and tests."""
 LOSSES = ("final_val_loss", "best_val_loss")
 
 
@@ -140,8 +138,8 @@ def effect_of(check: ClaimCheck) -> Effect:
         ((axis, (v1, v2)),) = claim.by.items()
         x, y = _short(axis, v1), format_value(v2)
         kind = "interaction"
-    else:
-        x, y, kind = c.label_a, c.label_b, "arms"
+    else:  # a published arm by its label (where its numbers come from: provenance.md)
+        x, y, kind = c.label_a, claim.external_label or c.label_b, "arms"
     if math.isfinite(c.diff) and c.diff < 0:  # the larger side first: a positive gap
         if kind == "interaction":
             x, y = _short(axis, v2), format_value(v1)
@@ -192,6 +190,8 @@ def condition(check: ClaimCheck, e: Effect) -> str:
         text = ", ".join(_short(k, v) for k, v in claim.a.items()) or claim.id
         if claim.b:
             text += " vs " + ", ".join(_short(k, v) for k, v in claim.b.items())
+    if claim.metric not in ("final_val_loss", "lr_exponent"):  # which number, where not the usual
+        text += f", {claim.metric}"
     where = where_words(check)
     return f"{text} at {where}" if where else text
 
@@ -292,7 +292,7 @@ def tail(check: ClaimCheck) -> str:
             f"{need} seeds would let the t-test decide" if need else "only the exact test decides"
         )
     if outcome == INCONCLUSIVE:
-        return f"undecided; {need} seeds would decide it" if need else "undecided"
+        return f"{need} seeds would decide it" if need else "undecided"
     if outcome == REPRODUCES:
         equal = check.claim.expect in EQUIVALENCE
         return "equivalent by both tests" if equal else "both tests support the claim"
@@ -301,6 +301,15 @@ def tail(check: ClaimCheck) -> str:
         WITHIN_MARGIN: "a real difference, inside the margin, by both tests",
         NOT_HERE: "not reproduced at this setting, by both tests",
     }.get(outcome, outcome)
+
+
+LABEL_WORDS = 6
+"""An arm's label in a sentence, at most (its whole label is in the table's condition)."""
+
+
+def _few(label: str) -> str:
+    words = label.split()
+    return label if len(words) <= LABEL_WORDS else " ".join(words[:LABEL_WORDS]) + "…"
 
 
 def sentence(check: ClaimCheck, unit: str) -> str:
@@ -335,7 +344,8 @@ def sentence(check: ClaimCheck, unit: str) -> str:
     else:
         final = claim.metric == "final_val_loss"
         verb, metric = ("ends", "") if final else ("is", f" in {claim.metric}")
-        text = f"{at}{e.x} {verb} {d}{u} {word} than {e.y}{metric} {ci}"
+        x, y = _few(e.x), _few(e.y)
+        text = f"{at}{x} {verb} {d}{u} {word} than {y}{metric} {ci}"
     if text.startswith("the "):  # a label keeps its case
         text = "The" + text[3:]
     return f"{text}; {tail(check)}."

@@ -1,9 +1,9 @@
 """``report.md`` as a list of blocks, in its order: title, partial-results marker, the Answer
-(:mod:`ablate.report.answer`), the withdrawn-attempt and stale-code notes, each claim's figure
-on its deciding seeds, the question with its scale and commentary, then the exploratory
-comparisons, result tables and pooled figures under a heading naming their seeds (each caption
-naming its own). :mod:`ablate.report.provenance` lays out ``provenance.md``;
-:mod:`ablate.report.render` writes both out as Markdown and HTML.
+(:mod:`ablate.report.answer`), each claim's figure on its deciding seeds, the question (the
+damaged-run, withdrawn-attempt and stale-code notes, the description, scale and commentary),
+then the exploratory comparisons, result tables and pooled figures under a heading naming
+their seeds (each caption naming its own). :mod:`ablate.report.provenance` lays out
+``provenance.md``; :mod:`ablate.report.render` writes both out as Markdown and HTML.
 """
 
 from __future__ import annotations
@@ -115,7 +115,6 @@ def build_blocks(
     if partial:
         blocks.append(Block("note", f"**{partial}**"))
     blocks += answer_blocks(checks, unit, standings)
-    blocks += notes_blocks(study)
     if claim_figures:
         blocks.append(Block("h2", "Each claim on its deciding seeds"))
         blocks += [Block("fig", f, f"{f.caption} Seeds: {f.seeds}.") for f in claim_figures]
@@ -151,9 +150,10 @@ def notes_blocks(study: StudyData) -> list[Block]:
 
 
 def question_blocks(study: StudyData) -> list[Block]:
-    """The study's question (its description), the scale every verdict holds at, and the
-    hand-written commentary."""
-    blocks = [Block("h2", "Question")]
+    """The notes on its runs (damaged, withdrawn, stale), the study's question (its
+    description), its runs and axes, the scale every verdict holds at, and the hand-written
+    commentary."""
+    blocks = [Block("h2", "Question"), *notes_blocks(study)]
     if study.description:
         blocks.append(Block("p", study.description))
     blocks.append(Block("p", _axes_line(study)))

@@ -115,9 +115,8 @@ def against_panel(ax, check: ClaimCheck) -> str:
         band = "; grey band: its margin"
     ax.set_xticks([0], [c.label_a], fontsize=7)
     ax.set_xlim(-0.6, 0.6)
-    return (
-        f"{c.label_a}: seeds as dots, mean and 95% t-interval, against {c.label_b} (dashed){band}."
-    )
+    against = claim.external_label or c.label_b
+    return f"{c.label_a}: seeds as dots, mean and 95% t-interval, against {against} (dashed){band}."
 
 
 def claim_figure(study: StudyData, check: ClaimCheck, out: Path) -> FigureFile | None:

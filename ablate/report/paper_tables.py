@@ -31,9 +31,9 @@ from ablate.results import StudyData
 
 TABLE_MD, TABLE_TEX, ANSWER_CSV = "table.md", "table.tex", "answer.csv"
 ANSWER_COLUMNS = [
-    "study", "id", "kind", "x", "y", "condition", "effect", "lo", "hi", "n", "Holm p",
-    "exact Holm p", "verdict", "t-test decides", "exact test decides", "confirmatory", "tag",
-    "device", "params", "tokens", "passes",
+    "study", "id", "kind", "x", "y", "sign", "condition", "effect", "lo", "hi", "n",
+    "Holm p", "exact Holm p", "verdict", "t-test decides", "exact test decides", "confirmatory",
+    "tag", "device", "params", "tokens", "passes",
 ]  # fmt: skip
 
 
@@ -173,6 +173,7 @@ def answer_frame(
                 "id": ch.claim.id,
                 "kind": e.kind,
                 "x": e.x,
+                "sign": e.sign,
                 "y": e.y,
                 "condition": cells["condition"],
                 "effect": e.diff,

@@ -9,7 +9,8 @@ Read from each ``<study>/answer.csv`` (written by :func:`ablate.report.build.bui
 from the study's store, :mod:`ablate.report.paper_tables`), never from a store, as the claims
 index (:mod:`ablate.report.index`) is: it states no number its reports did not compute. A
 claim's effect is shown in the orientation of the first scale that has it (another scale's
-sides swapped back, its sign with them). Rewritten whenever ``ablate report`` builds a report.
+sides swapped back, its sign with them: ``answer.csv`` records each row's orientation).
+Rewritten whenever ``ablate report`` builds a report.
 """
 
 from __future__ import annotations
@@ -66,8 +67,9 @@ def _effect(row: dict, flip: bool) -> str:
 
 
 def _flipped(row: dict, first: dict) -> bool:
-    """Whether ``row`` has the two sides of ``first`` the other way round."""
-    return (row["x"], row["y"]) == (first["y"], first["x"]) and row["x"] != row["y"]
+    """Whether ``row`` shows its claim the other way round from ``first`` (the sign each
+    applied to the claim engine's a − b: its arms' labels may differ between profiles)."""
+    return float(row["sign"]) != float(first["sign"])
 
 
 def table_rows(found: list[tuple[str, dict[str, pd.DataFrame]]]) -> tuple[list[str], list]:

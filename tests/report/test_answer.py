@@ -101,7 +101,7 @@ def test_the_answer_is_a_table_and_a_sentence_with_the_same_signs(built):
     sentence = item.split(": ", 1)[1].split(" *[")[0]
     assert sentence == (
         f"activation=gelu ends {d} nats worse than activation=relu (95% CI {dlo} to {dhi}, "
-        "3 seeds); undecided; ≈6 seeds would decide it."
+        "3 seeds); ≈6 seeds would decide it."
     )
     assert len(sentence.split()) <= 30 and len(item.split()) <= 40
     # the same signs: every number of the sentence is the table's, as written there

@@ -156,7 +156,7 @@ def test_the_readme_example_is_the_reports_answer(tmp_path, write_run):
     assert fill_readme(readme, "other", path) is False  # no markers for it: left as it is
 
 
-@pytest.mark.parametrize("study", ["norm_placement"])
+@pytest.mark.parametrize("study", ["norm_placement_ladder"])
 def test_the_shipped_readme_shows_the_shipped_answer(study):
     from pathlib import Path
 
