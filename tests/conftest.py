@@ -374,7 +374,7 @@ def _norm_pos_store(root: Path) -> Path:
 
 def _mark_confirm(store, study, seeds, tag=None, started=None, commit=None):
     """Seeds ``seeds`` as confirmation runs under ``tag``, run from the study repository's
-    ``commit`` (clean) when given, as ``ablate run --confirm`` records them."""
+    ``commit`` (clean) when given, as ``ablate run confirm`` records them."""
     for run in RunStore(store).runs(study):
         summary = run.read_summary()
         if summary["seed"] in seeds:

@@ -41,7 +41,7 @@ import yaml
 HISTORY = "history"
 RECORDED_IN = "recorded_in"
 LAUNCH_CHECK = "has changes not committed"
-"""The words of the check ``ablate run --confirm`` makes before it starts: the registration
+"""The words of the check ``ablate run confirm`` makes before it starts: the registration
 file has no uncommitted change (:func:`ablate.claims.registration.commit_problem`). Found in
 a run's commit, it proves the registration file was clean in that run's dirty tree."""
 NOT_CHECKABLE = "order not checkable here"
@@ -376,7 +376,7 @@ def order_proof(reg_path: Path, reg_commit: str, runs: pd.DataFrame) -> OrderPro
         dirty_text = (
             f"; {len(dirty)} of {n} ran from a DIRTY tree (uncommitted changes to tracked "
             "files, not recorded): the registration file was clean in it, since `ablate run "
-            "--confirm` at that commit refuses to start otherwise; whether the study file was "
+            "confirm` at that commit refuses to start otherwise; whether the study file was "
             "is not recorded (runs from before ablate recorded study_dirty)"
         )
     if problems:

@@ -4,7 +4,7 @@
 commits it before any confirmation run. Per claim it records what is tested (text, metric,
 test, margin and where the margin comes from, the claim's fingerprint); once for the study the
 confirmation design fixed in advance (the profile, ``fixed``: which seeds; or ``sequential``:
-K looks, seeds per look, the alpha spending). ``ablate run --confirm`` / ``--until-decided``
+K looks, seeds per look, the alpha spending). ``ablate run confirm`` / ``--until-decided``
 trains only under a registration that exists, matches the study and is committed
 (:func:`require_registration`); the report proves the order from git (:func:`git_versions`:
 the commit that wrote the registration, its time, against the first confirmation run's start).
@@ -520,7 +520,7 @@ def fixed_seeds(
     inputs: InputsFn | None = None,
 ) -> tuple[list[int], str]:
     """(the registered seeds, the registration commit or "" outside git) of a fixed design
-    (``ablate run --confirm``); ``ConfigError`` when the registration is missing, does not
+    (``ablate run confirm``); ``ConfigError`` when the registration is missing, does not
     match, is not committed, registers a sequential design, or its inputs differ
     (:func:`require_registration`)."""
     record, commit = require_registration(study_path, name, profile, claims, margin, inputs)
@@ -548,7 +548,9 @@ def sequential_seeds(
     record, commit = require_registration(study_path, name, profile, claims, margin, inputs)
     design, path = record["design"], registration_path(study_path, profile)
     if design["kind"] != "sequential":
-        raise ConfigError("registers a fixed design: run it with --confirm", source=path)
+        raise ConfigError(
+            "registers a fixed design: train it with `ablate run confirm`", source=path
+        )
     for key, value in (("max_looks", max_looks), ("seeds_per_look", seeds_per_look)):
         if value is not None and design.get(key) != value:
             raise ConfigError(

@@ -6,7 +6,7 @@ Each confirmation run records the registration commit it ran under (``registrati
 results.csv) and its start (``started``); runs of one registration are one *attempt*. A claim
 is decided on the latest attempt; the report lists the earlier ones (:mod:`ablate.report.audit`).
 A claim's outcome is confirmatory only when it is decided on the confirmation runs of its
-profile's registration (``ablate run --confirm``: the registered seeds) and git shows that
+profile's registration (``ablate run confirm``: the registered seeds) and git shows that
 registration committed before the first of them; runs of other seeds at the same profile are
 exploratory, and the report says why. While the registered design's runs are unfinished a
 claim is pending (:func:`design_progress`): no verdict before every run of the design finished,
@@ -180,7 +180,7 @@ def standing(study, deciding: pd.DataFrame, confirmation: bool) -> Standing:
         v = versions[-1]
         return Standing(
             f"registered in {v.commit[:7]} ({design_text(v.design)}), but decided on runs that "
-            f"are not its confirmation runs (`ablate run --confirm`; exploratory)",
+            f"are not its confirmation runs (`ablate run confirm`; exploratory)",
             False,
         )
     tag = next(iter(set(deciding.get("registration", pd.Series()).dropna())), "")

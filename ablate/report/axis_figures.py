@@ -1,10 +1,10 @@
-"""Figures for the questions an interaction answers (matplotlib, PNG):
+"""Figures along a study's axes (matplotlib, PNG):
 
-* ``interaction_<claim id>.png``: for each interaction claim (``by:``), its four cells, the
-  metric at a and at b at each value of the by axis: mean and 95% t-interval per cell, one
-  grey line per seed joining its a and b (the seed's effect), the mean effects and the
-  difference of differences in the title. Drawn from the runs that decide the claim (its
-  confirmation seeds when it has them).
+* :func:`draw_cells`, the left panel of an interaction claim's figure (``by:``;
+  :mod:`ablate.report.claim_figure` puts its difference of differences beside it): its four
+  cells, the metric at a and at b at each value of the by axis, mean and 95% t-interval per
+  cell, one grey line per seed joining its a and b (the seed's effect). Drawn from the runs
+  that decided the claim (its confirmation seeds when it has them).
 * ``sensitivity_<axis>.png``: for each numeric axis with at least 3 values (LR, batch size,
   warmup ratio...), the final loss against it per arm (the other varying axes' values): mean
   line, 95% t-interval band over seeds, seed dots; and each arm's best value of the axis (the
@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -26,31 +25,29 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ablate.claims.checks import claim_runs, metric_column  # noqa: E402
+from ablate.claims.checks import metric_column  # noqa: E402
 from ablate.claims.interaction import by_labels, effect_label, per_seed  # noqa: E402
 from ablate.claims.stats import SEED, mean_ci  # noqa: E402
 from ablate.names import display_names, format_value, loss_unit, value_order  # noqa: E402
-from ablate.report.answer import seed_span  # noqa: E402
 from ablate.report.plots import FigureFile, save_figure  # noqa: E402
 from ablate.results import StudyData  # noqa: E402
 
 BOOT = 2000
 
 
-def interaction_figure(study: StudyData, claim, out: Path) -> FigureFile | None:
-    """One interaction claim's 2x2 cells with seed lines (module doc)."""
-    runs = study.runs[study.runs["status"].isin(("completed", "diverged"))]
+def draw_cells(ax, study: StudyData, check) -> str | None:
+    """An interaction claim's four cells on ``ax``, from the runs that decided it (module
+    doc); its caption sentence, or None when fewer than 2 seeds trained all four."""
+    claim, pool = check.claim, check.pool
     col = metric_column(claim)
-    if col not in runs:
+    if pool is None or col not in pool:
         return None
-    pool, confirmation = claim_runs(runs, claim)
     table, lost = per_seed(pool, claim, col)
     if len(table) < 2:
         return None
     l1, l2 = by_labels(claim)
     a_lab = ", ".join(f"{k.split('.')[-1]}={format_value(v)}" for k, v in claim.a.items())
     b_lab = ", ".join(f"{k.split('.')[-1]}={format_value(v)}" for k, v in claim.b.items())
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
     xs = {0: (0.0, 1.0), 1: (2.0, 3.0)}  # (a, b) at each value of the by axis
     for side in (0, 1):
         xa, xb = xs[side]
@@ -75,25 +72,11 @@ def interaction_figure(study: StudyData, claim, out: Path) -> FigureFile | None:
     ax.tick_params(axis="x", labelsize=8)
     ax.set_ylabel(f"{col.replace('_', ' ')} ({loss_unit(study)})")
     ax.grid(axis="y", alpha=0.3)
-    d = table["d"]
-    _, dlo, dhi = mean_ci(d)
-    which = "confirmation seeds" if confirmation else "seeds"
-    seeds = ", ".join(str(int(s)) for s in table.index)
-    title = f"Interaction {claim.id}: effect of {effect_label(claim)} at {l1} vs {l2}"
-    key = (
-        f"diamond: mean, bars: 95% t-interval, dots: seeds, grey lines: one seed's a and b; "
-        f"difference of differences {d.mean():+.3g} [{dlo:+.3g}, {dhi:+.3g}], n={len(d)} {which}"
-    )
-    caption = (
-        f"{title}. The four cells of the claim on its {len(d)} {which} ({seeds}): diamond = "
-        "mean over seeds with its 95% t-interval, dots = seeds, a grey line joins one seed's a "
-        f"and b (its effect). The claim's difference of differences (effect at {l1} minus "
-        f"effect at {l2}, per seed) is {d.mean():+.3g} (95% CI [{dlo:+.3g}, {dhi:+.3g}])."
+    return (
+        f"Left: the four cells (effect of {effect_label(claim)} at {l1} and at {l2}), seeds as "
+        "dots, a grey line joining a seed's a and b, mean and 95% t-interval."
         + (f" {lost} seed(s) left out: a cell diverged." if lost else "")
     )
-    kind = "confirmation" if confirmation else "exploratory"
-    own = f"n = {len(d)} {kind} seeds ({seed_span(table.index)}), the claim's own"
-    return replace(save_figure(fig, out, f"interaction_{claim.id}", title, key, caption), seeds=own)
 
 
 def numeric_axes(study: StudyData, least: int = 3) -> list[str]:
@@ -193,13 +176,8 @@ def sensitivity_figure(
 
 
 def axis_figures(study: StudyData, out: Path) -> list[FigureFile]:
-    """Every interaction figure and sensitivity figure the study's data supports."""
+    """Every sensitivity figure the study's data supports."""
     figures = []
-    for claim in study.claims:
-        if getattr(claim, "by", None):
-            fig = interaction_figure(study, claim, out)
-            if fig is not None:
-                figures.append(fig)
     for axis in numeric_axes(study):
         fig = sensitivity_figure(study, axis, out)
         if fig is not None:

@@ -1,41 +1,27 @@
-"""The report as a list of blocks, in its order: title, partial-results marker, the claims
-table (:mod:`ablate.report.answer`), description, against the paper, how to read, headline
-verdicts, extra seeds, tables, figures with captions (each naming its seeds), reproducibility
-and the list of runs. :mod:`ablate.report.render` writes the blocks out as Markdown and HTML.
+"""``report.md`` as a list of blocks, in its order: title, partial-results marker, the Answer
+(:mod:`ablate.report.answer`), each claim's figure on its deciding seeds, the question (the
+damaged-run, withdrawn-attempt and stale-code notes, the description, scale and commentary),
+then the exploratory comparisons, result tables and pooled figures under a heading naming
+their seeds (each caption naming its own). :mod:`ablate.report.provenance` lays out
+``provenance.md``; :mod:`ablate.report.render` writes both out as Markdown and HTML.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import replace
 
 import pandas as pd
 
 from ablate.claims.comparisons import Comparison
-from ablate.claims.standing import confirm_mask, latest_attempt
-from ablate.claims.stats import ALPHA, SEED
+from ablate.claims.standing import Standing, confirm_mask, latest_attempt
 from ablate.claims.verdicts import Verdict, verdict
 from ablate.names import display_names, format_value, loss_unit, study_key, value_order
-from ablate.report.answer import answer_blocks, claims_summary, seeds_text
-from ablate.report.claims_section import against_the_paper, extra_seeds_section
+from ablate.report.answer import answer_blocks, seed_span, seeds_text
+from ablate.report.claims_section import lr_table, scale_text
 from ablate.report.plots import FigureFile
-from ablate.report.render import Block
-from ablate.report.repro import (
-    chaotic_variants,
-    environment_table,
-    reproduced_line,
-    reproduced_table,
-    reproducibility_text,
-)
-from ablate.report.tables import (
-    comparisons_table,
-    length_table,
-    reference_table,
-    runs_table,
-    variant_tables,
-    where_text,
-)
-from ablate.results import TRAIN_TAIL, StudyData
+from ablate.report.render import PROVENANCE, Block
+from ablate.report.tables import comparisons_table, length_table, reference_table, where_text
+from ablate.results import StudyData
 from ablate.store import UNFINISHED_STATES
 
 
@@ -74,37 +60,8 @@ def withdrawn_note(study: StudyData) -> str | None:
     return (
         f"{int(withdrawn.sum())} unfinished confirmation run(s) of an earlier attempt (under "
         f"{tags}) stay in the store as that attempt's record; the latest attempt decides the "
-        "claims, so they are not work left (see Registration and confirmation attempts)."
+        "claims, so they are not work left (their record: provenance.md)."
     )
-
-
-HOW_TO_READ = (
-    "**How to read this report.** Each number is the mean over seeds ± the sample standard "
-    "deviation, then the 95% t-interval over seeds [lo, hi] (mean ± t·s/√n); n is the number of "
-    "seeds behind it. Lower loss is better. Comparisons pair variants that differ in one axis "
-    "only, everything else fixed: a paired t-test on per-seed differences when both sides have "
-    "the same seeds and a seed gives both the same token stream, else Welch's t-test (the "
-    "Pairing line under the comparisons says which and why); the interval is the 95% t-interval "
-    "of the difference. {claims}the comparisons below are exploratory, Benjamini–Hochberg "
-    "corrected (false discovery rate) within this report: they suggest, they do not confirm. "
-    "Verdicts use the corrected p (α = {alpha:g}): *better*/*worse* when it "
-    "is below α, *equivalent within ±m* when the two one-sided tests (TOST) against the study's "
-    "equivalence margin m pass, otherwise *inconclusive*, with the seeds per variant that would "
-    "decide it at 80% power. Diverged runs are counted and reported, never averaged in. Figure "
-    "bands and bars are the same 95% t-intervals over seeds; the percentile bootstrap CI (seed "
-    "{seed}) is a secondary column only."
-)
-
-
-def how_to_read(study: StudyData) -> str:
-    """The reading guide; it points at the claims only when the report has some."""
-    claims = (
-        "The study's claims (above) are the confirmatory family, Holm–Bonferroni corrected over "
-        "the claims only; "
-        if study.claims
-        else "This report checks no claims (the study file names none, or was not found); "
-    )
-    return HOW_TO_READ.format(claims=claims, alpha=ALPHA, seed=SEED)
 
 
 def _axes_line(study: StudyData) -> str:
@@ -144,144 +101,162 @@ def build_blocks(
     verdicts: list[tuple[Comparison, Verdict]],
     figures: list[FigureFile],
     checks: list | None = None,
-    confirmatory: dict[str, bool] | None = None,
-    claim_figure: FigureFile | None = None,
+    standings: dict[str, Standing] | None = None,
+    claim_figures: list[FigureFile] | None = None,
 ) -> list[Block]:
-    """The whole report, section by section, in the order of this module's docstring, from the
-    exploratory comparisons' :func:`verdict_list` and the decided claims (``checks``, with
-    whether each is confirmatory, and their figure on their own seeds)."""
+    """``report.md``, section by section: the Answer (:mod:`ablate.report.answer`), each claim's
+    figure on its deciding seeds, the question and its scale, then the exploratory
+    comparisons, tables and figures under a heading naming their seeds. Registration proofs,
+    attempts, the tests in full and every run are :mod:`ablate.report.provenance`'s."""
+    checks, standings = checks or [], standings or {}
     unit = loss_unit(study).split("/")[0]
-    head = header_blocks(study)
-    at = len(head) - 1 if study.description else len(head)  # the answer before the question
-    top = answer_blocks(study, checks or [], unit, confirmatory or {})
-    top += claims_summary(study, checks or [], unit)
-    if claim_figure is not None:
-        top.append(Block("fig", claim_figure, f"{claim_figure.caption} Seeds: each panel's own."))
-    head[at:at] = top
-    return [
-        *head,
-        *against_the_paper(study, checks or [], unit),
-        Block("p", how_to_read(study)),
-        Block("p", _axes_line(study)),
-        *verdict_blocks(study, verdicts),
-        *extra_seeds_section(study),
-        *variant_blocks(study),
-        *comparison_blocks(study, verdicts),
-        *figure_blocks(figures, study),
-        *reproducibility_blocks(study),
-        Block("h2", "Runs"),
-        Block("table", runs_table(study), "Every run in the store for this study."),
-    ]
-
-
-def header_blocks(study: StudyData) -> list[Block]:
-    """Title, the partial-results and stale-code notes, the study's description."""
     blocks = [Block("h1", f"{study.name}: ablation report")]
     partial = progress_line(study)
     if partial:
         blocks.append(Block("note", f"**{partial}**"))
+    blocks += answer_blocks(checks, unit, standings)
+    if claim_figures:
+        blocks.append(Block("h2", "Each claim on its deciding seeds"))
+        blocks += [Block("fig", f, f"{f.caption} Seeds: {f.seeds}.") for f in claim_figures]
+    blocks += question_blocks(study)
+    blocks += exploratory_blocks(study, verdicts, figures)
+    blocks.append(
+        Block(
+            "p",
+            f"Registration proofs, attempts, every test in full, the reproducibility checks and "
+            f"every run: [{PROVENANCE}]({PROVENANCE}).",
+        )
+    )
+    return blocks
+
+
+def notes_blocks(study: StudyData) -> list[Block]:
+    """The damaged runs skipped, the withdrawn-attempt and stale-code notes, in a line each
+    (the details are in provenance.md)."""
+    blocks = []
+    if study.damaged:
+        blocks += [
+            Block("note", f"**{len(study.damaged)} damaged run(s) skipped** (unreadable files):"),
+            Block("ul", [str(reason) for reason in study.damaged.values()]),
+        ]
     if withdrawn := withdrawn_note(study):
         blocks.append(Block("note", withdrawn))
     # runs made by other model/training code
-    from ablate.store.provenance import code_fingerprint, stale_note
+    from ablate.store.provenance import stale_note
 
     if stale := stale_note(study.path):
-        rows = study.reproduced
-        if rows is not None:
-            stale += ". " + reproduced_line(rows, code_fingerprint())
-        blocks.append(Block("note", f"**{stale}**"))
+        blocks.append(Block("note", f"**{stale}**."))
+    return blocks
+
+
+def question_blocks(study: StudyData) -> list[Block]:
+    """The notes on its runs (damaged, withdrawn, stale), the study's question (its
+    description), its runs and axes, the scale every verdict holds at, and the hand-written
+    commentary."""
+    blocks = [Block("h2", "Question"), *notes_blocks(study)]
     if study.description:
         blocks.append(Block("p", study.description))
+    blocks.append(Block("p", _axes_line(study)))
+    scale = scale_text(study)
+    if scale:
+        blocks.append(Block("p", scale))
+    if study.findings:
+        lead = "**Commentary** (hand-written): " if study.claims else ""
+        blocks.append(Block("p", lead + study.findings))
     return blocks
 
 
-def verdict_blocks(study: StudyData, verdicts: list[tuple[Comparison, Verdict]]) -> list[Block]:
-    """The headline verdicts, strongest first, and how many of each kind."""
-    names = display_names(study.axes)
-    blocks = [Block("h2", "Verdicts (exploratory)")]
+def exploratory_blocks(
+    study: StudyData, verdicts: list[tuple[Comparison, Verdict]], figures: list[FigureFile]
+) -> list[Block]:
+    """The exploratory comparisons (the strongest :data:`MAX_HEADLINES`; every one in full in
+    provenance.md), the result tables and the pooled figures, each naming its seeds."""
+    explore = study.runs[~confirm_mask(study.runs) & (study.runs["status"] == "completed")]
+    heading = f"Exploratory comparisons (seeds {seed_span(explore['seed']) or 'none'})"
+    blocks = [Block("h2", heading), Block("p", verdicts_line(study, verdicts))]
+    if verdicts:
+        ranked = sorted(verdicts, key=lambda cv: _ORDER[cv[1].kind])
+        shown = ranked[:MAX_HEADLINES]
+        more = len(ranked) - len(shown)
+        rest = f"; {more} more in [{PROVENANCE}]({PROVENANCE}#comparisons)" if more else ""
+        blocks.append(
+            Block(
+                "table",
+                short_comparisons(shown, study),
+                f"Strongest first{rest}. a − b: difference of mean final validation loss "
+                "(negative: a lower) with its 95% t-interval; BH p: Benjamini–Hochberg over "
+                "these comparisons.",
+            )
+        )
+    blocks += result_tables(study)
+    seeds = seeds_text(study.runs)
+    if figures and (note := pooled_note(study)):
+        blocks.append(Block("p", f"The figures below pool every seed ({seeds}).{note}"))
+    for f in figures:
+        blocks.append(Block("fig", f, f"{f.caption} Seeds: {f.seeds or seeds}."))
+    return blocks
+
+
+def verdicts_line(study: StudyData, verdicts: list[tuple[Comparison, Verdict]]) -> str:
+    """What the exploratory comparisons are, and how many of each verdict."""
     if not verdicts:
         why = "no axis varies" if not study.varying_axes else "no finished runs to compare yet"
-        blocks.append(Block("p", f"No comparisons: {why}."))
-        return blocks
-    ranked = sorted(verdicts, key=lambda cv: _ORDER[cv[1].kind])
-    shown = ranked[:MAX_HEADLINES]
-    items = [f"**{names.get(c.axis, c.axis)}**: {v.text}" for c, v in shown]
-    if len(ranked) > len(shown):
-        items.append(f"… {len(ranked) - len(shown)} more in the comparisons table below.")
-    for axis in study.varying_axes:
-        if not any(c.axis == axis for c, _ in verdicts):
-            items.append(
-                f"**{names[axis]}**: no pair of finished runs differs in this axis alone "
-                "(its values never share the other axes' values), so no comparison."
-            )
-    blocks.append(
-        Block(
-            "p",
-            "Every pair of values along every axis, other axes fixed: exploratory, BH-corrected "
-            "within this report, never a finding by themselves"
-            + (" (the claims above are)" if study.claims else "")
-            + f"; on the study's own runs: {_explore_seeds(study)}.",
-        )
-    )
-    blocks.append(Block("ul", items))
+        return f"No comparisons: {why}."
     named = {"better": "with a winner", "worse": "with a winner", "too_few": "too few seeds"}
     kinds = pd.Series([named.get(v.kind, v.kind) for _, v in verdicts]).value_counts()
-    blocks.append(
-        Block(
-            "p",
-            f"{len(verdicts)} comparison(s): "
-            + ", ".join(f"{int(n)} {k.replace('_', ' ')}" for k, n in kinds.items())
-            + ".",
-        )
+    tally = ", ".join(f"{int(n)} {k.replace('_', ' ')}" for k, n in kinds.items())
+    names = display_names(study.axes)
+    lone = [names[a] for a in study.varying_axes if not any(c.axis == a for c, _ in verdicts)]
+    alone = (
+        f" No pair of finished runs differs in {', '.join(lone)} alone, so none compares it."
+        if lone
+        else ""
     )
-    return blocks
+    claims = " (the claims above are)" if study.claims else ""
+    return (
+        "Every pair of values along every axis, other axes fixed, on the study's own runs "
+        f"({explore_seeds(study)}): exploratory, never a finding by themselves{claims}; "
+        f"Benjamini–Hochberg within this report. {len(verdicts)} comparison(s): {tally}.{alone}"
+    )
 
 
-def variant_blocks(study: StudyData) -> list[Block]:
-    """Quality and cost per variant; against the reference value and over evaluation lengths
-    when the study has them."""
-    quality, cost = variant_tables(study)
-    blocks = [
-        Block("h2", "Results per variant"),
-        Block(
-            "table",
-            quality,
-            f"Validation quality per variant, {seeds_text(study.runs)}: mean ± std [95% t-CI "
-            "over seeds]; n = completed seeds behind the numbers; diverged runs counted (step of "
-            "divergence), not averaged. Final train loss: the mean logged training loss over "
-            f"the last {TRAIN_TAIL:.0%} of steps (one batch per log step, dropout on); val − "
-            "train: the final val loss minus it, the train/val gap (past the best val loss it "
-            f"grows as a run overfits).{pooled_note(study)}",
-        ),
-        Block(
-            "table",
-            cost,
-            f"Cost per variant, {seeds_text(study.runs)}: mean ± std [95% t-CI over seeds]; "
-            "params: per run (the same for every seed).",
-        ),
-    ]
+def short_comparisons(verdicts: list[tuple[Comparison, Verdict]], study: StudyData) -> pd.DataFrame:
+    """The exploratory comparisons' columns a reader needs (the rest: provenance.md)."""
+    full = comparisons_table(verdicts, study)
+    bh = next(c for c in full.columns if c.endswith(" p") and not c.startswith(("p", "TOST")))
+    full["a − b [95% CI]"] = full["a − b"] + " " + full["95% t-CI"]
+    keep = ["axis", "held fixed", "a vs b", "n (diverged)", "a − b [95% CI]", bh, "verdict"]
+    if (full["held fixed"] == "—").all():
+        keep.remove("held fixed")
+    return full[keep]
+
+
+def result_tables(study: StudyData) -> list[Block]:
+    """The optimum LR per batch size, against the reference value, and over evaluation
+    lengths, where the study has them."""
+    blocks = []
+    table = lr_table(study)
+    if table is not None:
+        blocks.append(Block("table", table, LR_CAPTION))
     if study.reference is not None:
         ref = study.reference
-        blocks.append(Block("h2", f"Against the reference value ({ref.label}: {ref.value:g})"))
         blocks.append(
             Block(
                 "table",
                 reference_table(study),
-                f"Final validation loss per variant ({seeds_text(study.runs)}) minus the "
-                f"reference {ref.value:g} "
-                f"({ref.label}): difference with its 95% t-interval over seeds and the "
-                "two-sided one-sample t-test (scipy.stats.ttest_1samp); negative = below the "
-                "reference. 'not distinguishable' when the interval includes 0.",
+                f"Against the reference value ({ref.label}: {ref.value:g}): final validation "
+                f"loss per variant ({seeds_text(study.runs)}) minus {ref.value:g}, with its 95% "
+                "t-interval over seeds and the two-sided one-sample t-test "
+                "(scipy.stats.ttest_1samp); 'not distinguishable' when the interval includes 0.",
             )
         )
     lengths = length_table(study)
     if lengths is not None:
-        blocks.append(Block("h2", "Length extrapolation"))
         blocks.append(
             Block(
                 "table",
                 lengths,
-                "Validation loss when evaluated at multiples of the training length, "
+                "Validation loss at multiples of the training length, "
                 f"{seeds_text(study.runs)}: mean ± std [95% t-CI over seeds]. A model whose "
                 "positions stop at its max_seq_len (learned absolute positions) cannot be "
                 "evaluated past it (n/a).",
@@ -290,36 +265,15 @@ def variant_blocks(study: StudyData) -> list[Block]:
     return blocks
 
 
-def comparison_blocks(study: StudyData, verdicts: list[tuple[Comparison, Verdict]]) -> list[Block]:
-    """Every comparison with its numbers (none when nothing could be compared)."""
-    if not verdicts:
-        return []
-    return [
-        Block("h2", "Comparisons"),
-        Block(
-            "table",
-            comparisons_table(verdicts, study),
-            f"Each axis, every pair of its values, all other axes held fixed, "
-            f"{_explore_seeds(study)}. a − b: "
-            "difference of mean final validation loss (negative = a better) with its 95% "
-            "t-interval (paired t on per-seed differences when both sides have the same "
-            "seeds, else Welch); p raw and Benjamini–Hochberg-corrected over these exploratory "
-            "comparisons (BH p; the claims are corrected separately, Holm over the claims); "
-            "TOST: equivalence within the margin; the percentile bootstrap CI (9999 "
-            f"resamples, seed {SEED}) is secondary and too narrow at few seeds.",
-        ),
-        Block("p", pairing_line([c for c, _ in verdicts])),
-    ]
+LR_CAPTION = (
+    "Optimum LR per batch size: the vertex of a quadratic in log10(lr) fitted per seed around "
+    "the sweep's lowest loss; mean over seeds with its 95% t-interval. An optimum at the edge "
+    "of the sweep is not bracketed and gives no fit; 'per seed: k/n' counts the seeds whose "
+    "own sweep brackets (and fits) it."
+)
 
 
-def pairing_line(comps: list[Comparison]) -> str:
-    """Which tests are paired and why: how many comparisons for each reason."""
-    counts = Counter(c.pairing or c.test for c in comps)
-    parts = [f"{n} {reason}" for reason, n in counts.most_common()]
-    return "**Pairing.** " + "; ".join(parts) + "."
-
-
-def _explore_seeds(study: StudyData) -> str:
+def explore_seeds(study: StudyData) -> str:
     """The seeds of the exploratory comparisons: the study's runs without its confirmation
     runs (:func:`ablate.claims.outcomes.analyse`)."""
     return seeds_text(study.runs[~confirm_mask(study.runs)])
@@ -332,60 +286,5 @@ def pooled_note(study: StudyData) -> str:
         return ""
     return (
         " A pooled view of every seed in the store: exploratory (each claim is decided on its "
-        "own seeds, named in the claims table and drawn beside it)."
+        "own seeds, named in the Answer and drawn on them above)."
     )
-
-
-def figure_blocks(figures: list[FigureFile], study: StudyData) -> list[Block]:
-    """The figures, each caption ending with the one seed set it draws: a claim's own, or every
-    run of the study (pooled, labelled exploratory when the claims are decided on others)."""
-    if not figures:
-        return []
-    seeds, note = seeds_text(study.runs), pooled_note(study)
-    return [
-        Block("h2", "Figures"),
-        *(
-            Block(
-                "fig",
-                f,
-                f"{f.caption} Seeds: {f.seeds}."
-                if f.seeds
-                else f"{f.caption} Seeds: {seeds}.{note}",
-            )
-            for f in figures
-        ),
-    ]
-
-
-def reproducibility_blocks(study: StudyData) -> list[Block]:
-    """How to rebuild the runs, and where they trained."""
-    blocks = [Block("h2", "Reproducibility"), Block("p", reproducibility_text(study))]
-    rows = study.reproduced
-    if rows is not None:
-        from ablate.store.provenance import code_fingerprint
-
-        chaotic = [v for v, _, _ in chaotic_variants(study)]
-        blocks.append(
-            Block(
-                "table",
-                reproduced_table(rows, chaotic),
-                reproduced_line(rows, code_fingerprint())
-                + " Each run was retrained alone from the config it recorded (same seed, data "
-                "and torch thread count, W&B off) and compared on its final validation loss: "
-                "identical (the same float), within tolerance (at most the tolerance: below the "
-                "4 decimals the tables print) or different; 'in seed sd': the difference over "
-                "its variant's seed standard deviation. A chaotic variant's runs amplify "
-                "float-reduction order (threads, worker layout): its digits may not reproduce.",
-            )
-        )
-    env = environment_table(study)
-    if env is not None:
-        blocks.append(
-            Block(
-                "table",
-                env,
-                "Where the runs trained: library versions, device, torch threads and how many "
-                "runs trained at once (workers); float results can differ across these.",
-            )
-        )
-    return blocks

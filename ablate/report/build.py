@@ -1,9 +1,12 @@
 """Build a study's report folder: the stage's modules put in order, written atomically.
 
-``build_report`` writes ``<out>/<study>/`` (``results.csv``, ``claims.csv``, ``report.md``,
-``report.html``, the PNG figures) in a temporary directory next to it and swaps it in by
-rename, then logs the same tables and figures to W&B; ``build_reports`` does it for the
-studies named (or all in a store) and rewrites the claims index (:mod:`ablate.report.index`).
+``build_report`` writes ``<out>/<study>/`` (``results.csv``, ``claims.csv``, ``answer.csv``,
+``report.md``, ``provenance.md``, ``report.html``, ``table.md``, ``table.tex``, the PNG figures)
+in a temporary directory next to it and swaps it in by rename, then logs the same tables and
+figures to W&B; ``build_reports`` does it for the studies named (or all in a store), rewrites
+the claims index (:mod:`ablate.report.index`) and the tables across studies and scales
+(:mod:`ablate.report.scales_table`), and fills the README's example
+(:mod:`ablate.report.readme`).
 """
 
 from __future__ import annotations
@@ -19,20 +22,24 @@ import pandas as pd
 
 from ablate.claims.checks import RUN_METRICS
 from ablate.claims.outcomes import analyse
+from ablate.claims.standing import claim_standings
 from ablate.names import display_names, loss_unit
-from ablate.report.audit import HISTORY, audit_blocks
+from ablate.report.audit import HISTORY
 from ablate.report.axis_figures import axis_figures
 from ablate.report.blocks import build_blocks, progress_line, verdict_list
-from ablate.report.claim_figure import claims_figure
+from ablate.report.claim_figure import claim_figures
 from ablate.report.claims_section import claims_frame
 from ablate.report.dashboards import write_specs
 from ablate.report.declared import declared_figures
 from ablate.report.index import CLAIMS_CSV, write_index
 from ablate.report.keep import PARTIAL_DIR, keep_reason
-from ablate.report.ladder import trend_figures
+from ablate.report.paper_tables import write_paper_tables
 from ablate.report.plots import make_figures
-from ablate.report.render import Block, to_html, to_markdown
+from ablate.report.provenance import provenance_blocks
+from ablate.report.readme import fill_readme
+from ablate.report.render import PROVENANCE, to_html, to_markdown
 from ablate.report.repro import REPRODUCE_CSV, reproduced
+from ablate.report.scales_table import write_scales_table
 from ablate.report.wandb_report import comparisons_frame, log_report
 from ablate.results import StudyData, read_study, resolve_studies, results_frame
 
@@ -72,40 +79,30 @@ def _build(study: StudyData, out: Path, force: bool) -> tuple[Path, str | None]:
         claims = claims_frame(study, checks, loss_unit(study).split("/")[0])
         if len(claims):
             claims.to_csv(tmp / CLAIMS_CSV, index=False)
+        standings = claim_standings(study, checks)
         figures = make_figures(study, tmp) + declared_figures(study, tmp)
         figures += axis_figures(study, tmp)
-        figures += trend_figures(study, checks, tmp)
-        by_claim = claims_figure(study, checks, tmp)  # each claim on its own seeds
-        confirmatory = dict(zip(claims["id"], claims["confirmatory"], strict=True))
-        blocks = build_blocks(study, verdicts, figures, checks, confirmatory, by_claim)
-        blocks[1:1] = damaged_blocks(study)
-        blocks += audit_blocks(study, tmp)
+        by_claim = claim_figures(study, checks, tmp)  # each claim on its own seeds
+        blocks = build_blocks(study, verdicts, figures, checks, standings, by_claim)
+        prov = provenance_blocks(study, verdicts, checks, standings, tmp)
         (tmp / "report.md").write_text(to_markdown(blocks))
-        (tmp / "report.html").write_text(to_html(blocks, f"{study.name}: ablation report"))
-        write_specs(study, blocks, tmp)  # wandb_workspace.json, wandb_report.json
+        (tmp / PROVENANCE).write_text(to_markdown(prov))
+        title = f"{study.name}: ablation report"
+        (tmp / "report.html").write_text(to_html(blocks, title, collapsed=prov))
+        write_paper_tables(study, checks, standings, tmp)  # table.md, table.tex, answer.csv
+        write_specs(study, blocks + prov, tmp)  # wandb_workspace.json, wandb_report.json
         kept = None if force else keep_reason(dest, progress_line(study), claims)
         if kept is not None:  # the committed folder stays as it is; this build goes beside it
             shutil.rmtree(tmp / "archive", ignore_errors=True)  # the committed one has it
             (tmp / ".gitignore").write_text("*\n")  # never committed by `git add reports`
             dest = dest / PARTIAL_DIR
         _swap_in(tmp, dest)
-        figures = [replace(f, path=dest / f.path.name) for f in figures + [by_claim] if f]
+        figures = [replace(f, path=dest / f.path.name) for f in figures + by_claim]
         log_report(study, wandb_tables(study, verdicts, claims), figures)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dest / "report.md", kept
-
-
-def damaged_blocks(study: StudyData) -> list[Block]:
-    """A note listing the damaged runs the report skipped (path and reason)."""
-    damaged = study.damaged
-    if not damaged:
-        return []
-    return [
-        Block("note", f"**{len(damaged)} damaged run(s) skipped** (their files cannot be read):"),
-        Block("ul", [str(reason) for reason in damaged.values()]),
-    ]
 
 
 def wandb_tables(study: StudyData, verdicts: list, claims: pd.DataFrame) -> dict:
@@ -165,11 +162,20 @@ def build_reports(
         if not quiet:
             partial = progress_line(study)
             note = f"  ({partial.split('.')[0]})" if partial else ""
-            print(f"{name}: {path.parent}/ (report.md, report.html, results.csv){note}")
+            print(f"{name}: {path.parent}/ (report.md, provenance.md, report.html){note}")
             for reason in study.damaged.values():
                 print(f"  damaged run skipped: {reason}")
     # the index is read from every <study>/claims.csv: with no report replaced it stays as it is
     index = write_index(out) if replaced else None
-    if index is not None and not quiet:
-        print(f"every report's claims: {index}")
+    table = write_scales_table(out) if replaced else None
+    if not quiet:
+        for what, path in (("every report's claims", index), ("claims across scales", table)):
+            if path is not None:
+                print(f"{what}: {path}")
+    for path in paths:  # the README beside the reports folder shows an Answer, never typed
+        if path.parent.parent == out and fill_readme(
+            out.parent / "README.md", path.parent.name, path
+        ):
+            if not quiet:
+                print(f"README example: {out.parent / 'README.md'} ({path.parent.name})")
     return paths

@@ -1,7 +1,8 @@
-"""The report's claim sections: "Against the paper" (one line per checked claim with its outcome,
-numbers, registration and the seeds it was decided on; the sequential looks of
-``--until-decided``; the LR-optimum table; the hand-written commentary) and the
-``--until-decided`` seed rounds.
+"""The claims in full, for ``provenance.md`` (one section per checked claim: its outcome, numbers
+and tests, against the paper, registration, attempts and the seeds it was decided on, with what
+every seed in the store shows where its confirmation did not decide it; how the claims are
+tested; the sequential looks and seed rounds of ``--until-decided``), the LR-optimum table,
+the scale line and ``claims.csv``.
 
 The claims are decided in :mod:`ablate.claims` (:mod:`~ablate.claims.outcomes`) and a claim's
 outcome is worded there (:mod:`~ablate.claims.verdicts`); this module lays them out.
@@ -14,7 +15,7 @@ from dataclasses import fields
 
 import pandas as pd
 
-from ablate.claims.checks import ClaimCheck
+from ablate.claims.checks import ClaimCheck, settled
 from ablate.claims.fit import BATCH, LR, lr_fit
 from ablate.claims.standing import Standing, claim_standings
 from ablate.claims.verdicts import (
@@ -27,30 +28,46 @@ from ablate.claims.verdicts import (
     seeds_used,
 )
 from ablate.data.reuse import DataReuse, describe
+from ablate.report.answer import seeds_text
 from ablate.report.ladder import rungs_text
 from ablate.report.render import Block
 from ablate.results import DTYPE_PREFIX, REUSE_PREFIX, StudyData
 
 
-def claim_items(
-    checks: list[ClaimCheck], unit: str, standings: dict[str, Standing] | None = None
-) -> list[str]:
-    """One line per claim: id, the paper's statement, the outcome and the numbers, how the
-    claim was registered and which seeds decided it."""
-    items = []
+def claim_blocks(
+    checks: list[ClaimCheck], unit: str, standings: dict[str, Standing]
+) -> list[Block]:
+    """Each claim under its own heading (the Answer's tag links it): id, the paper's
+    statement, the outcome and the numbers, against the paper, what all seeds show where its
+    own did not decide it, how it was registered and which seeds decided it."""
+    blocks = []
     for check in checks:
         claim = check.claim
         expect = claim.expect + (f" {claim.value:g}" if claim.value is not None else "")
         tail = [seeds_used(check)]
-        if standings is not None and claim.id in standings:
+        if claim.id in standings:
             tail.insert(0, standings[claim.id].text)
         paper = paper_text(check, unit)
         paper = f" Against the paper: {paper}." if paper else ""
-        items.append(
+        item = (
             f"**{claim.id}** ({claim.metric}, expect {expect}): {claim.text} → "
-            f"{outcome_text(check)}: {numbers(check, unit)}.{paper} *{'; '.join(tail)}.*"
+            f"{outcome_text(check)}: {numbers(check, unit)}.{paper}{pooled_text(check, unit)} "
+            f"*{'; '.join(tail)}.*"
         )
-    return items
+        blocks += [Block("h3", f"Claim {claim.id}"), Block("ul", [item])]
+    return blocks
+
+
+def pooled_text(check: ClaimCheck, unit: str) -> str:
+    """What every finished seed of the claim's arms shows (exploratory) where its own seeds
+    did not decide it by both tests ("" otherwise)."""
+    pooled = check.pooled
+    if pooled is None or pooled.comparison is None or settled(check.outcome):
+        return ""
+    if check.pending is not None:
+        return ""
+    n = seeds_text(pooled.pool, per="arm") if pooled.pool is not None else "all seeds"
+    return f" **Exploratory on all seeds** ({n}): {pooled.outcome}: {numbers(pooled, unit)}."
 
 
 def claims_frame(study: StudyData, checks: list[ClaimCheck], unit: str) -> pd.DataFrame:
@@ -133,37 +150,6 @@ def lr_table(study: StudyData) -> pd.DataFrame | None:
     return pd.DataFrame(rows)
 
 
-def against_the_paper(study: StudyData, checks: list, unit: str) -> list[Block]:
-    """Claims checked by the engine (computed now), then the hand-written commentary."""
-    if not checks and not study.findings:
-        return []
-    out = [Block("h2", "Against the paper")]
-    if checks:
-        k = max((ch.comparison.family for ch in checks if ch.comparison is not None), default=0)
-        scale = scale_text(study)
-        if scale:
-            out.append(Block("p", scale))
-        out.append(Block("p", claims_intro(study, k)))
-        out.append(Block("ul", claim_items(checks, unit, claim_standings(study, checks))))
-    out.extend(looks_blocks(study))
-    table = lr_table(study)
-    if table is not None:
-        out.append(
-            Block(
-                "table",
-                table,
-                "Optimum LR per batch size: the vertex of a quadratic in log10(lr) fitted per "
-                "seed around the sweep's lowest loss; mean over seeds with its 95% t-interval. "
-                "An optimum at the edge of the sweep is not bracketed and gives no fit; "
-                "'per seed: k/n' counts the seeds whose own sweep brackets (and fits) it.",
-            )
-        )
-    if study.findings:
-        lead = "**Commentary** (hand-written): " if checks else ""
-        out.append(Block("p", lead + study.findings))
-    return out
-
-
 def _span(values: pd.Series, fmt: str = "{:,.0f}") -> str:
     """``a`` or ``a-b`` over the finite values (``?`` when none)."""
     v = pd.to_numeric(values, errors="coerce").dropna()
@@ -203,21 +189,40 @@ def _reuse_text(runs: pd.DataFrame) -> str:
     return f"; data: {describe(reuses)}"
 
 
-def scale_text(study: StudyData, *, lead: bool = True) -> str:
-    """The scale every verdict was measured at, computed from the runs: the device, parameters,
-    training tokens per run (steps x batch x sequence length), optimizer and LR, and the data
-    reuse (``lead``: as the claims section's opening sentence, else the bare figures)."""
+def scale_figures(study: StudyData) -> dict[str, str] | None:
+    """The scale of the completed runs as the paper tables print it: ``device`` (``CPU``,
+    ``GPU`` or ""), ``params``, training ``tokens`` per run (steps x batch x sequence length)
+    and ``passes`` over the training tokens ("" where the dataset was not on this machine),
+    each a value or a range; None without the columns."""
     r = study.runs[study.runs["status"] == "completed"]
     cols = ("params", "steps", "cfg.batch_size", "cfg.seq_len")
     if r.empty or not all(c in r for c in cols):
-        return ""
-    tokens = r["steps"] * r["cfg.batch_size"] * r["cfg.seq_len"]
-    lr = f", peak LR {_span(r['lr'], '{:g}')}" if "lr" in r else ""
+        return None
     devices = r.get("env.device", pd.Series(dtype=str)).dropna().astype(str)
-    where = "" if devices.empty else "CPU " if (devices == "cpu").all() else "GPU "
-    figures = (  # a CUDA run records its device's name, a CPU run "cpu"
-        f"{where}scale: {_span(r['params'])} parameters, {_span(r['steps'])} steps of "
-        f"{_span(r['cfg.batch_size'])} x {_span(r['cfg.seq_len'])} tokens ({_span(tokens)} "
+    # a CUDA run records its device's name, a CPU run "cpu"
+    device = "" if devices.empty else "CPU" if (devices == "cpu").all() else "GPU"
+    passes = f"{REUSE_PREFIX}passes"
+    return {
+        "device": device,
+        "params": _span(r["params"]),
+        "tokens": _span(r["steps"] * r["cfg.batch_size"] * r["cfg.seq_len"]),
+        "passes": _span(r[passes], "{:.2g}") if passes in r and r[passes].notna().any() else "",
+    }
+
+
+def scale_text(study: StudyData, *, lead: bool = True) -> str:
+    """The scale every verdict was measured at, computed from the runs: the device, parameters,
+    training tokens per run (steps x batch x sequence length), optimizer and LR, and the data
+    reuse (``lead``: as the question's scale line, else the bare figures)."""
+    scale = scale_figures(study)
+    if scale is None:
+        return ""
+    r = study.runs[study.runs["status"] == "completed"]
+    lr = f", peak LR {_span(r['lr'], '{:g}')}" if "lr" in r else ""
+    where = f"{scale['device']} " if scale["device"] else ""
+    figures = (
+        f"{where}scale: {scale['params']} parameters, {_span(r['steps'])} steps of "
+        f"{_span(r['cfg.batch_size'])} x {_span(r['cfg.seq_len'])} tokens ({scale['tokens']} "
         f"training tokens per run), AdamW{lr}{_precision_text(r)}{_reuse_text(r)}"
     )
     rungs = rungs_text(r)  # a scale ladder: every rung
@@ -235,7 +240,7 @@ def claims_intro(study: StudyData, k: int) -> str:
     defaulted = any(c.margin is None and c.expect == "equivalent" for c in study.claims)
     margin = f"; margin ±{study.equivalence_margin:g} unless a claim sets its own" * defaulted
     return (
-        "Each claim from the study YAML, checked against the runs when this report was built. "
+        "Each claim from the study YAML, checked against the runs when the report was built. "
         f"The claims are the confirmatory family: Holm-corrected over this study's {k} claim "
         "test(s) only (a claim and its reverse are one test), never over the exploratory "
         f"comparisons below, so a claim's verdict does not change when the grid grows{margin}. "
@@ -245,7 +250,7 @@ def claims_intro(study: StudyData, k: int) -> str:
         'inside ±margin: the paper\'s "no difference" holds in practice) or *inconclusive*. '
         "A claim is confirmatory only when it is decided on the confirmation runs of this "
         "profile's registration (registrations/<study>.yaml, `<study>.<profile>.yaml` for a "
-        "profile other than cpu: its registered seeds, `ablate run --confirm`) and git shows "
+        "profile other than cpu: its registered seeds, `ablate run confirm`) and git shows "
         "that registration committed before the first of them; other seeds are exploratory, "
         "and each claim says which. Until every run of the registered design has finished a "
         "claim is *pending, k of n runs*, with no verdict (unless the design registered "

@@ -2,10 +2,11 @@
 :class:`~ablate.tracking.specs.StudyView` the specs are built from, and the report's blocks as
 the Report's items (``ablate.tracking.specs`` builds and writes the specs; module doc there).
 
-The Report shows the report's text, with three blocks replaced by what W&B shows live: the
-claims (after the "Against the paper" section) and the comparisons table as the report run's
-W&B Tables ``claims`` and ``verdicts`` (``ablate.report.wandb_report`` logs them), and the
-"Runs" table as the study's run table; the figures of the runs' numbers become panel grids.
+The Report shows the report's text and its provenance, with three tables replaced by what
+W&B shows live (each known by its block's ``tag``): the Answer's table and the exploratory
+comparisons in full as the report run's W&B Tables ``claims`` and ``verdicts``
+(``ablate.report.wandb_report`` logs them), and the table of every run as the study's run
+table; the figures of the runs' numbers become panel grids.
 """
 
 from __future__ import annotations
@@ -24,12 +25,10 @@ from ablate.tracking.ids import STEP, TOKENS, report_run_id, wandb_run_id
 from ablate.tracking.mode import destination, study_tracking
 from ablate.tracking.specs import Item, StudyView
 
-CLAIMS_SECTION = "Against the paper"
-"""The report's section of the study's claims: the Report embeds the ``claims`` table after it."""
-TABLES = {"Comparisons": "verdicts"}
-"""A report section -> the report run's W&B Table its table is (the same rows)."""
-RUNS_SECTION = "Runs"
-"""The report's section whose table lists every run: the Report shows the live run table."""
+TABLES = {"answer": "claims", "verdicts": "verdicts"}
+"""A report table's tag -> the report run's W&B Table it is (the same claims, the same rows)."""
+RUNS = "runs"
+"""The tag of the report's table of every run: the Report shows the live run table."""
 
 
 def _metric_names(study: StudyData) -> list[str]:
@@ -81,6 +80,8 @@ def report_item(block: Block) -> Item:
     """A report block as the Report shows it: a heading, Markdown, or a figure."""
     if block.kind in ("h1", "h2"):
         return Item(block.kind, str(block.content))
+    if block.kind == "h3":
+        return Item("markdown", f"### {block.content}")
     if block.kind == "note":
         return Item("markdown", f"> {block.content}")
     if block.kind == "ul":
@@ -97,28 +98,18 @@ def report_item(block: Block) -> Item:
 
 def report_items(study: StudyData, blocks: list[Block]) -> list[Item]:
     """The Report's items of the report's ``blocks`` (module doc): each block as
-    :func:`report_item`, but the comparisons as the ``verdicts`` W&B Table, the claims followed
-    by the ``claims`` W&B Table, the runs as the live run table."""
+    :func:`report_item`, but the Answer's table as the ``claims`` W&B Table, the comparisons
+    as the ``verdicts`` one, the runs as the live run table."""
     items: list[Item] = []
-    section = ""
-
-    def end_section() -> None:
-        if section == CLAIMS_SECTION and study.claims:
-            text = "The claims and their outcomes: the report run's W&B Table `claims`."
-            items.append(Item("table", text, table="claims"))
-
     for block in blocks:
-        if block.kind in ("h1", "h2"):
-            end_section()
-            section = str(block.content)
-        if block.kind == "table" and section in TABLES:
-            items.append(Item("table", block.caption, table=TABLES[section]))
-        elif block.kind == "table" and section == RUNS_SECTION:
+        if block.kind == "table" and block.tag in TABLES:
+            text = block.caption or "The claims and their outcomes: the report run's W&B Table."
+            items.append(Item("table", text, table=TABLES[block.tag]))
+        elif block.kind == "table" and block.tag == RUNS:
             text = "Every run of the study, live from W&B: axes, seed, status, final loss."
             items.append(Item("runs", text))
         else:
             items.append(report_item(block))
-    end_section()
     return items
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ablate.names import display_names, format_value, value_order, variant_order
+from ablate.names import axis_column, display_names, format_value, value_order, variant_order
 from ablate.results import StudyData
 
 NO_POSITIONS = "no positions past max_seq_len"
@@ -66,9 +66,13 @@ def held_fixed_column(df: pd.DataFrame, study: StudyData, exclude: list[str]) ->
 
 
 def display_columns(study: StudyData) -> tuple[str, str | None]:
-    """Display columns (primary, secondary): 1 axis: (a, None); 2 axes: (a, b); else variant."""
+    """Display columns (primary, secondary): 1 axis: (a, None); 2 axes: (a, b); else variant.
+    The primary (a line figure's hue, one panel) is the axis the study's claims compare where
+    only one of the two is, so the arms a claim compares are always drawn in one panel."""
     names = display_names(study.axes)
-    varying = [names[a] for a in study.varying_axes]
+    compared = {axis_column(k) for c in study.claims for k in (*c.a, *c.b)}
+    varying = sorted(study.varying_axes, key=lambda a: a not in compared)
+    varying = [names[a] for a in varying]
     if len(varying) in (1, 2):
         return varying[0], (varying[1] if len(varying) == 2 else None)
     return "variant", None

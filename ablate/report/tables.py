@@ -22,11 +22,9 @@ from ablate.report.figure_data import NO_POSITIONS, past_max_len
 from ablate.results import StudyData
 from ablate.store import UNFINISHED_STATES
 
-QUALITY = [  # (column, header, decimals)
+QUALITY = [  # (column, header, decimals); perplexity and bits are the loss restated: results.csv
     ("final_val_loss", "final val loss", 4),
     ("best_val_loss", "best val loss", 4),
-    ("final_val_ppl", "final val ppl", 2),
-    ("final_val_bpc", "final val bpc", 4),
     ("final_train_loss", "final train loss", 4),
     ("train_val_gap", "val − train", 4),
 ]

@@ -129,7 +129,7 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
     }
     for k in SUMMARY_FIELDS:
         row[k] = summary.get(k)
-    if meta.get("confirm") is True or summary.get("confirm") is True:  # ablate run --confirm
+    if meta.get("confirm") is True or summary.get("confirm") is True:  # ablate run confirm
         row["confirm"] = True
         # the registration commit it ran under; none recorded: it predates registration files
         row["registration"] = meta.get("registration") or "before registration files"

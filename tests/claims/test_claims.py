@@ -152,8 +152,8 @@ def test_claims_are_a_holm_family_of_their_own(checked):
 def test_report_lists_every_claim_with_its_outcome(checked, tmp_path):
     root, store, spec, *_ = checked
     (path,) = build_reports([str(spec)], store=store, out=tmp_path, quiet=True)
-    md = path.read_text()
-    section = md.split("## Against the paper")[1].split("\n## ")[0]
+    section = (path.parent / "provenance.md").read_text().split("## Claims in full")[1]
+    section = section.split("\n## ")[0]
     assert (
         "**pre-wins** (final_val_loss, expect better): Pre-LN trains better → **reproduces by "
         "t-test only**" in section
@@ -492,16 +492,17 @@ def test_lr_exponent_claim_and_table(tmp_path, write_run):
     )
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
     md = path.read_text()
+    prov = (path.parent / "provenance.md").read_text()
     # 3 seeds: the exact sign-flip test cannot reach α, so the t-test alone decides
     assert (
         "**sqrt** (lr_exponent, expect equivalent 0.5): square-root rule → **reproduces by "
-        "t-test only**" in md
+        "t-test only**" in prov
     )
     assert (
         "**linear** (lr_exponent, expect equivalent 1): linear rule → **contradicted by t-test "
-        "only**" in md
+        "only**" in prov
     )
-    sqrt = next(line for line in md.splitlines() if line.startswith("- **sqrt**"))
+    sqrt = next(line for line in prov.splitlines() if line.startswith("- **sqrt**"))
     assert "against 0.5: one-sample t, p" in sqrt and "paired" not in sqrt
     assert "| 8 | 0.001, 0.002, 0.004, 0.008, 0.016 | 0.002 | yes (per seed: 3/3) | 0.002 [" in md
 
@@ -537,7 +538,9 @@ def test_lr_exponent_is_not_claimed_when_the_optimum_is_not_bracketed(tmp_path, 
     )
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
     md = path.read_text()
-    assert "→ **not testable**" in md and "not bracketed) at batch 32" in md
+    prov = (path.parent / "provenance.md").read_text()
+    assert "→ **not testable**" in prov and "not bracketed) at batch 32" in prov
+    assert "| sqrt |" in md and "| not testable" in md  # the Answer's row
     assert "| 32 | 0.001, 0.002, 0.004 | 0.004 | NO: best LR at the edge |" in md
 
 
@@ -591,7 +594,7 @@ def test_an_intersection_claim_is_the_largest_one_sided_p(tmp_path, norm_pos_sto
     assert [p.n for p in check.parts] == [2, 3] and (post > 0).all() and (pre < 0).all()
     assert [p.p_flip for p in check.parts] == pytest.approx([1 / 4, 1 / 8])
     assert check.outcome == "reproduces by t-test only"
-    assert "intersection-union test" in path.read_text()
+    assert "intersection-union test" in (path.parent / "provenance.md").read_text()
 
 
 def test_best_of_is_picked_on_exploratory_seeds_only(tmp_path, write_run):

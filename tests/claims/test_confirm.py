@@ -201,7 +201,7 @@ def test_confirm_trains_fresh_paired_seeds_for_claim_arms_only(study, tmp_path):
 
 def test_plan_confirm_lists_and_times_the_runs_run_confirm_trains(study, tmp_path):
     """`ablate plan --confirm N` shows the confirmation before it is paid for: exactly the
-    runs `ablate run --confirm N` then trains (same ids), their seeds and their time."""
+    runs `ablate run confirm N` then trains (same ids), their seeds and their time."""
     path, store = study(), tmp_path / "runs"
     run_study(path, store=store, progress=False)  # seeds 0 and 1
     args = ["plan", str(path), "--store", str(store), "--confirm", "2", "--unregistered"]

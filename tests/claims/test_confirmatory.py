@@ -316,8 +316,11 @@ def test_registration_proven_from_git_and_every_attempt_listed(
     _, (check,) = analyse(read_study(store, "reg", spec))
     assert check.confirmation and sorted(check.pool["seed"]) == [6, 6, 7, 7, 8, 8]
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
-    md = path.read_text()
+    md = (path.parent / "provenance.md").read_text()
     claim = next(line for line in md.splitlines() if line.startswith("- **early**"))
+    assert f"*[registered {commit[:7]}, order proven by git](provenance.md#claim-early)*" in (
+        path.read_text()
+    )
     assert f"registered in {commit[:7]}; order proven by git: {commit[:7]} is an ancestor" in claim
     assert "registered 2001-09-09 01:46 UTC, 2.0 h before the first confirmation run" in claim
     audit = md.split("## Registration and confirmation attempts")[1]
@@ -338,9 +341,11 @@ def test_registration_proven_from_git_and_every_attempt_listed(
     # ran from the commit before the registration: git disproves the order, whatever the clock
     mark_confirm(store, "reg", {6, 7, 8}, commit, started=t0 - 60, commit=before)
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
-    md = path.read_text()
+    md = (path.parent / "provenance.md").read_text()
     assert f"{commit[:7]} is NOT an ancestor of {before[:7]}" in md and "(exploratory)" in md
     assert "1 min AFTER the first confirmation run" in md  # the clock, as a second line
+    tag = "*[exploratory: git does not prove the order: "  # the Answer's tag says why, briefly
+    assert tag in path.read_text() and "order proven by git" not in path.read_text()
     index = (tmp_path / "r" / "claims.md").read_text()
     assert "| 0 of 1 |" in index and "- **early** (exploratory)" in index
 
@@ -380,11 +385,12 @@ def test_looks_in_the_report(tmp_path, write_run, mark_confirm):
     _, checks = analyse(read_study(store, "reg", spec))
     assert all(ch.confirmation and ch.comparison.n_a == 3 for ch in checks)
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
-    section = path.read_text().split("## Against the paper")[1].split("\n## ")[0]
+    prov = (path.parent / "provenance.md").read_text()
+    section = prov.split("## Claims in full")[1].split("\n## ")[0]
     early, late = (line for line in section.splitlines() if line.startswith("- **"))
     assert "decided on 3 confirmation seed(s) only" in early
     assert "confirmation run before registration files existed: the order cannot be" in late
-    assert "under before registration files: 6 runs, seeds 3, 4, 5" in path.read_text()
+    assert "under before registration files: 6 runs, seeds 3, 4, 5" in prov
     assert "at most 2 looks, overall α = 0.05, obrien-fleming alpha spending" in section
     assert (
         "- look 2: 6 seeds (information fraction 1); alpha spent so far 0.05, nominal " in section
@@ -417,7 +423,7 @@ def test_batch_sizes_pair_by_seed_only_when_they_share_the_token_stream(
     (comp,), _ = analyse(read_study(store, "pair", spec))
     assert (comp.test, comp.pairing) == (test, why)
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
-    assert f"**Pairing.** 1 {why}." in path.read_text()
+    assert f"**Pairing.** 1 {why}." in (path.parent / "provenance.md").read_text()
 
 
 def test_a_claim_decided_at_a_look_is_reported_on_that_looks_seeds(
@@ -470,7 +476,7 @@ def test_a_claim_decided_at_a_look_is_reported_on_that_looks_seeds(
     assert tie.look["look"] == 3 and tie.comparison.n_a == tie.comparison.n_b == 9
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
     assert "decided at look 2 of the sequential design on its 6 confirmation seeds" in (
-        path.read_text()
+        (path.parent / "provenance.md").read_text()
     )
 
 
@@ -494,7 +500,7 @@ def test_the_claims_section_states_the_scale_computed_from_the_runs(
     claims = [_claim("same", "pre", "post", expect="equivalent", **margin)]
     spec = _spec(tmp_path / "sc.yaml", {NORM: ["post", "pre"]}, claims)
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
-    section = path.read_text().split("## Against the paper")[1]
+    section = path.read_text().split("## Question")[1]
     cfg = yaml.safe_load(next(RunStore(store).runs("sc")).path.joinpath("run.yaml").read_text())
     b, t = cfg["config"]["data"]["batch_size"], cfg["config"]["data"]["seq_len"]
     # data reuse, by hand: b rows of n // b tokens, ceil((n // b - t) / t) windows of t per row

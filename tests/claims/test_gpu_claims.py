@@ -58,10 +58,11 @@ def _register(path, store, git, profile="gpu", n=None):
 
 
 def _claim_row(path, store, out, **kw):
-    """The claim as its report words it (claims.csv) and its line in report.md."""
+    """The claim as its report words it (claims.csv) and its line in provenance.md."""
     (md,) = build_reports([str(path)], store=store, out=out, quiet=True, **kw)
     (row,) = pd.read_csv(md.parent / "claims.csv").to_dict("records")
-    line = next(x for x in md.read_text().splitlines() if x.startswith(f"- **{CLAIM['id']}**"))
+    prov = (md.parent / "provenance.md").read_text()
+    line = next(x for x in prov.splitlines() if x.startswith(f"- **{CLAIM['id']}**"))
     return row, line
 
 

@@ -15,6 +15,7 @@ from ablate.claims.outcomes import analyse, pilot
 from ablate.claims.spec import claim_fingerprint
 from ablate.config import ConfigError
 from ablate.report import build_reports
+from ablate.report.answer import fmt_effect
 from ablate.results import read_study
 from ablate.study import load_study as plan_study
 
@@ -103,9 +104,14 @@ def test_an_interaction_is_the_paired_t_of_the_difference_of_differences(tmp_pat
     (back,) = analyse(read_study(store, "np", _spec(tmp_path / "b.yaml", [larger])))[1]
     assert back.outcome == "contradicted by t-test only" and back.comparison.p == pytest.approx(p)
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
-    text = path.read_text()
+    text = (path.parent / "provenance.md").read_text()
     assert "difference of differences -0.468" in text
     assert "effect of warmup_ratio=0 vs 0.1: 0.052 nats at norm_placement=pre" in text
+    # the Answer: the larger effect first (at post), so the difference of differences is +0.468
+    row = next(x for x in path.read_text().splitlines() if x.startswith(f"| {SHRINKS['id']} |"))
+    cells = [x.strip() for x in row.strip("|").split("|")]
+    assert cells[1] == "(warmup_ratio=0 − 0.1) at norm_placement=post − at pre"
+    assert cells[2] == "{} [{}, {}]".format(*fmt_effect(-mean, -hi, -lo)) and cells[3] == "5"
 
 
 def test_equal_is_tost_on_the_difference_of_differences(tmp_path, store):

@@ -417,25 +417,30 @@ def test_the_report_shows_the_slope_the_figure_the_extrapolation_and_every_rung(
     tmp_path, write_run
 ):
     from ablate.report import build_reports
+    from ablate.report.answer import fmt_effect
 
     gaps = _gaps(slope=0.3, noise=0.03)
     store = _store(tmp_path / "runs", write_run, gaps)
     slopes, *_ = _reference(gaps, 0.01)
     spec = _spec(tmp_path / "lad.yaml", [_claim("grows")])
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
-    text = path.read_text()
-    assert f"slope {slopes.mean():.3g} nats per decade of training FLOPs" in text
+    text, prov = path.read_text(), (path.parent / "provenance.md").read_text()
+    assert f"slope {slopes.mean():.3g} nats per decade of training FLOPs" in prov
     # the extrapolation by hand: each seed's line one rung spacing (0.75 decades) past 13.5
     x = np.array([LOG_FLOPS[r] for r in RUNGS])
     at = 13.5 + (13.5 - 12.0) / 2
     preds = [np.polyval(np.polyfit(x, [gaps[(s, r)] for r in RUNGS], 1), at) for s in SEEDS]
-    assert f"not measured): {np.mean(preds):.3g} [" in text and f"at {10**at:.3g} FLOPs" in text
+    assert f"not measured): {np.mean(preds):.3g} [" in prov and f"at {10**at:.3g} FLOPs" in prov
     assert "3 rungs: small (51,000 parameters, 38,400 tokens, 1e+12 training FLOPs)" in text
     assert "large (51,000 parameters, 38,400 tokens, 3.16e+13 training FLOPs)" in text
     assert "`rung` (small, medium, large)" in text  # in order of compute, not of name
-    assert (path.parent / "trend_gap-grows.png").is_file()
-    assert (path.parent / "claims.png").is_file()  # the slopes against 0, beside the table
-    assert "A trend: its per-seed slopes per decade of training FLOPs against 0" in text
-    assert "![Trend gap-grows: gap norm_placement=post − pre against training compute]" in text
+    # the Answer's sentence: the slope and its interval at the table's precision
+    m, half = slopes.mean(), stats.t.ppf(0.975, len(slopes) - 1) * slopes.std(ddof=1)
+    d, lo, hi = fmt_effect(m, m - half / np.sqrt(len(slopes)), m + half / np.sqrt(len(slopes)))
+    assert f"changes by {d} nats per decade of FLOPs (95% CI {lo} to {hi}, " in text
+    # one figure: the gap against compute beside the per-seed slopes
+    assert (path.parent / "claim_gap-grows.png").stat().st_size > 5000
+    assert "Left: the gap norm_placement=post − pre of each seed at each rung" in text
+    assert "Right: the tested effect, slope of norm_placement=post − pre per decade" in text
     claims = (path.parent / "claims.csv").read_text()
     assert "gap-grows" in claims and "EXTRAPOLATION" in claims

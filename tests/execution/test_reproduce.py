@@ -54,7 +54,8 @@ def test_reproduce_retrains_an_archived_run_and_the_report_says_so(make_study, t
     assert row["verdict"] == "identical" and row["diff_final_val_loss"] == 0.0
     assert row["tolerance"] == TOLERANCE and row["archived_fingerprint"] == row["today_fingerprint"]
     (md,) = build_reports([str(path)], store=store, out=reports, quiet=True)
-    repro = md.read_text().split("## Reproducibility")[1].split("\n## ")[0]
+    repro = (md.parent / "provenance.md").read_text().split("## Reproducibility")[1]
+    repro = repro.split("\n## ")[0]
     assert "`ablate reproduce` retrained 1 of these runs with today's code" in repro
     assert f"| {row['run_id']} |" in repro and "| identical |" in repro
     assert (reports / "rep" / "reproduce" / "runs.csv").is_file()  # kept by the rebuild

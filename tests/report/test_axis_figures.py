@@ -1,13 +1,17 @@
-"""The interaction figure (a claim's four cells with seed lines) and the metric-against-a-
-numeric-axis figure with each arm's best value and its bootstrap interval."""
+"""The interaction claim's figure (its four cells with seed lines, beside its effect) and the
+metric-against-a-numeric-axis figure with each arm's best value and its bootstrap interval."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 import yaml
 
+from ablate.claims.outcomes import analyse
+from ablate.report.answer import effect_of
 from ablate.report.axis_figures import axis_figures, best_value, numeric_axes
+from ablate.report.claim_figure import claim_figure
 from ablate.results import read_study
 
 LR, NP = "optim.lr", "model.norm_placement"
@@ -41,6 +45,17 @@ def test_best_value_and_its_bootstrap_interval():
 
 
 def test_a_numeric_axis_of_three_values_gets_its_sensitivity_figure(tmp_path, write_run):
+    study = _study(tmp_path, write_run)
+    assert numeric_axes(study) == [LR]
+    (sens,) = axis_figures(study, tmp_path)
+    assert sens.path.name == "sensitivity_lr.png" and sens.path.stat().st_size > 5000
+    assert "norm_placement=post: best lr = 0.003 (95% bootstrap interval 0.003-0.003)" in (
+        sens.caption
+    )
+    assert "norm_placement=pre: best lr = 0.01" in sens.caption
+
+
+def test_an_interaction_figure_draws_its_four_cells_beside_the_effect(tmp_path, write_run):
     interaction = {
         "id": "pre-widens-lr",
         "text": "Pre-LN's gain over Post-LN grows from lr 3e-3 to 1e-2",
@@ -50,13 +65,13 @@ def test_a_numeric_axis_of_three_values_gets_its_sensitivity_figure(tmp_path, wr
         "by": {LR: [1e-2, 3e-3]},
     }
     study = _study(tmp_path, write_run, [interaction])
-    assert numeric_axes(study) == [LR]
-    figures = axis_figures(study, tmp_path)
-    names = [f.path.name for f in figures]
-    assert names == ["interaction_pre-widens-lr.png", "sensitivity_lr.png"]
-    assert all(f.path.stat().st_size > 5000 for f in figures)
-    sens = figures[1].caption
-    assert "norm_placement=post: best lr = 0.003 (95% bootstrap interval 0.003-0.003)" in sens
-    assert "norm_placement=pre: best lr = 0.01" in sens
-    # effect at 1e-2: 2.0 - 2.25, at 3e-3: 2.2 - 2.1: difference of differences -0.35
-    assert "is -0.35 (95% CI" in figures[0].caption
+    (check,) = analyse(study)[1]
+    # effect at 1e-2: 2.0 - 2.25, at 3e-3: 2.2 - 2.1: difference of differences -0.35, so the
+    # Answer's orientation puts 3e-3 first: +0.35
+    assert check.comparison.diff == pytest.approx(-0.35)
+    e = effect_of(check)
+    assert (e.x, e.y, e.sign) == ("lr=0.003", "0.01", -1.0) and e.diff == pytest.approx(0.35)
+    fig = claim_figure(study, check, tmp_path)
+    assert fig.path.name == "claim_pre-widens-lr.png" and fig.path.stat().st_size > 5000
+    assert "Left: the four cells (effect of norm_placement=pre vs post at lr=0.01" in fig.caption
+    assert "Right: the tested effect, effect at lr=0.003 − at 0.01" in fig.caption

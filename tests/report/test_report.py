@@ -257,18 +257,25 @@ def test_report_from_a_synthetic_store(built):
         assert col in results
     assert (results["status"] == "diverged").sum() == 1
     md = (out / "report.md").read_text()
+    prov = (out / "provenance.md").read_text()
     assert "PARTIAL: 11 of 12 runs finished; 1 interrupted" in md
-    assert md.index("How to read this report") < md.index("## Verdicts")
-    assert md.index("## Verdicts") < md.index("## Results per variant") < md.index("## Figures")
-    # pre clearly beats post with everything else fixed
-    assert "pre beats post by" in md and "at pos_encoding=rope" in md
+    assert md.index("## Answer") < md.index("## Question") < md.index("## Exploratory")
+    assert prov.index("How to read the comparisons") < prov.index("## Comparisons")
+    assert prov.index("## Comparisons") < prov.index("## Results per variant")
+    # pre clearly beats post with everything else fixed (post's loss is higher)
+    rows = {
+        tuple(c.strip() for c in line.strip("|").split("|")[:3]): line
+        for line in md.splitlines()
+        if line.startswith(("| norm_placement |", "| pos_encoding |"))
+    }
+    assert rows[("norm_placement", "pos_encoding=rope", "post vs pre")].endswith("| worse |")
     # same loss up to noise: no winner between position encodings
-    assert "learned vs rope at norm_placement=pre: inconclusive at n=3 vs 2 seeds" in md
-    assert "seeds per variant would decide it" in md and "BH p=" in md  # exploratory: BH
-    assert "| 95% t-CI |" in md and "| bootstrap CI (secondary) |" in md
+    same = rows[("pos_encoding", "norm_placement=pre", "learned vs rope")]
+    assert "| 3 (0) vs 2 (0) |" in same and "| inconclusive (≈" in same
+    assert "| BH p |" in md and "| 95% t-CI |" in prov and "| bootstrap CI (secondary) |" in prov
     # the diverged run is counted, and the mean over the finite ones is labelled as such
-    assert "1/3 (step 40)" in md and "(mean of 2 finite)" in md
-    assert "post diverged in 1/3 seeds" in md
+    assert "1/3 (step 40)" in prov and "(mean of 2 finite)" in prov
+    assert "| 2 (1) vs 3 (0) |" in rows[("norm_placement", "pos_encoding=learned", "post vs pre")]
     for png in ("val_loss_curves.png", "final_val_loss.png", "grad_norm_layers.png"):
         assert (out / png).stat().st_size > 1000
         assert f"]({png})" in md
@@ -283,7 +290,7 @@ def test_report_from_a_synthetic_store(built):
 def test_length_extrapolation_table(built):
     root, _ = built
     md = (root / "reports" / "norm_pos" / "report.md").read_text()
-    section = md.split("## Length extrapolation")[1].split("\n## ")[0]
+    section = md.split("## Exploratory comparisons")[1].split("\n## ")[0]
     header = next(line for line in section.splitlines() if line.startswith("| variant"))
     assert header == "| variant | n | 1× | 2× | 4× |"
     learned = next(line for line in section.splitlines() if line.startswith("| pre-learned"))
@@ -369,8 +376,9 @@ def test_study_yaml_argument_and_errors(built, tmp_path):
     spec = tmp_path / "whatever.yaml"
     spec.write_text("name: norm_pos\ndescription: |\n  Does Pre-LN train better?\n  Line two.\n")
     paths = build_reports([str(spec)], store=root / "runs", out=tmp_path / "r", quiet=True)
-    blocks = paths[0].read_text().split("\n\n")  # title, PARTIAL, no claims, the question
-    assert blocks[2].startswith("> **Claims**: none") and blocks[3].startswith("Does Pre-LN")
+    blocks = paths[0].read_text().split("\n\n")  # title, PARTIAL, Answer: no claims, question
+    assert blocks[3].startswith("No claims: the study file states none")
+    assert blocks[4] == "## Question" and blocks[5].startswith("Does Pre-LN")
     with pytest.raises(ConfigError, match="studies present: norm_pos"):
         build_reports(["nope"], store=root / "runs", out=tmp_path / "r", quiet=True)
     with pytest.raises(ConfigError, match=r"no runs in the store \(run `ablate run"):
@@ -389,8 +397,8 @@ def test_shipped_study_yaml_gives_description_and_findings(built, tmp_path, monk
     monkeypatch.chdir(tmp_path)  # `make report` runs from the repository root
     (path,) = build_reports([], store=root / "runs", out=tmp_path / "r", quiet=True)
     md = path.read_text()
-    assert "The question." in md
-    assert "## Against the paper\n\nReproduces: pre wins." in md
+    assert "## Question\n\nThe question." in md
+    assert "\n\nReproduces: pre wins.\n\n## Exploratory" in md  # no claims: no "(hand-written)"
 
 
 def test_reference_value_gets_a_table_and_a_line(built, tmp_path, monkeypatch):
@@ -402,13 +410,9 @@ def test_reference_value_gets_a_table_and_a_line(built, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (path,) = build_reports([], store=root / "runs", out=tmp_path / "r", quiet=True)
     md = path.read_text()
-    assert "## Against the reference value (The Paper: 0.5)" in md
-    section = md.split("## Against the reference value")[1].split("\n## ")[0]
-    rows = [
-        line
-        for line in section.splitlines()
-        if line.startswith("| ") and "variant" not in line and "---" not in line
-    ]
+    section = md.split("## Exploratory comparisons")[1].split("\n## ")[0]
+    assert "*Against the reference value (The Paper: 0.5): final validation loss" in section
+    rows = [line for line in section.splitlines() if "| 0.5 |" in line]
     assert rows and all("above the reference" in row and "| 0/" in row for row in rows)
     assert "Dashed line: The Paper (0.5)." in md  # the figures draw it and say so
     # a bad reference is a one-line error naming the key
@@ -464,7 +468,7 @@ figures:
     assert len(pd.read_csv(out / "results.csv")) == 4
     assert read_study(tmp_path / "runs", "tiny_study", spec).expected_runs == 4
     md = paths[0].read_text()
-    assert "Two norm placements" in md and "## Verdicts" in md
+    assert "Two norm placements" in md and "## Exploratory comparisons (seeds 0–1)" in md
     assert (out / "val_loss_curves.png").is_file() and (out / "grad_norm_layers.png").is_file()
 
 
@@ -521,7 +525,7 @@ def test_reproducibility_section_flags_chaotic_variants(tmp_path, write_run):
     (flag,) = chaotic_variants(study)
     assert flag[0] == "geglu" and flag[1] == pytest.approx(0.3) and flag[2] == pytest.approx(0.0115)
     (path,) = build_reports(["ch"], store=tmp_path / "runs", out=tmp_path / "r", quiet=True)
-    md = path.read_text()
+    md = (path.parent / "provenance.md").read_text()
     assert "## Reproducibility" in md and "**Chaotic variants**" in md
     assert "geglu (seed sd 0.3" in md
 
@@ -562,7 +566,7 @@ def test_the_quality_table_sets_the_final_train_loss_against_the_val_loss(tmp_pa
         assert r["final_train_loss"] == pytest.approx(np.mean(tail))
         assert r["train_val_gap"] == pytest.approx(1.5 - np.mean(tail))
     (path,) = build_reports(["gap"], store=store, out=tmp_path / "r", quiet=True)
-    text = path.read_text()
+    text = (path.parent / "provenance.md").read_text()
     assert "| final train loss | val − train |" in text
     assert "the last 10% of steps (one batch per log step, dropout on)" in text
 

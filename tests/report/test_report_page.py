@@ -7,9 +7,9 @@ import pandas as pd
 import yaml
 
 from ablate.claims.outcomes import analyse
-from ablate.claims.verdicts import fmt_num, fmt_p
+from ablate.claims.verdicts import fmt_p
 from ablate.report import build_reports
-from ablate.report.answer import seed_span, seeds_text
+from ablate.report.answer import fmt_effect, seed_span, seeds_text
 from ablate.report.declared import layer_gradients
 from ablate.results import read_study
 from ablate.store import RunStore
@@ -36,7 +36,7 @@ def test_seed_spans_and_the_seeds_behind_a_table():
     )
 
 
-def test_the_report_opens_with_the_claims_table_of_the_claim_engine(tmp_path, norm_pos_store):
+def test_the_report_opens_with_the_answer_table_of_the_claim_engine(tmp_path, norm_pos_store):
     store = norm_pos_store(tmp_path / "runs")
     claim = {"id": "pre-wins", "text": "Pre-LN trains better", "expect": "better"}
     claim |= {"a": {"model.norm_placement": "pre"}, "b": {"model.norm_placement": "post"}}
@@ -54,21 +54,25 @@ def test_the_report_opens_with_the_claims_table_of_the_claim_engine(tmp_path, no
     (path,) = build_reports([str(spec)], store=store, out=tmp_path / "r", quiet=True)
     md = path.read_text()
     head = md.split("Does Pre-LN win?")[0]  # the answer comes before the question
-    assert head.index("## Answer") < head.index("## Claims") and head.count("## ") == 2
+    assert head.index("## Answer") < head.index("## Question")
     (row,) = [line for line in head.splitlines() if line.startswith("| pre-wins |")]
     (check,) = analyse(read_study(store, "norm_pos", spec))[1]
     c = check.comparison
+    assert c.diff < 0  # Pre-LN lower: the row puts Post-LN first, the gap positive
     cells = [x.strip() for x in row.strip("|").split("|")]
-    need = check.seeds_needed.n  # the exact test needs more seeds: it says how many
-    assert cells[1] == f"{check.outcome} (≈{need} seeds needed)"
+    assert cells[1] == ("norm_placement=post vs norm_placement=pre at pos_encoding=learned")
+    d, lo, hi = fmt_effect(-c.diff, -c.ci_hi, -c.ci_lo)
+    assert cells[2] == f"{d} [{lo}, {hi}]"
+    assert cells[3] == f"{c.n_b} vs {c.n_a}" == "2 vs 3"  # post/learned seed 2 diverged
+    assert cells[5] == f"{fmt_p(c.p_flip_adj, '').removeprefix('=')} (permutation)"
     assert check.outcome == "reproduces by t-test only"
-    assert cells[3] == fmt_num(c.diff) and cells[4] == f"[{fmt_num(c.ci_lo)}, {fmt_num(c.ci_hi)}]"
-    assert cells[6] == f"{fmt_p(c.p_flip_adj, '').removeprefix('=')} (permutation)"
-    assert cells[7] == f"{c.n_a} vs {c.n_b}" == "3 vs 2"  # post/learned seed 2 diverged
-    assert cells[8] == "exploratory 0–2"
+    assert cells[6] == f"{check.outcome} (exploratory)"  # no registration: pilot seeds only
+    assert "*[exploratory seeds 0–2](provenance.md#claim-pre-wins)*" in head
     # every table and figure says which seeds it rests on
-    assert "*Validation quality per variant, n = 2–3 exploratory seeds per variant (0–2)" in md
+    prov = (path.parent / "provenance.md").read_text()
+    assert "*Validation quality per variant, n = 2–3 exploratory seeds per variant (0–2)" in prov
     assert md.count("Seeds: n = 2–3 exploratory seeds per variant (0–2).*") == 4  # 4 figures
+    assert "Seeds: exploratory seeds 0–2, the claim's own.*" in md  # the claim's figure
 
 
 def test_the_gradient_figure_needs_the_values_it_compares(tmp_path, norm_pos_store):

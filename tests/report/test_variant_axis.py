@@ -37,4 +37,4 @@ def test_a_variants_study_names_its_axis_variants_not_axis_variant(tmp_path):
     report = build_report(study, tmp_path / "reports").read_text()
     assert "axis.variant" not in report, report
     assert "axes: `variants` (lstm, transformer)" in report
-    assert "**variants**: transformer beats lstm" in report
+    assert "| variants | lstm vs transformer | 3 (0) vs 3 (0) | +" in report  # lstm's higher

@@ -242,10 +242,10 @@ def test_specs_round_trip_through_wandb_workspaces_models(norm_pos, tmp_path, mo
             assert runset["project"].pop("id") == "p-1"
     assert back == report
     assert asked and all(v == {"entityName": "lab", "projectName": "ablate"} for v in asked)
-    # it mirrors report.md: its headings, its text, each figure
+    # it mirrors report.md and provenance.md: their headings, their text, each figure
     blocks = report["spec"]["blocks"]
     headings = [b["children"][0]["text"] for b in blocks if b["type"] == "heading"]
-    md = report_md.read_text()
+    md = report_md.read_text() + (folder / "provenance.md").read_text()
     assert headings and all(f"# {h}" in md for h in headings)
     figures = sorted(p.stem for p in folder.glob("*.png"))
     grids = [b for b in blocks if b["type"] == "panel-grid"]
