@@ -354,9 +354,9 @@ def test_a_jump_at_one_step_is_a_threshold_not_a_trend(tmp_path, write_run):
     assert "grows from medium to large (+1.5" in check.why
     assert "at large, norm_placement=post learned nothing in 7/7 seeds" in check.why
     assert check.seeds_needed is None  # decided: a finding, no seeds asked for
-    from ablate.report.answer import evidence
+    from ablate.report.answer import sentence
 
-    assert evidence(check, True) == "not supported"
+    assert sentence(check, "nats").endswith("a threshold, not a trend.")
     # shrinks is contradicted by the slope itself, whatever the steps
     (back,) = _decide(tmp_path, tmp_path / "runs", [_claim("shrinks")])
     assert back.outcome == "contradicted"
