@@ -1,7 +1,7 @@
 """Which planned runs a claim is decided on: its arms (``a`` and ``b`` under ``where``; every
 run under ``where`` for a fitted exponent), as variant labels of the study at one profile.
 
-The confirmation runs (``ablate run --confirm``) train exactly these variants at the registered
+The confirmation runs (``ablate run confirm``) train exactly these variants at the registered
 seeds, and the report counts them to say how far a registered design has got.
 """
 

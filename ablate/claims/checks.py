@@ -22,7 +22,7 @@ seeds the exact test needs to reach the level at all. Every claim is in every fa
 test kind: t, TOST, exact, exact TOST); a claim without a test of that kind counts with p = 1,
 so each family has the study's k claims.
 
-When the store has confirmation runs (``ablate run --confirm``: fresh seeds, ``confirm`` true),
+When the store has confirmation runs (``ablate run confirm``: fresh seeds, ``confirm`` true),
 a claim whose arms all have some is decided on those runs only; otherwise on the original ones.
 """
 
@@ -82,7 +82,7 @@ class ClaimCheck:
     why: str = ""
     """How the outcome follows from the tests (e.g. "TOST passes")."""
     confirmation: bool = False
-    """Decided on the confirmation runs only (``ablate run --confirm``)."""
+    """Decided on the confirmation runs only (``ablate run confirm``)."""
     has_confirmation: bool = False
     """The study has confirmation runs at all (then an original-seed verdict says why)."""
     pooled: ClaimCheck | None = None
@@ -95,7 +95,7 @@ class ClaimCheck:
     pool: pd.DataFrame | None = None
     """The runs the claim was decided on (for its registration standing)."""
     look: dict | None = None
-    """The ``--until-decided`` look that decided the claim (or its last look): its seeds and
+    """The ``run until-decided`` look that decided the claim (or its last look): its seeds and
     nominal level, from ``until_decided.json``; None outside a sequential design."""
     pending: tuple[int, int] | None = None
     """(finished, planned) runs of its registered confirmation design while some are left:

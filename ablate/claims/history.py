@@ -5,7 +5,7 @@ registration and runs proven by git ancestry.
 * **Attempts** (:func:`study_attempts`): the archived result tables of earlier attempts
   (``reports/<study>/history/*.csv``: one attempt per file; a ``recorded_in`` column names the
   commit that first recorded its rows, which orders it; a table without confirmation runs is
-  an exploratory look at the claims, e.g. an early ``--until-decided``) and the store's
+  an exploratory look at the claims, e.g. an early ``run until-decided``) and the store's
   confirmation runs, one attempt per registration commit, in order of their first start. A
   claim is decided on the latest; its line says "attempt k of n" and what each earlier one
   gave (:mod:`ablate.claims.attempts` decides them). Alpha is *not* shared across attempts:
@@ -47,7 +47,7 @@ ALPHA_ACROSS_ATTEMPTS = (
     "the study's claims) and the earlier ones are listed, not corrected for"
 )
 LAUNCH_CHECK = "has changes not committed"
-"""The words of the check ``ablate run --confirm`` makes before it starts: the registration
+"""The words of the check ``ablate run confirm`` makes before it starts: the registration
 file has no uncommitted change (:func:`ablate.claims.registration.commit_problem`). Found in
 a run's commit, it proves the registration file was clean in that run's dirty tree."""
 NOT_CHECKABLE = "order not checkable here"

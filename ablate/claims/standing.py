@@ -6,11 +6,11 @@ Each confirmation run records the registration commit it ran under (``registrati
 results.csv) and its start (``started``); runs of one registration are one *attempt*. A claim
 is decided on the latest attempt; the report lists the earlier ones (:mod:`ablate.report.audit`).
 A claim's outcome is confirmatory only when it is decided on the confirmation runs of its
-profile's registration (``ablate run --confirm``: the registered seeds) and git shows that
+profile's registration (``ablate run confirm``: the registered seeds) and git shows that
 registration committed before the first of them; runs of other seeds at the same profile are
 exploratory, and the report says why. While the registered design's runs are unfinished a
 claim is pending (:func:`design_progress`): no verdict before every run of the design finished,
-unless the design registered interim looks (``--until-decided``), which the report replays.
+unless the design registered interim looks (``run until-decided``), which the report replays.
 """
 
 from __future__ import annotations
@@ -169,11 +169,11 @@ def standing(study, deciding: pd.DataFrame, confirmation: bool) -> Standing:
         )
     if not _same_claims(path, study):
         return Standing("the claims changed since their registration (exploratory)", False)
-    if not confirmation:  # the profile's default seeds, or --until-decided without --confirm
+    if not confirmation:  # the profile's default seeds, or run until-decided without --confirm
         v = versions[-1]
         return Standing(
             f"registered in {v.commit[:7]} ({design_text(v.design)}), but decided on runs that "
-            f"are not its confirmation runs (`ablate run --confirm`; exploratory)",
+            f"are not its confirmation runs (`ablate run confirm`; exploratory)",
             False,
         )
     tag = next(iter(set(deciding.get("registration", pd.Series()).dropna())), "")

@@ -224,8 +224,7 @@ def seeds_used(check: ClaimCheck) -> str:
         n = n or (f"{c.n_a} vs {c.n_b}" if c is not None else "its")
         attempt = f"; {check.history.attempt_text()}" if check.history is not None else ""
         return (
-            f"decided on {n} confirmation seed(s) only (fresh seeds, `ablate run --confirm`)"
-            f"{attempt}"
+            f"decided on {n} confirmation seed(s) only (fresh seeds, `ablate run confirm`){attempt}"
         )
     if check.has_confirmation:
         return "decided on the original seeds (its arms have no confirmation runs)"

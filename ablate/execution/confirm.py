@@ -187,7 +187,7 @@ def design_warnings(n: int, claims: int, need: Any = None, alpha: float = 0.05) 
     return out
 
 
-def check_n(n: Any, key: str = "--confirm") -> int:
+def check_n(n: Any, key: str = "--seeds") -> int:
     """``n`` as a number of seeds (an integer >= 2), else a one-line ``ConfigError``."""
     try:
         value = int(str(n).strip())
@@ -262,7 +262,7 @@ def plan_confirm(
         if n is not None and check_n(n) != len(seeds):
             raise ConfigError(
                 f"registers {len(seeds)} seeds, not {n}: a new design needs a new registration",
-                key="--confirm",
+                key="--seeds",
                 source=registration_path(study_path, study.profile),
             )
         tag = commit or "uncommitted (not a git checkout)"

@@ -2,7 +2,8 @@
 
 Only claims are tested (exploratory axis comparisons never add seeds). The design is fixed before
 the first look: at most ``max_looks`` looks, the first on the study's seeds (or, with
-``--confirm N``, on ``N`` fresh confirmation seeds), each later one ``seeds_per_look`` seeds more.
+``--confirm --seeds N``, on ``N`` fresh confirmation seeds), each later one ``seeds_per_look``
+seeds more.
 Look ``k`` has information fraction ``t_k = seeds at look k / seeds at the last look`` and tests
 at the nominal level that a Lan-DeMets O'Brien-Fleming-type spending function spends at that
 look (:mod:`ablate.claims.sequential`; the design, its log and each look's decision are
@@ -87,7 +88,7 @@ def run_until_decided(
 ) -> list[dict[str, Any]]:
     """Run the design of the module doc to its end (or resume it); returns the summaries of the
     last look's runs. ``confirm``: the first look is that many fresh confirmation seeds (``ablate
-    run until-decided --confirm N``) and every added seed is a confirmation run too. The
+    run until-decided --confirm --seeds N``) and every added seed is a confirmation run too. The
     design must be the committed registration's
     (:func:`ablate.claims.registration.sequential_seeds`), on its registered seeds (so
     ``confirm`` is required), unless ``unregistered`` (the outcome is then exploratory).
@@ -148,9 +149,9 @@ def _registered(
         return [], "unregistered"
     if confirm is None:  # the study's own seeds are not the registered ones
         raise ConfigError(
-            "a registered design trains its registered seeds: add --confirm N (or "
+            "a registered design trains its registered seeds: add --confirm (or "
             "--unregistered: the outcome is then exploratory)",
-            key="--until-decided",
+            key="run until-decided",
             source=plan.path,
         )
     return sequential_seeds(
@@ -172,6 +173,6 @@ def _mode(
     out = ["until-decided", "--max-looks", str(max_looks)]
     if seeds_per_look is not None:
         out += ["--seeds-per-look", str(seeds_per_look)]
-    if confirm is not None:
-        out += ["--confirm", str(confirm)]
+    if confirm is not None:  # a registered design trains the registered seeds
+        out += ["--confirm", *(["--seeds", str(confirm)] if unregistered else [])]
     return (*out, *(["--unregistered"] if unregistered else []))

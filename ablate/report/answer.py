@@ -137,7 +137,7 @@ def claims_summary(study: StudyData, checks: list[ClaimCheck], unit: str) -> lis
         "exact test (sign-flip for paired seeds, permutation for unpaired arms), which needs no "
         "normality; an outcome is plain only when both tests give it, else it says which test "
         "alone does; n: seeds per arm "
-        "behind the numbers; seeds: which, confirmation (registered, `ablate run --confirm`) "
+        "behind the numbers; seeds: which, confirmation (registered, `ablate run confirm`) "
         "or exploratory."
     )
     return [Block("h2", "Claims"), Block("table", table, caption)]

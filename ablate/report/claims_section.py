@@ -1,7 +1,7 @@
 """The report's claim sections: "Against the paper" (one line per checked claim with its outcome,
 numbers, registration and the seeds it was decided on; the sequential looks of
-``--until-decided``; the LR-optimum table; the hand-written commentary) and the
-``--until-decided`` seed rounds.
+``run until-decided``; the LR-optimum table; the hand-written commentary) and the
+``run until-decided`` seed rounds.
 
 The claims are decided in :mod:`ablate.claims` (:mod:`~ablate.claims.outcomes`) and a claim's
 outcome is worded there (:mod:`~ablate.claims.verdicts`); this module lays them out.
@@ -235,7 +235,7 @@ def claims_intro(study: StudyData, k: int) -> str:
         'inside ±margin: the paper\'s "no difference" holds in practice) or *inconclusive*. '
         "A claim is confirmatory only when it is decided on the confirmation runs of this "
         "profile's registration (registrations/<study>.yaml, `<study>.<profile>.yaml` for a "
-        "profile other than cpu: its registered seeds, `ablate run --confirm`) and git shows "
+        "profile other than cpu: its registered seeds, `ablate run confirm`) and git shows "
         "that registration committed before the first of them; other seeds are exploratory, "
         "and each claim says which. Until every run of the registered design has finished a "
         "claim is *pending, k of n runs*, with no verdict (unless the design registered "
@@ -246,7 +246,7 @@ def claims_intro(study: StudyData, k: int) -> str:
 
 
 def looks_blocks(study: StudyData) -> list[Block]:
-    """The sequential looks of ``--until-decided`` and the alpha each spent, when logged."""
+    """The sequential looks of ``run until-decided`` and the alpha each spent, when logged."""
     from ablate.store.rundir import DECISIONS_FILE, read_decisions
 
     path = study.path / DECISIONS_FILE
@@ -256,7 +256,7 @@ def looks_blocks(study: StudyData) -> list[Block]:
         return []
     d = log.get("design") or {}
     head = (
-        f"**Sequential looks** (`ablate run --until-decided`): at most {d.get('max_looks', '?')} "
+        f"**Sequential looks** (`ablate run until-decided`): at most {d.get('max_looks', '?')} "
         f"looks, overall α = {d.get('alpha', '?')}, {d.get('spending', '?')} alpha spending; "
         "a claim is decided at a look when its Holm p is below that look's nominal level:"
     )
@@ -277,15 +277,15 @@ def _g(x) -> str:
 
 
 def extra_seeds_section(study: StudyData) -> list[Block]:
-    """Which variants ``ablate run --until-decided`` gave extra seeds, round by round."""
+    """Which variants ``ablate run until-decided`` gave extra seeds, round by round."""
     extra = extra_seed_items(study)
     if not extra:
         return []
     return [
-        Block("h2", "Extra seeds (--until-decided)"),
+        Block("h2", "Extra seeds (run until-decided)"),
         Block(
             "p",
-            "After the study's seeds, `ablate run --until-decided` added seeds only to the "
+            "After the study's seeds, `ablate run until-decided` added seeds only to the "
             "variants of inconclusive comparisons or claims, re-analysing after each round:",
         ),
         Block("ul", extra),
@@ -293,7 +293,7 @@ def extra_seeds_section(study: StudyData) -> list[Block]:
 
 
 def extra_seed_items(study: StudyData) -> list[str]:
-    """``--until-decided`` rounds from the store's log: which variants got which seed, why."""
+    """``run until-decided`` rounds from the store's log: which variants got which seed, why."""
     from ablate.store.rundir import DECISIONS_FILE, read_decisions
 
     path = study.path / DECISIONS_FILE

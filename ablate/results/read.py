@@ -2,7 +2,7 @@
 
 Not :func:`ablate.study.load_study`, which reads the study YAML into its planned runs; this
 reads what those runs left in the store, for the report and for deciding claims
-(:mod:`ablate.claims`). Both the report (``ablate report``) and ``ablate run --until-decided``
+(:mod:`ablate.claims`). Both the report (``ablate report``) and ``ablate run until-decided``
 / ``ablate register`` (the pilot) read a study's runs through here.
 
 Two tables come out of a study directory ``<store>/<study>/``:
@@ -117,7 +117,7 @@ def _run_row(run: RunDir) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any
     }
     for k in SUMMARY_FIELDS:
         row[k] = summary.get(k)
-    if meta.get("confirm") is True or summary.get("confirm") is True:  # ablate run --confirm
+    if meta.get("confirm") is True or summary.get("confirm") is True:  # ablate run confirm
         row["confirm"] = True
         # the registration commit it ran under; none recorded: it predates registration files
         row["registration"] = meta.get("registration") or "before registration files"

@@ -54,7 +54,7 @@ class RunAttempt:
             "axes": meta.get("axes") or {},
             "run_id": run_dir.run_id,
             "study": meta["study"],
-            **({"confirm": True} if meta.get("confirm") is True else {}),  # ablate run --confirm
+            **({"confirm": True} if meta.get("confirm") is True else {}),  # ablate run confirm
             # one entry per start (fresh, resumed, retried): which process trained the run when
             "attempts": [
                 *attempts,

@@ -229,15 +229,9 @@ def options_class(name: str) -> type[ExecutorOptions]:
 
 
 def _import_builtin(name: str) -> None:
-    """Import a built-in executor's module, which registers it (plain imports, not by name:
-    the import graph that lint-imports reads sees every executor)."""
+    """Import a built-in executor's module (``executors/<name>.py``), which registers it."""
     try:
-        if name == "local":
-            from ablate.execution.executors import local  # noqa: F401
-        elif name == "ray":
-            from ablate.execution.executors import ray  # noqa: F401
-        else:
-            from ablate.execution.executors import slurm  # noqa: F401
+        importlib.import_module(f"{__name__}.{name}")
     except ImportError as err:
         if err.name not in EXTRAS.values():
             raise
