@@ -331,7 +331,6 @@ def run_confirm(
     from ablate.execution.runner import run_options, train_planned
 
     args, how = run_options(study_path, **options)
-    how.executor.start_early()
     study, tag = confirmation_study(args, n, how.store, unregistered)
     mode = ("confirm", *(["--seeds", str(n)] if n is not None else []))
     mode += ("--unregistered",) if unregistered else ()

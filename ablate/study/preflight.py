@@ -111,6 +111,12 @@ def _check_seed(cfg: RunConfig, where: Where, source: Path | None) -> None:
 
 
 def gpu_available() -> bool:
+    """Whether torch sees a CUDA device; torch (seconds to import) is asked only on a machine
+    with a GPU driver."""
+    from ablate.accel import gpu_driver
+
+    if not gpu_driver():
+        return False
     import torch
 
     return torch.cuda.is_available()

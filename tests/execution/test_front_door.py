@@ -180,3 +180,43 @@ def test_the_resume_hint_repeats_the_mode_and_every_option():
     ]
     local = Execution(executor=parse_options("local", workers="2"))
     assert resume_command(args, local).endswith("--workers 2 --plugin p.py")
+
+
+def test_a_claim_error_is_said_before_torch_or_scipy_load(make_study, tmp_path):
+    """A mistake in a claim is one line from every command that reads the study, before
+    torch, Lightning, scipy or pandas is imported (seconds), on a study whose profile is chosen
+    by whether a CUDA device is visible (the commands run in turn in one fresh process)."""
+    import json
+    import subprocess
+    import sys
+
+    claim = {"id": "x", "text": "t", "expect": "better"}
+    claim.update(a={"model.activation": "gegl"}, b={"model.activation": "relu"})
+    profiles = {"cpu": {}, "gpu": {"train": {"accelerator": "gpu"}}}
+    path = make_study(
+        name="badclaim",
+        grid={"model.activation": ["relu", "gelu"]},
+        profiles=profiles,
+        default_profile="auto",
+        claims=[claim],
+    )
+    store = tmp_path / "runs"
+    commands = [["plan"], ["register"], ["run"], ["run", "confirm"], ["run", "until-decided"]]
+    code = f"""
+import json, sys
+from typer.testing import CliRunner
+from ablate.cli import app
+heavy = ("torch", "pytorch_lightning", "scipy", "pandas", "wandb")
+out = []
+for cmd in {commands!r}:
+    res = CliRunner().invoke(app, [*cmd, {str(path)!r}, "--store", {str(store)!r}])
+    loaded = [m for m in heavy if m in sys.modules]
+    out.append([res.exit_code, res.output.strip().splitlines(), loaded])
+print(json.dumps(out))
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    for command, (code_, lines, loaded) in zip(commands, json.loads(run.stdout), strict=True):
+        assert code_ == 2 and len(lines) == 1, (command, lines)
+        assert "claims[0].a.model.activation: 'gegl' is not a value" in lines[0], lines
+        assert loaded == [], (command, loaded)
+    assert not store.exists()

@@ -155,9 +155,6 @@ class ExecutorOptions(BaseModel):
         """Runs training at once on one machine (1 where the cluster decides the layout)."""
         return 1
 
-    def start_early(self) -> None:
-        """Start what the workers need before the study is planned (e.g. a warm forkserver)."""
-
     def cli_args(self) -> list[str]:
         """The ``ablate run`` options that reproduce these settings (for the resume hint)."""
         out = [] if self.executor == "local" else ["--executor", self.executor]
