@@ -31,8 +31,10 @@ an AVX2-only CPU. ``cpu_bf16_matmul_fast`` times one product of each, and the sm
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import sys
 from functools import cache
 from typing import Literal
 
@@ -41,6 +43,23 @@ BACKENDS = ("flash", "efficient", "math")
 HALF_PRECISIONS = ("bf16-mixed", "bf16-true", "16-mixed")
 BF16_PRECISIONS = ("bf16-mixed", "bf16-true")
 FLASH_MAX_HEAD_DIM = 256
+
+
+def gpu_driver() -> bool:
+    """Whether this machine has a GPU driver torch could use: NVIDIA's ``libcuda`` loads, or
+    AMD's ``/dev/kfd`` (ROCm) exists. Asked without importing torch (seconds): where this says
+    no, ``torch.cuda.is_available()`` says no too, so a CPU machine decides a study's profile
+    and its GPU checks without torch."""
+    if os.path.exists("/dev/kfd"):
+        return True
+    names = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.1", "libcuda.dylib")
+    for name in names:
+        try:
+            ctypes.CDLL(name)
+        except OSError:
+            continue
+        return True
+    return False
 
 
 def attn_devices(accelerator: str) -> tuple[Device, ...]:

@@ -8,7 +8,8 @@ peak; 5. study throughput, 1 worker against 2, and 9. stacked runs against one r
 (``studies``); 7. peak memory of ``ablate train`` against corpus size; 8. (only when named)
 nanoGPT's procedure on the reference study's seeds; 10. operations, Python calls and host reads
 per step, solo and stacked (``stepcost``); 11. start-up, ``ablate run`` to the first training
-step of a small study (``startup``); 12. a stack of one against a solo run, wall time per step
+step of a small study, and a one-run study's whole process against importing torch, Lightning
+and W&B (``startup``); 12. a stack of one against a solo run, wall time per step
 (``stackone``). Section 6 is ``ablate bench --chaos``.
 
 ``quick`` runs every section at toy sizes (a smoke test; its numbers measure nothing).

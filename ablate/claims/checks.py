@@ -95,7 +95,7 @@ class ClaimCheck:
     pool: pd.DataFrame | None = None
     """The runs the claim was decided on (for its registration standing)."""
     look: dict | None = None
-    """The ``--until-decided`` look that decided the claim (or its last look): its seeds and
+    """The ``run until-decided`` look that decided the claim (or its last look): its seeds and
     nominal level, from ``until_decided.json``; None outside a sequential design."""
     pending: tuple[int, int] | None = None
     """(finished, planned) runs of its registered confirmation design while some are left:

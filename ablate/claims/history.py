@@ -5,7 +5,7 @@ registration and runs proven by git ancestry.
 * **Attempts** (:func:`study_attempts`): the archived result tables of earlier attempts
   (``reports/<study>/history/*.csv``: one attempt per file; a ``recorded_in`` column names the
   commit that first recorded its rows, which orders it; a table without confirmation runs is
-  an exploratory look at the claims, e.g. an early ``--until-decided``) and the store's
+  an exploratory look at the claims, e.g. an early ``run until-decided``) and the store's
   confirmation runs, one attempt per registration commit, in order of their first start. A
   claim is decided on the latest; its line says "attempt k of n" and what each earlier one
   gave (:mod:`ablate.claims.attempts` decides them), each at the α share of the claim's one

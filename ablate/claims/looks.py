@@ -1,4 +1,4 @@
-"""The looks of a group-sequential design (``ablate run --until-decided``): the design fixed
+"""The looks of a group-sequential design (``ablate run until-decided``): the design fixed
 before the first look, its log (``<store>/<study>/until_decided.json``), what each look decides,
 the seeds the next look adds, and each look replayed at report time.
 
@@ -49,7 +49,7 @@ def check_design(
         raise ConfigError(f"must be in (0, 1), got {alpha!r}", key="alpha")
     if not claims:
         raise ConfigError(
-            "--until-decided adds seeds for claims only, and this study has none",
+            "`ablate run until-decided` adds seeds for claims only, and this study has none",
             key="claims",
             source=source,
         )
@@ -84,13 +84,13 @@ def _same_design(old: dict[str, Any] | None, new: dict[str, Any]) -> None:
     raise ConfigError(
         f"until_decided.json records another design ({differ}); finish it with the same options, "
         "or move the file aside to start a new design",
-        key="--until-decided",
+        key="run until-decided",
     )
 
 
 def open_log(path: Path, design: dict[str, Any], first: list[int]) -> dict[str, Any]:
     """The log to go on with: the recorded design (the same, else a one-line error) or a new
-    one; rounds of an earlier, unplanned ``--until-decided`` are kept as they were."""
+    one; rounds of an earlier, unplanned ``run until-decided`` are kept as they were."""
     log = read_decisions(path)
     if log.get("looks"):
         _same_design(log.get("design"), design)
@@ -111,7 +111,7 @@ def planned_seeds(log: dict[str, Any], first: list[int], arms: dict[str, list[st
             for v in labels:
                 out[v] = list(first)
     for r in log["rounds"]:
-        if "look" not in r:  # a round of the earlier, unplanned --until-decided
+        if "look" not in r:  # a round of the earlier, unplanned run until-decided
             continue
         for v, seeds in r["seeds"].items():
             have = out.setdefault(v, [])
@@ -172,7 +172,7 @@ def restrict_seeds(data, seeds: Any):
 
 
 def study_looks(study) -> list[dict]:
-    """The looks of the study's ``--until-decided`` design (``until_decided.json`` in its store
+    """The looks of the study's ``run until-decided`` design (``until_decided.json`` in its store
     folder, ``study.path``), if any."""
     path = study.path / DECISIONS_FILE
     looks = list(read_decisions(path).get("looks", [])) if path.is_file() else []
@@ -183,7 +183,7 @@ def study_looks(study) -> list[dict]:
 def sequential_checks(study, looks: list[dict]) -> dict[str, ClaimCheck]:
     """Each claim of a sequential design as it was decided: at the look that decided it (or
     the last look), on exactly that look's seeds, Holm over the claims still open there, at
-    the look's nominal level (as ``ablate run --until-decided`` decided it)."""
+    the look's nominal level (as ``ablate run until-decided`` decided it)."""
     out: dict[str, ClaimCheck] = {}
     for i, look in enumerate(looks):
         open_claims = [c for c in study.claims if c.id not in out]

@@ -1,6 +1,6 @@
 """A study's claims decided together, for each place that decides them: the report
 (:func:`analyse`: the claims as registered, replaying sequential looks, pending while a
-registered design is unfinished), one look of ``ablate run --until-decided``
+registered design is unfinished), one look of ``ablate run until-decided``
 (:func:`claim_outcomes`) and the pilot a registration records (:func:`pilot`).
 
 ``study`` is always a study's runs read back from the store

@@ -1,4 +1,4 @@
-"""Alpha spending for sequential looks (``ablate run --until-decided``): pure functions.
+"""Alpha spending for sequential looks (``ablate run until-decided``): pure functions.
 
 A study that looks at its claims after every added seed and stops when one is decided tests
 again and again; without a correction its overall type-I error grows with the number of looks.

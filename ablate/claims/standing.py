@@ -10,7 +10,7 @@ profile's registration (``ablate run confirm``: the registered seeds) and git sh
 registration committed before the first of them; runs of other seeds at the same profile are
 exploratory, and the report says why. While the registered design's runs are unfinished a
 claim is pending (:func:`design_progress`): no verdict before every run of the design finished,
-unless the design registered interim looks (``--until-decided``), which the report replays.
+unless the design registered interim looks (``run until-decided``), which the report replays.
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def standing(study, deciding: pd.DataFrame, confirmation: bool) -> Standing:
         )
     if not _same_claims(path, study):
         return Standing("the claims changed since their registration (exploratory)", False)
-    if not confirmation:  # the profile's default seeds, or --until-decided without --confirm
+    if not confirmation:  # the profile's default seeds, or run until-decided without --confirm
         v = versions[-1]
         return Standing(
             f"registered in {v.commit[:7]} ({design_text(v.design)}), but decided on runs that "

@@ -222,7 +222,7 @@ def design_warnings(n: int, design: ClaimDesign, need: Any = None, exploratory=F
     return out
 
 
-def check_n(n: Any, key: str = "--confirm") -> int:
+def check_n(n: Any, key: str = "--seeds") -> int:
     """``n`` as a number of seeds (an integer >= 2), else a one-line ``ConfigError``."""
     try:
         value = int(str(n).strip())
@@ -299,7 +299,7 @@ def plan_confirm(
         if n is not None and check_n(n) != len(seeds):
             raise ConfigError(
                 f"registers {len(seeds)} seeds, not {n}: a new design needs a new registration",
-                key="--confirm",
+                key="--seeds",
                 source=registration_path(study_path, study.profile),
             )
         tag = commit or "uncommitted (not a git checkout)"
@@ -368,7 +368,6 @@ def run_confirm(
     from ablate.execution.runner import run_options, train_planned
 
     args, how = run_options(study_path, **options)
-    how.executor.start_early()
     study, tag = confirmation_study(args, n, how.store, unregistered)
     mode = ("confirm", *(["--seeds", str(n)] if n is not None else []))
     mode += ("--unregistered",) if unregistered else ()

@@ -2,7 +2,8 @@
 
 Only claims are tested (exploratory axis comparisons never add seeds). The design is fixed before
 the first look: at most ``max_looks`` looks, the first on the study's seeds (or, with
-``--confirm N``, on ``N`` fresh confirmation seeds), each later one ``seeds_per_look`` seeds more.
+``--confirm --seeds N``, on ``N`` fresh confirmation seeds), each later one ``seeds_per_look``
+seeds more.
 Look ``k`` has information fraction ``t_k = seeds at look k / seeds at the last look`` and tests
 at the nominal level that a Lan-DeMets O'Brien-Fleming-type spending function spends at that
 look (:mod:`ablate.claims.sequential`; the design, its log and each look's decision are
@@ -32,39 +33,29 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ablate.claims.arms import claim_arms
-from ablate.claims.looks import (
-    check_design,
-    look_seeds,
-    next_round,
-    open_log,
-    planned_seeds,
-    record_look,
-    restrict_seeds,
-    sequential_design,
-)
-from ablate.claims.outcomes import claim_outcomes
 from ablate.claims.registration import read_registration, registration_path, sequential_seeds
-from ablate.claims.sequential import look_levels
-from ablate.claims.stats import ALPHA
 from ablate.config import ConfigError
 from ablate.execution.confirm import check_n, confirm_seeds, store_seeds, study_inputs
 from ablate.execution.runner import (
+    Execution,
     StudyArgs,
     only_seeds,
     plan_runs,
     run_options,
     train_planned,
 )
-from ablate.results import StudyData, read_study
 from ablate.store.rundir import DECISIONS_FILE, write_decisions
 from ablate.study import Study
 
+if TYPE_CHECKING:
+    from ablate.results import StudyData
+
 DEFAULT_MAX_LOOKS = 3
 
-Outcomes = Callable[[StudyData, float], dict[str, str]]
+Outcomes = Callable[["StudyData", float], dict[str, str]]
 
 
 def _first_seeds(plan: Study, store: Path, confirm, registered: Sequence[int] = ()) -> list[int]:
@@ -80,21 +71,30 @@ def run_until_decided(
     *,
     max_looks: int = DEFAULT_MAX_LOOKS,
     seeds_per_look: int | None = None,
-    alpha: float = ALPHA,
+    alpha: float | None = None,
     confirm: int | None = None,
     unregistered: bool = False,
-    outcomes: Outcomes = claim_outcomes,
+    outcomes: Outcomes | None = None,
     **options: Any,
 ) -> list[dict[str, Any]]:
     """Run the design of the module doc to its end (or resume it); returns the summaries of the
     last look's runs. ``confirm``: the first look is that many fresh confirmation seeds (``ablate
-    run until-decided --confirm N``) and every added seed is a confirmation run too. The
+    run until-decided --confirm --seeds N``) and every added seed is a confirmation run too. The
     design must be the committed registration's
     (:func:`ablate.claims.registration.sequential_seeds`), on its registered seeds (so
     ``confirm`` is required), unless ``unregistered`` (the outcome is then exploratory).
-    ``options``: :func:`ablate.execution.runner.run_options`' (store, executor, ...)."""
+    ``alpha``: the design's (None: ``claims.stats.ALPHA``); ``outcomes``: each look's decisions
+    (None: ``claims.outcomes.claim_outcomes``). ``options``:
+    :func:`ablate.execution.runner.run_options`' (store, executor, ...)."""
     args, how = run_options(study_path, **options)
     plan = plan_runs(args)  # nothing written on error
+    # the statistics (pandas, scipy, statsmodels: seconds) load once the study is valid, so a
+    # mistake in it is said at once
+    from ablate.claims.looks import check_design, open_log, sequential_design
+    from ablate.claims.outcomes import claim_outcomes
+    from ablate.claims.stats import ALPHA
+
+    alpha = ALPHA if alpha is None else alpha
     confirm = None if confirm is None else check_n(confirm)
     registered, tag = _registered(plan, args, confirm, unregistered, max_looks, seeds_per_look)
     if not unregistered:  # the attempt spends its registered share of the claims' budgets
@@ -105,18 +105,42 @@ def run_until_decided(
     design = sequential_design(first, max_looks, seeds_per_look, alpha, confirm is not None)
     log_path = how.store / plan.name / DECISIONS_FILE
     log = open_log(log_path, design, first)
-    first, arms = log["first_seeds"], claim_arms(plan)
-    decided = {c for lk in log["looks"] for c in lk["decided"]}
     mode = _mode(max_looks, seeds_per_look, confirm, unregistered)
     confirmation = tag if confirm is not None else None
     how = dataclasses.replace(how, confirmation=confirmation, mode=mode)
-    how.executor.start_early()
+    return _looks(plan, args, how, log, log_path, outcomes or claim_outcomes)
+
+
+def _looks(
+    plan: Study,
+    args: StudyArgs,
+    how: Execution,
+    log: dict[str, Any],
+    log_path: Path,
+    outcomes: Outcomes,
+) -> list[dict[str, Any]]:
+    """Train and decide the design's looks from the next one on (``log``: the design and the
+    looks so far, written to ``log_path`` before each look's seeds train); returns the last
+    look's summaries."""
+    from ablate.claims.looks import (
+        look_seeds,
+        next_round,
+        planned_seeds,
+        record_look,
+        restrict_seeds,
+    )
+    from ablate.claims.sequential import look_levels
+    from ablate.results import read_study
+
+    design, confirm = log["design"], how.confirmation is not None
+    first, arms = log["first_seeds"], claim_arms(plan)
+    decided = {c for lk in log["looks"] for c in lk["decided"]}
     while True:
         look = len(log["looks"]) + 1
-        seeds = planned_seeds(log, first, arms, confirm is not None)
+        seeds = planned_seeds(log, first, arms, confirm)
         write_decisions(log_path, log)
         study = plan_runs(args, seeds)
-        if confirm is not None:  # a confirmation trains its seeds only
+        if confirm:  # a confirmation trains its seeds only
             study = only_seeds(study, seeds)
         results = train_planned(
             study, args, dataclasses.replace(how, rerun_stale=how.rerun_stale and look == 1)
@@ -127,7 +151,7 @@ def run_until_decided(
         found = read_study(how.store, plan.name, args.path, plan.profile)
         data = restrict_seeds(found, seed_set)
         data = dataclasses.replace(data, claims=[c for c in data.claims if c.id not in decided])
-        level = look_levels(design["seeds_at_looks"], alpha)[look - 1]["nominal_alpha"]
+        level = look_levels(design["seeds_at_looks"], design["alpha"])[look - 1]["nominal_alpha"]
         open_ = record_look(log, look, seed_set, outcomes(data, level), decided)
         if not open_ or look >= design["max_looks"]:
             log["stopped"] = "decided" if not open_ else f"max_looks {design['max_looks']} reached"
@@ -152,9 +176,9 @@ def _registered(
         return [], "unregistered"
     if confirm is None:  # the study's own seeds are not the registered ones
         raise ConfigError(
-            "a registered design trains its registered seeds: add --confirm N (or "
+            "a registered design trains its registered seeds: add --confirm (or "
             "--unregistered: the outcome is then exploratory)",
-            key="--until-decided",
+            key="run until-decided",
             source=plan.path,
         )
     return sequential_seeds(
@@ -176,6 +200,6 @@ def _mode(
     out = ["until-decided", "--max-looks", str(max_looks)]
     if seeds_per_look is not None:
         out += ["--seeds-per-look", str(seeds_per_look)]
-    if confirm is not None:
-        out += ["--confirm", str(confirm)]
+    if confirm is not None:  # a registered design trains the registered seeds
+        out += ["--confirm", *(["--seeds", str(confirm)] if unregistered else [])]
     return (*out, *(["--unregistered"] if unregistered else []))

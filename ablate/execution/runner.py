@@ -169,7 +169,6 @@ def run_study(study_path: str | Path, **options: Any) -> list[dict[str, Any]]:
     re-raises ``KeyboardInterrupt``.
     """
     args, how = run_options(study_path, **options)
-    how.executor.start_early()  # the workers' imports (seconds) run while the study is planned
     return train_planned(plan_runs(args), args, how)
 
 

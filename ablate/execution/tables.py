@@ -418,6 +418,25 @@ def _non_embedding_params(study: Study) -> dict[str, int | None]:
     return out
 
 
+def plan_flops(
+    paths: Sequence[Path],
+    profile: str | None,
+    overrides: Sequence[str],
+    plugins: Sequence[str],
+    tflops: float | None,
+) -> None:
+    """``ablate plan --flops``: every study validated as for a run except for the device (a
+    gpu profile is costed on a laptop), then one FLOPs table in minutes at a measured rate
+    (``tflops``: one given), with each tier's total and each study's data reuse."""
+    from ablate.execution.flops import Rate, measured_rate, print_flops
+
+    planned = [
+        load_study(p, profile, overrides, plugins=plugins, check_device=False) for p in paths
+    ]
+    rate = Rate(tflops * 1e12, "--tflops") if tflops else measured_rate()
+    print_flops(planned, rate=rate, console=make_console())
+
+
 def store_status(
     store: str | Path = "runs", studies: str | Sequence[str] | None = None
 ) -> dict[str, Counter]:

@@ -2,7 +2,7 @@
 
 Not :func:`ablate.study.load_study`, which reads the study YAML into its planned runs; this
 reads what those runs left in the store, for the report and for deciding claims
-(:mod:`ablate.claims`). Both the report (``ablate report``) and ``ablate run --until-decided``
+(:mod:`ablate.claims`). Both the report (``ablate report``) and ``ablate run until-decided``
 / ``ablate register`` (the pilot) read a study's runs through here.
 
 Two tables come out of a study directory ``<store>/<study>/``:

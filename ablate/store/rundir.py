@@ -178,11 +178,11 @@ PLAN_FILE = "planned.json"
 profile), so ``ablate status`` lists the runs not started yet beside the others."""
 
 DECISIONS_FILE = "until_decided.json"
-"""``<store>/<study>/until_decided.json``: the rounds of ``ablate run --until-decided``."""
+"""``<store>/<study>/until_decided.json``: the rounds of ``ablate run until-decided``."""
 
 
 def read_decisions(path: Path) -> dict[str, Any]:
-    """The ``--until-decided`` log at ``path``; no rounds when missing or unreadable."""
+    """The ``run until-decided`` log at ``path``; no rounds when missing or unreadable."""
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):

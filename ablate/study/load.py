@@ -37,7 +37,7 @@ def load_study(
     The study's ``plugins:`` (paths relative to the study file) and ``plugins`` (``--plugin``
     options, paths relative to the working directory) are imported before validation.
     ``extra_seeds`` maps a variant label to seeds run in addition to the study's (added by
-    ``ablate run --until-decided``, :mod:`ablate.execution.decide`).
+    ``ablate run until-decided``, :mod:`ablate.execution.decide`).
     """
     source = Path(path)
     raw = read_spec(source)
@@ -46,13 +46,15 @@ def load_study(
     profile, why = choose_profile(spec, profile, source, gpu_available)
     plan = apply_profile(spec, profile, overrides, source)
     runs, resolved = expand(plan, source, extra_seeds=extra_seeds, check_data=check_data)
-    check_runs(resolved, source, data=check_data, device=check_device)
     replaced = (profile, plan.profile.claims) if profile else None
     rungs = plan.ladder.names if plan.ladder is not None else []
     axes = ({RUNG: rungs} if rungs else {}) | (
         {"variant": spec.variant_names} if spec.variant_names else {}
     )
     claims, margin = _claims(raw, source, axes | dict(plan.grid), runs, replaced)
+    # the checks that read data files or ask for a GPU come last: a mistake in the YAML is said
+    # before them
+    check_runs(resolved, source, data=check_data, device=check_device)
     return Study(
         name=spec.name,
         description=spec.description.strip(),

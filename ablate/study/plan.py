@@ -274,7 +274,7 @@ def _run_layers(
     if seed is not None:
         seed_layer = Layer()
         in_list = plan.seeds is not None and seed in plan.seeds
-        where = f"{plan.seeds_where}[{plan.seeds.index(seed)}]" if in_list else "--until-decided"
+        where = f"{plan.seeds_where}[{plan.seeds.index(seed)}]" if in_list else "run until-decided"
         seed_layer.add("train.seed", seed, where)
         layers.append(seed_layer)
     return layers

@@ -6,7 +6,7 @@ anything is written:
 
 * seeds outside ``[0, 2**32 - 1]`` (what numpy and Lightning's seeding accept);
 * ``train.accelerator: gpu`` on a machine without a CUDA device. ``device=False`` skips this,
-  e.g. for a mode that picks its own device (``--smoke``);
+  e.g. for a mode that picks its own device (``ablate run smoke``);
 * a stacked group (``train.stack`` a number) in a precision stacked groups do not train in:
   ``16-mixed`` needs a loss scaler per member, which the stacked path does not have
   (``bf16-mixed`` needs none);
@@ -17,7 +17,7 @@ anything is written:
 
 Non-finite floats (``optim.lr: .inf``) are rejected by the config models themselves
 (``allow_inf_nan=False``). ``check_compile`` (``train.compile`` without a C++ compiler) is
-called by whatever is about to train (``ablate run``, ``--smoke``, ``ablate train``), not by
+called by whatever is about to train (``ablate run``, ``run smoke``, ``ablate train``), not by
 the loader: ``ablate plan`` and ``ablate register`` plan runs that train elsewhere.
 """
 
@@ -111,6 +111,12 @@ def _check_seed(cfg: RunConfig, where: Where, source: Path | None) -> None:
 
 
 def gpu_available() -> bool:
+    """Whether torch sees a CUDA device; torch (seconds to import) is asked only on a machine
+    with a GPU driver."""
+    from ablate.accel import gpu_driver
+
+    if not gpu_driver():
+        return False
     import torch
 
     return torch.cuda.is_available()
@@ -137,7 +143,8 @@ def _check_device(cfg: RunConfig, where: Where, source: Path | None, have_gpu: C
     if t.accelerator == "gpu" and not have_gpu():
         key = where("train.accelerator")
         hint = (
-            "run another profile (--profile cpu), or --smoke to try its code path on the CPU"
+            "run another profile (--profile cpu), or `ablate run smoke` to try its code path on "
+            "the CPU"
             if key.startswith("profiles.")
             else "use 'cpu' or 'auto'"
         )

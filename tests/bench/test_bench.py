@@ -80,6 +80,12 @@ def test_quick_bench_writes_every_section_with_ratios(tmp_path):
     assert set(results["data"]["ratio"]) == {"builds the cache", "cached"}
     (launch,) = results["startup"]["settings"]["default workers (auto)"]["runs"]
     assert 0 < launch["first_line_s"] < launch["first_step_s"] < launch["wall_s"]
+    one = results["startup"]["one_run"]  # quick: the default workers and the imports, once
+    assert {name: len(runs) for name, runs in one["runs"].items()} == {
+        "imports": 1,
+        "default workers (auto)": 1,
+    }
+    assert one["default_over_imports"] > 0 and one["default_over_workers_1"] is None
 
 
 def test_three_implementations_have_the_same_parameter_count():

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from ablate.claims.arms import claim_arms
 from ablate.claims.registration import git_versions, registration_path
 from ablate.claims.spec import claim_fingerprint
-from ablate.cli import app, optional_values
+from ablate.cli import app
 from ablate.execution.confirm import confirm_seeds, run_confirm
 from ablate.execution.runner import run_study
 from ablate.study import load_study
@@ -204,8 +204,8 @@ def test_plan_confirm_lists_and_times_the_runs_run_confirm_trains(study, tmp_pat
     runs `ablate run confirm N` then trains (same ids), their seeds and their time."""
     path, store = study(), tmp_path / "runs"
     run_study(path, store=store, progress=False)  # seeds 0 and 1
-    args = ["plan", str(path), "--store", str(store), "--confirm", "2", "--unregistered"]
-    res = CliRunner().invoke(app, optional_values(args), env={"COLUMNS": "200"})
+    args = ["plan", str(path), "--store", str(store), "--confirm", "--seeds", "2", "--unregistered"]
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     rows = [line.split("│") for line in res.output.splitlines() if ",seed=" in line]
     planned = {(cells[2].strip(), cells[3].strip()) for cells in rows}  # name, run id
@@ -254,18 +254,20 @@ def test_confirm_needs_claims(study, tmp_path):
     assert not store.exists()
 
 
-def test_confirm_alone_means_the_registered_seeds():
-    reg = "registered"
-    assert optional_values(["run", "s.yaml", "--confirm"]) == ["run", "s.yaml", "--confirm", reg]
-    assert optional_values(["run", "--confirm", "s.yaml"]) == ["run", "--confirm", reg, "s.yaml"]
-    assert optional_values(["run", "--confirm", "--until-decided", "s.yml"])[3] == "--until-decided"
-    assert optional_values(["run", "s.yaml", "--confirm", "5"]) == [
-        "run",
-        "s.yaml",
-        "--confirm",
-        "5",
-    ]
-    assert optional_values(["run", "s.yaml", "--confirm", "x"])[-1] == "x"  # an error later
+def test_confirm_is_a_flag_and_seeds_count_its_seeds(study, tmp_path):
+    """``plan --confirm`` alone (here before another option) is what ``run confirm`` trains:
+    without a registration, 3 fresh seeds; ``--seeds N`` without ``--confirm`` is one line."""
+    path, store = study(), tmp_path / "runs"
+    args = ["plan", str(path), "--confirm", "--unregistered", "--store", str(store)]
+    res = CliRunner().invoke(app, [*args, "--no-estimate"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "seeds 2, 3, 4 for each of the 2 claim arm(s)" in " ".join(res.output.split())
+    for command in (["plan"], ["run", "until-decided"]):
+        res = CliRunner().invoke(app, [*command, str(path), "--seeds", "3", "--store", str(store)])
+        assert res.exit_code == 2 and res.output.strip().splitlines() == [
+            "error: --seeds: counts confirmation seeds: add --confirm"
+        ], res.output
+    assert not store.exists()
 
 
 def test_each_profile_registers_in_a_file_of_its_own(study, tmp_path, git):

@@ -149,7 +149,8 @@ def test_confirm_until_decided_looks_at_fresh_seeds_only(make_study, tmp_path):
 
 def test_a_study_without_claims_is_refused(make_study, tmp_path):
     path = make_study("noclaims", base={"train.max_steps": 2})
-    with pytest.raises(ConfigError, match="claims: --until-decided adds seeds for claims only"):
+    refusal = "claims: `ablate run until-decided` adds seeds for claims only"
+    with pytest.raises(ConfigError, match=refusal):
         run_until_decided(path, store=tmp_path / "runs", progress=False)
     assert not (tmp_path / "runs").exists()
 

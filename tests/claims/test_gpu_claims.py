@@ -137,7 +137,7 @@ def test_a_sequential_registration_runs_on_its_registered_seeds(study, tmp_path,
     reg = register_study(study, 2, store=store, profile="gpu", choices=choices)
     git(study.parent, "add", str(reg))
     git(study.parent, "commit", "-qm", "register a sequential design")
-    with pytest.raises(ConfigError, match="--until-decided: a registered design trains its "):
+    with pytest.raises(ConfigError, match="run until-decided: a registered design trains its "):
         run_until_decided(study, profile="gpu", store=store, progress=False, max_looks=2)
     assert registration_path(study, "gpu") == reg and not store.exists()
 

@@ -150,15 +150,36 @@ def _what_this_worker_has() -> tuple[str | None, list[str]]:
 
 
 def test_pool_workers_start_warm_with_the_drivers_environment_of_now(monkeypatch):
-    """`ablate run` starts the workers' forkserver before it plans (its imports run beside the
-    plan): a worker forked from it starts with torch, Lightning and W&B imported, and with the
-    driver's environment when the pool starts, not the server's from before."""
-    local.start_early(LocalOptions(workers=2))
+    """A worker forked from the pool's forkserver starts with torch, Lightning and W&B imported
+    (the server imported them once), and with the driver's environment when the pool starts,
+    not the server's from when it started."""
+    from multiprocessing import forkserver
+
+    local.pool_context()  # the pool's forkserver, with its preload
+    forkserver.ensure_running()  # started before the environment below changes
     monkeypatch.setenv("ABLATE_TEST_MARK", "set after the server started")
     with local.worker_pool([local.Slot(None, None)], local.pool_context().Event()) as pool, pool:
         mark, loaded = pool.submit(_what_this_worker_has).result()
     assert mark == "set after the server started"
     assert loaded == ["torch", "pytorch_lightning", "wandb", "ablate.training.train"]
+
+
+def test_one_run_to_train_starts_no_pool_with_the_default_workers(
+    make_study, tmp_path, monkeypatch
+):
+    """A study with one run to train, at the default workers (auto: one per core, 2 here),
+    trains it in this process: no worker pool and no forkserver start (they would import torch,
+    Lightning and W&B a second time beside this process, seconds of CPU)."""
+    from ablate.execution.runner import run_study
+
+    asked = []
+    monkeypatch.setattr(local, "cpu_count", lambda: 2)
+    monkeypatch.setattr(local, "pool_context", lambda: asked.append("pool") or 1 / 0)
+    monkeypatch.delenv(local.DEFAULT_WORKERS_ENV, raising=False)
+    path = make_study(name="solo", base={"train.max_steps": 5}, seeds=[0])
+    results = run_study(path, store=tmp_path / "runs", progress=False)
+    assert [r["status"] for r in results] == ["completed"] and asked == []
+    assert results[0]["environment"]["workers"] == 1
 
 
 def test_run_plans_a_cpu_study_without_torch_lightning_scipy_or_wandb(make_study, tmp_path):

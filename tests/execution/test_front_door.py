@@ -1,5 +1,5 @@
 """``ablate run``'s front door: the everyday options on one screen, the modes as subcommands
-(the old flags still reach them), each executor's options behind ``--executor NAME``, and an
+(the old flags name them), each executor's options behind ``--executor NAME``, and an
 executor added by a package of its own (an entry point), no edit of ablate."""
 
 import re
@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 import ablate.execution.executors as executors
-from ablate.cli import app, route_run
+from ablate.cli import app
 
 MODES = {"confirm", "until-decided", "smoke"}
 
@@ -69,32 +69,36 @@ def test_each_mode_has_its_own_options():
 
 
 @pytest.mark.parametrize(
-    ("args", "routed"),
+    ("args", "mode"),
     [
-        (["s.yaml"], ["study", "s.yaml"]),
-        (["--store", "r", "s.yaml"], ["study", "--store", "r", "s.yaml"]),
-        (["confirm", "s.yaml"], ["confirm", "s.yaml"]),
-        (["s.yaml", "--smoke", "-p", "gpu"], ["smoke", "s.yaml", "-p", "gpu"]),
-        (["s.yaml", "--confirm", "registered"], ["confirm", "s.yaml"]),
-        (["s.yaml", "--confirm"], ["confirm", "s.yaml"]),
-        (["--confirm", "s.yaml", "--store", "r"], ["confirm", "s.yaml", "--store", "r"]),
-        (["s.yaml", "--confirm", "5", "--unregistered"],
-         ["confirm", "s.yaml", "--unregistered", "--seeds", "5"]),
-        (["s.yaml", "--until-decided", "--confirm", "3"],
-         ["until-decided", "s.yaml", "--confirm", "3"]),
+        (["s.yaml", "--smoke", "-p", "gpu"], "smoke"),
+        (["s.yaml", "--confirm"], "confirm"),
+        (["--confirm", "s.yaml", "--store", "r"], "confirm"),
+        (["s.yaml", "--confirm", "5", "--unregistered"], "confirm"),
+        (["s.yaml", "--until-decided", "--confirm", "3"], "until-decided"),
     ],
-)  # fmt: skip
-def test_the_old_flags_still_reach_their_modes(args, routed):
-    assert route_run(args, MODES) == routed
+)
+def test_an_old_flag_names_its_command_in_one_line(args, mode, tmp_path, monkeypatch):
+    """The flags that picked a mode once (``ablate run STUDY --confirm``) are one line, exit
+    2, naming the command now; nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["run", *args])
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines() == [
+        f"error: --{mode}: is a command now: ablate run {mode} STUDY"
+    ]
+    assert not list(tmp_path.iterdir())
 
 
-def test_an_old_flag_runs_its_mode(make_study, tmp_path):
-    """``--confirm`` (the old spelling) is ``ablate run confirm``: the same one-line refusal."""
+def test_options_before_the_study_are_the_study_commands(make_study, tmp_path):
+    """``ablate run --store DIR STUDY``: the options before the study reach the command that
+    trains it (a bad one is its one-line error)."""
     path, store = make_study(), tmp_path / "runs"
-    old = CliRunner().invoke(app, ["run", str(path), "--store", str(store), "--confirm", "2"])
-    new = CliRunner().invoke(app, ["run", "confirm", str(path), "--store", str(store)])
-    assert old.exit_code == new.exit_code == 2
-    assert old.output == new.output and "no claims to confirm" in new.output
+    res = CliRunner().invoke(app, ["run", "--store", str(store), "--workers", "0", str(path)])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip().splitlines() == [
+        "error: --workers: Input should be greater than or equal to 1"
+    ]
     assert not store.exists()
 
 
@@ -176,3 +180,43 @@ def test_the_resume_hint_repeats_the_mode_and_every_option():
     ]
     local = Execution(executor=parse_options("local", workers="2"))
     assert resume_command(args, local).endswith("--workers 2 --plugin p.py")
+
+
+def test_a_claim_error_is_said_before_torch_or_scipy_load(make_study, tmp_path):
+    """A mistake in a claim is one line from every command that reads the study, before
+    torch, Lightning, scipy or pandas is imported (seconds), on a study whose profile is chosen
+    by whether a CUDA device is visible (the commands run in turn in one fresh process)."""
+    import json
+    import subprocess
+    import sys
+
+    claim = {"id": "x", "text": "t", "expect": "better"}
+    claim.update(a={"model.activation": "gegl"}, b={"model.activation": "relu"})
+    profiles = {"cpu": {}, "gpu": {"train": {"accelerator": "gpu"}}}
+    path = make_study(
+        name="badclaim",
+        grid={"model.activation": ["relu", "gelu"]},
+        profiles=profiles,
+        default_profile="auto",
+        claims=[claim],
+    )
+    store = tmp_path / "runs"
+    commands = [["plan"], ["register"], ["run"], ["run", "confirm"], ["run", "until-decided"]]
+    code = f"""
+import json, sys
+from typer.testing import CliRunner
+from ablate.cli import app
+heavy = ("torch", "pytorch_lightning", "scipy", "pandas", "wandb")
+out = []
+for cmd in {commands!r}:
+    res = CliRunner().invoke(app, [*cmd, {str(path)!r}, "--store", {str(store)!r}])
+    loaded = [m for m in heavy if m in sys.modules]
+    out.append([res.exit_code, res.output.strip().splitlines(), loaded])
+print(json.dumps(out))
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    for command, (code_, lines, loaded) in zip(commands, json.loads(run.stdout), strict=True):
+        assert code_ == 2 and len(lines) == 1, (command, lines)
+        assert "claims[0].a.model.activation: 'gegl' is not a value" in lines[0], lines
+        assert loaded == [], (command, loaded)
+    assert not store.exists()

@@ -252,7 +252,7 @@ def test_run_prints_the_profile_it_chose_and_a_gpu_profile_here_is_one_line(writ
     gpu_store = tmp_path / "gpu-runs"
     res = CliRunner().invoke(app, ["run", str(path), "-p", "gpu", "--store", str(gpu_store)])
     assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1, res.output
-    assert "profiles.gpu.train.accelerator" in res.output and "--smoke" in res.output
+    assert "profiles.gpu.train.accelerator" in res.output and "ablate run smoke" in res.output
     assert not gpu_store.exists()
 
 

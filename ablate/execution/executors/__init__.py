@@ -155,9 +155,6 @@ class ExecutorOptions(BaseModel):
         """Runs training at once on one machine (1 where the cluster decides the layout)."""
         return 1
 
-    def start_early(self) -> None:
-        """Start what the workers need before the study is planned (e.g. a warm forkserver)."""
-
     def cli_args(self) -> list[str]:
         """The ``ablate run`` options that reproduce these settings (for the resume hint)."""
         out = [] if self.executor == "local" else ["--executor", self.executor]
@@ -229,15 +226,9 @@ def options_class(name: str) -> type[ExecutorOptions]:
 
 
 def _import_builtin(name: str) -> None:
-    """Import a built-in executor's module, which registers it (plain imports, not by name:
-    the import graph that lint-imports reads sees every executor)."""
+    """Import a built-in executor's module (``executors/<name>.py``), which registers it."""
     try:
-        if name == "local":
-            from ablate.execution.executors import local  # noqa: F401
-        elif name == "ray":
-            from ablate.execution.executors import ray  # noqa: F401
-        else:
-            from ablate.execution.executors import slurm  # noqa: F401
+        importlib.import_module(f"{__name__}.{name}")
     except ImportError as err:
         if err.name not in EXTRAS.values():
             raise

@@ -17,10 +17,10 @@ GPU). Each worker watches its driver instead (a pipe only the driver holds open)
 driver is gone it stops its run the same way (checkpoint, lease released) and exits, so the
 same command resumes at once.
 
-Start-up: a worker needs torch, Lightning and W&B imported before its first step, seconds of
-CPU. Workers are forked from a forkserver that imported them once (``WORKER_IMPORTS``), and
-``ablate run`` starts that server before it plans the study (:func:`start_early`), so the
-imports run beside the plan instead of after it, once instead of once per worker.
+Start-up costs what the work costs: one run at a time (``--workers 1``, or a study with one run
+to train) trains in this process, which imports torch, Lightning and W&B itself and starts no
+other process. Only when two runs train at once does the pool start: its workers are forked
+from a forkserver that imported those once (``WORKER_IMPORTS``), not once per worker.
 """
 
 from __future__ import annotations
@@ -103,9 +103,6 @@ class LocalOptions(ExecutorOptions):
 
     def runs_at_once(self, tasks: Sequence[RunTask]) -> int:
         return len(plan_workers(tasks, self)) if tasks else 1
-
-    def start_early(self) -> None:
-        start_early(self)
 
 
 def default_workers() -> int | Literal["auto"]:
@@ -211,24 +208,6 @@ def pool_context() -> Any:
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["ablate.execution.executors.preload"])
     return ctx
-
-
-def start_early(opts: LocalOptions) -> None:
-    """Start the forkserver of the worker pool now, before the study is planned, when its runs
-    may train on a pool (the local executor, not one worker): its imports run beside the plan.
-    A study that ends up training in this process leaves it idle; it ends with this process."""
-    if opts.executor != "local":
-        return
-    try:
-        workers = opts.workers if opts.workers is not None else default_workers()
-    except ConfigError:  # said later, by check(), in its turn
-        return
-    if workers == 1 or (workers == "auto" and cpu_count() < 2):
-        return
-    if pool_context().get_start_method() == "forkserver":
-        from multiprocessing import forkserver
-
-        forkserver.ensure_running()
 
 
 def execute(tasks: list[RunTask], *, opts: LocalOptions, progress: Progress) -> None:
