@@ -20,7 +20,7 @@ registration and runs proven by git ancestry.
   ``git merge-base --is-ancestor``), the registration file is the same at each of those
   commits, and each run's study, registration and plugin files were as committed
   (``study_dirty`` false; for older runs, which recorded only whether ablate's whole tree was
-  dirty, that they ran code whose ``--confirm`` refuses an uncommitted registration file).
+  dirty, that they ran code whose ``run confirm`` refuses an uncommitted registration file).
   **Inputs** (:func:`inputs_proof`): the deciding runs are the runs the registration defined
   (its pinned digest). An older registration, without ``inputs:``, pinned its claims and
   design only and keeps that meaning: the line says whether the study file changed from the

@@ -4,7 +4,7 @@
 commits it before any confirmation run. Per claim it records what is tested (text, metric,
 test, margin and where the margin comes from, the claim's fingerprint); once for the study the
 confirmation design fixed in advance (the profile, ``fixed``: which seeds; or ``sequential``:
-K looks, seeds per look, the alpha spending). ``ablate run confirm`` / ``--until-decided``
+K looks, seeds per look, the alpha spending). ``ablate run confirm`` / ``ablate run until-decided``
 trains only under a registration that exists, matches the study and is committed
 (:func:`require_registration`); the report proves the order from git (:func:`git_versions`:
 the commit that wrote the registration, its time, against the first confirmation run's start).
@@ -22,7 +22,7 @@ reads as ``once``: it tested its attempt at the full α and planned no other.
 file and each plugin file (path in their repository, sha256), each dataset's content key, and
 a digest of the ids of the planned confirmation runs (a run id hashes its whole config, its
 plugins' sources and its data, so any change to what the runs are changes it), with one
-``digest`` over all of it. ``--confirm`` refuses in one line when the study file or a plugin is
+``digest`` over all of it. ``ablate run confirm`` refuses in one line when the study file or a plugin is
 not committed, or when anything pinned differs now (:func:`inputs_problem`). A registration
 written before inputs were pinned has no ``inputs:`` and keeps its original meaning: it pinned
 its claims (fingerprints) and design, which are checked as before, "digest not pinned"; the
@@ -526,7 +526,7 @@ def fixed_seeds(
     record, commit = require_registration(study_path, name, profile, claims, margin, inputs)
     if record["design"]["kind"] != "fixed":
         raise ConfigError(
-            "registers a sequential design: run it with --until-decided",
+            "registers a sequential design: run it with ablate run until-decided",
             source=registration_path(study_path, profile),
         )
     return [int(s) for s in record["design"].get("seeds") or []], commit
@@ -543,7 +543,7 @@ def sequential_seeds(
     inputs: InputsFn | None = None,
 ) -> tuple[list[int], str]:
     """(the registered first-look seeds, the registration commit) of a sequential design
-    (``--until-decided``), checked against ``--max-looks`` / ``--seeds-per-look``;
+    (``ablate run until-decided``), checked against ``--max-looks`` / ``--seeds-per-look``;
     ``ConfigError`` when it is not the one registered."""
     record, commit = require_registration(study_path, name, profile, claims, margin, inputs)
     design, path = record["design"], registration_path(study_path, profile)

@@ -1,7 +1,7 @@
 """The claims in full, for ``provenance.md`` (one section per checked claim: its outcome, numbers
 and tests, against the paper, registration, attempts and the seeds it was decided on, with what
 every seed in the store shows where its confirmation did not decide it; how the claims are
-tested; the sequential looks and seed rounds of ``--until-decided``), the LR-optimum table,
+tested; the sequential looks and seed rounds of ``run until-decided``), the LR-optimum table,
 the scale line and ``claims.csv``.
 
 The claims are decided in :mod:`ablate.claims` (:mod:`~ablate.claims.outcomes`) and a claim's
@@ -261,7 +261,7 @@ def claims_intro(study: StudyData, k: int) -> str:
 
 
 def looks_blocks(study: StudyData) -> list[Block]:
-    """The sequential looks of ``--until-decided`` and the alpha each spent, when logged."""
+    """The sequential looks of ``run until-decided`` and the alpha each spent, when logged."""
     from ablate.store.rundir import DECISIONS_FILE, read_decisions
 
     path = study.path / DECISIONS_FILE
@@ -271,7 +271,7 @@ def looks_blocks(study: StudyData) -> list[Block]:
         return []
     d = log.get("design") or {}
     head = (
-        f"**Sequential looks** (`ablate run --until-decided`): at most {d.get('max_looks', '?')} "
+        f"**Sequential looks** (`ablate run until-decided`): at most {d.get('max_looks', '?')} "
         f"looks, overall α = {d.get('alpha', '?')}, {d.get('spending', '?')} alpha spending; "
         "a claim is decided at a look when its Holm p is below that look's nominal level:"
     )
@@ -292,15 +292,15 @@ def _g(x) -> str:
 
 
 def extra_seeds_section(study: StudyData) -> list[Block]:
-    """Which variants ``ablate run --until-decided`` gave extra seeds, round by round."""
+    """Which variants ``ablate run until-decided`` gave extra seeds, round by round."""
     extra = extra_seed_items(study)
     if not extra:
         return []
     return [
-        Block("h2", "Extra seeds (--until-decided)"),
+        Block("h2", "Extra seeds (run until-decided)"),
         Block(
             "p",
-            "After the study's seeds, `ablate run --until-decided` added seeds only to the "
+            "After the study's seeds, `ablate run until-decided` added seeds only to the "
             "variants of inconclusive comparisons or claims, re-analysing after each round:",
         ),
         Block("ul", extra),
@@ -308,7 +308,7 @@ def extra_seeds_section(study: StudyData) -> list[Block]:
 
 
 def extra_seed_items(study: StudyData) -> list[str]:
-    """``--until-decided`` rounds from the store's log: which variants got which seed, why."""
+    """``run until-decided`` rounds from the store's log: which variants got which seed, why."""
     from ablate.store.rundir import DECISIONS_FILE, read_decisions
 
     path = study.path / DECISIONS_FILE

@@ -96,7 +96,7 @@ class Study:
     """The study's ``claims:`` (:class:`ablate.claims.spec.Claim`), checked by the report."""
     equivalence_margin: float = 0.01
     seen_seeds: tuple[int, ...] = ()
-    """Seeds looked at outside the store (``seen_seeds:``); ``--confirm`` skips them."""
+    """Seeds looked at outside the store (``seen_seeds:``); ``run confirm`` skips them."""
     tier: int | None = None
     """The profile's ``tier``: the GPU window its runs train in (``ablate plan --flops``)."""
     ladder: Ladder | None = None

@@ -26,7 +26,7 @@ A study file::
       - {name: transformer, set: {}}
       - {name: lstm, set: {model.arch: lstm, model.d_model: 96}}
     seeds: [0, 1, 2]                # every point is run once per seed (sets train.seed)
-    seen_seeds: [3, 4]              # trained and looked at elsewhere: --confirm skips them
+    seen_seeds: [3, 4]              # trained and looked at elsewhere: run confirm skips them
     derived:                        # values computed from the resolved config of each run
       train.max_steps: "2_000_000 // (data.batch_size * data.seq_len)"
     figures:                        # optional: more figures (ablate/study/figures.py)
@@ -423,7 +423,7 @@ class StudySpec:
     default_profile: str | None
     seen_seeds: tuple[int, ...] = ()
     """Seeds trained and looked at outside the store (an earlier store, a deleted run):
-    ``--confirm`` never picks them, so a confirmation seed is one nobody has seen."""
+    ``run confirm`` never picks them, so a confirmation seed is one nobody has seen."""
     ladder: Ladder | None = None
     """The rungs every arm trains at and the token rule (:mod:`ablate.study.ladder`)."""
     figures: dict[str, FigureOptions] = field(default_factory=dict)

@@ -79,7 +79,7 @@ def short_tag(text: str) -> str:
 
 def wandb_tags(meta: dict[str, Any], extra: list[str]) -> list[str]:
     """A run's W&B tags: its axis values, ``confirm`` for a confirmation run (``ablate run
-    --confirm``: fresh seeds, to tell apart from the exploratory ones), the config's tags;
+    confirm``: fresh seeds, to tell apart from the exploratory ones), the config's tags;
     each at most 64 characters (:func:`short_tag`)."""
     axes = [f"{k}={v}" for k, v in (meta.get("axes") or {}).items()]
     confirm = ["confirm"] if meta.get("confirm") is True else []
