@@ -22,7 +22,7 @@ reads as ``once``: it tested its attempt at the full α and planned no other.
 file and each plugin file (path in their repository, sha256), each dataset's content key, and
 a digest of the ids of the planned confirmation runs (a run id hashes its whole config, its
 plugins' sources and its data, so any change to what the runs are changes it), with one
-``digest`` over all of it. ``ablate run confirm`` refuses in one line when the study file or a plugin is
+``digest`` over all of it. ``run confirm`` refuses in one line when the study file or a plugin is
 not committed, or when anything pinned differs now (:func:`inputs_problem`). A registration
 written before inputs were pinned has no ``inputs:`` and keeps its original meaning: it pinned
 its claims (fingerprints) and design, which are checked as before, "digest not pinned"; the
