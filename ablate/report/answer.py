@@ -375,8 +375,11 @@ def tag(check: ClaimCheck, standing: Standing | None) -> str:
     while re.search(r"\([^()]*\)", text):  # the reason without its parenthesised detail
         text = re.sub(r"\s*\([^()]*\)", "", text)
     clauses = [s.strip() for s in text.split(";") if s.strip()]
+    said = [c.removeprefix("exploratory:").strip() for c in clauses if c.startswith("exploratory")]
     reason = (
-        clauses[1]
+        said[0]
+        if said
+        else clauses[1]
         if len(clauses) > 1 and re.fullmatch(r"registered in \w+", clauses[0])
         else (clauses[0] if clauses else "not registered")
     )
