@@ -302,7 +302,7 @@ def tail(check: ClaimCheck) -> str:
         CONTRADICTED: "both tests contradict the claim",
         WITHIN_MARGIN: "a real difference, inside the margin, by both tests",
         NOT_HERE: "not reproduced at this setting, by both tests",
-        THRESHOLD: "one step between rungs moves, the others do not: a threshold, not a trend",
+        THRESHOLD: "the gap moves the claimed way at one step only: a threshold, not a trend",
         NOT_A_TREND: "the steps between rungs disagree: not a trend",
     }.get(outcome, outcome)
 
