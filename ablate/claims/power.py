@@ -270,7 +270,8 @@ def seeds_to_decide(
         if need is None:
             return None
         unpaired = _claim_design(c, claim)[0] == "two-sample"
-    floor = decidable_n(claim, c.family, alpha, unpaired=unpaired)
+    steps = len(c.context.get("steps") or []) or 1
+    floor = decidable_n(claim, c.family, alpha, unpaired=unpaired, steps=steps)
     need = replace(need, floor=floor)
     if need.n is None or floor.n <= need.n:
         return need
@@ -338,11 +339,15 @@ def exact_test(claim: Claim, unpaired: bool = False) -> tuple[str, int, int | No
     return "sign-flip", sided, None
 
 
-def decidable_n(claim: Claim, family: int, alpha: float, *, unpaired: bool = False) -> Floor:
+def decidable_n(
+    claim: Claim, family: int, alpha: float, *, unpaired: bool = False, steps: int = 1
+) -> Floor:
     """The fewest seeds whose exact test (:func:`exact_test`) can give a p below the claim's
     Holm first-step level ``alpha / family`` (``alpha``: its attempt's share): ``register``,
-    ``plan``, the pilot and the report all count with this one function."""
-    family = max(family, 1)
+    ``plan``, the pilot and the report all count with this one function. A trend claim is
+    decided step by step too (Holm over its ``steps`` between rungs), so its level is divided
+    by them as well: a step's test must be able to reach it."""
+    family = max(family, 1) * (max(steps, 1) if claim.expect in TREND else 1)
     test, sided, n_b = exact_test(claim, unpaired)
     level = alpha / family
     floor = Floor(2, level, alpha, family, test, sided, n_b)

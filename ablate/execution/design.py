@@ -77,6 +77,7 @@ def claim_designs(
     versions = git_versions(registration_path(study.path, study.profile))
     data = _store_data(study, store)
     family = claims_family(study.claims)
+    steps = len(study.ladder.rungs) - 1 if study.ladder is not None else 1
     out = []
     for claim in study.claims:
         if data is not None:
@@ -87,7 +88,7 @@ def claim_designs(
             budget = Budget(spending or Spending())
         share = budget.next_share()
         level = share if share > 0 else ALPHA  # none left: what an exploratory look needs
-        floor = decidable_n(claim, family, level, unpaired=unpaired(study, claim))
+        floor = decidable_n(claim, family, level, unpaired=unpaired(study, claim), steps=steps)
         out.append(ClaimDesign(claim, budget, len(budget.spent) + 1, share, floor))
     return out
 

@@ -66,6 +66,13 @@ def test_floors_are_the_hand_computed_smallest_p_of_each_exact_test():
     # a count of diverged runs has no exact test to floor it
     assert decidable_n(Claim("d", "d", "diverges", a={NORM: "post"}), 5, 0.05).n == 2
     assert "cannot go below α/5=0.01 with fewer than 8 seeds" in five.text()
+    # a trend over three rungs is decided at each of its two steps too (Holm over them): in a
+    # family of 2 a step's sign-flip test must reach 0.05/2/2 = 0.0125: 2/2^8 = 0.0078, while
+    # 7 seeds give 2/2^7 = 0.016; the slope alone would need only 7 (0.016 < 0.025)
+    trend = Claim("t", "t", "grows", a={NORM: "post"}, b={NORM: "pre"})
+    assert decidable_n(trend, 2, 0.05).n == 7
+    assert decidable_n(trend, 2, 0.05, steps=2).n == 8
+    assert decidable_n(BETTER, 2, 0.05, steps=2).n == 7  # steps are a trend's only
 
 
 def test_a_claim_and_its_reverse_are_one_test_of_the_family():
