@@ -23,6 +23,10 @@ _SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 if "ABLATE_DATA_DIR" not in os.environ and _SHARED.is_dir():
     os.environ["ABLATE_DATA_DIR"] = str(_SHARED)
 os.environ.setdefault("WANDB_SILENT", "true")
+# torch.compile's tests (inductor on the CPU) build its C++ at -O0: the same graphs, the same
+# generated code and the same numbers, in half the compile time on 2 cores (C++ optimization is
+# most of a cold compile there); a user's runs keep inductor's -O3
+os.environ.setdefault("TORCHINDUCTOR_DEBUG_COMPILE", "1")
 # `ablate run` defaults to --workers auto (a pool filling the cores); tests train one run at a
 # time in their own process (monkeypatched hooks reach the run) unless they name --workers, and
 # the child processes they start inherit this. test_executors checks auto's layout itself.
