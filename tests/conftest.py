@@ -32,6 +32,13 @@ os.environ.setdefault("TORCHINDUCTOR_DEBUG_COMPILE", "1")
 # the child processes they start inherit this. test_executors checks auto's layout itself.
 os.environ["ABLATE_DEFAULT_WORKERS"] = "1"
 
+# One torch thread in the test process (a run's train.threads still sets its own): on a shared
+# 2-core machine a second intra-op thread waits for a core at every barrier, and a 200-step run
+# of a 2-layer model took 79 s on two threads beside other work, 6 s on one.
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
 # A shell starts background jobs (`make test &`, nohup) with SIGINT ignored, and Python then keeps
 # it ignored: the Ctrl-C tests would never see their KeyboardInterrupt. Restore Python's default.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
