@@ -18,7 +18,7 @@ export ABLATE_DATA_DIR
 BIN   := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-slurm run report bench bench-quick bench-section bench-gpu bench-chaos nanogpt-reference lint clean
+.PHONY: install test test-accept test-slurm run report bench bench-quick bench-section bench-gpu bench-chaos nanogpt-reference lint clean
 
 install: $(STAMP)
 
@@ -31,10 +31,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
-# the import-linter contracts in pyproject.toml (stage layers, no circles) run first
+# the import-linter contracts in pyproject.toml (stage layers, no circles) run first; the long
+# acceptance checks (marker `accept`) are left to test-accept
 test: install
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not accept"
+
+# the long acceptance checks (marker `accept`): kill -9 of a driver and its real workers, and
+# the GPU window rehearsed whole on this CPU (prepare.sh, then window.sh twice in a simulated
+# GPU image, ~3 min on 2 cores)
+test-accept: install
+	$(BIN)/python -m pytest -q -m accept
 
 # the SLURM acceptance test: a one-node cluster (munge, slurmctld, slurmd) started here by
 # scripts/slurm/cluster.sh, a study through --executor slurm with one task requeued mid-run, the

@@ -23,10 +23,21 @@ _SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 if "ABLATE_DATA_DIR" not in os.environ and _SHARED.is_dir():
     os.environ["ABLATE_DATA_DIR"] = str(_SHARED)
 os.environ.setdefault("WANDB_SILENT", "true")
+# torch.compile's tests (inductor on the CPU) build its C++ at -O0: the same graphs, the same
+# generated code and the same numbers, in half the compile time on 2 cores (C++ optimization is
+# most of a cold compile there); a user's runs keep inductor's -O3
+os.environ.setdefault("TORCHINDUCTOR_DEBUG_COMPILE", "1")
 # `ablate run` defaults to --workers auto (a pool filling the cores); tests train one run at a
 # time in their own process (monkeypatched hooks reach the run) unless they name --workers, and
 # the child processes they start inherit this. test_executors checks auto's layout itself.
 os.environ["ABLATE_DEFAULT_WORKERS"] = "1"
+
+# One torch thread in the test process (a run's train.threads still sets its own): on a shared
+# 2-core machine a second intra-op thread waits for a core at every barrier, and a 200-step run
+# of a 2-layer model took 79 s on two threads beside other work, 6 s on one.
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
 
 # A shell starts background jobs (`make test &`, nohup) with SIGINT ignored, and Python then keeps
 # it ignored: the Ctrl-C tests would never see their KeyboardInterrupt. Restore Python's default.

@@ -8,13 +8,18 @@ Counted from outside, as a user runs them: the whole run under ``OpCounter`` (or
 ``PythonCalls``) at two lengths, the difference divided by the steps between them, so set-up,
 the final evaluation and the checkpoint cancel and what is left is the steady-state step
 (logging, evaluation and checkpoints are kept out of the extra steps by their intervals). One
-uncounted run first takes what a process does once (imports, first calls). The data loader's
+uncounted run first takes what a process does once (imports, first calls). Python's cyclic
+garbage collector is off in a counted run (after a collection before it): a collection runs the
+finalizers of whatever garbage the process holds (in a test session, earlier tests'), on
+whichever thread's allocation triggers it (the training thread or the checkpoint writer's,
+which depends on the machine's load), and would count them as the step's calls. The data loader's
 collation runs in the training process and is counted too (a few CPU operations per batch, no
 kernel on a GPU).
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import tempfile
 import time
@@ -73,8 +78,13 @@ def train(cfg: RunConfig, members: int, root: Path) -> list[dict[str, Any]]:
 
 def _counted(overrides: dict[str, Any], members: int, steps: int, counter) -> None:
     cfg = build_config({**overrides, **QUIET, "train.max_steps": steps})
-    with tempfile.TemporaryDirectory() as root, counter:
-        train(cfg, members, Path(root))
+    gc.collect()
+    gc.disable()  # no other code's finalizers in the count (module docstring)
+    try:
+        with tempfile.TemporaryDirectory() as root, counter:
+            train(cfg, members, Path(root))
+    finally:
+        gc.enable()
 
 
 def step_cost(overrides: dict[str, Any], members: int) -> StepCost:

@@ -257,10 +257,18 @@ def tost(a: Sequence[float], b: Sequence[float], margin: float, paired: bool) ->
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm–Bonferroni adjusted p-values (``multipletests(method="holm")``): sort the k finite
-    p ascending, ``p_adj(i) = max_{j<=i} min(1, (k - j + 1) · p_(j))``. NaN stays NaN and does
-    not count in k."""
-    return _adjusted(pvalues, "holm")
+    """Holm–Bonferroni adjusted p-values (what ``multipletests(method="holm")`` returns): sort
+    the k finite p ascending, ``p_adj(i) = max_{j<=i} min(1, (k - j + 1) · p_(j))``. NaN stays
+    NaN and does not count in k. Computed here: statsmodels runs a full garbage collection on
+    every holm call, a second or more in a process that holds torch and Lightning (a report
+    calls it once per family)."""
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(len(p), math.nan)
+    finite = np.flatnonzero(np.isfinite(p))
+    order = finite[np.argsort(p[finite], kind="stable")]
+    factors = np.arange(len(order), 0, -1)  # k - j + 1 for the j-th smallest
+    out[order] = np.minimum(1.0, np.maximum.accumulate(p[order] * factors))
+    return [float(v) for v in out]
 
 
 def bh(pvalues: Sequence[float]) -> list[float]:

@@ -27,6 +27,13 @@ What changes for the CPU, and nothing else:
 One run per code path: seeds, and optimizer scalars (``SAME_PATH_KEYS``: learning rate,
 warmup, LR scaling) only change numbers, so of runs that differ only in those one is trained
 (batch-size variants coincide once the batch is cut).
+
+``tiny=True`` (the test suite's smoke) also shrinks every shape (:func:`tiny_shape`: heads of
+``TINY_HEAD_DIM``, at most ``TINY_LAYERS`` layers, sequences of ``TINY_SEQ``) and trains
+``SMOKE_STEPS`` steps on every CPU: each code path (precision, attention kernel, stacking,
+compile, every axis value) in seconds, where the profile's own widths take minutes; runs that
+differ only in shape (a ladder's rungs) then share one code path. What the shapes themselves
+must satisfy is checked without training them (a meta-device step, the FLOPs and memory).
 """
 
 from __future__ import annotations
@@ -53,18 +60,42 @@ SMOKE_STEPS = 2
 EMULATED_STEPS = 1
 SMOKE_BATCH = 2
 SMOKE_MEMBERS = 2
+TINY_HEAD_DIM = 8
+TINY_LAYERS = 2
+TINY_SEQ = 32
+TINY_WIDTH = 32  # a model without heads (the LSTM)
+
+
+def tiny_shape(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with its code path kept and its shape shrunk: the same heads (and key/value
+    heads) of ``TINY_HEAD_DIM`` each, at most ``TINY_LAYERS`` layers, sequences of at most
+    ``TINY_SEQ`` with ``max_seq_len`` cut by the same factor (an ``eval_lengths`` multiple
+    past it stays past it), a set ``d_ff`` scaled with the width."""
+    d = cfg.to_dict()
+    m, data = d["model"], d["data"]
+    width = TINY_HEAD_DIM * m["n_heads"] if m["arch"] == "transformer" else TINY_WIDTH
+    if m["d_ff"] is not None:
+        m["d_ff"] = max(1, m["d_ff"] * width // m["d_model"])
+    seq = min(data["seq_len"], TINY_SEQ)
+    m["max_seq_len"] = -(-m["max_seq_len"] * seq // data["seq_len"])  # ceil
+    m.update(d_model=width, n_layers=min(m["n_layers"], TINY_LAYERS))
+    data["seq_len"] = seq
+    return RunConfig.model_validate(d)
 
 
 def smoke_config(
-    cfg: RunConfig, *, steps: int | None = None, batch: int = SMOKE_BATCH
+    cfg: RunConfig, *, steps: int | None = None, batch: int = SMOKE_BATCH, tiny: bool = False
 ) -> RunConfig:
     """``cfg`` for a short CPU run (``steps``; default ``SMOKE_STEPS``, ``EMULATED_STEPS``
-    where this CPU emulates the run's bf16): the changes listed in the module docstring."""
+    where this CPU emulates the run's bf16 at the run's own shape): the changes listed in the
+    module docstring; ``tiny``: at :func:`tiny_shape` too."""
+    if tiny:
+        cfg = tiny_shape(cfg)
     d = cfg.to_dict()
     t = d["train"]
     if steps is None:
         emulated = emulated_bf16("bf16-mixed" if t["precision"] == "16-mixed" else t["precision"])
-        steps = EMULATED_STEPS if emulated else SMOKE_STEPS
+        steps = EMULATED_STEPS if emulated and not tiny else SMOKE_STEPS
     t.update(
         accelerator="cpu",
         devices=1,
@@ -124,13 +155,14 @@ def _code_path(cfg: RunConfig) -> str:
     return json.dumps(d, sort_keys=True)
 
 
-def smoke_runs(study: Study) -> list[tuple[PlannedRun, RunConfig]]:
+def smoke_runs(study: Study, *, tiny: bool = False) -> list[tuple[PlannedRun, RunConfig]]:
     """One run per distinct smoke config, seeds and ``SAME_PATH_KEYS`` aside: one seed per
-    variant, and e.g. one of a grid over learning rates or (once the batch is cut) batch sizes."""
+    variant, and e.g. one of a grid over learning rates or (once the batch is cut) batch sizes;
+    ``tiny``: at :func:`tiny_shape`, where shapes no longer tell runs apart."""
     seen: set[str] = set()
     out = []
     for run in study.runs:
-        cfg = smoke_config(run.config)
+        cfg = smoke_config(run.config, tiny=tiny)
         key = _code_path(cfg)
         if key not in seen:
             seen.add(key)
@@ -145,15 +177,17 @@ def smoke_study(
     overrides: Sequence[str] = (),
     console: Console | None = None,
     plugins: Sequence[str] = (),
+    tiny: bool = False,
 ) -> list[dict[str, Any]]:
-    """Plan the study (``ConfigError`` on bad input), train each smoke run into a temporary
-    store that is deleted afterwards, print a table; returns one row per run."""
+    """Plan the study (``ConfigError`` on bad input), train each smoke run (``tiny``: at
+    :func:`tiny_shape`) into a temporary store that is deleted afterwards, print a table;
+    returns one row per run."""
     # it trains on the CPU, whatever device the profile names
     study = load_study(study_path, profile, overrides, check_device=False, plugins=plugins)
     check_compile([r.config for r in study.runs], study.path)
     console = console or make_console()
-    runs = smoke_runs(study)
-    _print_notes(study, runs, console)
+    runs = smoke_runs(study, tiny=tiny)
+    _print_notes(study, runs, console, tiny)
     os.environ.setdefault("WANDB_MODE", "disabled")
     rows = []
     with tempfile.TemporaryDirectory(prefix="ablate-smoke-") as tmp:
@@ -170,15 +204,22 @@ def smoke_study(
     return rows
 
 
-def _print_notes(study: Study, runs: list[tuple[PlannedRun, RunConfig]], console) -> None:
+def _print_notes(
+    study: Study, runs: list[tuple[PlannedRun, RunConfig]], console, tiny: bool
+) -> None:
     """The smoke's header, and a line for each way it departs from the profile."""
     console.print(
         f"[bold]{study.name}[/] smoke test{profile_text(study)}: {len(runs)} of "
         f"{len(study.runs)} runs (one per code path) on the CPU"
     )
+    if tiny:
+        console.print(
+            f"  note: tiny shapes (heads of {TINY_HEAD_DIM}, at most {TINY_LAYERS} layers, "
+            f"sequences of at most {TINY_SEQ}): the code paths, not the profile's shapes"
+        )
     if any(r.config.train.precision == "16-mixed" for r, _ in runs):
         console.print("  note: 16-mixed runs are smoke-tested in bf16-mixed (no fp16 on a CPU)")
-    if any(emulated_bf16(c.train.precision) for _, c in runs):
+    if any(c.train.max_steps == EMULATED_STEPS < SMOKE_STEPS for _, c in runs):
         console.print(
             f"  note: this CPU emulates bf16 matrix products (no AVX512-BF16 or AMX), so bf16 "
             f"runs train {EMULATED_STEPS} step instead of {SMOKE_STEPS}, still in bf16",

@@ -82,7 +82,7 @@ def test_upsert_replaces_the_section_and_keeps_the_rest(tmp_path):
     assert "first" not in text and f"{HEADING}\n\nsecond\n\n## GPU paths\n\ngpu\n" in text
 
 
-@pytest.mark.slow
+@pytest.mark.accept
 def test_a_killed_driver_leaves_no_worker_and_the_same_command_finishes(tmp_path):
     """kill -9 of `ablate run --workers 2` while it trains: its workers stop (checkpoint,
     lease released) and exit instead of training for nobody and then hanging on the dead

@@ -1,5 +1,7 @@
 """The GPU window rehearsed on this CPU (docs/gpu.md): ``scripts/gpu/prepare.sh`` here, then
-``scripts/gpu/window.sh`` twice on fresh copies of the checkout inside a simulated GPU image.
+``scripts/gpu/window.sh`` twice on fresh copies of the checkout inside a simulated GPU image
+(marker ``accept``: ``make test-accept``, minutes; the window's argument checks run in
+``make test``).
 
 What is simulated, and how:
 
@@ -481,7 +483,7 @@ def _assert_comes_back(out: Path) -> dict[str, int]:
     return files
 
 
-@pytest.mark.slow
+@pytest.mark.accept
 def test_prepare_carries_the_wheels_and_the_data_and_says_what_to_carry(rehearsal):
     out = rehearsal["prepare"].stdout
     assert "carry: .whl .gpu-data .nanogpt .gpu-git" in out.splitlines()
@@ -498,7 +500,7 @@ def test_prepare_carries_the_wheels_and_the_data_and_says_what_to_carry(rehearsa
     assert rehearsal["git_sees"] == ""  # the carried folders are ignored: never committed
 
 
-@pytest.mark.slow
+@pytest.mark.accept
 def test_the_first_window_cuts_a_run_and_brings_back_the_stores(rehearsal):
     res, out = rehearsal["first"], rehearsal["out1"]
     log = _log(res)
@@ -531,7 +533,7 @@ def test_the_first_window_cuts_a_run_and_brings_back_the_stores(rehearsal):
     assert re.search(r"slow,seed=0 .* interrupted .* \d+ saved", (out / "status.txt").read_text())
 
 
-@pytest.mark.slow
+@pytest.mark.accept
 def test_the_second_window_restores_and_finishes_without_retraining(rehearsal):
     res, out = rehearsal["second"], rehearsal["out2"]
     log = _log(res)

@@ -11,9 +11,13 @@ from typer.testing import CliRunner
 import ablate.accel
 import ablate.training.train
 from ablate.cli import app
-from ablate.execution.smoke import smoke_config, smoke_runs, smoke_study
-from ablate.stacking import stack_limit
+from ablate.data.reuse import split_sizes
+from ablate.execution.flops import worst_case_limit
+from ablate.execution.smoke import SMOKE_STEPS, smoke_config, smoke_runs, smoke_study, tiny_shape
+from ablate.model import build_model
+from ablate.stacking import AUTO_MEMORY_SHARE, member_bytes, stack_key, stack_limit
 from ablate.study import load_study
+from ablate.training.step import member_losses
 
 STUDIES = sorted(Path("studies").glob("*.yaml"))
 
@@ -50,14 +54,36 @@ def test_smoke_runs_one_run_per_code_path():
 SMOKED = [(p, ()) for p in STUDIES] + [
     (Path("studies/batch_lr_scaling.yaml"), ("train.stack=auto",))
 ]
+SMOKED_IDS = [p.stem + "".join(f"[{o}]" for o in s) for p, s in SMOKED]
+GPU_BYTES = 80 * 2**30  # the smallest GPU the windows are planned for (an 80 GB H100)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("study", "overrides"), SMOKED, ids=[p.stem + "".join(f"[{o}]" for o in s) for p, s in SMOKED]
-)
-def test_every_shipped_gpu_profile_passes_the_smoke_test(study, overrides):
-    rows = smoke_study(study, profile="gpu", overrides=overrides)
+def test_tiny_shape_keeps_the_code_path_and_shrinks_every_dimension():
+    study = load_study("studies/norm_placement.yaml", "gpu", check_device=False)
+    run = study.runs[0].config
+    tiny = tiny_shape(run).to_dict()
+    real = run.to_dict()
+    m, d = tiny["model"], tiny["data"]
+    assert (m["d_model"], m["n_heads"], m["n_layers"]) == (8 * 8, 8, 2)  # 512d/8H/12L
+    assert (m["max_seq_len"], d["seq_len"]) == (32, 32)  # 256/256, cut by 8 both
+    for key in ("d_model", "n_layers", "max_seq_len"):
+        real["model"].pop(key), tiny["model"].pop(key)
+    real["data"].pop("seq_len"), tiny["data"].pop("seq_len")
+    assert tiny == real  # everything else as the profile has it
+    wide = run.model_copy(update={"model": run.model.model_copy(update={"d_ff": 1536})})
+    wide = wide.model_copy(update={"data": run.data.model_copy(update={"seq_len": 128})})
+    got = tiny_shape(wide)  # d_ff scaled with the width; a context 2x the sequence stays 2x
+    assert (got.model.d_ff, got.model.max_seq_len, got.data.seq_len) == (192, 64, 32)
+    lstm = load_study("studies/architecture.yaml", "gpu", check_device=False).runs[-1].config
+    assert (lstm.model.arch, tiny_shape(lstm).model.d_model) == ("lstm", 32)
+
+
+@pytest.mark.parametrize(("study", "overrides"), SMOKED, ids=SMOKED_IDS)
+def test_every_code_path_of_every_shipped_gpu_profile_passes_the_tiny_smoke(study, overrides):
+    """The smoke of each gpu profile at ``tiny_shape``: every code path (precision, attention
+    kernel, stacking, every axis value) trains 2 steps, evaluates at every length and checkpoints;
+    the profiles' own shapes are checked by the test below, without training."""
+    rows = smoke_study(study, profile="gpu", overrides=overrides, tiny=True)
     assert rows and all(r["status"] == "completed" for r in rows), [
         (r["name"], r["error"]) for r in rows if r["status"] != "completed"
     ]
@@ -68,8 +94,57 @@ def test_every_shipped_gpu_profile_passes_the_smoke_test(study, overrides):
             assert set(r["eval_lengths"]) == {"1", "2", "4"}
         cfg = plan[r["name"]]
         assert r["precision"] == cfg.train.precision == "bf16-mixed"  # never switched to fp32
+        assert r["steps"] == SMOKE_STEPS and r["compute_dtypes"]
         # stacked where the profile stacks (auto: smoke's 2 members; 1 or off: alone)
         assert r["stack"] == stack_limit(cfg, auto=lambda c: 2)
+
+
+def _shape_step(cfg, members: int, vocab: int) -> None:
+    """One training step of ``cfg``'s model at its own width, depth, batch and sequence
+    (``members`` stacked), under bf16 autocast as the profile trains, and an evaluation at
+    every ``eval_lengths`` multiple the model can take: on fake tensors (torch's
+    ``FakeTensorMode``: shapes and dtypes propagate, no memory is allocated, nothing is
+    computed; the meta device would refuse the LSTM's autocast on the CPU)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    assert cfg.train.precision == "bf16-mixed"
+    B, T = cfg.data.batch_size, cfg.data.seq_len
+    with FakeTensorMode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        model = build_model(cfg.model, vocab, members)
+        x = torch.zeros(members, B, T, dtype=torch.long)
+        losses = member_losses(model, x, x)
+        assert losses.shape == (members,) and losses.dtype == torch.float32
+        losses.sum().backward()
+        for p in model.parameters():
+            assert p.grad is not None and p.grad.shape == p.shape
+        for multiple in cfg.train.eval_lengths:
+            length = int(round(multiple * T))
+            if model.max_len is None or length <= model.max_len:
+                x = torch.zeros(1, length, dtype=torch.long)
+                assert member_losses(model, x, x).shape == (members,)
+
+
+@pytest.mark.parametrize("study", STUDIES, ids=[p.stem for p in STUDIES])
+def test_the_real_shapes_of_every_gpu_profile_take_a_step_on_fake_tensors_and_fit_a_gpu(study):
+    """What the tiny smoke shrinks, checked by arithmetic: every run of the profile at its own
+    shape passes a training step and its evaluations on fake tensors, in the largest group
+    ``train.stack`` could form (its N, or ``auto``'s cap: a window may turn ``auto`` on), and
+    that group's estimated memory (weights, AdamW state, activations, logits: ``member_bytes``)
+    fits an 80 GB GPU at ``auto``'s share, so ``auto`` would stack it whole; its FLOPs and tier
+    are checked in test_gpu_table.py."""
+    planned = load_study(study, "gpu", check_device=False)
+    vocab = split_sizes(planned.runs[0].config.data)[0]
+    shapes = {}
+    for run in planned.runs:  # one check per shape and code path
+        cfg = run.config
+        shapes.setdefault(stack_key(cfg), cfg)
+    for cfg in shapes.values():
+        members = worst_case_limit(cfg)
+        _shape_step(cfg, members, vocab)
+        with torch.device("meta"):
+            params = build_model(cfg.model, vocab).param_counts()["total"]
+        need = members * member_bytes(params, cfg)  # ~30 GiB at most (norm_placement's 8)
+        assert need <= AUTO_MEMORY_SHARE * GPU_BYTES, (planned.name, members, need / 2**30)
 
 
 def test_smoke_exits_nonzero_when_a_run_fails(tmp_path, monkeypatch):

@@ -28,7 +28,7 @@ def test_200_steps_on_tiny_shakespeare_beat_the_unigram_entropy(tmp_path, tiny_r
             "train.max_steps": 200,
             "train.eval_interval": 100,
             "train.final_eval_batches": 20,
-            "train.threads": 2,
+            "train.threads": 1,
         }
     )
     summary = train_run(cfg, RunStore(tmp_path).run("t", cfg.run_id()))
