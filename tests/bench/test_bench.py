@@ -52,6 +52,7 @@ def test_the_parity_check_can_fail():
     assert not loss_parity(a.losses, b.losses)["identical"]
 
 
+@pytest.mark.accept  # the whole quick bench, every section side by side: over a minute
 def test_quick_bench_writes_every_section_with_ratios(tmp_path):
     out = tmp_path / "bench.md"
     run_bench(quick=True, out=out)
