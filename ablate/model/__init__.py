@@ -1,7 +1,8 @@
 """The models of every study: ``build_model(cfg, vocab_size)`` picks the arch by ``cfg.arch``.
 
 Every model is a ``LanguageModel`` of k members (``members``; 1 for a solo run, see
-``ablate.model.members``): ``forward(idx (k, B, T) or (B, T)) -> logits (k, B, T, vocab)``,
+``ablate.model.members``): ``forward(idx (k, B, T)) -> logits (k, B, T, vocab)`` (one member
+also maps ``(B, T)`` to ``(B, T, vocab)``, as a plain language model),
 ``param_counts()`` and ``flops_per_token(seq_len)`` of one member, and ``max_len`` (``None`` =
 any length). Per-layer parameter names: ``blocks.{i}.`` (transformer) and ``lstm.*_l{i}`` (LSTM).
 """

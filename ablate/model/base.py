@@ -17,8 +17,10 @@ from ablate.model.members import Embedding, Linear
 class LanguageModel(nn.Module):
     """Token embedding -> ``hidden`` (the architecture) -> linear head, shared by every arch.
 
-    ``forward(idx)``: ``(k, B, T)`` token ids (member i's batch in row i), or ``(B, T)`` ids
-    every member reads -> ``(k, B, T, vocab)`` logits; ``members`` = k, 1 for a solo run.
+    ``forward(idx)``: ``(k, B, T)`` token ids (member i's batch in row i) -> ``(k, B, T, vocab)``
+    logits; ``members`` = k, 1 for a solo run. ``(B, T)`` ids, which every member reads, give
+    ``(B, T, vocab)`` for one member, as nanoGPT's GPT does (the model used as a plain language
+    model: sampling, an evaluation harness), and ``(k, B, T, vocab)`` for k > 1.
     Subclasses build their body and call ``init_weights()`` last.
     """
 
@@ -49,11 +51,16 @@ class LanguageModel(nn.Module):
         raise NotImplementedError
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        solo = idx.dim() == 2 and self.members == 1  # no member dimension in, none out
         if idx.dim() == 2:
             idx = idx.unsqueeze(0)  # (1, B, T): every member's batch
-        h = self.hidden(idx)  # (k, B, T, d)
+        logits = self.logits(self.hidden(idx))  # (k, B, T, vocab)
+        return logits[0] if solo else logits
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Final hidden states ``(k, B, T, d)`` -> ``(k, B, T, vocab)`` (the head)."""
         if self.head is not None:
-            return self.head(h)  # (k, B, T, vocab)
+            return self.head(h)
         members, B, T, d = h.shape
         table = self.tok_emb.weight.transpose(1, 2)  # (k, d, vocab)
         return torch.bmm(h.reshape(members, B * T, d), table).view(members, B, T, -1)

@@ -100,7 +100,7 @@ def generate(
 ) -> torch.Tensor:
     """Append ``n`` sampled tokens to ``idx`` (shape ``(1, T)``); see the module docstring."""
     for _ in range(n):
-        logits = model(idx[:, -context:])[0, :, -1, :].float()  # (1, vocab): the one member
+        logits = model(idx[:, -context:])[:, -1, :].float()  # (1, vocab)
         if temperature == 0:
             nxt = logits.argmax(-1, keepdim=True)
         else:

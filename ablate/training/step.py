@@ -47,7 +47,7 @@ def lm_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 def member_losses(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """``(k,)`` mean token losses of the model's k members: batches ``x, y`` ``(k, B, T)``
     (member i's in row i), or ``(B, T)`` every member reads (evaluation)."""
-    return lm_losses(model(x), y)
+    return lm_losses(model(x if x.dim() == 3 else x.unsqueeze(0)), y)  # (k, B, T, V) logits
 
 
 def adamw_of(opt: Any) -> Any:

@@ -59,7 +59,7 @@ def test_each_member_computes_what_its_own_model_computes(case):
     grads = {n: p.grad for n, p in stack.named_parameters()}
     for i, model in enumerate(models):
         model.eval()
-        own = model(x[i])[0]
+        own = model(x[i])  # (B, T, vocab): one member's model
         own.square().mean().backward()
         assert_close(logits[i], own, rtol=1e-6, atol=1e-7)
         for name, p in model.named_parameters():
@@ -195,7 +195,7 @@ def test_a_module_written_for_one_run_works_alone_and_refuses_members():
     try:
         cfg = tiny(norm="scale_test")
         model = build_model(cfg, VOCAB)
-        assert model(torch.randint(0, VOCAB, (2, 8))).shape == (1, 2, 8, VOCAB)
+        assert model(torch.randint(0, VOCAB, (2, 8))).shape == (2, 8, VOCAB)
         assert member_state_dict(model, 0)["blocks.0.attn_norm.g"].shape == (16,)
         assert not member_tensors(model)["blocks.0.attn_norm.g"][1]  # no member dimension
         with pytest.raises(ValueError, match="model.norm 'scale_test' .* not member-aware"):

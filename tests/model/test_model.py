@@ -339,11 +339,11 @@ def test_future_tokens_never_change_past_logits(overrides):
     model = build_model(tiny(init_std=0.2, **overrides), VOCAB).eval()
     idx = torch.randint(0, VOCAB, (2, 8))
     with torch.no_grad():
-        before = model(idx)[0]
+        before = model(idx)
         for t in (0, 3, 7):
             changed = idx.clone()
             changed[:, t] = (idx[:, t] + 1) % VOCAB
-            after = model(changed)[0]
+            after = model(changed)
             assert_close(after[:, :t], before[:, :t], rtol=0, atol=1e-6)
             assert (after[:, t] - before[:, t]).abs().max() > 1e-4
 
@@ -463,13 +463,13 @@ def test_unbounded_positions_run_at_four_times_max_seq_len(pos):
     model = build_model(tiny(pos_encoding=pos, max_seq_len=8), VOCAB).eval()
     assert model.max_len is None
     with torch.no_grad():
-        assert model(torch.randint(0, VOCAB, (1, 32))).shape == (1, 1, 32, VOCAB)
+        assert model(torch.randint(0, VOCAB, (1, 32))).shape == (1, 32, VOCAB)
 
 
 def test_learned_positions_refuse_longer_sequences():
     model = build_model(tiny(pos_encoding="learned", max_seq_len=8), VOCAB)
     assert model.max_len == 8
-    assert model(torch.randint(0, VOCAB, (1, 8))).shape == (1, 1, 8, VOCAB)
+    assert model(torch.randint(0, VOCAB, (1, 8))).shape == (1, 8, VOCAB)
     with pytest.raises(ValueError, match="sequence length 9 exceeds max_seq_len 8"):
         model(torch.randint(0, VOCAB, (1, 9)))
 
@@ -563,8 +563,24 @@ def test_forward_of_every_axis():
             for attention in ATTENTIONS:
                 cfg = tiny(norm=norm, activation=act, attention=attention, bias=False)
                 model = build_model(cfg, VOCAB)
-                assert model(torch.randint(0, VOCAB, (2, 5))).shape == (1, 2, 5, VOCAB)
+                assert model(torch.randint(0, VOCAB, (2, 5))).shape == (2, 5, VOCAB)
                 assert not any(n.endswith("bias") for n, _ in model.named_parameters())
+
+
+@pytest.mark.parametrize("arch", ["transformer", "lstm"])
+def test_a_solo_model_is_a_plain_language_model_and_a_stack_keeps_its_member_dimension(arch):
+    """One member maps ``(B, T)`` ids to ``(B, T, vocab)`` (nanoGPT's GPT does), and its
+    ``(1, B, T)`` form to ``(1, B, T, vocab)``: the same logits; k > 1 keeps the dimension."""
+    torch.manual_seed(0)
+    model = build_model(tiny(arch=arch), VOCAB).eval()
+    idx = torch.randint(0, VOCAB, (2, 5))
+    with torch.no_grad():
+        plain, member = model(idx), model(idx.unsqueeze(0))
+    assert plain.shape == (2, 5, VOCAB) and member.shape == (1, 2, 5, VOCAB)
+    assert torch.equal(plain, member[0])
+    if arch == "transformer":
+        stack = build_model(tiny(), VOCAB, members=3)
+        assert stack(idx).shape == stack(idx.expand(3, 2, 5)).shape == (3, 2, 5, VOCAB)
 
 
 def test_the_plain_attention_value_is_the_model_every_earlier_run_had():

@@ -290,7 +290,7 @@ def test_greedy_sample_matches_a_hand_written_argmax_loop(trained):
     with torch.no_grad():
         for _ in range(10):
             logits = model(torch.tensor([ids[-cfg.data.seq_len :]]))
-            ids.append(int(logits[0, 0, -1].argmax()))  # (k, B, T, vocab): the one member
+            ids.append(int(logits[0, -1].argmax()))  # (B, T, vocab), as nanoGPT's GPT
     got = sample_run(str(trained["run"].path), prompt="Row 1", tokens=10, temperature=0)
     assert got == tok.decode(ids)
 
