@@ -72,14 +72,14 @@ def clean_registry():
 
 @pytest.fixture
 def wandb_logger():
-    """``wandb_logger(run_dir, mode, name)``: the W&B logger of a run of study "s" (variant
-    "base", the default config), as a solo run makes it; the caller finishes its experiment."""
+    """``wandb_logger(run_dir, mode, name)``: the W&B run of a run of study "s" (variant
+    "base", the default config), as training starts it; the caller finishes its experiment."""
     from ablate.config import RunConfig, TrackingConfig
-    from ablate.tracking.runs import start_solo_wandb
+    from ablate.tracking.runs import start_member_wandb
 
     def make(run_dir, mode, name):
         cfg = RunConfig(tracking=TrackingConfig(wandb=True, mode=mode))
-        return start_solo_wandb(cfg, run_dir, {"study": "s", "variant": "base"}, name)
+        return start_member_wandb(cfg, run_dir, {"study": "s", "variant": "base"}, name)
 
     return make
 
@@ -223,20 +223,20 @@ def git():
 
 def _interrupt_first_run_at_step_12(path, store, monkeypatch):
     """Train the study here until its first run is interrupted at step 12 (like a Ctrl-C)."""
-    import ablate.training.lit
+    import ablate.training.stacked.lit
     from ablate.execution.runner import run_study
 
-    original = ablate.training.lit.LitLM.on_train_batch_end
+    original = ablate.training.stacked.lit.LitStack.on_train_batch_end
 
     def interrupt_at_12(self, outputs, batch, batch_idx):
         original(self, outputs, batch, batch_idx)
-        if self.global_step == 12:
+        if self.step == 12:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_batch_end", interrupt_at_12)
+    monkeypatch.setattr(ablate.training.stacked.lit.LitStack, "on_train_batch_end", interrupt_at_12)
     with pytest.raises(KeyboardInterrupt):
         run_study(path, store=store, progress=False)
-    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_batch_end", original)
+    monkeypatch.setattr(ablate.training.stacked.lit.LitStack, "on_train_batch_end", original)
 
 
 def _assert_same_as_local(results, local):

@@ -1,8 +1,8 @@
 """Framework overhead: ``train_run`` itself against a hand-written PyTorch loop.
 
-Both arms get the same ``RunConfig``, so the same model init (``LitLM`` right after
+Both arms get the same ``RunConfig``, so the same model init (``build_model`` right after
 ``torch.manual_seed``), batches (the seeded ``LMDataModule`` order), optimizer and schedule
-(``LitLM.configure_optimizers``) and torch settings. The bench only appends ``StepTimer`` to
+(``MemberAdamW.for_model``) and torch settings. The bench only appends ``StepTimer`` to
 ``train_run``'s trainer: a step time is the interval between two consecutive batch starts (the
 whole cycle); evaluation is switched off by configuration, checkpoints and logging stay on.
 """
@@ -26,8 +26,10 @@ import yaml
 from ablate.bench.machine import sync, torch_threads
 from ablate.config import RunConfig, build_config, flatten
 from ablate.data import LMDataModule
-from ablate.training.lit import LitLM, lm_loss
-from ablate.training.train import attn_context
+from ablate.model import build_model
+from ablate.training.adamw import MemberAdamW
+from ablate.training.step import lm_loss
+from ablate.training.trainer import attn_context
 
 STUDIES = Path(__file__).resolve().parents[2] / "studies"
 REFERENCE_STUDY = STUDIES / "reference_nanogpt_cpu.yaml"
@@ -99,7 +101,8 @@ class StepTimer(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.losses.append((outputs["loss"] if isinstance(outputs, dict) else outputs).detach())
         if self.budget_s is not None and time.perf_counter() - self.t_call > self.budget_s:
-            self.out_of_time = trainer.should_stop = True
+            self.out_of_time = True
+            pl_module.end_early()  # the run ends at this step, completed
 
 
 def ablate_loop(
@@ -165,11 +168,11 @@ def raw_loop(cfg: RunConfig, *, sync_at: set[int] | None = None) -> LoopResult:
             dm = LMDataModule(cfg.data, seed=t.seed)
             dm.setup("fit")
             torch.manual_seed(t.seed)
-            # LitLM only builds the model and its optimizer (clipping, AdamW and the LR
-            # schedule in one step); the loop is plain PyTorch
-            lit = LitLM(cfg, dm.vocab_size).to(dev)
-            opt = lit.configure_optimizers()
-            model = torch.compile(lit.model) if t.compile else lit.model
+            # ablate's model and optimizer (clipping, AdamW and the LR schedule in one step);
+            # the loop is plain PyTorch
+            eager = build_model(cfg.model, dm.vocab_size).to(dev)
+            opt = MemberAdamW.for_model(eager, [cfg])
+            model = torch.compile(eager) if t.compile else eager
             model.train()
             loader = dm.train_dataloader(start=0)
             batches = (b for _ in itertools.count() for b in loader)  # epoch after epoch

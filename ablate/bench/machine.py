@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ablate.execution.worker import cpu_count
-from ablate.training.train import torch_threads  # noqa: F401 - re-exported for the bench sections
+from ablate.training.trainer import torch_threads  # noqa: F401 - re-exported for the bench sections
 
 # dense (no sparsity) bf16 tensor-core peak, FLOP/s, and where the number comes from: the data
 # sheets quote "with sparsity" figures; dense is half of those

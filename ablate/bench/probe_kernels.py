@@ -96,7 +96,7 @@ def profile_attention(flat: dict[str, Any], members: int, cuda: bool) -> dict[st
     """The SDPA ops and kernels of one profiled step (after one unprofiled warm-up step)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from ablate.training.train import attn_context, attn_kernel
+    from ablate.training.trainer import attn_context, attn_kernel
 
     cfg = build_config(flat)
     dev = torch.device("cuda" if cuda else "cpu")

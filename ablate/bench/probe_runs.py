@@ -38,8 +38,7 @@ def member_configs(cfg: RunConfig, members: int) -> list[RunConfig]:
 def train(cfg: RunConfig, members: int, root: Path) -> list[dict[str, Any]]:
     """Train ``cfg`` solo (``members=0``) or as a stacked group into a store at ``root``; the
     runs' summaries."""
-    from ablate.training.stacked.group import train_group
-    from ablate.training.train import train_run
+    from ablate.training.train import train_group, train_run
 
     store = RunStore(root)
     if members == 0:

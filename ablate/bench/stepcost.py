@@ -65,8 +65,7 @@ class StepCost:
 
 def train(cfg: RunConfig, members: int, root: Path) -> list[dict[str, Any]]:
     """``cfg`` trained solo (``members=0``) or as a group of ``members`` seeds into ``root``."""
-    from ablate.training.stacked.group import train_group
-    from ablate.training.train import train_run
+    from ablate.training.train import train_group, train_run
 
     store = RunStore(root)
     if members == 0:

@@ -27,8 +27,9 @@ from ablate.config import RunConfig
 from ablate.data import LMDataModule
 from ablate.model import build_model
 from ablate.training.adamw import decay_groups
+from ablate.training.finish import evaluate
 from ablate.training.lit import lm_loss
-from ablate.training.train import attn_context, evaluate, torch_threads
+from ablate.training.trainer import attn_context, torch_threads
 
 # nanoGPT's config/train_shakespeare_char.py cadence (its README's CPU command: --eval_iters=20)
 NANOGPT_EVAL_INTERVAL = 250
@@ -195,11 +196,17 @@ class Snapshots(pl.Callback):
         self.every, self.taken, self.off_clock = every, [], 0.0
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        step = int(trainer.global_step)
-        if step % self.every == 0 or step == trainer.max_steps or trainer.should_stop:
-            now = time.perf_counter()
-            self.taken.append((step, now - self.off_clock, _weights(pl_module.model)))
-            self.off_clock += time.perf_counter() - now
+        if pl_module.step % self.every == 0:
+            self._take(pl_module)
+
+    def on_train_end(self, trainer, pl_module):
+        if not self.taken or self.taken[-1][0] != pl_module.step:  # the last step
+            self._take(pl_module)
+
+    def _take(self, pl_module) -> None:
+        now = time.perf_counter()
+        self.taken.append((pl_module.step, now - self.off_clock, _weights(pl_module.model)))
+        self.off_clock += time.perf_counter() - now
 
 
 def _judge(cfg: RunConfig, snapshots: list[Snapshot], target: float, dm) -> dict[str, Any]:

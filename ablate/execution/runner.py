@@ -11,7 +11,7 @@ The run store is the only coordination between processes. For each run::
 So two ``ablate run`` processes (or workers, Ray tasks, SLURM jobs) on one study never train a
 run twice, and a killed process leaves its run resumable: its lease stops being renewed and is
 taken over (at once on the same host, after the grace period elsewhere; store/lease.py). The
-protocol for one run is ``worker.execute_run``; *where* runs train is the executor's business
+protocol for a task is ``worker.execute_group``; *where* runs train is the executor's business
 (executors/: local, ray, slurm); this module plans, skips finished runs, hands the rest to the
 executor and prints the summary table (tables.py), in three steps: ``plan_runs`` (the study
 file -> a :class:`~ablate.study.Study`), ``execute_study`` (the unfinished runs -> the

@@ -113,7 +113,7 @@ def smoke_config(
     if t["attn_backend"] in ("flash", "efficient"):
         t["attn_backend"] = "auto"
     if d["optim"]["fused"] is None and t["accelerator"] == "cpu" and cfg.train.accelerator != "cpu":
-        d["optim"]["fused"] = True  # what the GPU run gets (LitLM fuses AdamW on CUDA)
+        d["optim"]["fused"] = True  # what the GPU run gets (MemberAdamW fuses AdamW on CUDA)
     # evaluation at 1 sequence per batch: the 4x-length evaluations are the costliest part
     d["data"].update(batch_size=batch, eval_batch_size=1, pin_memory=False)
     d["tracking"]["wandb"] = False
@@ -238,8 +238,7 @@ def _train(
 ) -> tuple[dict[str, Any], list]:
     """Train ``cfgs`` (one run, or one stacked group) into ``store``: the first run's summary
     (or a ``failed`` row) and the run directories written."""
-    from ablate.training.stacked.group import train_group
-    from ablate.training.train import train_run
+    from ablate.training.train import train_group, train_run
 
     dirs = [store.run(study.name, f"{prefix}-{c.run_id()}") for c in cfgs]
     meta = study.meta(run)

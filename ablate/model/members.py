@@ -199,8 +199,11 @@ def solo_dims(model: nn.Module) -> dict[str, int]:
 def stack_models(models: list[nn.Module]) -> nn.Module:
     """One model of ``len(models)`` members, member i holding ``models[i]``'s member 0 (each
     a model of one member, of one class and config), on their device. Draws nothing from
-    torch's random generators (dropout goes on as it would have)."""
+    torch's random generators (dropout goes on as it would have). One model is its own stack
+    (it trains in place)."""
     first = models[0]
+    if len(models) == 1:
+        return first
     device = next(first.parameters()).device
     forked = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=forked), torch.device(device):

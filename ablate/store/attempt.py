@@ -1,6 +1,6 @@
 """One attempt at training a run (a fresh start, a resume, a retry): the one writer of its
 directory while it trains, for a solo run (``training.train.train_run``) and a stacked member
-(``training.stacked.group``) alike.
+(``training.train.train_group``) alike.
 
 ``RunAttempt.start`` writes ``run.yaml`` (a new run, or one whose file is damaged) and the
 ``running`` summary of this attempt, keeping the attempts before it; training fills in

@@ -3,8 +3,8 @@ reads (the store stays the source of truth; every run and report works without W
 
 ``mode``: online/offline/disabled, the login, the project, a study's tracking settings;
 ``ids``: W&B ids, tags, names and the keys runs and views share; ``runs``: a run's W&B run
-(solo: Lightning's ``WandbLogger``; stacked member: its own run object), started with one
-online-to-offline fallback, logged, finished; ``report_run``: the report as a W&B run;
+(its own run object, solo or a stacked member), started with one online-to-offline fallback,
+logged, finished; ``report_run``: the report as a W&B run;
 ``sync``: offline-run discovery and ``ablate sync``; ``specs``: the workspace and Report specs
 ``ablate report`` writes; ``views``: ``ablate dashboard``, which saves them.
 

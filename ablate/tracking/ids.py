@@ -18,8 +18,8 @@ from ablate.store import RunDir
 from ablate.store.provenance import STALE_DIR
 
 STEP = "trainer/global_step"
-"""The step metric of every logged metric: Lightning's ``WandbLogger``'s, also the stacked
-members' and the workspace's x axis."""
+"""The step metric of every logged metric (the one Lightning's ``WandbLogger`` uses) and the
+workspace's x axis."""
 TOKENS = "tokens"
 """Training tokens seen at a step (``step * data.batch_size * data.seq_len``), logged with every
 W&B row: the x axis of a study whose runs differ in tokens per step."""
@@ -89,8 +89,7 @@ def wandb_tags(meta: dict[str, Any], extra: list[str]) -> list[str]:
 def run_identity(cfg: RunConfig, meta: dict[str, Any], name: str) -> dict[str, Any]:
     """A run's W&B name, group (the study), job type (``train``), tags and config (the
     resolved config with the run's meta: ``meta.variant``, ``meta.seed``, ``meta.axes``), the
-    same for a solo run and a stacked member: the keyword arguments of ``wandb.init`` (and so
-    of Lightning's ``WandbLogger``)."""
+    same for a solo run and a stacked member: the keyword arguments of ``wandb.init``."""
     return {
         "name": name,
         "group": meta["study"],

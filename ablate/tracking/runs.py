@@ -1,6 +1,6 @@
-"""A run's W&B run: started once, through one online-to-offline fallback, for a solo run
-(Lightning's ``WandbLogger``), a stacked member (its own run object) and the report run alike;
-logged, replayed into a resumed offline run, finished with the summary's headline numbers.
+"""A run's W&B run: started once, through one online-to-offline fallback, for every run (solo,
+or a member of a stacked group: its own run object) and the report run alike; logged, replayed
+into a resumed offline run, finished with the summary's headline numbers.
 
 :func:`start` is the one start: tracking off is nothing; a W&B id with characters W&B rejects
 is a ``ValueError``; online, a server that does not answer within ``$ABLATE_WANDB_TIMEOUT_S``
@@ -10,10 +10,10 @@ offline, into the run's directory, for ``ablate sync`` to upload), one warning i
 W&B that cannot start at all (not installed, a broken offline start) is one warning per
 process, never a failed run.
 
-A stacked member logs through its own run object (``wandb.init(reinit="create_new")``, wandb
->= 0.19.10: one process, several active runs; never the global ``wandb.log``, which W&B says
-integrations that assume one global run, Lightning's ``WandbLogger`` among them, do not
-support in that mode); everything else is what a solo run's ``WandbLogger`` gets.
+A run logs through its own run object (``wandb.init(reinit="create_new")``, wandb >= 0.19.10:
+one process, several active runs, the members of a group; never the global ``wandb.log``,
+which W&B says integrations that assume one global run, Lightning's ``WandbLogger`` among
+them, do not support in that mode), with the step metric ``WandbLogger`` uses.
 
 Every row a run logs carries its step (``trainer/global_step``) and the training tokens seen
 by then (``tokens``, from the config), the x axis of a study whose runs differ in tokens per
@@ -115,57 +115,12 @@ def with_position(metrics: dict[str, float], step: int, per_step: int) -> dict[s
     return {**metrics, STEP: step, TOKENS: step * per_step}
 
 
-# --- a solo run: Lightning's WandbLogger ----------------------------------------------------------
-
-
-def start_solo_wandb(cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], name: str) -> Any:
-    """A solo run's started ``WandbLogger``, or None (:func:`start`)."""
-    ident = run_identity(cfg, meta, name)
-    t, per_step = cfg.tracking, tokens_per_step(cfg)
-    return start(
-        t, lambda mode: _lightning_logger(t, run_dir, mode, ident, per_step), run_dir=run_dir
-    )
-
-
-def _lightning_logger(
-    cfg: TrackingConfig, run_dir: RunDir, mode: str, ident: dict[str, Any], per_step: int
-):
-    from pytorch_lightning.loggers import WandbLogger
-
-    class Logger(WandbLogger):
-        """Lightning's ``WandbLogger``, each row with the tokens seen by its step."""
-
-        def log_metrics(self, metrics, step=None):
-            if step is not None:
-                metrics = {**metrics, TOKENS: step * per_step}
-            super().log_metrics(metrics, step)
-
-    run_dir.wandb_dir.mkdir(parents=True, exist_ok=True)
-    logger = Logger(
-        project=project(cfg),
-        entity=entity(cfg) or None,
-        save_dir=str(run_dir.path),
-        id=wandb_run_id(run_dir),
-        offline=mode == "offline",
-        settings={**SETTINGS, "init_timeout": wandb_timeout()},
-        **ident,
-    )
-    # Lightning always passes anonymous=None, which recent wandb answers with a deprecation
-    # warning on every run; dropping the key changes nothing else.
-    logger._wandb_init.pop("anonymous", None)
-    experiment = logger.experiment  # start now so a failure is caught here, not mid-training
-    _define_summaries(experiment)
-    if mode == "offline":
-        replay_history(run_dir, logger.log_metrics)
-    return logger
-
-
-# --- a stacked member: its own run object ---------------------------------------------------------
+# --- a run: its own run object -------------------------------------------------------------------
 
 
 class MemberRun:
-    """A stacked member's own W&B run (``experiment``, as a ``WandbLogger`` names it) and the
-    tokens one of its steps consumes."""
+    """A run's own W&B run (``experiment``, as a ``WandbLogger`` names it) and the tokens one
+    of its steps consumes."""
 
     def __init__(self, experiment: Any, per_step: int) -> None:
         self.experiment, self.per_step = experiment, per_step
@@ -181,7 +136,7 @@ class MemberRun:
 def start_member_wandb(
     cfg: RunConfig, run_dir: RunDir, meta: dict[str, Any], name: str
 ) -> MemberRun | None:
-    """The stacked member's started W&B run, or None (:func:`start`)."""
+    """The run's started W&B run, or None (:func:`start`)."""
     ident = run_identity(cfg, meta, name)
     t, per_step = cfg.tracking, tokens_per_step(cfg)
     return start(t, lambda mode: _member_run(t, run_dir, mode, ident, per_step), run_dir=run_dir)
@@ -194,9 +149,9 @@ def _member_run(
 
     run_dir.wandb_dir.mkdir(parents=True, exist_ok=True)
     if mode == "offline":
-        # as Lightning's WandbLogger does for an offline run: wandb's process-wide settings
-        # read the environment once, and a solo run later in this process (its WandbLogger
-        # sets WANDB_MODE instead of passing a mode) must find it offline, not need a login
+        # wandb's process-wide settings read the environment once: anything later in this
+        # process that starts W&B without a mode (the report run) must find it offline, not
+        # need a login
         os.environ["WANDB_MODE"] = "offline"
     run = wandb.init(
         project=project(cfg),
@@ -275,8 +230,8 @@ def ended_as(summary: dict[str, Any]) -> tuple[str, int]:
 
 
 def finish_wandb_run(run: Any, summary: dict[str, Any]) -> None:
-    """Copy the summary's headline numbers into the W&B run (a wandb run, a stacked member's
-    :class:`MemberRun` or a Lightning ``WandbLogger``) and finish it as the attempt ended
+    """Copy the summary's headline numbers into the W&B run (a wandb run or a
+    :class:`MemberRun`) and finish it as the attempt ended
     (:func:`ended_as`); a W&B that fails to close is a warning, never a failed run."""
     if run is None:
         return

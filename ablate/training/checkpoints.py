@@ -1,15 +1,13 @@
 """Checkpoints that are whole or absent: atomic writes, verified loads, a final save.
 
-* :class:`AtomicCheckpointIO` writes each checkpoint to a temporary file *in the checkpoint's
-  own directory*, fsyncs it and renames it over the old one. Lightning's default writes through
-  an fsspec transaction, which stages the file in ``$TMPDIR`` and *copies* it into place when
-  that is another filesystem: a kill or a full disk mid-copy leaves a truncated ``last.ckpt``.
-  Here a failed write leaves the previous checkpoint untouched and raises
+* :func:`atomic_save` writes each checkpoint to a temporary file *in the checkpoint's own
+  directory*, fsyncs it and renames it over the old one. Lightning's default writes through an
+  fsspec transaction, which stages the file in ``$TMPDIR`` and *copies* it into place when that
+  is another filesystem: a kill or a full disk mid-copy leaves a truncated ``last.ckpt``. Here
+  a failed write leaves the previous checkpoint untouched and raises
   :class:`CheckpointWriteError`, whose message names the file and says "disk full" for ENOSPC.
 * :func:`select_checkpoint` tries checkpoints newest first; one that does not load is renamed to
   ``*.corrupt`` (with a warning naming it) and the next older one is tried, down to a fresh start.
-* :class:`FinalCheckpoint` saves ``last.ckpt`` at the end of training when the last periodic
-  save was at an earlier step (``max_steps`` not a multiple of ``checkpoint_interval``).
 * :class:`ExceptionCheckpoint` saves ``interrupted.ckpt`` when training stops on an exception.
 * :class:`MetricsFirst` fsyncs the runs' ``metrics.csv`` before each checkpoint is written and
   at the end of a fit, so the log steps themselves need no fsync.
@@ -26,7 +24,6 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
-from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from pytorch_lightning.callbacks import Checkpoint
 
 from ablate.store import RunDir, describe_os_error, file_mode
@@ -82,17 +79,6 @@ def atomic_save(checkpoint: dict[str, Any], path: str | Path) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's ``CheckpointIO`` with :func:`atomic_save` (pass to ``Trainer(plugins=...)``)."""
-
-    def save_checkpoint(
-        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
-    ) -> None:
-        if storage_options is not None:
-            raise TypeError("AtomicCheckpointIO takes no storage_options")
-        atomic_save(checkpoint, path)
 
 
 class MetricsFirst(CheckpointIO):
@@ -176,28 +162,6 @@ def select_checkpoint(ckpt_dir: str | Path) -> tuple[Path | None, int | None, li
         log.warning("checkpoint %s does not load (%s); moved to %s", path, reason, moved.name)
         set_aside.append({"file": str(path), "moved_to": str(moved), "reason": reason})
     return None, None, set_aside
-
-
-class FinalCheckpoint(pl.Callback):
-    """Save ``<dirpath>/last.ckpt`` when training ends after the last periodic checkpoint.
-
-    Lightning's ``ModelCheckpoint(save_last=True)`` only saves on its ``every_n_train_steps``
-    schedule, so with 150 steps and an interval of 100 the model of step 150 was never kept.
-    """
-
-    def __init__(self, dirpath: str | Path, filename: str = "last.ckpt"):
-        self.path = Path(dirpath) / filename
-
-    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        step = int(trainer.global_step)
-        if step == 0:
-            return
-        saved = [
-            getattr(cb, "_last_global_step_saved", None) for cb in trainer.checkpoint_callbacks
-        ]
-        if step in saved and self.path.is_file():
-            return
-        trainer.save_checkpoint(str(self.path))
 
 
 class ExceptionCheckpoint(Checkpoint):

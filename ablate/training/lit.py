@@ -1,14 +1,17 @@
 """The LightningModule of training: k runs ("members") stepped as one, k = 1 for a solo run.
 
-Lightning's ``Trainer`` drives every run, solo or a stacked group: its loop, precision,
-validation cadence, checkpoints, callbacks, loggers and stop requests. ``LitRuns`` holds the
-model of its k members (``ablate.model``: every tensor leads with the member dimension) and
-calls the one training step (``ablate.training.step.train_step``) once per batch; it is the one
-place that keeps the per-step metrics of each member: the training loss summed over the log
-interval, the LR, tokens/s net of evaluation time, the step of the first non-finite loss,
-gradient norms, validation loss/ppl/bpc and early stopping. Its subclasses only say where the
-members come from and go: ``LitLM`` here (a solo run, with Lightning's own checkpoint), and
-``ablate.training.stacked.lit.LitStack`` (a stacked group's members, each with its own).
+Lightning's ``Trainer`` drives every fit, solo (k = 1) or a stacked group: its loop over the
+batches, precision, device, callbacks and exceptions (``ablate.training.trainer``). ``LitRuns``
+holds the model of its k members (``ablate.model``: every tensor leads with the member
+dimension), counts their step (from the step they resume at), calls the one training step
+(``ablate.training.step.train_step``) once per batch and, after it, ``end_step``: log,
+evaluate, decide the end of the fit, checkpoint, in that order, the one place that ends a fit.
+It is the one place that keeps the per-step metrics of each member: the training loss summed
+over the log interval, the LR, tokens/s net of evaluation time, the step of the first
+non-finite loss, gradient norms, validation loss/ppl/bpc and early stopping. Its subclass
+``ablate.training.stacked.lit.LitStack`` says where the members come from and go (each with
+its own checkpoint). Lightning's progress counters are never set or read: a fit's own count
+starts at 0 and the module's step is the members'.
 
 Optimization is manual (``automatic_optimization = False``): the step's update is
 ``MemberAdamW.step`` (clipping, AdamW and the LR schedule of each member, ``adamw.py``). So
@@ -25,8 +28,7 @@ Early stopping is the module's, per member, with the rule of Lightning's ``Early
 monitor="val/loss", check_finite=True)`` (min_delta 0): Lightning's callback watches one logged
 value and stops the whole Trainer, while a stack's members stop one by one. Its state is not
 checkpointed: it follows from the val/loss history in the store (``early_stopping_state``), which
-also holds the evaluation of a checkpoint's own step (Lightning saves a step's checkpoint before
-that step's evaluation).
+also holds the evaluation of a checkpoint's own step (saved after it).
 """
 
 from __future__ import annotations
@@ -42,16 +44,14 @@ import torch
 from ablate.config import RunConfig
 from ablate.model import (
     LanguageModel,
-    build_model,
-    load_member_state_dict,
-    member_state_dict,
     member_tensors,
 )
 from ablate.training.adamw import MemberAdamW, lr_of
+from ablate.training.precision import precision_context
 from ablate.training.step import lm_loss, losses_fn, train_step
 from ablate.training.throughput import Throughput
 
-__all__ = ["LitLM", "LitRuns", "grad_norm_metrics", "layer_of", "lm_loss"]  # lm_loss: step.py's
+__all__ = ["LitRuns", "grad_norm_metrics", "layer_of", "lm_loss"]  # lm_loss: step.py's
 
 _LAYER = re.compile(r"(?:^|\.)blocks\.(\d+)\.|_l(\d+)(?:_reverse)?$")
 
@@ -118,20 +118,17 @@ def early_stopping_state(history: Iterable[float], patience: int | None) -> tupl
     return best, wait, stop
 
 
-def checkpoint_loop(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """The loop state ``LitRuns`` saved in ``checkpoint`` (a solo run's Lightning checkpoint:
-    ``loop``; a stacked member's: ``stacked``), or ``{}`` (a checkpoint from before it was kept:
-    the first log interval after the resume then averages fewer steps)."""
-    return checkpoint.get("loop") or checkpoint.get("stacked") or {}
-
-
 class LitRuns(pl.LightningModule):
     """The k members of ``model`` (``cfgs``: one per member) trained by one ``Trainer.fit``;
     see the module docstring.
 
-    ``member_loggers[i]``: member i's loggers (default: the Trainer's, for a solo run).
+    ``member_loggers[i]``: member i's loggers. ``step``: the members' step (they train in
+    step), counted here: a fit that resumes starts at its members' step.
     ``stop_at``: end the fit after this step (a stack pausing for members further ahead).
-    ``loop_states``: each member's ``checkpoint_loop``, applied when training starts.
+    ``loop_states``: each member's loop state (``stacked.store.member_loop``), applied when
+    training starts. ``stop``: the stop request of the process (``trainer.StepBoundaryStop``).
+    ``progress``: the members' ``progress.json`` writer. ``val_batches``: the evaluation
+    batches every member reads. ``checkpoint_path``: where ``end_step`` saves.
     """
 
     def __init__(
@@ -140,7 +137,8 @@ class LitRuns(pl.LightningModule):
         model: LanguageModel,
         *,
         bits_per_token: bool,
-        member_loggers: list[list[Any]] | None = None,
+        member_loggers: list[list[Any]],
+        step: int = 0,
     ):
         super().__init__()
         if model.members != len(cfgs):
@@ -169,8 +167,14 @@ class LitRuns(pl.LightningModule):
         self.train_loss: list[float | None] = [None] * k  # the last log step's (progress)
         self.val_loss: list[float | None] = [None] * k
         self.tokens_per_s: float | None = None
+        self.step = step
         self.stop_at: int | None = None
         self.loop_states: list[dict[str, Any]] | None = None
+        self.stop: Any = None  # trainer.StepBoundaryStop
+        self.progress: Any = None  # callbacks.ProgressFile
+        self.val_batches: Iterable | None = None
+        self.checkpoint_path: str | None = None
+        self.after_step: Callable[[int], None] = lambda step: None  # a test's hook
         # gradient norms waiting on the device for the next read: (step, names, (names, k))
         self._pending_norms: list[tuple[int, list[str], torch.Tensor]] = []
         self._val_losses: list[torch.Tensor] = []
@@ -200,7 +204,11 @@ class LitRuns(pl.LightningModule):
     def finished(self, i: int) -> bool:
         """Member ``i`` is done training: diverged, stopped early or at ``max_steps``."""
         done_early = self.diverged_step[i] is not None or self.stopped_early[i]
-        return done_early or self.global_step >= self.cfg.train.max_steps
+        return done_early or self.step >= self.cfg.train.max_steps
+
+    def end_early(self) -> None:
+        """Stop every member now, as early stopping would (a benchmark's time budget)."""
+        self.stopped_early = [True] * self.k
 
     def resume_early_stopping(self, histories: list[list[float]]) -> None:
         """Each member's early stopping state from its val/loss history (the store's)."""
@@ -213,7 +221,7 @@ class LitRuns(pl.LightningModule):
         """Each member's state a resume needs beyond weights and AdamW (one read of the device,
         with any gradient norms still waiting, which are logged first): the loss summed since
         the last log step, the first non-finite step, and the RNG (dropout)."""
-        step = self.global_step
+        step = self.step
         if self.is_log_step(step):
             self.log_step()  # a log step is logged before its sum is saved (and reset)
         if step == self._logged_step:  # what the log step read, no second read
@@ -233,7 +241,7 @@ class LitRuns(pl.LightningModule):
         """Apply ``loops`` (``checkpoint_loop`` of each member): a member found diverged at a
         log step ends now, one whose loss became non-finite since stays masked until the next."""
         opt = self.optimizers().optimizer
-        step = self.global_step
+        step = self.step
         for i, loop in enumerate(loops):
             self.loss_sum[i] = float(loop.get("loss_sum", 0.0))
             self.loss_n[i] = int(loop.get("loss_n", 0))
@@ -251,11 +259,12 @@ class LitRuns(pl.LightningModule):
     # --- training -------------------------------------------------------------------------
     def training_step(self, batch, batch_idx):
         x, y = batch
-        step = self.global_step  # the members' step (they train in step)
+        step = self.step  # the members' step before this update (they train in step)
         losses = train_step(
             self.model, self.optimizers(), x, y, losses_of=self.losses_of, backward=self._backward
         )
         self._account(losses, step)
+        self.step = step + 1
         return losses.sum()  # the batch's outputs for callbacks
 
     def _backward(self, loss: torch.Tensor) -> None:
@@ -276,17 +285,39 @@ class LitRuns(pl.LightningModule):
         return step % self.cfg.train.log_interval == 0 or step == self.cfg.train.max_steps
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
-        step = self.global_step
+        self.end_step()
+
+    def end_step(self) -> None:
+        """What follows a step's update, in order: log (a log step), evaluate (an evaluation
+        step, or a member found diverged now, which logs its loss), decide whether the fit ends
+        (``fit_ends``), save a checkpoint (its interval, or the fit's end) and end the fit.
+        The one place that ends a fit. ``after_step`` (a test's hook) comes before the
+        decision, so a stop it requests ends the fit at this step."""
+        step = self.step
         if self.is_log_step(step):
-            self.log_step()
-        if self.stop_at is not None and step >= self.stop_at:
+            self.progress.log(step, self.log_step())
+        if step % self.cfg.train.eval_interval == 0 or step in self._found_at:
+            self.validate()
+        self.after_step(step)
+        ends = self.fit_ends()
+        if ends or step % self.cfg.train.checkpoint_interval == 0:
+            self.trainer.save_checkpoint(self.checkpoint_path)
+        if ends:
             self.trainer.should_stop = True
+
+    def fit_ends(self) -> bool:
+        """A member is done (diverged, stopped early, at ``max_steps``: it leaves, and the others
+        go on in a new fit), the members reached ``stop_at``, or a stop was requested."""
+        return (
+            any(self.finished(i) for i in range(self.k))
+            or (self.stop_at is not None and self.step >= self.stop_at)
+            or (self.stop is not None and self.stop.requested)
+        )
 
     def log_step(self) -> list[float | None]:
         """Log this log step's metrics of every member and return their mean training losses.
-        The first call at a step reads the device (``ProgressFile``'s hook runs before this
-        module's), later calls return what it read."""
-        step = self.global_step  # optimizer steps done so far
+        The first call at a step reads the device, later calls return what it read."""
+        step = self.step  # optimizer steps done so far
         if step != self._logged_step and any(self.loss_n):
             self._log_train(step)
         return self.train_loss
@@ -305,8 +336,7 @@ class LitRuns(pl.LightningModule):
                 metrics["perf/tokens_per_s"] = rate
             self.log_member(i, metrics, step)
             if bad[i] >= 0 and self.diverged_step[i] is None:
-                self.diverged_step[i], self._found_at[i] = int(bad[i]), step
-                self.trainer.should_stop = True  # the diverged member leaves (solo: the run ends)
+                self.diverged_step[i], self._found_at[i] = int(bad[i]), step  # it leaves
         self.train_loss, self._logged_step, self._bad = means, step, bad
         self.loss_sum.zero_()
         self.loss_n = [0] * self.k
@@ -314,8 +344,7 @@ class LitRuns(pl.LightningModule):
     def log_member(self, i: int, metrics: dict[str, float], step: int) -> None:
         """Send member ``i``'s metrics to its loggers at ``step`` (Lightning's own cadence
         would drop them)."""
-        loggers = self.member_loggers[i] if self.member_loggers is not None else self.loggers
-        for logger in loggers:
+        for logger in self.member_loggers[i]:
             logger.log_metrics(metrics, step=step)
 
     def _read(self, tensors: list[torch.Tensor]) -> list[list[float]]:
@@ -338,19 +367,12 @@ class LitRuns(pl.LightningModule):
         if self.loop_states is not None:
             self._restore(self.loop_states)
             self.loop_states = None
-        if any(self.finished(i) for i in range(self.k)):
-            self.trainer.should_stop = True  # it ended before an interruption cut its summary
-        self.throughput.start(self.global_step, self.device)
-
-    def on_validation_start(self):
-        self.throughput.pause(self.device)  # evaluation time is not training throughput
-
-    def on_validation_end(self):
-        self.throughput.resume()
+        self.progress.start(self.step, self.cfg.train.max_steps)
+        self.throughput.start(self.step, self.device)
 
     def on_before_optimizer_step(self, optimizer):
         interval = self.cfg.train.grad_norm_interval
-        step = self.global_step  # gradients of this step, before the update: step 0 = at init
+        step = self.step  # gradients of this step, before the update: step 0 = at init
         if interval == 0 or (step % interval and step != 0):
             return
         norms = self.grad_norms()
@@ -359,6 +381,7 @@ class LitRuns(pl.LightningModule):
 
     def on_train_end(self):
         self._read([])  # norms still waiting (a run stopped early)
+        self.progress.end(self.step)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         # a checkpoint off the log interval (an interruption, an early stop): the norms up to
@@ -371,24 +394,38 @@ class LitRuns(pl.LightningModule):
         raise NotImplementedError
 
     # --- validation -----------------------------------------------------------------------
-    def validation_step(self, batch, batch_idx):
-        x, y = batch  # (B, T): every member's
-        # a copy: a CUDA graph's replay (compile_mode reduce-overhead) writes the next batch's
-        # losses into the same output tensor
-        self._val_losses.append(self.losses_of(self.model, x, y).clone())
+    @torch.no_grad()
+    def validate(self) -> None:
+        """Every member's mean loss over the evaluation batches (``val_batches``, up to
+        ``train.eval_batches``), in eval mode under the run's precision, read once; logged at
+        the step for the members at their interval or found diverged now (early stopping
+        follows). Its time is not training throughput."""
+        self.throughput.pause(self.device)
+        self.progress.phase("eval")
+        limit, losses = self.cfg.train.eval_batches, []
+        self.model.eval()
+        with precision_context(self.cfg.train.precision, self.device):
+            for n, (x, y) in enumerate(self.val_batches):
+                if limit is not None and n >= limit:
+                    break
+                x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+                # a copy: a CUDA graph's replay (compile_mode reduce-overhead) writes the next
+                # batch's losses into the same output tensor
+                losses.append(self.losses_of(self.model, x, y).clone())
+        self.model.train()
+        if losses:
+            self._log_val(torch.stack(losses).mean(0))  # (k,): the mean of the batch means
+        self.progress.phase("train")
+        self.throughput.resume()
 
-    def on_validation_epoch_end(self):
-        if not self._val_losses:
-            return
-        losses = torch.stack(self._val_losses).mean(0)  # (k,): the mean of the batch means
-        self._val_losses.clear()
+    def _log_val(self, losses: torch.Tensor) -> None:
         # the evaluation's one read, with any gradient norms still waiting: their rows come
         # before this step's in metrics.csv
         (values,) = self._read([losses])
-        step = self.global_step
+        step = self.step
         for i, value in enumerate(values):
-            # Lightning also evaluates when a fit stops early: a member that diverged at this
-            # step logs it (as a solo run always did); the others only at their interval
+            # a member found diverged at this step logs it (as a solo run always did); the
+            # others only at their interval
             if step % self.cfg.train.eval_interval and self._found_at[i] != step:
                 continue
             metrics = {"val/loss": value, "val/ppl": math.exp(min(value, 50.0))}
@@ -407,66 +444,4 @@ class LitRuns(pl.LightningModule):
         best, wait, stop = early_stopping_step(self.early[i], value, patience)
         self.early[i] = (best, wait)
         if stop:
-            self.stopped_early[i] = True
-            self.trainer.should_stop = True
-
-
-class LitLM(LitRuns):
-    """A solo run: a model of one member, saved and restored by Lightning's checkpoints."""
-
-    def __init__(self, cfg: RunConfig, vocab_size: int, *, bits_per_token: bool = False):
-        super().__init__([cfg], build_model(cfg.model, vocab_size), bits_per_token=bits_per_token)
-        self.vocab_size = vocab_size
-
-    def state_dict(self, *args, **kwargs) -> dict[str, torch.Tensor]:
-        """The model as a solo run's checkpoint holds it: ``model.<name>`` in a solo model's
-        layout (``ablate.model.member_state_dict``; ``nn.Linear``'s weights), copied."""
-        state = member_state_dict(self.model, 0)
-        return {f"model.{n}": t.detach().clone(memory_format=torch.contiguous_format)
-                for n, t in state.items()}  # fmt: skip
-
-    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True, assign=False):
-        """Load ``state_dict``'s form (a solo run's checkpoint, or a stacked member's)."""
-        weights = {k.removeprefix("model."): v for k, v in state_dict.items()}
-        load_member_state_dict(self.model, 0, weights)
-
-    def save_members(self, checkpoint: dict, loops: list[dict[str, Any]]) -> None:
-        checkpoint["loop"] = loops[0]
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """Take the loop state, and accept a checkpoint whose model was wrapped by
-        ``torch.compile(model)`` (keys with an ``_orig_mod.`` segment, which the eager module
-        and ``model.compile()``, compiling in place, do not have), with Lightning's counters
-        repaired (``_repair_counters``)."""
-        state = checkpoint.get("state_dict") or {}
-        if any("._orig_mod." in k or k.startswith("_orig_mod.") for k in state):
-            checkpoint["state_dict"] = {
-                k.replace("._orig_mod.", ".").removeprefix("_orig_mod."): v
-                for k, v in state.items()
-            }
-        _repair_counters(checkpoint)
-        self.loop_states = [checkpoint_loop(checkpoint)]
-
-
-def _repair_counters(checkpoint: dict) -> None:
-    """Lightning's counters in ``checkpoint`` as a resume of this module needs them:
-
-    * a checkpoint written under automatic optimization counted its steps in that loop's
-      progress; the manual loop's, where this module's steps are counted (and where Lightning
-      restores ``global_step`` from), is given that count;
-    * a stop at a step boundary (``StepBoundaryStop`` raises in ``on_train_batch_start``) comes
-      after Lightning counted the next batch as fetched but before it started. Lightning
-      restores that count, and ``val_check_interval``, which counts fetched batches, would then
-      evaluate one step early for the rest of the run: the batch that never started is uncounted.
-    """
-    loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
-    manual = loop.get("epoch_loop.manual_optimization.optim_step_progress")
-    steps = int(checkpoint.get("global_step") or 0)
-    if manual and steps and not manual["total"]["completed"]:
-        for key in ("ready", "completed"):
-            manual["total"][key] = manual["current"][key] = steps
-    batches = loop.get("epoch_loop.batch_progress") or {}
-    for part in ("total", "current"):
-        counts = batches.get(part)
-        if counts and counts["ready"] > counts["started"]:
-            counts["ready"] = counts["started"]
+            self.stopped_early[i] = True  # it leaves (``fit_ends``)

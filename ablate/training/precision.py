@@ -85,3 +85,12 @@ def compute_dtypes(model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn) 
         for h in handles:
             h.remove()
     return {kind: "/".join(sorted(seen[kind])) for kind in sorted(seen)}
+
+
+def precision_context(precision: str, device: torch.device):
+    """The autocast of ``train.precision`` as Lightning's precision plugin sets it around a
+    forward pass, for the module's evaluations and the final one: bf16 for ``bf16-mixed`` (and
+    ``bf16-true``, whose fit holds bf16 weights), fp16 for ``16-mixed``, none for ``32-true``."""
+    half = {"bf16-mixed": torch.bfloat16, "bf16-true": torch.bfloat16, "16-mixed": torch.float16}
+    dtype = half.get(precision)
+    return torch.autocast(device.type, dtype=dtype, enabled=dtype is not None)

@@ -604,8 +604,7 @@ def test_each_member_of_a_stacked_group_draws_its_own_seeds_random_offsets(
     which a member reading another seed's stream would not."""
     from ablate.config import build_config
     from ablate.store import RunStore
-    from ablate.training.stacked.group import train_group
-    from ablate.training.train import train_run
+    from ablate.training.train import train_group, train_run
 
     cfgs = [build_config(tiny_run | {"data.order": "random", "train.seed": s}) for s in (0, 1)]
     store = RunStore(tmp_path)

@@ -9,7 +9,9 @@ from pytorch_lightning.plugins.environments import LightningEnvironment
 
 from ablate.config import build_config
 from ablate.store import RunStore
-from ablate.training.train import make_trainer, train_run
+from ablate.training.stacked.store import MemberCheckpointIO
+from ablate.training.train import train_run
+from ablate.training.trainer import make_trainer
 
 
 def test_a_login_node_with_srun_gets_no_srun_warning_and_a_single_process_run(
@@ -35,7 +37,7 @@ def test_a_login_node_with_srun_gets_no_srun_warning_and_a_single_process_run(
     run_dir = RunStore(tmp_path / "runs").run("t", "x")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        trainer = make_trainer(cfg, run_dir, [], progress=False)
+        trainer = make_trainer(cfg, [run_dir], MemberCheckpointIO([run_dir.checkpoint_dir]))
         # a fresh fit asks Lightning's SLURM detection again (for an "hpc" checkpoint)
         assert train_run(cfg, run_dir)["status"] == "completed"
     assert not [w for w in caught if "srun" in str(w.message)]

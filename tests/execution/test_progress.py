@@ -32,32 +32,31 @@ def _plain(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
 
 
-def test_the_callback_writes_step_total_and_loss_at_the_log_interval(tmp_path):
-    cb = ProgressFile([tmp_path], every=5)
-    trainer = SimpleNamespace(global_step=140, max_steps=400)  # resumed at step 140
-    cb.on_train_start(trainer, None)
+def test_the_writer_records_step_total_loss_and_phases(tmp_path):
+    progress = ProgressFile([tmp_path, tmp_path / "b"])
+    (tmp_path / "b").mkdir()
+    progress.start(140, 400)  # resumed at step 140
     first = read_progress(tmp_path / PROGRESS_FILE)
     assert [first[k] for k in ("step", "total", "start_step", "loss")] == [140, 400, 140, None]
-    # the loss is the module's log step's (the mean since the last one, read once for both)
-    asked = []
-    module = SimpleNamespace(
-        log_step=lambda: asked.append(trainer.global_step) or [2.0 + asked[-1] / 1000]
-    )
-    for step in range(141, 151):
-        trainer.global_step = step
-        cb.on_train_batch_end(trainer, module, None, None, 0)
-        rec = read_progress(tmp_path / PROGRESS_FILE)
-        want = step if step % 5 == 0 else 5 * (step // 5) if step > 145 else 140
-        assert rec["step"] == want, step
-    assert rec["loss"] == pytest.approx(2.150) and rec["start_step"] == 140
-    assert asked == [145, 150]  # the module reads the device at its log steps only
-    assert rec["started"] <= rec["updated"] and rec["pid"] == os.getpid()
-    trainer.global_step = 400  # the last step is always written
-    cb.on_train_batch_end(trainer, SimpleNamespace(log_step=lambda: [1.5]), None, None, 0)
-    cb.on_train_end(trainer, None)
+    assert "first_step" not in first  # start-up ends at the first log step
+    progress.log(145, [2.145, 3.0])  # each member's mean loss of the log step
+    rec, other = (read_progress(p / PROGRESS_FILE) for p in (tmp_path, tmp_path / "b"))
+    assert (rec["step"], rec["loss"], other["loss"]) == (145, 2.145, 3.0)
+    assert rec["first_step"] >= rec["started"] and rec["pid"] == os.getpid()
+    progress.phase("eval")
+    assert read_progress(tmp_path / PROGRESS_FILE)["phase"] == "eval"
+    progress.phase("train")
+    progress.log(150, [2.150, 2.9])
+    progress.end(400)
     rec = read_progress(tmp_path / PROGRESS_FILE)
-    assert (rec["step"], rec["phase"], rec["loss"]) == (400, "final eval", 1.5)
-    assert [p.name for p in tmp_path.iterdir()] == [PROGRESS_FILE]  # no temp files left
+    assert (rec["step"], rec["phase"], rec["loss"], rec["start_step"]) == (
+        400,
+        "final eval",
+        2.150,
+        140,
+    )
+    assert rec["started"] <= rec["updated"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [PROGRESS_FILE, "b"]  # no temp files
 
 
 def test_read_progress_tolerates_missing_and_garbled_files(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import ablate.data
-import ablate.training.lit
+import ablate.training.stacked.lit
 from ablate.cli import app
 from ablate.execution.executors.local import LocalOptions
 from ablate.execution.runner import run_study
@@ -155,25 +155,25 @@ def test_ctrl_c_inside_an_optimizer_step_resumes_bit_exactly(make_study, tmp_pat
 
     path = make_study(grid={"model.activation": ["relu"]})
     store = tmp_path / "runs"
-    original = ablate.training.lit.LitLM.on_train_start
+    original = ablate.training.stacked.lit.LitStack.on_train_start
 
     def arm(self):
         original(self)
 
         def after_update(optimizer, args, kwargs):
-            if self.global_step == 12:  # params updated, step not yet counted
+            if self.step == 12:  # params updated, step not yet counted
                 signal.raise_signal(signal.SIGINT)
 
         self.trainer.optimizers[0].register_step_post_hook(after_update)
 
-    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_start", arm)
+    monkeypatch.setattr(ablate.training.stacked.lit.LitStack, "on_train_start", arm)
     with pytest.raises(KeyboardInterrupt):
         run_study(path, store=store, progress=False)
     (d,) = RunStore(store).runs("tiny")
     assert d.read_summary()["status"] == "running"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler given back
 
-    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_start", original)
+    monkeypatch.setattr(ablate.training.stacked.lit.LitStack, "on_train_start", original)
     (result,) = run_study(path, store=store, progress=False)
     (fresh,) = run_study(path, store=tmp_path / "fresh", progress=False)
     assert result["final_val_loss"] == pytest.approx(fresh["final_val_loss"], abs=1e-6)

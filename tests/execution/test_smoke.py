@@ -32,7 +32,7 @@ def test_smoke_config_keeps_shapes_and_moves_gpu_paths_to_the_cpu(monkeypatch):
     t, m, d = cfg.train, cfg.model, cfg.data
     assert (t.accelerator, t.attn_backend, t.max_steps) == ("cpu", "auto", 2)
     assert t.precision == run.config.train.precision == "bf16-mixed"
-    assert cfg.optim.fused is True  # as LitLM fuses AdamW on CUDA
+    assert cfg.optim.fused is True  # as MemberAdamW fuses AdamW on CUDA
     assert (m.d_model, m.n_layers, d.seq_len) == (384, 6, 256)  # the gpu profile's shapes
     assert t.eval_lengths == run.config.train.eval_lengths and t.final_eval_batches == 1
     assert cfg.tracking.wandb is False and d.pin_memory is False

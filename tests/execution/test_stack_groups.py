@@ -161,7 +161,7 @@ def test_auto_stacks_what_the_free_memory_holds_at_the_measured_footprint(monkey
 
 KILL_SCRIPT = """
 import os, signal, sys
-import ablate.training.stacked.group as stacked
+import ablate.training.train as stacked
 from ablate.cli import app
 def hook(steps):
     if min(steps) >= 13:
@@ -191,8 +191,8 @@ def test_kill_9_mid_group_then_rerun_is_bit_exact(study6, tmp_path):
 
 
 def test_a_solo_rerun_resumes_a_stacked_checkpoint(study6, tmp_path, monkeypatch):
-    import ablate.training.stacked.group as stacked
-    from ablate.training.train import request_stop
+    import ablate.training.train as stacked
+    from ablate.training.trainer import request_stop
 
     def stop_at_12(steps):
         if min(steps) == 12:
@@ -248,7 +248,7 @@ def test_each_member_logs_its_own_offline_wandb_run(
 
 
 def test_a_diverged_member_leaves_the_stack(tmp_path, monkeypatch, tiny_run):
-    import ablate.training.stacked.group as stacked
+    import ablate.training.train as stacked
 
     sizes = []
     monkeypatch.setattr(stacked, "_step_done", lambda steps: sizes.append(len(steps)))

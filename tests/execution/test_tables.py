@@ -44,7 +44,7 @@ def test_a_failed_run_keeps_its_whole_traceback_in_error_log(tmp_path, monkeypat
     def broken(*args, **kwargs):
         raise RuntimeError("the model cannot be built: " + "detail " * 50)
 
-    monkeypatch.setattr(train, "LitLM", broken)
+    monkeypatch.setattr(train, "LitStack", broken)
     cfg = build_config({"train.max_steps": 2, "tracking.wandb": False, "train.progress": False})
     run_dir = RunStore(tmp_path).run("t", "x")
     summary = train.train_run(cfg, run_dir)

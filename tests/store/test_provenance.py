@@ -24,7 +24,7 @@ from ablate.store.provenance import (
     source_fingerprint,
     stale_note,
 )
-from ablate.training.train import ResumeMismatch, check_resume
+from ablate.training.finish import ResumeMismatch, check_resume
 
 TEXT = "".join(f"Row {i}: some words and more words, line {i % 11}.\n" for i in range(400))
 TINY = [

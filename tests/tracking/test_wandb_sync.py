@@ -51,19 +51,19 @@ def test_a_retrained_stale_run_gets_a_new_wandb_id(tmp_path):
 
 def _interrupt_at(step, path, store, monkeypatch):
     """Train the study until its run is interrupted at ``step`` (a Ctrl-C mid-run)."""
-    import ablate.training.lit
+    import ablate.training.stacked.lit
 
-    original = ablate.training.lit.LitLM.on_train_batch_end
+    original = ablate.training.stacked.lit.LitStack.on_train_batch_end
 
     def interrupt(self, outputs, batch, batch_idx):
         original(self, outputs, batch, batch_idx)
-        if self.global_step == step:
+        if self.step == step:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_batch_end", interrupt)
+    monkeypatch.setattr(ablate.training.stacked.lit.LitStack, "on_train_batch_end", interrupt)
     with pytest.raises(KeyboardInterrupt):
         run_study(path, store=store, progress=False)
-    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_batch_end", original)
+    monkeypatch.setattr(ablate.training.stacked.lit.LitStack, "on_train_batch_end", original)
     # W&B names an offline folder by the second it started: the next start gets its own
     # (a start within the same second reuses the folder, and the replay keeps it whole)
     time.sleep(1.1)
@@ -271,9 +271,8 @@ def test_solo_stacked_and_report_runs_start_through_one_fallback(tmp_path, monke
     assert runs.start(TrackingConfig(wandb=False), begin) is None and len(tried) == 3
     cfg = build_config({"tracking.wandb": True, "tracking.mode": "offline"})
     bad = RunStore(tmp_path).run("s", "a:b")
-    for start in (runs.start_solo_wandb, runs.start_member_wandb):
-        with pytest.raises(ValueError, match="characters W&B rejects"):
-            start(cfg, bad, {"study": "s"}, "n")
+    with pytest.raises(ValueError, match="characters W&B rejects"):
+        runs.start_member_wandb(cfg, bad, {"study": "s"}, "n")
 
 
 def test_a_run_stopped_by_ctrl_c_logs_at_the_same_steps_after_resume(
@@ -284,21 +283,21 @@ def test_a_run_stopped_by_ctrl_c_logs_at_the_same_steps_after_resume(
     import os
     import signal
 
-    import ablate.training.lit
+    import ablate.training.stacked.lit
 
     path = make_study(base=OFFLINE, grid={"model.activation": ["relu"]})
     (done,) = run_study(path, store=tmp_path / "whole", progress=False)
-    original = ablate.training.lit.LitLM.on_train_batch_end
+    original = ablate.training.stacked.lit.LitStack.on_train_batch_end
 
     def ctrl_c(self, outputs, batch, batch_idx):
         original(self, outputs, batch, batch_idx)
-        if self.global_step == 12:
+        if self.step == 12:
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_batch_end", ctrl_c)
+    monkeypatch.setattr(ablate.training.stacked.lit.LitStack, "on_train_batch_end", ctrl_c)
     with pytest.raises(KeyboardInterrupt):
         run_study(path, store=tmp_path / "cut", progress=False)
-    monkeypatch.setattr(ablate.training.lit.LitLM, "on_train_batch_end", original)
+    monkeypatch.setattr(ablate.training.stacked.lit.LitStack, "on_train_batch_end", original)
     time.sleep(1.1)  # the resumed start's offline folder gets its own second
     (resumed,) = run_study(path, store=tmp_path / "cut", progress=False)
     assert resumed["resumed_from_step"] == 12 and resumed["status"] == "completed"

@@ -8,7 +8,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from typer.testing import CliRunner
 
-import ablate.training.lit
+import ablate.training.stacked.member
 from ablate.accel import attn_backend_problem, compile_problem, kernel_problem, pick_backend
 from ablate.cli import app
 from ablate.config import ConfigError, ModelConfig, build_config
@@ -16,8 +16,9 @@ from ablate.model import build_model
 from ablate.model.transformer import ALiBiPositions, CausalSelfAttention
 from ablate.store import RunStore
 from ablate.study import load_study
-from ablate.training.lit import LitLM, lm_loss
-from ablate.training.train import attn_context, train_run
+from ablate.training.lit import LitRuns, lm_loss
+from ablate.training.train import train_run
+from ablate.training.trainer import attn_context
 
 
 @pytest.fixture
@@ -150,7 +151,7 @@ def test_bf16_mixed_trains_on_cpu_close_to_fp32(tmp_path, tiny_run):
 
 def test_metrics_stay_fp32_under_bf16_autocast(tiny_run):
     cfg = build_config({**tiny_run, "train.precision": "bf16-mixed"})
-    lit = LitLM(cfg, 65)
+    lit = LitRuns([cfg], build_model(cfg.model, 65), bits_per_token=False, member_loggers=[[]])
     x, y = torch.randint(0, 65, (2, 32)), torch.randint(0, 65, (2, 32))
     with torch.autocast("cpu", torch.bfloat16):
         logits = lit.model(x)
@@ -162,7 +163,7 @@ def test_metrics_stay_fp32_under_bf16_autocast(tiny_run):
 
 
 def test_nan_in_bf16_activations_is_caught_as_divergence(tmp_path, monkeypatch, tiny_run):
-    real_build = ablate.training.lit.build_model
+    real_build = ablate.training.stacked.member.build_model
     seen = {"calls": 0, "dtypes": set()}
 
     def poisoned_build(cfg, vocab, members=1):
@@ -179,7 +180,7 @@ def test_nan_in_bf16_activations_is_caught_as_divergence(tmp_path, monkeypatch, 
         model.blocks[0].attn.register_forward_hook(hook)
         return model
 
-    monkeypatch.setattr(ablate.training.lit, "build_model", poisoned_build)
+    monkeypatch.setattr(ablate.training.stacked.member, "build_model", poisoned_build)
     cfg = build_config({**tiny_run, "train.precision": "bf16-mixed", "train.eval_interval": 100})
     summary = train_run(cfg, RunStore(tmp_path).run("t", cfg.run_id()))
     assert torch.bfloat16 in seen["dtypes"]  # the NaN was planted in a bf16 tensor

@@ -11,8 +11,7 @@ from torch._dynamo.utils import counters
 
 from ablate.config import build_config
 from ablate.store import RunStore
-from ablate.training.stacked.group import train_group
-from ablate.training.train import train_run
+from ablate.training.train import train_group, train_run
 
 # evaluations at steps 2 and 4, logging every 2 steps (a diverged member is found at step 2)
 SHORT = {"train.max_steps": 4, "train.eval_interval": 2, "train.eval_batches": 1}

@@ -14,8 +14,7 @@ import ablate.training.stacked.store as member_store
 from ablate.config import build_config
 from ablate.store import RunDir, RunStore
 from ablate.training.checkpoints import MetricsFirst
-from ablate.training.stacked.group import train_group
-from ablate.training.train import train_run
+from ablate.training.train import train_group, train_run
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
 

@@ -367,8 +367,8 @@ def dead_wandb_server(monkeypatch):
     delay = {"s": 0.0}
 
     def init(**kwargs):
-        timeout = (kwargs.get("settings") or {}).get("init_timeout")
-        if os.environ.get("WANDB_MODE") != "dryrun":
+        timeout = getattr(kwargs.get("settings"), "init_timeout", None)
+        if kwargs.get("mode") == "online":
             tried.append(("online", timeout))
             import time
 

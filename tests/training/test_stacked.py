@@ -9,11 +9,11 @@ import sys
 import pytest
 import torch
 
-import ablate.training.stacked.group as stacked
+import ablate.training.train as stacked
 from ablate.config import ConfigError, build_config
 from ablate.store import RunStore
-from ablate.training.stacked.group import check_group, stack_key, train_group
-from ablate.training.train import request_stop, train_run
+from ablate.training.train import check_group, stack_key, train_group, train_run
+from ablate.training.trainer import request_stop
 
 # Relative tolerance of a member's losses against its solo run. Each member computes the solo
 # run's operations on its own slice of every tensor; what can differ is float rounding where a
@@ -84,19 +84,6 @@ def test_a_diverging_member_is_frozen_and_the_others_are_unchanged(tmp_path, cfg
         assert_member_equals_solo(store, cfgs[i], solo[i], group[i])
 
 
-def test_a_group_of_one_is_its_solo_run_bit_for_bit_dropout_included(tmp_path, cfgs_of):
-    """A solo run is a model of one member: trained through the group's path it computes the
-    same operations on the same tensors and draws the same dropout masks."""
-    (cfg,) = cfgs_of({"model.dropout": 0.1, "train.seed": 3})
-    solo, group, store = solo_and_stacked(tmp_path, [cfg])
-    assert group[0]["stack"]["members"] == 1
-    assert group[0]["final_val_loss"] == solo[0]["final_val_loss"]
-    a, b = metrics(store, "solo", cfg), metrics(store, "stacked", cfg)
-    assert {k: v for k, v in a.items() if not k[1].startswith("perf/")} == {
-        k: v for k, v in b.items() if not k[1].startswith("perf/")
-    }
-
-
 def test_stacked_members_with_dropout_are_their_solo_runs_in_distribution(tmp_path, cfgs_of):
     """With dropout, a member of a stack of 3 draws other masks than its solo run (once for all
     members: docs/stacking.md), so its losses differ from the solo run's by more than float
@@ -114,20 +101,20 @@ def test_a_solo_runs_checkpoint_continues_in_a_stack(tmp_path, monkeypatch, cfgs
     """solo -> stacked: a run interrupted solo at step 13 resumes as a member of a group
     (beside a fresh member, which trains alone up to step 13 first) and ends as its
     uninterrupted solo run does."""
-    import ablate.training.lit
+    import ablate.training.stacked.lit
 
     cfgs = cfgs_of({"train.seed": 0}, {"train.seed": 1})
     store = RunStore(tmp_path)
     whole = [train_run(c, store.run("whole", c.run_id())) for c in cfgs]
 
-    class Stop(ablate.training.lit.LitLM):
+    class Stop(ablate.training.stacked.lit.LitStack):
         def on_train_batch_end(self, outputs, batch, batch_idx):
             super().on_train_batch_end(outputs, batch, batch_idx)
-            if self.global_step == 13:
+            if self.step == 13:
                 raise KeyboardInterrupt
 
     dirs = [store.run("cut", c.run_id()) for c in cfgs]
-    monkeypatch.setattr("ablate.training.train.LitLM", Stop)
+    monkeypatch.setattr("ablate.training.train.LitStack", Stop)
     with pytest.raises((KeyboardInterrupt, SystemExit)):
         train_run(cfgs[0], dirs[0])
     monkeypatch.undo()
@@ -286,19 +273,24 @@ def test_interrupted_group_resumes_bit_exact(tmp_path, monkeypatch, cfgs_of):
         assert all(a[k] == b[k] for k in a if not k[1].startswith("perf/")), cfg.run_id()
 
 
-def test_dropout_goes_on_as_uninterrupted_from_a_checkpoint_taken_before_an_evaluation(
+def test_dropout_goes_on_as_uninterrupted_from_a_periodic_checkpoint(
     tmp_path, monkeypatch, cfgs_of
 ):
     """The RNG (dropout) is in a member's checkpoint, and an evaluation draws nothing from it:
-    so a resume from the checkpoint of step 10, which Lightning takes before step 10's
-    evaluation (what a kill -9 at step 13 leaves), draws the uninterrupted run's masks."""
+    so a resume from the checkpoint of step 10, taken with step 10's evaluation (what a kill -9
+    at step 13 leaves), draws the uninterrupted run's masks."""
     cfgs = cfgs_of(*({"model.dropout": 0.1, "train.seed": s} for s in (0, 1)))
     store = RunStore(tmp_path)
     whole = train_group(cfgs, [store.run("whole", c.run_id()) for c in cfgs])
     dirs = [store.run("cut", c.run_id()) for c in cfgs]
-    _interrupt_at(monkeypatch, 13)
-    with pytest.raises(KeyboardInterrupt):
-        train_group(cfgs, dirs)
+
+    def crash(steps):
+        if steps[0] == 13:
+            raise RuntimeError("killed")
+
+    monkeypatch.setattr(stacked, "_step_done", crash)
+    train_group(cfgs, dirs)  # the crash fails both runs, with an interrupted.ckpt of step 13
+    assert [d.read_summary()["status"] for d in dirs] == ["failed", "failed"]
     for d in dirs:  # as a kill -9 would leave it: the periodic checkpoint of step 10
         (d.checkpoint_dir / "interrupted.ckpt").unlink()
     monkeypatch.setattr(stacked, "_step_done", lambda steps: None)
@@ -338,7 +330,7 @@ def test_members_resume_at_different_steps_and_catch_up_bit_exact(tmp_path, monk
 
 KILL_SCRIPT = """
 import os, signal, sys
-import ablate.training.stacked.group as stacked
+import ablate.training.train as stacked
 from ablate.config import build_config
 from ablate.store import RunStore
 cfgs = [build_config({**eval(sys.argv[1]), "train.seed": s}) for s in (0, 1)]
@@ -387,8 +379,10 @@ def test_group_check_and_stack_key(cfgs_of):
     check_group([a, b])
     with pytest.raises(ConfigError, match="model.d_model"):
         check_group([a, c])
-    with pytest.raises(ConfigError, match="train.precision"):
-        check_group(cfgs_of({"train.precision": "16-mixed"}))
+    half = {"train.precision": "16-mixed"}
+    with pytest.raises(ConfigError, match="train.precision"):  # no loss scaler per member
+        check_group(cfgs_of(half, {**half, "train.seed": 1}))
+    check_group(cfgs_of(half))  # alone, Lightning's scaler is the run's
 
 
 def test_train_stack_is_not_part_of_the_run_id(tiny_run):

@@ -10,8 +10,7 @@ import ablate.training.throughput as throughput
 from ablate.config import build_config
 from ablate.store import RunStore
 from ablate.training.lit import LitRuns
-from ablate.training.stacked.group import train_group
-from ablate.training.train import train_run
+from ablate.training.train import train_group, train_run
 
 WAIT_S = 10.0  # what each host read waits for the device, on the fake clock
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-import ablate.training.lit
+import ablate.training.stacked.lit
 import ablate.training.step
 from ablate.config import build_config
 from ablate.data import LMDataModule, unigram_entropy
@@ -132,14 +132,14 @@ def test_resume_continues_to_the_same_result(tmp_path, monkeypatch, tiny_run):
     cfg = build_config(tiny_run)
     straight = train_run(cfg, store.run("a", "x"))
 
-    class Stop(ablate.training.lit.LitLM):
+    class Stop(ablate.training.stacked.lit.LitStack):
         def on_train_batch_end(self, outputs, batch, batch_idx):
             super().on_train_batch_end(outputs, batch, batch_idx)
-            if self.global_step == 13:
+            if self.step == 13:
                 raise KeyboardInterrupt
 
     run = store.run("b", "x")
-    monkeypatch.setattr("ablate.training.train.LitLM", Stop)
+    monkeypatch.setattr("ablate.training.train.LitStack", Stop)
     with pytest.raises((KeyboardInterrupt, SystemExit)):
         train_run(cfg, run)
     assert run.read_summary()["status"] == "running"

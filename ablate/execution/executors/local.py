@@ -240,7 +240,7 @@ def _stop_handler(signum, frame):  # noqa: ARG001 - signal handler signature
     """SIGUSR1 from the parent after a Ctrl-C: stop the run in progress like a Ctrl-C (at the
     next step boundary while it trains)."""
     if _in_run:
-        from ablate.training.train import request_stop
+        from ablate.training.trainer import request_stop
 
         request_stop()
 

@@ -1,6 +1,6 @@
 """SLURM through submitit: one job array per study, one array task per run.
 
-Each task runs ``execute_run`` (lease, resume, store) on its node; the store must be a path every
+Each task runs ``execute_group`` (lease, resume, store) on its node; the store must be a path every
 node sees. A job that is preempted or reaches its ``time`` gets submitit's signal, its run
 saves an ``interrupted`` checkpoint, and ``RunJob.checkpoint`` requeues the same task, which
 takes its own lease over (same SLURM job id) and resumes from that checkpoint.

@@ -1,18 +1,13 @@
-"""``LitStack``: the members of a stacked group as one LightningModule, and their batches.
+"""``LitStack``: the members of a group (one for a solo run) as one LightningModule, and their
+batches.
 
-Everything a step computes and records is ``LitRuns``'s, the same as a solo run's
-(``ablate.training.lit``), over one model of k members (``ablate.model.stack_models``: member i
-holds member i's own model's weights). What this adds is the hand-over of each member's state
-into and out of a fit. Lightning drives the fit as it drives a solo run's
-(``train.make_trainer``), with two differences a stack needs:
-
-* Its members resume from their own checkpoints, which Lightning cannot restore (it restores
-  one checkpoint per fit). So a fit restores no Lightning checkpoint, and ``on_fit_start`` sets
-  the counters Lightning's restore would have set to the members' step (they share one: see
-  ``stacked.group``): ``global_step`` (the manual optimization's optimizer steps), the batches
-  (``val_check_interval`` counts them) and the loggers' step.
-* A batch is every member's batch from its own data stream (seed, start), stacked: ``(k, B,
-  T)``; evaluation batches are shared (the members have one data config).
+Everything a step computes and records is ``LitRuns``'s (``ablate.training.lit``), over one
+model of k members (``ablate.model.stack_models``: member i holds member i's own model's
+weights). What this adds is the hand-over of each member's state into and out of a fit: its
+step (the module counts from it: a fit that resumes restores no Lightning state), weights,
+AdamW state and loop state, and each member's checkpoint. A batch is every member's batch from
+its own data stream (seed, start), stacked: ``(k, B, T)``; evaluation batches are shared (the
+members have one data config).
 """
 
 from __future__ import annotations
@@ -20,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -30,16 +24,6 @@ from ablate.training.adamw import MemberAdamW, lr_of
 from ablate.training.lit import LitRuns
 from ablate.training.stacked.member import Member
 from ablate.training.stacked.store import member_checkpoint
-
-
-def start_counters(trainer: pl.Trainer, step: int) -> None:
-    """Count ``trainer``'s fit from ``step`` as a restore of a checkpoint at ``step`` would."""
-    loop = trainer.fit_loop.epoch_loop
-    steps = loop.manual_optimization.optim_step_progress.total
-    steps.ready = steps.completed = step
-    batches = loop.batch_progress.total
-    batches.ready = batches.started = batches.processed = batches.completed = step
-    loop._batches_that_stepped = step
 
 
 def _hyper(m: Member, step: int) -> dict[str, Any]:
@@ -55,9 +39,10 @@ class LitStack(LitRuns):
     def __init__(self, members: list[Member], device: torch.device):
         super().__init__(
             [m.cfg for m in members],
-            stack_models([m.lit.model.to(device) for m in members]),
+            stack_models([m.model.to(device) for m in members]),
             bits_per_token=members[0].dm.is_char,
             member_loggers=[m.loggers() for m in members],
+            step=members[0].step,
         )
         self.members = members
         self.clocks = [m.attempt.wall_time for m in members]
@@ -66,9 +51,6 @@ class LitStack(LitRuns):
         self.early = [m.early for m in members]
         self.stopped_early = [m.stopped_early for m in members]
         self.opt: MemberAdamW | None = None
-
-    def on_fit_start(self) -> None:
-        start_counters(self.trainer, self.start_step)
 
     def configure_optimizers(self):
         """``LitRuns``' optimizer, with each member's AdamW state and step."""
@@ -83,7 +65,7 @@ class LitStack(LitRuns):
     def save_members(self, checkpoint: dict, loops: list[dict[str, Any]]) -> None:
         """Each member's checkpoint (``stacked.store.member_checkpoint``), copied off the
         device now, for ``MemberCheckpointIO`` to write into the member's directory."""
-        step, opt = self.global_step, self.opt
+        step, opt = self.step, self.opt
         checkpoint["members"] = [
             member_checkpoint(
                 member_state_dict(self.model, i),
@@ -99,18 +81,19 @@ class LitStack(LitRuns):
         """Each member's state after the fit, as a resume would read it: weights into its own
         model (on the training device), AdamW state, loop state, step and how it ended."""
         opt = self.opt
-        step, loops = self.global_step, self.loop_state()
+        step, loops = self.step, self.loop_state()
         for i, m in enumerate(self.members):
-            load_member_state_dict(m.lit.model, 0, member_state_dict(self.model, i))
+            if m.model is not self.model:  # a group of one trained its member's own model
+                load_member_state_dict(m.model, 0, member_state_dict(self.model, i))
             m.optimizer = opt.member_state(i, _hyper(m, step))
             m.loop, m.step = loops[i], step
             m.early, m.stopped_early = self.early[i], self.stopped_early[i]
             m.diverged_step = self.diverged_step[i]
             m.tokens_per_s = self.tokens_per_s if self.tokens_per_s is not None else m.tokens_per_s
 
-    def dataloaders(self) -> tuple[DataLoader, DataLoader]:
-        """The stacked training batches from the members' step on, and the shared evaluation
-        batches."""
+    def dataloader(self) -> DataLoader:
+        """The stacked training batches from the members' step on; the shared evaluation
+        batches become ``val_batches``."""
         dms = [m.dm for m in self.members]
         cuda = next(self.model.parameters()).is_cuda
         # a private generator: iterating the loader draws its seed from it, not from torch's
@@ -121,7 +104,8 @@ class LitStack(LitRuns):
             pin_memory=cuda,
             generator=torch.Generator(),
         )
-        return train, dms[0].val_dataloader()
+        self.val_batches = dms[0].val_dataloader()
+        return train
 
 
 class _StackedBatches(IterableDataset):

@@ -1,18 +1,19 @@
-"""A stacked member's checkpoint, and the Lightning ``CheckpointIO`` that writes them.
+"""A run's checkpoint, and the Lightning ``CheckpointIO`` that writes them.
 
-A member's checkpoint is a ``torch.save`` dict readable by everything that reads a solo run's
-Lightning checkpoint for its weights (``select_checkpoint``, ``check_resume``, ``ablate
-sample``): ``state_dict`` (``model.<name>``, as ``LitLM.state_dict()``), ``global_step`` and
-``optimizer_states`` (``torch.optim.AdamW``'s state_dict over ``decay_groups``), plus
-``stacked``: the loop state a bit-exact resume needs (``LitRuns.loop_state``: the loss
-accumulated since the last log, the first non-finite step, the RNG). A solo run's Lightning
-checkpoint loads here too (its loop state is under ``loop``). It has no Lightning loop state, so
-a member resumes in a stack (of one, if need be: ``execution.worker``), never in a solo fit.
+Every run, solo (a group of one) or a member of a stacked group, writes one format: a
+``torch.save`` dict with ``state_dict`` (``model.<name>``, in a one-member model's layout:
+``ablate.model.member_state_dict``), ``global_step`` and ``optimizer_states``
+(``torch.optim.AdamW``'s state_dict over ``decay_groups``), plus ``stacked``: the loop state a
+bit-exact resume needs (``LitRuns.loop_state``: the loss accumulated since the last log, the
+first non-finite step, the RNG). So a run written solo resumes in a stack and back.
+``load_member_checkpoint`` also reads the Lightning checkpoints runs wrote before this format
+(their loop state under ``loop``, a compiled model's keys with ``_orig_mod.``); it holds no
+Lightning loop state, and none is needed: a fit counts its members' steps itself.
 
-The group's ``Trainer`` decides when to save (``train.make_trainer``: the interval, an
-exception, the end); ``MemberCheckpointIO`` writes each member's part of what it saves
-(``LitStack.save_members``) into the member's own directory, under the file name Lightning
-chose. Writes never stall training for long: the state is copied off the device at the step
+The module decides when to save (``LitRuns.end_step``: the interval, the end of a fit;
+``trainer.make_trainer``: an exception); ``MemberCheckpointIO`` writes each member's part of
+what it saves (``LitStack.save_members``) into the member's own directory, under the file name
+given. Writes never stall training for long: the state is copied off the device at the step
 (so the update of the next step cannot change it), and written by one background thread with
 ``atomic_save`` (same-directory temp file, fsync, rename): a crash at any moment leaves the old
 or the new file. At most one snapshot waits: the next checkpoint waits for the previous write,
@@ -32,6 +33,25 @@ from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
 from ablate.training.checkpoints import atomic_save
 
 LAST = "last.ckpt"
+
+
+def member_loop(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The loop state in ``checkpoint`` (``stacked``; an older solo Lightning checkpoint's
+    ``loop``), or ``{}`` (a checkpoint from before it was kept: the first log interval after the
+    resume then averages fewer steps)."""
+    return checkpoint.get("stacked") or checkpoint.get("loop") or {}
+
+
+def load_member_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The checkpoint at ``path`` on the CPU, its ``state_dict`` keys in the eager model's form
+    (a ``torch.compile(model)`` wrapper's ``_orig_mod.`` segment removed)."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    state = ckpt.get("state_dict") or {}
+    if any("._orig_mod." in k or k.startswith("_orig_mod.") for k in state):
+        ckpt["state_dict"] = {
+            k.replace("._orig_mod.", ".").removeprefix("_orig_mod."): v for k, v in state.items()
+        }
+    return ckpt
 
 
 def member_checkpoint(
@@ -83,7 +103,7 @@ class CheckpointWriter:
 
 
 class MemberCheckpointIO(CheckpointIO):
-    """Lightning's checkpoint IO for a stacked group: the checkpoint Lightning saves as
+    """Lightning's checkpoint IO for a group of runs: the checkpoint Lightning saves as
     ``<dir>/<name>`` becomes each member's ``checkpoint["members"][i]`` in
     ``checkpoint_dirs[i]/<name>``, written in the background (``CheckpointWriter``)."""
 
@@ -101,7 +121,7 @@ class MemberCheckpointIO(CheckpointIO):
         self.writer.submit([(c, d / name) for c, d in zip(members, self.dirs, strict=True)])
 
     def load_checkpoint(self, path: Any, map_location: Any | None = None) -> dict[str, Any]:
-        raise NotImplementedError("a stack's members resume from their own checkpoints")
+        return load_member_checkpoint(path)  # one member's (the group opens each: ``member``)
 
     def remove_checkpoint(self, path: Any) -> None:
         name = Path(path).name
