@@ -55,13 +55,18 @@ def failure(summaries: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def run_length(steps: int) -> dict[str, Any]:
-    """Config keys for a run of ``steps`` steps with no evaluation before the final one."""
-    return {"train.max_steps": steps, "train.eval_interval": 10**6}
+def run_length(steps: int, eval_every: int | None = None) -> dict[str, Any]:
+    """Config keys for a run of ``steps`` steps evaluating every ``eval_every`` steps (None:
+    no evaluation before the final one)."""
+    return {"train.max_steps": steps, "train.eval_interval": eval_every or 10**6}
 
 
 def timed_runs(
-    flat: dict[str, Any], members: int, window: tuple[int, int], cuda: bool
+    flat: dict[str, Any],
+    members: int,
+    window: tuple[int, int],
+    cuda: bool,
+    eval_every: int | None = None,
 ) -> dict[str, Any]:
     """Tokens/s of all members from the wall time of two runs of ``window`` steps (each ends
     synchronized: its final evaluation reads the loss), so set-up, final evaluation and
@@ -71,7 +76,8 @@ def timed_runs(
     Under ``train.compile`` a run of the short length comes first, from a clean dynamo cache:
     it compiles the training and evaluation graphs, which the two timed runs in this process
     reuse (a second run compiles nothing: ``tests/training/test_compile.py``), so compiling is
-    in neither of them; ``compile_s`` is that run's wall time over the short timed one's."""
+    in neither of them; ``compile_s`` is that run's wall time over the short timed one's.
+    ``eval_every``: the runs evaluate at that interval too (its steps are in the tokens/s)."""
     from ablate.bench.machine import sync
 
     compiled = flat.get("train.compile", False)
@@ -81,7 +87,7 @@ def timed_runs(
         dynamo.reset()  # each compiled row compiles its own graphs, none left over
     walls, summaries = [], []
     for steps in ((window[0],) if compiled else ()) + tuple(window):
-        cfg = build_config(flat | run_length(steps))
+        cfg = build_config(flat | run_length(steps, eval_every))
         if cuda:
             gc.collect()
             torch.cuda.empty_cache()
@@ -108,3 +114,58 @@ def timed_runs(
     if cuda:
         out["peak_mem_gib"] = torch.cuda.max_memory_allocated() / 2**30
     return out
+
+
+# --- a stack equals its solo runs ---------------------------------------------------------------
+
+EQUAL_MEMBERS, EQUAL_STEPS, EQUAL_LOG = 4, 10, 2
+RTOL_BF16 = 1e-3
+"""A member's losses against its solo run's under bf16-mixed, relative: the tolerance
+``tests/training/test_stacked.py`` states and argues (half a bf16 rounding; a real difference,
+a cast missing or a wrong dtype, is ~1e-2)."""
+LOSSES = ("train/loss", "val/loss")
+
+
+def loss_differences(
+    solo: list[list[tuple[int, str, float]]], stacked: list[list[tuple[int, str, float]]]
+) -> dict[str, Any]:
+    """Each member's logged losses (``read_metrics`` rows) against its solo run's: the largest
+    absolute and relative difference, how many values were compared, and the steps or metrics
+    one side logged and the other did not (``missing``)."""
+    worst_abs = worst_rel = 0.0
+    compared, missing = 0, []
+    for i, (a, b) in enumerate(zip(solo, stacked, strict=True)):
+        ours = {(s, m): v for s, m, v in a if m in LOSSES}
+        theirs = {(s, m): v for s, m, v in b if m in LOSSES}
+        missing += [f"member {i}: {m} at step {s}" for s, m in sorted(set(ours) ^ set(theirs))]
+        for key in ours.keys() & theirs.keys():
+            diff = abs(ours[key] - theirs[key])
+            worst_abs = max(worst_abs, diff)
+            worst_rel = max(worst_rel, diff / abs(ours[key]) if ours[key] else diff)
+            compared += 1
+    ok = compared > 0 and not missing and worst_rel <= RTOL_BF16
+    return {"ok": ok, "max_abs_diff": worst_abs, "max_rel_diff": worst_rel, "rtol": RTOL_BF16} | {
+        "compared": compared,
+        "missing": missing[:5],
+    }
+
+
+def stack_equals_solo(flat: dict[str, Any]) -> dict[str, Any]:
+    """A stack of ``EQUAL_MEMBERS`` against its solo runs (seeds 0..3, ``flat``'s shape and
+    kernels at dropout 0: a stack draws other dropout masks than its solo runs,
+    docs/stacking.md), ``EQUAL_STEPS`` steps under bf16-mixed, losses logged every
+    ``EQUAL_LOG`` steps and at the final evaluation: :func:`loss_differences`."""
+    over = {"model.dropout": 0.0, "train.precision": PROFILE_PRECISION}
+    over |= run_length(EQUAL_STEPS) | {"train.log_interval": EQUAL_LOG}
+    cfgs = member_configs(build_config(flat | over), EQUAL_MEMBERS)
+    with tempfile.TemporaryDirectory(prefix="ablate-probe-equal-") as tmp:
+        solo_store, stack_store = RunStore(Path(tmp) / "solo"), RunStore(Path(tmp) / "stack")
+        summaries = [s for c in cfgs for s in train(c, 0, solo_store.root)]
+        summaries += train(cfgs[0], EQUAL_MEMBERS, stack_store.root)
+        if error := failure(summaries):
+            return {"ok": False, "error": error}
+        runs = [
+            [store.run("probe", c.run_id()).read_metrics() for c in cfgs]
+            for store in (solo_store, stack_store)
+        ]
+    return {"members": EQUAL_MEMBERS, "steps": EQUAL_STEPS} | loss_differences(*runs)

@@ -30,8 +30,9 @@ def bench(
     probe: Annotated[
         bool,
         typer.Option(
-            help="The probe (reports/bench_probe.md): solo, 4 packed processes, stacks of 1, 4 "
-            "and 8, then compiled solo and stack of 8 runs, at the reference gpu shape, and the "
+            help="The probe (reports/bench_probe.md): solo and a stack of 8, eager, compiled and "
+            "with CUDA graphs, a profile of its steps, a stack = solo check, then a pack of 4 "
+            "and a compiled stack of 16 if time is left, at the reference gpu shape, and the "
             "verdicts window.sh applies; without CUDA at a tiny shape, CUDA figures 'not "
             "measured'."
         ),
@@ -42,6 +43,15 @@ def bench(
             "--compiled/--no-compiled",
             help="With --probe: measure its compiled rows (default: on CUDA only; on a CPU "
             "inductor's C++ takes minutes).",
+        ),
+    ] = None,
+    seconds: Annotated[
+        float | None,
+        typer.Option(
+            min=1,
+            help="With --probe: its budget (default 180, window.sh's PROBE_SECONDS); the rows "
+            "it runs only if time is left (the pack, the stack of 16) run when the time left "
+            "holds their planned seconds.",
         ),
     ] = None,
     section: Annotated[
@@ -65,7 +75,7 @@ def bench(
     elif probe:
         from ablate.bench.probe import run_probe
 
-        run_probe(_out(out, "reports/bench_probe.md"), compiled=compiled)
+        run_probe(_out(out, "reports/bench_probe.md"), compiled=compiled, seconds=seconds)
     elif gpu:
         from ablate.bench.gpu import run_gpu_bench
 

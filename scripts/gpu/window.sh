@@ -35,9 +35,13 @@
 #   ABLATE_ARGS      extra `ablate run` arguments, split on spaces; set, they replace the
 #                    probe's verdicts (e.g. "--workers 4 --runs-per-gpu 4")
 #   PROBE            [1] 0: no probe (and no verdict: ABLATE_ARGS alone)
-#   PROBE_SECONDS    [180] the probe's own limit (cut, it leaves the verdicts of the rows it
-#                    finished; a failing probe is logged and the studies run solo). Its eager
-#                    rows end by ~65 s, its compiled ones by ~175 s (docs/gpu.md)
+#   PROBE_SECONDS    [180] the probe's own limit, given to it as --seconds too (cut, it
+#                    leaves the verdicts of the rows it finished; a failing probe is logged and
+#                    the studies run solo). Its plan takes ~161 s, ~177 s with the pack it runs
+#                    if time is left (docs/gpu.md)
+#   TORCHINDUCTOR_CACHE_DIR [.gpu-cache/inductor] inductor's compiled kernels (FX graph and
+#                    autograd caches on): the probe's compiles are reused by the studies after
+#                    it and by later commands on one warm machine; never archived
 #   NANOGPT          [.nanogpt] a carried nanoGPT checkout (scripts/gpu/prepare.sh --nanogpt):
 #                    its GPU config runs beside the studies, one seed, NANOGPT_ITERS [2500]
 #                    iterations of its 5000-iteration schedule (its best comes near 1750)
@@ -55,7 +59,7 @@
 # arguments, 3 when this machine cannot run ablate.
 set -uo pipefail
 
-usage() { sed -n '2,55p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,59p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "window.sh: $*" >&2; exit 2; }
 whole() { case $2 in '' | *[!0-9]*) die "$1 must be a whole number of seconds, got '$2'" ;; esac; }
 
@@ -91,6 +95,8 @@ GIT_BUNDLE=${GIT_BUNDLE:-$ROOT/.gpu-git/head.bundle}
 for v in PROBE_SECONDS GRACE FINISH NANOGPT_ITERS; do whole "$v" "${!v}"; done
 export ABLATE_DATA_DIR=${ABLATE_DATA_DIR:-$ROOT/.gpu-data}
 export WANDB_MODE=${WANDB_MODE:-disabled}
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$ROOT/.gpu-cache/inductor}
+export TORCHINDUCTOR_FX_GRAPH_CACHE=1 TORCHINDUCTOR_AUTOGRAD_CACHE=1
 export PYTHONUNBUFFERED=1 COLUMNS=${COLUMNS:-160}
 ARCHIVES=reports/gpu/stores
 MiB=$((1024 * 1024))
@@ -213,7 +219,7 @@ probe() {
     [ "$limit" -gt "$PROBE_SECONDS" ] && limit=$PROBE_SECONDS
     log "probe: ablate bench --probe (limit ${limit}s)"
     timeout --signal=INT --kill-after=10 "$limit" \
-        "$PYTHON" -m ablate bench --probe --out "$OUT/probe.md" || rc=$?
+        "$PYTHON" -m ablate bench --probe --seconds "$limit" --out "$OUT/probe.md" || rc=$?
     [ $rc = 0 ] && log "probe: done" || log "probe failed (exit $rc): the studies go on"
     read_verdict
 }
