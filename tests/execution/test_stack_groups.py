@@ -210,7 +210,7 @@ def test_a_solo_rerun_resumes_a_stacked_checkpoint(study6, tmp_path, monkeypatch
     for run_id, ref in by_id(whole).items():
         r = done[run_id]
         if run_id in first:  # its stacked checkpoint, continued by a group of one
-            assert r["resumed_from_step"] == 12 and r["stack"]["members"] == 1
+            assert r["resumed_from_step"] == 12 and r["training"]["stack"] == 1
             assert r["final_val_loss"] == ref["final_val_loss"]  # bit-exact
         else:  # never started: trained solo (Lightning)
             assert "stack" not in r and "resumed_from_step" not in r
@@ -276,6 +276,6 @@ def test_a_group_task_leaves_out_a_member_another_process_holds(tmp_path, tiny_r
     finally:
         lease.release()
     assert [o for o, _ in out] == [SKIPPED, TRAINED, LOCKED]
-    assert out[1][1]["status"] == "completed" and out[1][1]["stack"]["members"] == 1
+    assert out[1][1]["status"] == "completed" and out[1][1]["training"]["stack"] == 1
     assert dirs[2].read_summary() is None  # untouched
     assert not dirs[1].is_locked()  # released

@@ -204,9 +204,9 @@ def test_a_diverged_run_ends_failed_tagged_and_says_so(
     assert w.summary["diverged_step"] == result["diverged_step"]
 
 
-def test_a_resumed_run_continues_its_own_wandb_run(tmp_path, monkeypatch, wandb_logger):
-    """Online, a resumed attempt (solo or stacked member) asks W&B to resume its run: the same
-    W&B id, ``resume="allow"`` (offline, each start is a folder of that id: see above)."""
+def test_a_resumed_run_continues_its_own_wandb_run(tmp_path, monkeypatch):
+    """A resumed attempt (solo or stacked member: one start) asks W&B to resume its run: the
+    same W&B id, ``resume="allow"`` (offline, each start is a folder of that id: see above)."""
     import wandb
 
     from ablate.config import RunConfig, TrackingConfig
@@ -214,13 +214,6 @@ def test_a_resumed_run_continues_its_own_wandb_run(tmp_path, monkeypatch, wandb_
 
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    run_dir = RunStore(tmp_path / "runs").run("s", "abc123")
-    logger = wandb_logger(run_dir, "offline", "seed=0")
-    assert (logger._wandb_init["id"], logger._wandb_init["resume"]) == (
-        wandb_run_id(run_dir),
-        "allow",
-    )
-    logger.experiment.finish()
     seen, real = [], wandb.init
     monkeypatch.setattr(wandb, "init", lambda **kw: seen.append(kw) or real(**kw))
     cfg = RunConfig(tracking=TrackingConfig(wandb=True, mode="offline"))
@@ -300,7 +293,8 @@ def test_a_run_stopped_by_ctrl_c_logs_at_the_same_steps_after_resume(
     monkeypatch.setattr(ablate.training.stacked.lit.LitStack, "on_train_batch_end", original)
     time.sleep(1.1)  # the resumed start's offline folder gets its own second
     (resumed,) = run_study(path, store=tmp_path / "cut", progress=False)
-    assert resumed["resumed_from_step"] == 12 and resumed["status"] == "completed"
+    # the signal came after step 12's end: step 13, then in flight, finished first
+    assert resumed["resumed_from_step"] == 13 and resumed["status"] == "completed"
     (whole,), (cut,) = (list(RunStore(tmp_path / s).runs("tiny")) for s in ("whole", "cut"))
 
     def steps(rows):

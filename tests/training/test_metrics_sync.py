@@ -64,14 +64,13 @@ def test_metrics_are_synced_before_each_checkpoint_and_at_the_end_only(
     for run in runs:
         events = disk_log[run.path]
         # two checkpoints (steps 10 and 20), a sync before each, one at the end of the fit;
-        # none at the 4 log steps, the 2 evaluations or the gradient norms
-        assert events == [
-            ("sync", 10),
-            ("checkpoint", 10),
-            ("sync", 20),
-            ("checkpoint", 20),
-            ("sync", 20),
-        ], events
+        # none at the 4 log steps, the 2 evaluations or the gradient norms (the checkpoints
+        # are written by a background thread: the last one may land after the end's sync)
+        assert [s for kind, s in events if kind == "sync"] == [10, 20, 20], events
+        assert [s for kind, s in events if kind == "checkpoint"] == [10, 20], events
+        for i, (kind, step) in enumerate(events):
+            if kind == "checkpoint":
+                assert ("sync", step) in events[:i], events
         steps = {s for s, m, _ in run.read_metrics() if m == "train/loss"}
         assert steps == {5, 10, 15, 20}  # every row still there
 
