@@ -9,8 +9,7 @@ peak; 5. study throughput, 1 worker against 2, and 9. stacked runs against one r
 nanoGPT's procedure on the reference study's seeds; 10. operations, Python calls and host reads
 per step, solo and stacked (``stepcost``); 11. start-up, ``ablate run`` to the first training
 step of a small study, and a one-run study's whole process against importing torch, Lightning
-and W&B (``startup``); 12. a stack of one against a solo run, wall time per step
-(``stackone``). Section 6 is ``ablate bench --chaos``.
+and W&B (``startup``). Section 6 is ``ablate bench --chaos``.
 
 ``quick`` runs every section at toy sizes (a smoke test; its numbers measure nothing).
 ``only=NAME`` measures one section into the existing report. A failing section is reported
@@ -256,12 +255,6 @@ def _startup(plan: Plan, say, results: dict[str, Any]) -> dict[str, Any]:
     return measure(plan.startup_reps, plan.quick, log=say)
 
 
-def _stackone(plan: Plan, say, results: dict[str, Any]) -> dict[str, Any]:
-    from ablate.bench.stepcost import stack_one
-
-    return stack_one(plan.quick, log=say)
-
-
 # --- 7. memory against corpus size ------------------------------------------------------------
 
 DATA_GOAL = 1.2  # goal: the large corpus's peak at most this x the small one's
@@ -362,5 +355,4 @@ SECTIONS = {
     "stacked": ("9. stacked runs", _stacked),
     "stepcost": ("10. step cost", _stepcost),
     "startup": ("11. start-up", _startup),
-    "stackone": ("12. a stack of one against a solo run", _stackone),
 }

@@ -25,7 +25,6 @@ HEADINGS = {
     "stacked": "## 9. Stacked runs",
     "stepcost": "## 10. Step cost: operations, Python calls and host reads per step",
     "startup": "## 11. Start-up: from `ablate run` to the first training step",
-    "stackone": "## 12. A stack of one against a solo run, on this CPU",
     "gpu_paths": "## GPU paths",
 }
 SECTIONS = tuple(HEADINGS.values())
@@ -258,7 +257,6 @@ def render(r: dict[str, Any]) -> str:
         "stacked": render_stacked,
         "stepcost": stepcost.render,
         "startup": startup.render,
-        "stackone": stepcost.render_stack_one,
         "gpu_paths": lambda g: _gpu(g, gpu),
     }
     sections: list[Section] = [(k, heading, bodies[k]) for k, heading in HEADINGS.items()]

@@ -1,8 +1,7 @@
 """Bench section 10, what one training step costs the host: kernel-launching aten operations,
-Python function calls and host reads per step of a solo run (``train_run``, Lightning) and of
-stacked groups (``train_group``) of 1, 4 and 8 members, at the cpu and the gpu profile's shapes,
-and the tokens/s each trains at. Section 11 (``stack_one``): this CPU's wall time per step of a
-stack of one against a solo run, measured round-robin: the ratio to watch without a GPU.
+Python function calls and host reads per step of a solo run (``train_run``: a group of one) and
+of stacked groups (``train_group``) of 4 and 8 members, at the cpu and the gpu profile's shapes,
+and the tokens/s each trains at.
 
 Counted from outside, as a user runs them: the whole run under ``OpCounter`` (or
 ``PythonCalls``) at two lengths, the difference divided by the steps between them, so set-up,
@@ -20,9 +19,7 @@ kernel on a GPU).
 from __future__ import annotations
 
 import gc
-import statistics
 import tempfile
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,9 +33,7 @@ from ablate.store import RunStore
 from ablate.training.opcount import OpCounter, PythonCalls
 
 SHORT, LONG = 4, 10  # run lengths; their difference is the steps counted
-MEMBERS = (0, 1, 4, 8)  # 0: solo
-WALL_STEPS = (5, 25)  # the wall-time row's run lengths
-WALL_ROUNDS = 7  # solo, stack of 1, solo, ... (the order alternating each round)
+MEMBERS = (0, 4, 8)  # 0: solo (a group of one)
 # (name, layers, d_model, heads, seq_len, batch): nanoGPT's CPU shape (the cpu profiles) and
 # the gpu profiles' 6L-384d; an operation count does not depend on the batch, so both are
 # counted at batch 1
@@ -130,51 +125,9 @@ def _tokens_per_s(overrides: dict[str, Any], members: int, steps: int) -> float:
     return sum(d["tokens_per_s"] for d in done)
 
 
-def _timed(overrides: dict[str, Any], members: int, steps: int) -> tuple[float, float]:
-    """Wall and CPU seconds (this process's, every thread) of one run of ``steps`` steps."""
-    cfg = build_config({**overrides, **QUIET, "train.max_steps": steps})
-    with tempfile.TemporaryDirectory() as root:
-        t, cpu = time.perf_counter(), time.process_time()
-        train(cfg, members, Path(root))
-        return time.perf_counter() - t, time.process_time() - cpu
-
-
-def wall_rows(overrides: dict[str, Any], rounds: int = WALL_ROUNDS, log=print) -> dict[str, Any]:
-    """Wall time per step of a solo run and of a stack of one (the same run through the group's
-    path), measured round-robin: each round times both (the order alternating) at two lengths,
-    the difference per step, so set-up and the final evaluation cancel; the median over rounds
-    of each, and of the per-round ratio. The process's CPU time per step beside it: on a busy
-    machine wall time also counts the other processes' turns, CPU time only this one's work."""
-    short, long = WALL_STEPS
-    _timed(overrides, 1, short)  # what a process does once (the group path's imports)
-    wall: dict[int, list[float]] = {0: [], 1: []}
-    cpu: dict[int, list[float]] = {0: [], 1: []}
-    for r in range(rounds):
-        for members in (0, 1) if r % 2 == 0 else (1, 0):
-            (wa, ca), (wb, cb) = _timed(overrides, members, short), _timed(overrides, members, long)
-            wall[members].append((wb - wa) / (long - short))
-            cpu[members].append((cb - ca) / (long - short))
-        log(f"  round {r + 1}/{rounds}: solo {wall[0][-1] * 1e3:.1f} ms/step "
-            f"({cpu[0][-1] * 1e3:.1f} CPU), stack of 1 {wall[1][-1] * 1e3:.1f} ms/step "
-            f"({cpu[1][-1] * 1e3:.1f} CPU)")  # fmt: skip
-    ratios = [s / o for s, o in zip(wall[1], wall[0], strict=True)]
-    cpu_ratios = [s / o for s, o in zip(cpu[1], cpu[0], strict=True)]
-    return {
-        "solo_ms": statistics.median(wall[0]) * 1e3,
-        "stack1_ms": statistics.median(wall[1]) * 1e3,
-        "ratio": statistics.median(ratios),
-        "ratios": ratios,
-        "solo_cpu_ms": statistics.median(cpu[0]) * 1e3,
-        "stack1_cpu_ms": statistics.median(cpu[1]) * 1e3,
-        "cpu_ratio": statistics.median(cpu_ratios),
-        "rounds": rounds,
-        "steps": [short, long],
-    }
-
-
 def measure(threads: int, quick: bool, log=print) -> dict[str, Any]:
     """Section 10's rows: per shape and member count, the counts per step and (at the cpu
-    shape, on a CPU) tokens/s; and the wall time row at the cpu shape."""
+    shape, on a CPU) tokens/s."""
     rows = []
     cuda = torch.cuda.is_available()
     shapes, members = (SHAPES[:1], MEMBERS[:2]) if quick else (SHAPES, MEMBERS)
@@ -197,16 +150,6 @@ def measure(threads: int, quick: bool, log=print) -> dict[str, Any]:
             log(f"step cost {name}, {k or 'solo'}: {cost.kernels:.0f} ops, "
                 f"{cost.python_calls:.0f} Python calls, {cost.host_reads} reads")  # fmt: skip
     return {"rows": rows, "gpu": cuda}
-
-
-def stack_one(quick: bool, log=print) -> dict[str, Any]:
-    """Section 11: ``wall_rows`` at the cpu profile's shape, on one thread (on a shared machine
-    a second thread waits for its turn, which times the machine, not the path)."""
-    name, *shape = SHAPES[0]
-    flat = _shape(*shape) | {"train.threads": 1}
-    if quick:  # a smoke test of the section: its numbers measure nothing
-        name, flat = "quick 1L-32d, ctx 16, batch 2", _shape(1, 32, 2, 16, 2)
-    return {"shape": name, "threads": 1} | wall_rows(flat, 1 if quick else WALL_ROUNDS, log=log)
 
 
 def render(r: dict[str, Any]) -> str:
@@ -241,34 +184,15 @@ def render(r: dict[str, Any]) -> str:
         "a `TorchDispatchMode` counting `func.overloadpacket`; views, transposes, detach "
         "and allocations left out) and Python function calls per step "
         '(`training.opcount.PythonCalls`: `sys.setprofile` "call" events), counted around '
-        f"`train_run` (solo, Lightning) and `train_group` (stacked) at {SHORT} and {LONG} steps, "
+        f"`train_run` (solo: a group of one) and `train_group` at {SHORT} and {LONG} steps, "
         "the difference per step, after one uncounted run: logging, evaluation and checkpoints "
         "fall outside it. On a GPU each operation is a kernel launch of several microseconds "
         "of host time and every Python call host time too, so these counts are what a small "
         "model's GPU step costs the host. Host reads: `_local_scalar_dense`, `equal`, "
         "`tolist`, `cpu`, `numpy` (each a wait for the GPU). Tokens/s: the whole run or group, "
         "from its summary (steady state), on this machine. `tests/training/test_step_cost.py` "
-        "holds stacks of 1, 4 and 8 to at most 1.2x the solo step's operations and Python "
+        "holds stacks of 4 and 8 to at most 1.2x the solo step's operations and Python "
         "calls, with no host read.",
         table(header, body),
     ]
     return "\n\n".join(parts)
-
-
-def render_stack_one(w: dict[str, Any]) -> str:
-    """Section 11's markdown body."""
-    text = (
-        f"Wall time per step on this CPU, {w['shape']}, {w['threads']} thread: a solo run "
-        "(`train_run`) against a stack of one (the same run through `train_group`), "
-        f"{w['rounds']} rounds round-robin (the order alternating), runs of {w['steps'][0]} "
-        f"and {w['steps'][1]} steps, the difference per step; medians, and the median of the "
-        "per-round ratios. CPU time is the process's own: on a busy machine wall time also "
-        "counts other processes' turns. Without a GPU this is the ratio to watch (goal: at "
-        "most 1.2); section 10 counts what it is made of."
-    )
-    rows = [["wall", f"{w['solo_ms']:.1f}", f"{w['stack1_ms']:.1f}", bold(w["ratio"], 3),
-             ", ".join(f"{v:.3f}" for v in w["ratios"])]]  # fmt: skip
-    rows.append(["CPU", f"{w['solo_cpu_ms']:.1f}", f"{w['stack1_cpu_ms']:.1f}",
-                 bold(w["cpu_ratio"], 3), ""])  # fmt: skip
-    header = ["time", "solo ms/step", "stack of 1 ms/step", "stack of 1 / solo", "per round"]
-    return "\n\n".join([text, table(header, rows)])

@@ -58,7 +58,7 @@ def bench(
         str | None,
         typer.Option(
             help="Measure one section of the CPU bench (overhead, speed, quality, efficiency, "
-            "study, data, stacked, stepcost, startup, stackone; nanogpt: nanoGPT's procedure on "
+            "study, data, stacked, stepcost, startup; nanogpt: nanoGPT's procedure on "
             "the reference study's 8 seeds, ~16 min, only when named) and put it into the existing "
             "report."
         ),

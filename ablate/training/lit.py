@@ -177,7 +177,6 @@ class LitRuns(pl.LightningModule):
         self.after_step: Callable[[int], None] = lambda step: None  # a test's hook
         # gradient norms waiting on the device for the next read: (step, names, (names, k))
         self._pending_norms: list[tuple[int, list[str], torch.Tensor]] = []
-        self._val_losses: list[torch.Tensor] = []
         self._logged_step = -1
         self._bad: list[float] = []  # the first non-finite steps the last log step read
         self._found_at: list[int | None] = [None] * k  # the log step that found a divergence
