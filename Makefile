@@ -39,7 +39,7 @@ test: install
 
 # the long acceptance checks (marker `accept`): kill -9 of a driver and its real workers, and
 # the GPU window rehearsed whole on this CPU (prepare.sh, then window.sh twice in a simulated
-# GPU image, ~4.5 min on 2 cores, with the quick bench)
+# GPU image; the probe with its compiled rows; ~6.5 min on 2 cores, with the quick bench)
 test-accept: install
 	$(BIN)/python -m pytest -q -m accept
 
