@@ -66,12 +66,13 @@ class ProgressFile:
 
 class LossBar(TQDMProgressBar):
     """Lightning's progress bar showing the losses the module read at its last log step and
-    evaluation (``train_loss``, ``val_loss`` of a solo run: member 0). Lightning's own bar shows
+    evaluation (member 0's ``MemberMetrics``: a solo run's). Lightning's own bar shows
     values logged with ``self.log``, which Lightning reads back from the device at every step."""
 
     def get_metrics(self, trainer, pl_module) -> dict[str, Any]:
         items = super().get_metrics(trainer, pl_module)
-        losses = (("train/loss", pl_module.train_loss[0]), ("val/loss", pl_module.val_loss[0]))
+        first = pl_module.metrics[0]
+        losses = (("train/loss", first.train_loss), ("val/loss", first.val_loss))
         for name, value in losses:
             if value is not None:
                 items[name] = value

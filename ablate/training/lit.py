@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import pytorch_lightning as pl
@@ -92,6 +93,25 @@ def grad_norm_metrics(
     return out
 
 
+@dataclass
+class MemberMetrics:
+    """One member's running metrics and how it ended, kept across the fits it trains in (a
+    stack's fit hands the same object on to the next): what the module and the group read."""
+
+    loss_n: int = 0  # steps in the device's loss sum since the last log step
+    diverged_step: int | None = None  # the step of its first non-finite loss, once found
+    found_at: int | None = None  # the log step that found it
+    stopped_early: bool = False
+    early: tuple[float, int] = (math.inf, 0)  # early stopping: (best val/loss, evaluations since)
+    train_loss: float | None = None  # the last log step's mean (the progress line)
+    val_loss: float | None = None  # the last evaluation's
+
+    @property
+    def ended(self) -> bool:
+        """Diverged or stopped early (``max_steps`` is the module's to say)."""
+        return self.diverged_step is not None or self.stopped_early
+
+
 def early_stopping_step(
     state: tuple[float, int], value: float, patience: int
 ) -> tuple[float, int, bool]:
@@ -139,6 +159,7 @@ class LitRuns(pl.LightningModule):
         bits_per_token: bool,
         member_loggers: list[list[Any]],
         step: int = 0,
+        metrics: list[MemberMetrics] | None = None,
     ):
         super().__init__()
         if model.members != len(cfgs):
@@ -160,12 +181,7 @@ class LitRuns(pl.LightningModule):
         k = self.k
         self.register_buffer("loss_sum", torch.zeros(k), persistent=False)
         self.register_buffer("nonfinite_step", torch.full((k,), -1), persistent=False)
-        self.loss_n = [0] * k
-        self.diverged_step: list[int | None] = [None] * k
-        self.stopped_early = [False] * k
-        self.early: list[tuple[float, int]] = [(math.inf, 0)] * k
-        self.train_loss: list[float | None] = [None] * k  # the last log step's (progress)
-        self.val_loss: list[float | None] = [None] * k
+        self.metrics = metrics or [MemberMetrics() for _ in range(k)]
         self.tokens_per_s: float | None = None
         self.step = step
         self.stop_at: int | None = None
@@ -179,7 +195,6 @@ class LitRuns(pl.LightningModule):
         self._pending_norms: list[tuple[int, list[str], torch.Tensor]] = []
         self._logged_step = -1
         self._bad: list[float] = []  # the first non-finite steps the last log step read
-        self._found_at: list[int | None] = [None] * k  # the log step that found a divergence
 
     # --- the model ------------------------------------------------------------------------
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
@@ -202,19 +217,12 @@ class LitRuns(pl.LightningModule):
     # --- state ----------------------------------------------------------------------------
     def finished(self, i: int) -> bool:
         """Member ``i`` is done training: diverged, stopped early or at ``max_steps``."""
-        done_early = self.diverged_step[i] is not None or self.stopped_early[i]
-        return done_early or self.step >= self.cfg.train.max_steps
+        return self.metrics[i].ended or self.step >= self.cfg.train.max_steps
 
     def end_early(self) -> None:
         """Stop every member now, as early stopping would (a benchmark's time budget)."""
-        self.stopped_early = [True] * self.k
-
-    def resume_early_stopping(self, histories: list[list[float]]) -> None:
-        """Each member's early stopping state from its val/loss history (the store's)."""
-        patience = self.cfg.train.early_stopping_patience
-        for i, history in enumerate(histories):
-            best, wait, stop = early_stopping_state(history, patience)
-            self.early[i], self.stopped_early[i] = (best, wait), stop
+        for m in self.metrics:
+            m.stopped_early = True
 
     def loop_state(self) -> list[dict[str, Any]]:
         """Each member's state a resume needs beyond weights and AdamW (one read of the device,
@@ -232,8 +240,8 @@ class LitRuns(pl.LightningModule):
         if self.device.type == "cuda":  # dropout on a GPU draws from the device's generator
             rng["cuda_rng"] = torch.cuda.get_rng_state(self.device)
         return [
-            {"loss_sum": sums[i], "loss_n": self.loss_n[i], "nonfinite_step": int(bad[i]), **rng}
-            for i in range(self.k)
+            {"loss_sum": sums[i], "loss_n": m.loss_n, "nonfinite_step": int(bad[i]), **rng}
+            for i, m in enumerate(self.metrics)
         ]
 
     def _restore(self, loops: list[dict[str, Any]]) -> None:
@@ -243,12 +251,12 @@ class LitRuns(pl.LightningModule):
         step = self.step
         for i, loop in enumerate(loops):
             self.loss_sum[i] = float(loop.get("loss_sum", 0.0))
-            self.loss_n[i] = int(loop.get("loss_n", 0))
+            self.metrics[i].loss_n = int(loop.get("loss_n", 0))
             bad = int(loop.get("nonfinite_step", -1))
             self.nonfinite_step[i] = bad
             opt.active[i] = bad < 0
             if bad >= 0 and self.is_log_step(step):
-                self.diverged_step[i], self._found_at[i] = bad, step
+                self.metrics[i].diverged_step, self.metrics[i].found_at = bad, step
         # dropout masks continue as uninterrupted (members that resume together share a state)
         if loops[0].get("rng") is not None:
             torch.set_rng_state(loops[0]["rng"])
@@ -277,8 +285,8 @@ class LitRuns(pl.LightningModule):
         first = ~torch.isfinite(loss) & (self.nonfinite_step < 0)
         self.nonfinite_step = torch.where(first, step, self.nonfinite_step)
         self.loss_sum += loss
-        for i in range(self.k):
-            self.loss_n[i] += 1
+        for m in self.metrics:
+            m.loss_n += 1
 
     def is_log_step(self, step: int) -> bool:
         return step % self.cfg.train.log_interval == 0 or step == self.cfg.train.max_steps
@@ -295,7 +303,9 @@ class LitRuns(pl.LightningModule):
         step = self.step
         if self.is_log_step(step):
             self.progress.log(step, self.log_step())
-        if step % self.cfg.train.eval_interval == 0 or step in self._found_at:
+        if step % self.cfg.train.eval_interval == 0 or any(
+            m.found_at == step for m in self.metrics
+        ):
             self.validate()
         self.after_step(step)
         ends = self.fit_ends()
@@ -317,13 +327,13 @@ class LitRuns(pl.LightningModule):
         """Log this log step's metrics of every member and return their mean training losses.
         The first call at a step reads the device, later calls return what it read."""
         step = self.step  # optimizer steps done so far
-        if step != self._logged_step and any(self.loss_n):
+        if step != self._logged_step and any(m.loss_n for m in self.metrics):
             self._log_train(step)
-        return self.train_loss
+        return [m.train_loss for m in self.metrics]
 
     def _log_train(self, step: int) -> None:
         sums, bad = self._read([self.loss_sum, self.nonfinite_step])
-        means = [s / max(n, 1) for s, n in zip(sums, self.loss_n, strict=True)]
+        means = [s / max(m.loss_n, 1) for s, m in zip(sums, self.metrics, strict=True)]
         # tokens/s of each member since the last log step, evaluations left out: the clock is
         # read after the read above, which waited for the device
         rate = self.throughput.lap(step)
@@ -334,11 +344,12 @@ class LitRuns(pl.LightningModule):
             if rate is not None:
                 metrics["perf/tokens_per_s"] = rate
             self.log_member(i, metrics, step)
-            if bad[i] >= 0 and self.diverged_step[i] is None:
-                self.diverged_step[i], self._found_at[i] = int(bad[i]), step  # it leaves
-        self.train_loss, self._logged_step, self._bad = means, step, bad
+            m = self.metrics[i]
+            if bad[i] >= 0 and m.diverged_step is None:
+                m.diverged_step, m.found_at = int(bad[i]), step  # it leaves
+            m.train_loss, m.loss_n = means[i], 0
+        self._logged_step, self._bad = step, bad
         self.loss_sum.zero_()
-        self.loss_n = [0] * self.k
 
     def log_member(self, i: int, metrics: dict[str, float], step: int) -> None:
         """Send member ``i``'s metrics to its loggers at ``step`` (Lightning's own cadence
@@ -425,7 +436,7 @@ class LitRuns(pl.LightningModule):
         for i, value in enumerate(values):
             # a member found diverged at this step logs it (as a solo run always did); the
             # others only at their interval
-            if step % self.cfg.train.eval_interval and self._found_at[i] != step:
+            if step % self.cfg.train.eval_interval and self.metrics[i].found_at != step:
                 continue
             metrics = {"val/loss": value, "val/ppl": math.exp(min(value, 50.0))}
             if self.bits_per_token:
@@ -433,14 +444,14 @@ class LitRuns(pl.LightningModule):
             if self.clocks is not None:
                 metrics["perf/wall_s"] = self.clocks[i]()
             self.log_member(i, metrics, step)
-            self.val_loss[i] = value
-            self._early_stop(i, value)
+            self.metrics[i].val_loss = value
+            self._early_stop(self.metrics[i], value)
 
-    def _early_stop(self, i: int, value: float) -> None:
+    def _early_stop(self, m: MemberMetrics, value: float) -> None:
         patience = self.cfg.train.early_stopping_patience
-        if not patience or self.diverged_step[i] is not None:
+        if not patience or m.diverged_step is not None:
             return
-        best, wait, stop = early_stopping_step(self.early[i], value, patience)
-        self.early[i] = (best, wait)
+        best, wait, stop = early_stopping_step(m.early, value, patience)
+        m.early = (best, wait)
         if stop:
-            self.stopped_early[i] = True  # it leaves (``fit_ends``)
+            m.stopped_early = True  # it leaves (``fit_ends``)

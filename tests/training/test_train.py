@@ -157,3 +157,12 @@ def test_resume_continues_to_the_same_result(tmp_path, monkeypatch, tiny_run):
     a = {(s, m): v for s, m, v in store.run("a", "x").read_metrics() if not m.startswith("perf/")}
     b = {(s, m): v for s, m, v in run.read_metrics() if not m.startswith("perf/")}
     assert a == b
+
+
+def test_a_run_with_its_progress_bar_shows_the_losses_the_module_read(tmp_path, tiny_run, capfd):
+    """``train.progress``: Lightning's bar, with the last log step's and evaluation's losses."""
+    cfg = build_config({**tiny_run, "train.progress": True})
+    summary = train_run(cfg, RunStore(tmp_path).run("t", cfg.run_id()))
+    assert summary["status"] == "completed"
+    bar = capfd.readouterr().out  # Lightning's bar writes to stdout
+    assert "train/loss=" in bar and "val/loss=" in bar, bar[-500:]

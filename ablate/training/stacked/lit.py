@@ -43,13 +43,12 @@ class LitStack(LitRuns):
             bits_per_token=members[0].dm.is_char,
             member_loggers=[m.loggers() for m in members],
             step=members[0].step,
+            metrics=[m.metrics for m in members],
         )
         self.members = members
         self.clocks = [m.attempt.wall_time for m in members]
         self.start_step = members[0].step
         self.loop_states = [m.loop for m in members]
-        self.early = [m.early for m in members]
-        self.stopped_early = [m.stopped_early for m in members]
         self.opt: MemberAdamW | None = None
 
     def configure_optimizers(self):
@@ -87,8 +86,6 @@ class LitStack(LitRuns):
                 load_member_state_dict(m.model, 0, member_state_dict(self.model, i))
             m.optimizer = opt.member_state(i, _hyper(m, step))
             m.loop, m.step = loops[i], step
-            m.early, m.stopped_early = self.early[i], self.stopped_early[i]
-            m.diverged_step = self.diverged_step[i]
             m.tokens_per_s = self.tokens_per_s if self.tokens_per_s is not None else m.tokens_per_s
 
     def dataloader(self) -> DataLoader:

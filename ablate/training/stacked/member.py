@@ -38,7 +38,7 @@ from ablate.training.finish import (
     val_history,
 )
 from ablate.training.inputs import run_inputs
-from ablate.training.lit import early_stopping_state
+from ablate.training.lit import MemberMetrics, early_stopping_state
 from ablate.training.precision import precision_context
 from ablate.training.stacked.store import load_member_checkpoint, member_loop
 from ablate.training.store_logger import StoreLogger
@@ -79,9 +79,7 @@ class Member:
     step: int = 0
     optimizer: dict | None = None  # AdamW state_dict (a checkpoint's, or the last fit's)
     loop: dict[str, Any] = field(default_factory=dict)  # LitRuns.loop_state
-    early: tuple[float, int] = (float("inf"), 0)  # early stopping: (best val/loss, since)
-    stopped_early: bool = False
-    diverged_step: int | None = None
+    metrics: MemberMetrics = field(default_factory=MemberMetrics)  # how it trains and ended
     tokens_per_s: float | None = None
     finished: bool = False  # its final summary is written
     wandb_wait: float = 0.0  # seconds waiting for W&B (a slow or dead server is not train time)
@@ -93,8 +91,7 @@ class Member:
     @property
     def done(self) -> bool:
         """Done training: diverged, stopped early, or at ``max_steps``."""
-        ended = self.diverged_step is not None or self.stopped_early
-        return ended or self.step >= self.cfg.train.max_steps
+        return self.metrics.ended or self.step >= self.cfg.train.max_steps
 
     def loggers(self) -> list[Logger]:
         out: list[Logger] = [StoreLogger(self.run_dir)]
@@ -177,10 +174,10 @@ def _build(cfg: RunConfig, attempt: RunAttempt, workers: int) -> Member:
         m.loop = member_loop(ckpt)
     attempt.resume(step if ckpt_path is not None else None, set_aside)
     # early stopping from the store's val/loss history (the rows up to the checkpoint's step)
-    best, wait, m.stopped_early = early_stopping_state(
+    best, wait, m.metrics.stopped_early = early_stopping_state(
         val_history(attempt.run_dir), cfg.train.early_stopping_patience
     )
-    m.early = (best, wait)
+    m.metrics.early = (best, wait)
     return m
 
 
@@ -196,7 +193,7 @@ def finish(m: Member, device: torch.device) -> None:
             m.run_dir,
             steps=m.step,
             tokens_per_s=m.tokens_per_s,
-            diverged_step=m.diverged_step,
+            diverged_step=m.metrics.diverged_step,
         )
     m.summary.update(fields)
     m.close_wandb()  # with the summary's numbers
