@@ -5,6 +5,7 @@ resolved, so bad input is one ``ConfigError`` line naming the file and key, exit
 anything is written:
 
 * seeds outside ``[0, 2**32 - 1]`` (what numpy and Lightning's seeding accept);
+* ``train.devices`` other than 1: a run trains on one device;
 * ``train.accelerator: gpu`` on a machine without a CUDA device. ``device=False`` skips this,
   e.g. for a mode that picks its own device (``ablate run smoke``);
 * a stacked group (``train.stack`` a number) in a precision stacked groups do not train in:
@@ -138,6 +139,17 @@ def _check_stack(cfg: RunConfig, where: Where, source: Path | None) -> None:
     )
 
 
+def _check_devices(cfg: RunConfig, where: Where, source: Path | None) -> None:
+    # a study's throughput comes from many runs at once, not from one run over several devices
+    if cfg.train.devices != 1:
+        raise ConfigError(
+            f"is {cfg.train.devices}, but a run trains on one device (runs share a machine "
+            "through --workers, --runs-per-gpu and train.stack)",
+            key=where("train.devices"),
+            source=source,
+        )
+
+
 def _check_device(cfg: RunConfig, where: Where, source: Path | None, have_gpu: Callable) -> None:
     t = cfg.train
     if t.accelerator == "gpu" and not have_gpu():
@@ -182,6 +194,7 @@ def check_runs(
         _check_seed(cfg, where, source)
         _check_sizes(cfg, where, source)
         _check_stack(cfg, where, source)
+        _check_devices(cfg, where, source)
         if device:
             _check_device(cfg, where, source, have_gpu)
         if data:

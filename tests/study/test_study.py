@@ -667,6 +667,16 @@ def test_cli_unknown_profile_exits_2(write, tmp_path):
     assert not store.exists()
 
 
+def test_a_run_on_several_devices_is_a_plan_time_error(write, tmp_path):
+    path = write({"base": {"train": {"devices": 2}}})
+    store = tmp_path / "store"
+    result = CliRunner().invoke(app, ["run", str(path), "--store", str(store)])
+    assert result.exit_code == 2, result.output
+    (line,) = [line for line in result.output.splitlines() if line.strip()]
+    assert f"{path}: base.train.devices: is 2, but a run trains on one device" in line, line
+    assert not store.exists()
+
+
 def test_cli_bad_set_exits_2(write, tmp_path):
     path = write({})
     store = tmp_path / "store"
