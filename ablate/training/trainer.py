@@ -174,8 +174,8 @@ def make_trainer(
         ExceptionCheckpoint(dirpath=run_dirs[0].checkpoint_dir, filename="interrupted"),
         *callbacks,
     ]
-    if progress:
-        callbacks.append(LossBar(leave=False))
+    if progress:  # redrawn at the log steps, when the losses it shows change
+        callbacks.append(LossBar(refresh_rate=t.log_interval, leave=False))
     return pl.Trainer(
         accelerator=t.accelerator,
         devices=t.devices,
