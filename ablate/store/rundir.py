@@ -10,7 +10,7 @@ Layout::
         progress.json    step/total/loss while training, for live progress lines (display only)
         error.log        the traceback of the last failed attempt (the summary keeps one line)
         tokenizer.json   the run's tokenizer (``ablate sample`` reads it)
-        checkpoints/     Lightning checkpoints (``last.ckpt``) for resume
+        checkpoints/     the run's checkpoint (``last.ckpt``) for resume
         wandb/           the W&B (offline) run directory
         run.lease.<n>    who trains the run, renewed by a heartbeat (store/lease.py)
 
