@@ -112,6 +112,19 @@ class MemberMetrics:
         return self.diverged_step is not None or self.stopped_early
 
 
+def is_log_step(cfg: RunConfig, step: int) -> bool:
+    """Whether a run logs (and reads the device) after ``step`` updates."""
+    return step % cfg.train.log_interval == 0 or step == cfg.train.max_steps
+
+
+def resumed_divergence(cfg: RunConfig, step: int, loop: dict[str, Any]) -> int | None:
+    """The diverged step a checkpoint at ``step`` with loop state ``loop`` already found: its
+    first non-finite step, when ``step`` is a log step (the log step read it, and the run ended
+    there; a kill before its summary leaves it to the resume), else None."""
+    bad = int(loop.get("nonfinite_step", -1))
+    return bad if bad >= 0 and is_log_step(cfg, step) else None
+
+
 def early_stopping_step(
     state: tuple[float, int], value: float, patience: int
 ) -> tuple[float, int, bool]:
@@ -220,9 +233,11 @@ class LitRuns(pl.LightningModule):
         return self.metrics[i].ended or self.step >= self.cfg.train.max_steps
 
     def end_early(self) -> None:
-        """Stop every member now, as early stopping would (a benchmark's time budget)."""
+        """Stop every member now, as early stopping would (a benchmark's time budget): the fit
+        ends at this step."""
         for m in self.metrics:
             m.stopped_early = True
+        self.stop_at = self.step
 
     def loop_state(self) -> list[dict[str, Any]]:
         """Each member's state a resume needs beyond weights and AdamW (one read of the device,
@@ -245,18 +260,16 @@ class LitRuns(pl.LightningModule):
         ]
 
     def _restore(self, loops: list[dict[str, Any]]) -> None:
-        """Apply ``loops`` (``checkpoint_loop`` of each member): a member found diverged at a
-        log step ends now, one whose loss became non-finite since stays masked until the next."""
+        """Apply ``loops`` (each member's ``stacked.store.member_loop``): a member whose loss
+        became non-finite since the last log step stays masked until the next (one found
+        diverged at a log step never comes here: ``resumed_divergence``)."""
         opt = self.optimizers().optimizer
-        step = self.step
         for i, loop in enumerate(loops):
             self.loss_sum[i] = float(loop.get("loss_sum", 0.0))
             self.metrics[i].loss_n = int(loop.get("loss_n", 0))
             bad = int(loop.get("nonfinite_step", -1))
             self.nonfinite_step[i] = bad
             opt.active[i] = bad < 0
-            if bad >= 0 and self.is_log_step(step):
-                self.metrics[i].diverged_step, self.metrics[i].found_at = bad, step
         # dropout masks continue as uninterrupted (members that resume together share a state)
         if loops[0].get("rng") is not None:
             torch.set_rng_state(loops[0]["rng"])
@@ -289,7 +302,7 @@ class LitRuns(pl.LightningModule):
             m.loss_n += 1
 
     def is_log_step(self, step: int) -> bool:
-        return step % self.cfg.train.log_interval == 0 or step == self.cfg.train.max_steps
+        return is_log_step(self.cfg, step)
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
         self.end_step()
@@ -300,27 +313,32 @@ class LitRuns(pl.LightningModule):
         (``fit_ends``), save a checkpoint (its interval, or the fit's end) and end the fit.
         The one place that ends a fit. ``after_step`` (a test's hook) comes before the
         decision, so a stop it requests ends the fit at this step."""
-        step = self.step
-        if self.is_log_step(step):
+        step, t = self.step, self.cfg.train
+        logged = self.is_log_step(step)
+        if logged:
             self.progress.log(step, self.log_step())
-        if step % self.cfg.train.eval_interval == 0 or any(
-            m.found_at == step for m in self.metrics
-        ):
+        # a divergence is found at a log step only: no loop over the members at other steps
+        found = logged and any(m.found_at == step for m in self.metrics)
+        evaluated = step % t.eval_interval == 0 or found
+        if evaluated:
             self.validate()
         self.after_step(step)
-        ends = self.fit_ends()
-        if ends or step % self.cfg.train.checkpoint_interval == 0:
+        ends = self.fit_ends(members_changed=logged or evaluated)
+        if ends or step % t.checkpoint_interval == 0:
             self.trainer.save_checkpoint(self.checkpoint_path)
         if ends:
             self.trainer.should_stop = True
 
-    def fit_ends(self) -> bool:
+    def fit_ends(self, members_changed: bool = True) -> bool:
         """A member is done (diverged, stopped early, at ``max_steps``: it leaves, and the others
-        go on in a new fit), the members reached ``stop_at``, or a stop was requested."""
+        go on in a new fit), the members reached ``stop_at``, or a stop was requested. A member
+        ends only at a log step or an evaluation (``members_changed``), or by ``end_early``,
+        which sets ``stop_at``: other steps look at no member."""
         return (
-            any(self.finished(i) for i in range(self.k))
+            self.step >= self.cfg.train.max_steps
             or (self.stop_at is not None and self.step >= self.stop_at)
             or (self.stop is not None and self.stop.requested)
+            or (members_changed and any(m.ended for m in self.metrics))
         )
 
     def log_step(self) -> list[float | None]:

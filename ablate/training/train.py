@@ -107,7 +107,7 @@ def train_group(
             ctx.enter_context(attn_context(cfgs[0], device))
             _open_all(members, cfgs, run_dirs, metas, device, t0, workers)
             for m in members:
-                if m.done:  # killed during its final evaluation
+                if m.done:  # killed before its summary said so (final evaluation, divergence)
                     finish(m, device)
             with stoppable(stop):
                 _train(members, device, stop, progress)

@@ -12,7 +12,6 @@ import logging
 import signal
 import threading
 import warnings
-from collections.abc import Iterable
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -160,7 +159,6 @@ def make_trainer(
     checkpoint_io: Any,
     *,
     progress: bool = False,
-    callbacks: Iterable[pl.Callback] = (),
 ) -> pl.Trainer:
     """The ``Trainer`` of one fit of a group of runs (``run_dirs``, one for a solo run): it loops
     over the batches and runs the module's hooks under the run's precision; the module decides
@@ -172,7 +170,6 @@ def make_trainer(
     callbacks = [
         # a crash mid-run: keep what was trained so a re-run resumes from here
         ExceptionCheckpoint(dirpath=run_dirs[0].checkpoint_dir, filename="interrupted"),
-        *callbacks,
     ]
     if progress:  # redrawn at the log steps, when the losses it shows change
         callbacks.append(LossBar(refresh_rate=t.log_interval, leave=False))

@@ -168,3 +168,30 @@ def test_a_run_with_its_progress_bar_shows_the_losses_the_module_read(tmp_path, 
     assert "train/loss=" in bar and "val/loss=" in bar, bar[-500:]
     # redrawn about the 4 log steps (and its start and end), not at each of the 20 steps
     assert bar.count("it/s") < 20, bar
+
+
+def test_a_run_killed_after_its_divergence_was_found_ends_diverged_without_training(
+    tmp_path, monkeypatch, tiny_run
+):
+    """A checkpoint of the log step that found a divergence, and no summary yet (a kill between
+    them): the resume ends the run as diverged at once, at that step, training nothing more."""
+    real = ablate.training.step.lm_losses
+    calls = {"n": 0}
+
+    def poisoned(logits, targets):
+        calls["n"] += 1
+        loss = real(logits, targets)
+        return loss * float("nan") if calls["n"] > 7 else loss
+
+    monkeypatch.setattr(ablate.training.step, "lm_losses", poisoned)
+    cfg = build_config({**tiny_run, "train.eval_interval": 100})
+    run = RunStore(tmp_path).run("t", cfg.run_id())
+    first = train_run(cfg, run)
+    assert (first["status"], first["diverged_step"], first["steps"]) == ("diverged", 7, 10)
+    run.write_summary({**first, "status": "running"})  # as the kill left it
+    monkeypatch.undo()
+    calls["n"] = 0
+    monkeypatch.setattr(ablate.training.step, "lm_losses", lambda *a: calls.update(n=1) or real(*a))
+    again = train_run(cfg, run)
+    assert (again["status"], again["diverged_step"], again["steps"]) == ("diverged", 7, 10)
+    assert calls["n"] == 0  # no training step, no evaluation: nothing computed a loss

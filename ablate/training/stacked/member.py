@@ -38,7 +38,7 @@ from ablate.training.finish import (
     val_history,
 )
 from ablate.training.inputs import run_inputs
-from ablate.training.lit import MemberMetrics, early_stopping_state
+from ablate.training.lit import MemberMetrics, early_stopping_state, resumed_divergence
 from ablate.training.precision import precision_context
 from ablate.training.stacked.store import load_member_checkpoint, member_loop
 from ablate.training.store_logger import StoreLogger
@@ -172,6 +172,8 @@ def _build(cfg: RunConfig, attempt: RunAttempt, workers: int) -> Member:
         m.step = int(ckpt["global_step"])
         m.optimizer = (ckpt.get("optimizer_states") or [None])[0]
         m.loop = member_loop(ckpt)
+        if (bad := resumed_divergence(cfg, m.step, m.loop)) is not None:
+            m.metrics.diverged_step, m.metrics.found_at = bad, m.step  # done: finished at once
     attempt.resume(step if ckpt_path is not None else None, set_aside)
     # early stopping from the store's val/loss history (the rows up to the checkpoint's step)
     best, wait, m.metrics.stopped_early = early_stopping_state(
